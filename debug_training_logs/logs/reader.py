@@ -1,0 +1,113 @@
+"""Streaming access to a log file's bytes and lines, whatever its compression.
+
+Never loads a whole file. A damaged file (truncated gzip, binary content, unreadable) yields what could be read and
+records the reason in a :class:`ReadProblems` list, so results can mark themselves partial instead of failing.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO
+
+from debug_training_logs.logs.discovery import LogFile
+
+CHUNK = 8 << 20
+"""Bytes read per chunk when streaming (8 MiB): large enough to amortise Python overhead, small enough for flat memory."""
+
+
+@dataclass
+class ReadProblems:
+    """Files that could not be read in full, with the reason (becomes ``coverage.unreadable_files``)."""
+
+    items: dict[str, str] = field(default_factory=dict)
+
+    def add(self, rel: str, reason: str) -> None:
+        self.items.setdefault(rel, reason)
+
+
+def open_binary(lf: LogFile) -> IO[bytes]:
+    """Open ``lf`` for streaming, decompressed bytes."""
+    if lf.compression == "gzip":
+        return gzip.open(lf.path, "rb")
+    if lf.compression == "zstd":
+        import zstandard
+
+        fh = open(lf.path, "rb")  # noqa: SIM115 - closed by the stream reader (closefd=True)
+        return zstandard.ZstdDecompressor().stream_reader(fh, closefd=True)  # type: ignore[no-any-return]
+    if lf.compression == "bz2":
+        return bz2.open(lf.path, "rb")
+    if lf.compression == "xz":
+        return lzma.open(lf.path, "rb")
+    return open(lf.path, "rb")
+
+
+def looks_binary(head: bytes) -> bool:
+    """True when the first bytes of a (decompressed) file are not text: NUL bytes are the reliable sign."""
+    return b"\x00" in head[:8192]
+
+
+def iter_chunks(lf: LogFile, problems: ReadProblems, chunk_size: int = CHUNK) -> Iterator[bytes]:
+    """Decompressed chunks of ``lf``, each ending on a line boundary (the last may lack the final newline).
+
+    On a read error (truncated or corrupt compressed stream, I/O error) what was read so far is yielded and the
+    reason is recorded in ``problems``; on binary content nothing is yielded.
+    """
+    carry = b""
+    first = True
+    try:
+        with open_binary(lf) as fh:
+            while True:
+                block = fh.read(chunk_size)
+                if not block:
+                    break
+                if first:
+                    first = False
+                    if looks_binary(block):
+                        problems.add(lf.rel, "binary content (NUL bytes), not a text log; skipped")
+                        return
+                data = carry + block
+                cut_at = data.rfind(b"\n")
+                if cut_at < 0:
+                    carry = data
+                    continue
+                carry = data[cut_at + 1 :]
+                yield data[: cut_at + 1]
+    except (EOFError, OSError, zlib.error, lzma.LZMAError, ValueError) as exc:
+        what = "truncated or corrupt compressed stream" if lf.compression != "none" else "read error"
+        problems.add(lf.rel, f"{what} ({type(exc).__name__}: {exc}); read up to the damage")
+        if carry:
+            yield carry
+        return
+    except Exception as exc:  # zstandard raises its own ZstdError
+        problems.add(lf.rel, f"cannot decompress ({type(exc).__name__}: {exc}); read up to the damage")
+        if carry:
+            yield carry
+        return
+    if carry:
+        yield carry
+
+
+def decode(raw: bytes) -> str:
+    """Bytes of one line to text: UTF-8, invalid bytes replaced (a log with a stray byte must still read)."""
+    return raw.decode("utf-8", errors="replace")
+
+
+def iter_lines(lf: LogFile, problems: ReadProblems) -> Iterator[tuple[int, str]]:
+    """``(line_number, text)`` for every line of ``lf`` (1-based, newline and trailing CR removed).
+
+    This is a Python loop over lines: fine for small files and for the few lines a parser needs, too slow to search
+    gigabytes; use :mod:`debug_training_logs.logs.scan` for that.
+    """
+    n = 0
+    for chunk in iter_chunks(lf, problems):
+        pieces = chunk.split(b"\n")
+        if chunk.endswith(b"\n"):
+            pieces.pop()  # the empty piece after the final newline is not a line
+        for raw in pieces:
+            n += 1
+            yield n, decode(raw).rstrip("\r")

@@ -1,0 +1,43 @@
+"""Result pieces every tool shares (contract): ``Coverage``, ``Evidence``, ``UnreadableFile``.
+
+Every tool result carries ``coverage`` so that a reader can see at once whether the answer rests on all ranks.
+"""
+
+from pydantic import BaseModel, Field
+
+TEXT_CUT = 300
+"""Evidence text is cut to this many characters (the verifier allows for the cut when it checks a citation)."""
+
+
+class UnreadableFile(BaseModel):
+    """A file that could not be read, or only partly."""
+
+    file: str = Field(description="Path relative to the directory the tool was pointed at.")
+    reason: str = Field(description="Why: binary content, truncated compressed stream (how far it got), permission...")
+
+
+class Coverage(BaseModel):
+    """What the answer rests on: how much was read and which ranks it saw against the world size."""
+
+    files_scanned: int = Field(description="Log files read (plain, .gz, .zst, rotated).")
+    bytes_scanned: int = Field(description="Bytes read from disk (compressed size for compressed files).")
+    ranks_found: str = Field(description="Global ranks seen in the logs, as a range string like '0-36,38-63'.")
+    world_size: int | None = Field(description="Number of ranks the job had, or null when no log line says.")
+    world_size_evidence: str = Field(
+        default="", description="Which line(s) the world size comes from (file:line and the fact), or why unknown."
+    )
+    missing_ranks: str = Field(description="Ranks expected by the world size but absent from every file (range string).")
+    unreadable_files: list[UnreadableFile] = Field(default_factory=list)
+
+
+class Evidence(BaseModel):
+    """One cited log line."""
+
+    file: str = Field(description="Path relative to the logs directory given to the tool.")
+    line: int = Field(description="1-based line number in the (decompressed) file.")
+    text: str = Field(description=f"The line, cut at {TEXT_CUT} characters.")
+
+
+def cut(text: str, limit: int = TEXT_CUT) -> str:
+    """Cut a line for citation; the verifier accepts a cited text that is a prefix of the real line."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
