@@ -1,0 +1,85 @@
+"""Which global rank wrote a line, and which node a file belongs to.
+
+Sources, most trusted first:
+
+1. ``[rankN]:`` anywhere in the line (PyTorch 2.2+ c10 prefix and the 2.4+ traceback excepthook): the GLOBAL rank.
+2. Ray actor prefixes ``(MegatronPolicyWorker[rank=12] pid=481552, ip=10.20.3.17)``.
+3. ``srun --label`` prefixes ``" 3: "``: the Slurm task id, equal to the global rank only with one task per GPU.
+4. The file name: ``rank-R.log``, ``rank_R``, ``slurm-%j_%t.out``-style task ids.
+5. NCCL init lines ``... NCCL INFO ... rank R nranks N ...`` (the communicator rank; equals the global rank only for
+   the world communicator, i.e. when ``N`` is the world size).
+
+Never trusted: ``[Rank N]`` inside ProcessGroupNCCL/WorkNCCL messages. It is PG-local and, in torch 2.4-2.13, a cached
+static that can belong to another process group. A torchrun ``[host:localrank]:`` prefix gives the node and local
+rank, not the global rank.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+GLOBAL_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
+RAY_PREFIX = re.compile(r"\((?P<actor>[A-Za-z_][\w.]*)?(?:\[rank=(?P<rank>\d+)\])? ?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:\-]+))?\)")
+TORCHRUN_PREFIX = re.compile(r"^\[(?P<host>[A-Za-z0-9][\w.\-]*):(?P<local>\d+)\]:")
+SRUN_LABEL = re.compile(r"^\s*(?:P\d+ )?(?P<task>\d+): ")
+NCCL_INIT_RANK = re.compile(r"NCCL INFO .*?\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b")
+
+FILE_RANK_PATTERNS = (
+    re.compile(r"(?:^|[^a-z])rank[-_.]?(?P<rank>\d+)(?:[^0-9]|$)", re.IGNORECASE),
+    re.compile(r"(?:^|/)slurm-\d+_(?P<rank>\d+)\.(?:out|err|log)$"),
+)
+FILE_NODE_PATTERNS = (
+    # error-<JOBID>-<N>.out / output-%j-%n.out: per-node (or per-task) files; N is taken as the node index.
+    re.compile(r"(?:^|/)(?:error|output|out|err|log|slurm)[-_]\d+[-_](?P<node>\d+)\.(?:out|err|log|txt)$"),
+    re.compile(r"(?:^|/)node[-_]?(?P<node>\d+)", re.IGNORECASE),
+)
+
+
+@dataclass(frozen=True)
+class LineRank:
+    """The rank a line was attributed to and how."""
+
+    rank: int | None
+    source: str
+    """``rank_prefix``, ``ray``, ``srun_label``, or ``none``."""
+
+
+def strip_ansi(text: str) -> str:
+    """Remove terminal colour codes (NeMo and Ray colour their prefixes on a TTY)."""
+    return ANSI_ESCAPE.sub("", text) if "\x1b" in text else text
+
+
+def line_rank(text: str) -> LineRank:
+    """The global rank that wrote ``text``, from the line alone (no file context)."""
+    text = strip_ansi(text)
+    m = GLOBAL_RANK_PREFIX.search(text)
+    if m:
+        return LineRank(int(m.group(1)), "rank_prefix")
+    if "pid=" in text:
+        r = RAY_PREFIX.search(text)
+        if r and r.group("rank") is not None:
+            return LineRank(int(r.group("rank")), "ray")
+    s = SRUN_LABEL.match(text)
+    if s:
+        return LineRank(int(s.group("task")), "srun_label")
+    return LineRank(None, "none")
+
+
+def file_name_rank(rel: str) -> int | None:
+    """A rank the file name states (``rank-7.log``, ``slurm-123_7.out``), else None."""
+    for pat in FILE_RANK_PATTERNS:
+        m = pat.search(rel)
+        if m:
+            return int(m.group("rank"))
+    return None
+
+
+def file_name_node(rel: str) -> str | None:
+    """A node index or name the file name states (``error-48213-3.out`` -> ``"3"``), else None."""
+    for pat in FILE_NODE_PATTERNS:
+        m = pat.search(rel)
+        if m:
+            return m.group("node")
+    return None
