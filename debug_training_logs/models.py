@@ -26,7 +26,9 @@ class Coverage(BaseModel):
     world_size_evidence: str = Field(
         default="", description="Which line(s) the world size comes from (file:line and the fact), or why unknown."
     )
-    missing_ranks: str = Field(description="Ranks expected by the world size but absent from every file (range string).")
+    missing_ranks: str = Field(
+        description="Ranks expected by the world size but absent from every file (range string)."
+    )
     unreadable_files: list[UnreadableFile] = Field(default_factory=list)
 
 

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 GLOBAL_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
-RAY_PREFIX = re.compile(r"\((?P<actor>[A-Za-z_][\w.]*)?(?:\[rank=(?P<rank>\d+)\])? ?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:\-]+))?\)")
+RAY_PREFIX = re.compile(
+    r"\((?P<actor>[A-Za-z_][\w.]*)?(?:\[rank=(?P<rank>\d+)\])? ?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:\-]+))?\)"
+)
 TORCHRUN_PREFIX = re.compile(r"^\[(?P<host>[A-Za-z0-9][\w.\-]*):(?P<local>\d+)\]:")
 SRUN_LABEL = re.compile(r"^\s*(?:P\d+ )?(?P<task>\d+): ")
 NCCL_INIT_RANK = re.compile(r"NCCL INFO .*?\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b")

@@ -20,8 +20,31 @@ XZ_MAGIC = b"\xfd7zXZ\x00"
 
 # Names that are never logs: we do not open them at all.
 _NOT_LOG_SUFFIXES = (
-    ".png", ".jpg", ".jpeg", ".gif", ".svg", ".pdf", ".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".npy", ".npz",
-    ".so", ".whl", ".zip", ".pyc", ".parquet", ".arrow", ".wav", ".flac", ".mp3", ".m4a", ".tar", ".nemo",
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".gif",
+    ".svg",
+    ".pdf",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".safetensors",
+    ".bin",
+    ".npy",
+    ".npz",
+    ".so",
+    ".whl",
+    ".zip",
+    ".pyc",
+    ".parquet",
+    ".arrow",
+    ".wav",
+    ".flac",
+    ".mp3",
+    ".m4a",
+    ".tar",
+    ".nemo",
 )
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tar.bz2", ".tar.xz")
 _SKIP_DIRS = {".git", "__pycache__", ".ipynb_checkpoints", "node_modules"}
@@ -77,7 +100,7 @@ def require_dir(path: str | os.PathLike[str], what: str = "logs directory") -> P
 def discover(root: str | os.PathLike[str], *, include_archives: bool = False) -> tuple[list[LogFile], list[Skipped]]:
     """All log files below ``root`` (recursive), and the files passed over with the reason.
 
-    ``include_archives``: keep ``.tar.gz``-style archives (the AIS tools read their members); worker-log tools skip them.
+    ``include_archives``: keep ``.tar.gz``-style archives (the AIS tools read their members); worker tools skip them.
     """
     base = require_dir(root)
     files: list[LogFile] = []

@@ -12,12 +12,12 @@ import lzma
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, cast
 
 from debug_training_logs.logs.discovery import LogFile
 
 CHUNK = 8 << 20
-"""Bytes read per chunk when streaming (8 MiB): large enough to amortise Python overhead, small enough for flat memory."""
+"""Bytes per streamed chunk (8 MiB): large enough to amortise Python overhead, small enough for flat memory."""
 
 
 @dataclass
@@ -33,16 +33,16 @@ class ReadProblems:
 def open_binary(lf: LogFile) -> IO[bytes]:
     """Open ``lf`` for streaming, decompressed bytes."""
     if lf.compression == "gzip":
-        return gzip.open(lf.path, "rb")
+        return cast(IO[bytes], gzip.open(lf.path, "rb"))
     if lf.compression == "zstd":
         import zstandard
 
         fh = open(lf.path, "rb")  # noqa: SIM115 - closed by the stream reader (closefd=True)
-        return zstandard.ZstdDecompressor().stream_reader(fh, closefd=True)  # type: ignore[no-any-return]
+        return cast(IO[bytes], zstandard.ZstdDecompressor().stream_reader(fh, closefd=True))
     if lf.compression == "bz2":
-        return bz2.open(lf.path, "rb")
+        return cast(IO[bytes], bz2.open(lf.path, "rb"))
     if lf.compression == "xz":
-        return lzma.open(lf.path, "rb")
+        return cast(IO[bytes], lzma.open(lf.path, "rb"))
     return open(lf.path, "rb")
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re as std_re
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Any, Protocol
@@ -133,7 +133,9 @@ def compile_patterns(spec: PatternSpec) -> None:
         try:
             compiled = regex.compile(pat)
         except regex.error as exc:
-            raise UserInputError(f"Invalid pattern {pat!r}: {exc}. Fix the regular expression (RE2/PCRE syntax).") from exc
+            raise UserInputError(
+                f"Invalid pattern {pat!r}: {exc}. Fix the regular expression (RE2/PCRE syntax)."
+            ) from exc
         # A pattern RE2 cannot run gets a quick backtracking probe so "(a+)+$"-style patterns fail fast.
         probe = "a" * 5000 + "!"
         try:
@@ -273,13 +275,9 @@ def scan_files(
                 pool.submit(_scan_one, files[i], spec, sink_factory, head_lines, tail_lines, collect_ranks): i
                 for i in order
             }
-            done = 0
-            from concurrent.futures import as_completed
-
-            for fut in as_completed(futures):
+            for done, fut in enumerate(as_completed(futures), start=1):
                 i = futures[fut]
                 results[i] = fut.result()
-                done += 1
                 progress.report(done, total, f"scanned {files[i].rel}")
     return [r for r in results if r is not None]
 

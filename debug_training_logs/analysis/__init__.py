@@ -1,0 +1,1 @@
+"""What the tools compute, pure and MCP-free."""

@@ -1,0 +1,431 @@
+"""One pass over a worker-log directory that every tool shares: the files, ranks, nodes and world size behind
+``coverage``, plus what ``job_overview`` reports (framework, versions, start/end, data source).
+
+Tools that scan for their own patterns call :func:`scan_job` with them: the inventory's patterns ride along in the
+same pass, so coverage costs no second read of tens of GB.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
+from debug_training_logs.logs.attribution import (
+    NCCL_INIT_RANK,
+    RAY_PREFIX,
+    file_name_node,
+    file_name_rank,
+    line_rank,
+    strip_ansi,
+)
+from debug_training_logs.logs.discovery import LogFile, Skipped, discover
+from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFactory, scan_files
+from debug_training_logs.models import Coverage, UnreadableFile
+from debug_training_logs.ranges import format_ranges
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A named pattern the inventory looks for, and what a hit means."""
+
+    name: str
+    regex: str
+    meaning: str
+
+
+# The inventory's own patterns (named data; order does not matter).
+MARKERS: tuple[Marker, ...] = (
+    Marker("nccl_init", r"NCCL INFO .*\brank \d+ nranks \d+", "NCCL communicator init: comm rank and size"),
+    Marker("nccl_version", r"NCCL version \d+\.\d+\.\d+", "NCCL library version"),
+    Marker("lightning_member", r"MEMBER: \d+/\d+", "Lightning 'Initializing distributed: GLOBAL_RANK: r, MEMBER: m/N'"),
+    Marker("world_size_kv", r"(?i:world[_ ]size)\s*[=:]\s*\d+", "a line stating the world size"),
+    Marker("child_failed", r"ChildFailedError|rank\s+: \d+ \(local_rank: \d+\)", "torchrun failure table"),
+    Marker("nemo", r"\[NeMo [IWEDC] \d{4}-", "NeMo logger line"),
+    Marker("megatron", r"(?i:megatron)| iteration +\d+/ *\d+ \|", "Megatron-LM"),
+    Marker(
+        "lightning",
+        r"(?i:pytorch_lightning|lightning\.pytorch|lightning\.fabric)|LOCAL_RANK: \d+ - CUDA_VISIBLE",
+        "Lightning",
+    ),
+    Marker("ray", r"\([\w.]*(?:\[rank=\d+\])? ?pid=\d+, ip=", "Ray actor prefix"),
+    Marker("lhotse", r"(?i:lhotse)", "Lhotse data loading"),
+    Marker("aistore", r"AIStore|aistore|AISBatchLoader|(?i:ais://)", "AIStore as data source"),
+    Marker("torch_version", r"(?i:torch(?:[ _]version)?[=: ]+v?2\.\d+)", "a line stating the torch version"),
+    Marker("fam_2_3_timeout_at", r"Timeout at NCCL work: \d+", "torch 2.3-2.5 status line"),
+    Marker("fam_2_4_exception", r"Exception \(either an error or timeout\) detected by watchdog", "torch 2.4-2.5"),
+    Marker("fam_2_6_failure", r" failure detected by watchdog at work sequence id", "torch 2.6+ status line"),
+    Marker("fam_pg_guid", r"\[PG ID \d+ PG GUID ", "torch 2.5+ PG prefix"),
+    Marker("fam_c10_time", r"\[rank\d+\]:\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{9} ", "torch 2.4+ c10 header"),
+    Marker("fam_c10_rank", r"\[rank\d+\]:\[[FEWIV] \w+\.cpp:\d+\] ", "torch 2.2-2.3 c10 header"),
+    Marker("fam_old_watchdog", r"NCCL watchdog thread terminated with exception", "torch <= 2.2 wording"),
+    Marker("slurm", r"slurmstepd: |srun: |\*\*\* (?:STEP|JOB) \d+", "SLURM"),
+)
+
+HEAD_LINES = 80
+TAIL_LINES = 40
+
+_NCCL_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL ")
+_CHILD_HOST = re.compile(r"^\s*host\s+: (?P<host>\S+)")
+_SRUN_HOST = re.compile(r"srun: error: (?P<host>[\w.\-\[\],]+): task")
+_MEMBER = re.compile(r"GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<m>\d+)/(?P<n>\d+)")
+_WS_KV = re.compile(r"(?i:world[_ ]size)\s*[=:]\s*(?P<n>\d+)")
+_CHILD_RANK = re.compile(r"rank\s+: (?P<rank>\d+) \(local_rank: \d+\)")
+_NCCL_VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+[\w.+\-]*)")
+_TORCH_VERSION = re.compile(r"(?i:torch(?:[ _]version)?[=: ]+v?(?P<v>2\.\d+(?:\.\d+)?))")
+
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class FileFacts:
+    """What the inventory learnt about one file inside the worker (picklable, small)."""
+
+    rel: str
+    markers: dict[str, int] = field(default_factory=dict)
+    first_marker_line: dict[str, tuple[int, str]] = field(default_factory=dict)
+    nccl_ranks: dict[int, int] = field(default_factory=dict)  # comm rank -> nranks (largest comm wins)
+    ray_ranks: set[int] = field(default_factory=set)
+    member_ranks: dict[int, int] = field(default_factory=dict)  # global rank -> world size (Lightning)
+    world_size_lines: list[tuple[int, int, str]] = field(default_factory=list)  # (n, line, text)
+    child_failed_ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    nccl_versions: set[str] = field(default_factory=set)
+    torch_versions: set[str] = field(default_factory=set)
+    best_nranks: tuple[int, int, str] | None = None  # (nranks, line, text)
+
+
+class InventorySink:
+    """Collects :class:`FileFacts` from the inventory markers' hits in one file."""
+
+    def __init__(self, lf: LogFile) -> None:
+        self.facts = FileFacts(rel=lf.rel)
+
+    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        f = self.facts
+        text = strip_ansi(line)
+        for pid in pattern_ids:
+            name = MARKERS[pid].name
+            f.markers[name] = f.markers.get(name, 0) + 1
+            f.first_marker_line.setdefault(name, (line_no, text[:300]))
+            if name == "nccl_init":
+                m = NCCL_INIT_RANK.search(text)
+                if m:
+                    r, n = int(m.group("rank")), int(m.group("nranks"))
+                    if n >= f.nccl_ranks.get(r, 0):
+                        f.nccl_ranks[r] = n
+                    if f.best_nranks is None or n > f.best_nranks[0]:
+                        f.best_nranks = (n, line_no, text[:300])
+                h = _NCCL_HOST.search(_after_prefixes(text))
+                if h:
+                    f.hosts.add(h.group("host"))
+            elif name == "nccl_version":
+                v = _NCCL_VERSION.search(text)
+                if v:
+                    f.nccl_versions.add(v.group("v"))
+            elif name == "lightning_member":
+                mm = _MEMBER.search(text)
+                if mm:
+                    f.member_ranks[int(mm.group("rank"))] = int(mm.group("n"))
+                    f.world_size_lines.append((int(mm.group("n")), line_no, text[:300]))
+            elif name == "world_size_kv":
+                w = _WS_KV.search(text)
+                if w and len(f.world_size_lines) < MAX_EXAMPLES:
+                    f.world_size_lines.append((int(w.group("n")), line_no, text[:300]))
+            elif name == "child_failed":
+                c = _CHILD_RANK.search(text)
+                if c:
+                    f.child_failed_ranks.add(int(c.group("rank")))
+            elif name == "ray":
+                r2 = RAY_PREFIX.search(text)
+                if r2 and r2.group("rank") is not None:
+                    f.ray_ranks.add(int(r2.group("rank")))
+            elif name == "torch_version":
+                tv = _TORCH_VERSION.search(text)
+                if tv:
+                    f.torch_versions.add(tv.group("v"))
+        h2 = _CHILD_HOST.search(text) or _SRUN_HOST.search(text)
+        if h2:
+            f.hosts.add(h2.group("host"))
+
+    def finish(self) -> FileFacts:
+        return self.facts
+
+
+def _after_prefixes(text: str) -> str:
+    """The line with a leading ``[rankN]:``/srun label/Ray prefix removed (for anchored host patterns)."""
+    text = re.sub(r"^\s*(?:\d+: )", "", text)
+    text = re.sub(r"^\([^)]*pid=\d+[^)]*\)\s*", "", text)
+    return re.sub(r"^\[rank\d+\]:", "", text)
+
+
+class _JobSink:
+    """Routes hits: the caller's pattern ids to the caller's sink, the inventory's to an :class:`InventorySink`."""
+
+    def __init__(self, lf: LogFile, caller: SinkFactory | None, k: int) -> None:
+        self.k = k
+        self.caller: Sink | None = caller(lf) if caller is not None else None
+        self.inventory = InventorySink(lf)
+
+    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        mine = [i for i in pattern_ids if i < self.k]
+        inv = [i - self.k for i in pattern_ids if i >= self.k]
+        if mine and self.caller is not None:
+            self.caller.on_hit(mine, line_no, line)
+        if inv:
+            self.inventory.on_hit(inv, line_no, line)
+
+    def finish(self) -> tuple[Any, FileFacts]:
+        return (self.caller.finish() if self.caller is not None else None, self.inventory.finish())
+
+
+def _job_sink(caller: SinkFactory | None, k: int, lf: LogFile) -> _JobSink:
+    return _JobSink(lf, caller, k)
+
+
+@dataclass(frozen=True)
+class TimePoint:
+    """A wall-clock time found in the logs, as written, with where."""
+
+    time: WallTime
+    file: str
+    line: int
+    text: str
+
+
+@dataclass
+class FileInventory:
+    """Per file: size, compression, which ranks and node it holds."""
+
+    rel: str
+    size: int
+    compression: str
+    ranks: set[int]
+    rank_source: str
+    node: str | None
+    lines: int
+    problem: str | None
+
+
+@dataclass
+class Inventory:
+    """What the logs say about the job as a whole."""
+
+    files: list[FileInventory]
+    skipped: list[Skipped]
+    ranks: set[int]
+    world_size: int | None
+    world_size_evidence: str
+    nodes: list[str]
+    markers: dict[str, int]
+    marker_examples: dict[str, tuple[str, int, str]]
+    nccl_versions: list[str]
+    torch_versions: list[str]
+    start: TimePoint | None
+    end: TimePoint | None
+    year_hint: int | None
+    facts: list[FileFacts]
+
+    @property
+    def missing_ranks(self) -> set[int]:
+        if self.world_size is None:
+            return set()
+        return set(range(self.world_size)) - self.ranks
+
+    def ranks_of_file(self, rel: str) -> set[int]:
+        for f in self.files:
+            if f.rel == rel:
+                return f.ranks
+        return set()
+
+
+@dataclass
+class JobScan:
+    """One scan of a worker-log directory: the caller's per-file results plus the job inventory."""
+
+    root: Path
+    files: list[FileScan]
+    caller_results: list[Any]
+    inventory: Inventory
+
+    def coverage(self) -> Coverage:
+        inv = self.inventory
+        unreadable = [UnreadableFile(file=f.rel, reason=f.problem) for f in inv.files if f.problem]
+        unreadable += [UnreadableFile(file=s.rel, reason=s.reason) for s in inv.skipped if _worth_reporting(s)]
+        return Coverage(
+            files_scanned=len(inv.files),
+            bytes_scanned=sum(f.size for f in inv.files),
+            ranks_found=format_ranges(inv.ranks),
+            world_size=inv.world_size,
+            world_size_evidence=inv.world_size_evidence,
+            missing_ranks=format_ranges(inv.missing_ranks),
+            unreadable_files=unreadable,
+        )
+
+
+def _worth_reporting(s: Skipped) -> bool:
+    return not s.reason.startswith("symlink inside")
+
+
+def scan_job(
+    logs_dir: str | Path,
+    patterns: Sequence[str] = (),
+    sink_factory: SinkFactory | None = None,
+    *,
+    ignore_case: bool = False,
+    files: Sequence[LogFile] | None = None,
+) -> JobScan:
+    """Scan every log file under ``logs_dir`` once for ``patterns`` (ids 0..k-1 for ``sink_factory``) and the
+    inventory markers; return per-file results, the caller's sink results (in file order) and the inventory.
+    """
+    if files is None:
+        found, skipped = discover(logs_dir)
+    else:
+        found, skipped = list(files), []
+    root = Path(logs_dir).resolve()
+    k = len(patterns)
+    spec = PatternSpec(tuple(patterns) + tuple(m.regex for m in MARKERS), ignore_case)
+    factory = functools.partial(_job_sink, sink_factory, k)
+    scans = scan_files(found, spec, factory, head_lines=HEAD_LINES, tail_lines=TAIL_LINES)
+    caller_results = [s.sink_result[0] if s.sink_result is not None else None for s in scans]
+    facts = [s.sink_result[1] if s.sink_result is not None else FileFacts(rel=s.file.rel) for s in scans]
+    for s in scans:  # callers see their own counts only
+        s.counts = s.counts[:k]
+    inventory = _build_inventory(scans, facts, skipped)
+    return JobScan(root=root, files=scans, caller_results=caller_results, inventory=inventory)
+
+
+def _file_ranks(scan: FileScan, facts: FileFacts, world_size: int | None) -> tuple[set[int], str]:
+    if scan.ranks:
+        return set(scan.ranks), "[rankN]: prefixes"
+    if facts.ray_ranks:
+        return set(facts.ray_ranks), "Ray [rank=N] prefixes"
+    labelled = _srun_labels(scan.head + scan.tail)
+    if labelled:
+        return labelled, "srun --label task ids"
+    if facts.member_ranks:
+        return set(facts.member_ranks), "Lightning GLOBAL_RANK lines"
+    if world_size is not None:
+        world = {r for r, n in facts.nccl_ranks.items() if n == world_size}
+        if world:
+            return world, "NCCL init 'rank R nranks N' of the world communicator"
+    name_rank = file_name_rank(scan.file.rel)
+    if name_rank is not None:
+        return {name_rank}, "file name"
+    return set(), "none"
+
+
+def _srun_labels(lines: list[str]) -> set[int]:
+    tasks: set[int] = set()
+    labelled = 0
+    for ln in lines:
+        r = line_rank(ln)
+        if r.source == "srun_label" and r.rank is not None:
+            tasks.add(r.rank)
+            labelled += 1
+    return tasks if lines and labelled >= max(3, len(lines) // 2) else set()
+
+
+def _world_size(facts: list[FileFacts]) -> tuple[int | None, str]:
+    member = [(n, f.rel, ln, t) for f in facts for (n, ln, t) in f.world_size_lines if "MEMBER" in t]
+    if member:
+        n, rel, ln, _ = max(member)
+        return n, f"{rel}:{ln} Lightning 'MEMBER: m/{n}'"
+    best: tuple[int, str, int, str] | None = None
+    for f in facts:
+        if f.best_nranks is not None and (best is None or f.best_nranks[0] > best[0]):
+            best = (f.best_nranks[0], f.rel, f.best_nranks[1], f.best_nranks[2])
+    stated = [(n, f.rel, ln, t) for f in facts for (n, ln, t) in f.world_size_lines if "MEMBER" not in t]
+    if stated:
+        n, rel, ln, _ = max(stated)
+        if best is None or n >= best[0]:
+            return n, f"{rel}:{ln} states world size {n}"
+    if best is not None:
+        return best[0], f"{best[1]}:{best[2]} NCCL init 'nranks {best[0]}' (largest communicator)"
+    return None, "unknown: no line states the world size (NCCL_DEBUG=INFO logs 'nranks N'; torchrun/Lightning print it)"
+
+
+def _times(scans: list[FileScan], year_hint: int | None) -> tuple[TimePoint | None, TimePoint | None]:
+    start: TimePoint | None = None
+    end: TimePoint | None = None
+    for s in scans:
+        for i, ln in enumerate(s.head):
+            t = parse_wall_time(ln)
+            if t is not None:
+                tp = TimePoint(t, s.file.rel, i + 1, ln[:300])
+                if start is None or _key(t, year_hint) < _key(start.time, year_hint):
+                    start = tp
+                break
+        first_tail = s.lines - len(s.tail) + 1
+        for j in range(len(s.tail) - 1, -1, -1):
+            t = parse_wall_time(s.tail[j])
+            if t is not None:
+                tp = TimePoint(t, s.file.rel, first_tail + j, s.tail[j][:300])
+                if end is None or _key(t, year_hint) > _key(end.time, year_hint):
+                    end = tp
+                break
+    return start, end
+
+
+def _key(t: WallTime, year_hint: int | None) -> tuple[int, int, int, int, int, int, int]:
+    return (t.year or year_hint or 0, t.month, t.day, t.hour, t.minute, t.second, t.microsecond)
+
+
+def _year_hint(scans: list[FileScan]) -> int | None:
+    for s in scans:
+        for ln in s.head + s.tail:
+            t = parse_wall_time(ln)
+            if t is not None and t.year is not None:
+                return t.year
+    return None
+
+
+def _build_inventory(scans: list[FileScan], facts: list[FileFacts], skipped: list[Skipped]) -> Inventory:
+    world_size, ws_evidence = _world_size(facts)
+    files: list[FileInventory] = []
+    all_ranks: set[int] = set()
+    hosts: set[str] = set()
+    markers: dict[str, int] = {}
+    examples: dict[str, tuple[str, int, str]] = {}
+    for s, f in zip(scans, facts, strict=True):
+        ranks, source = _file_ranks(s, f, world_size)
+        if not ranks and f.child_failed_ranks:
+            ranks, source = set(f.child_failed_ranks), "torchrun failure table"
+        all_ranks |= ranks
+        node = sorted(f.hosts)[0] if len(f.hosts) == 1 else file_name_node(s.file.rel)
+        files.append(
+            FileInventory(s.file.rel, s.file.size, s.file.compression, ranks, source, node, s.lines, s.problem)
+        )
+        hosts |= f.hosts
+        for name, n in f.markers.items():
+            markers[name] = markers.get(name, 0) + n
+            if name not in examples:
+                ln, text = f.first_marker_line[name]
+                examples[name] = (f.rel, ln, text)
+    year = _year_hint(scans)
+    start, end = _times(scans, year)
+    return Inventory(
+        files=files,
+        skipped=skipped,
+        ranks=all_ranks,
+        world_size=world_size,
+        world_size_evidence=ws_evidence,
+        nodes=sorted(hosts) if hosts else sorted({f.node for f in files if f.node}),
+        markers=markers,
+        marker_examples=examples,
+        nccl_versions=sorted({v for f in facts for v in f.nccl_versions}),
+        torch_versions=sorted({v for f in facts for v in f.torch_versions}),
+        start=start,
+        end=end,
+        year_hint=year,
+        facts=facts,
+    )
+
+
+def time_text(tp: TimePoint | None, year_hint: int | None) -> str | None:
+    """ISO text of a time point (year inferred from ``year_hint`` when the line had none), or None."""
+    return iso(tp.time, year_hint) if tp is not None else None

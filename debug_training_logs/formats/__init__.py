@@ -1,0 +1,1 @@
+"""One parser per source format: pure functions over lines, never opening files."""

@@ -1,0 +1,95 @@
+"""Wall-clock timestamps as worker-side log lines write them (none carries a time zone).
+
+Full dates: NeMo ``[NeMo I 2026-05-21 07:00:05 mod:12]``, torch 2.1-2.2 ``[2024-01-05 10:22:33,123]``, Megatron
+`` [2024-05-01 10:22:33] iteration``, SLURM ``CANCELLED AT 2024-05-01T10:22:33``, ChildFailedError
+``time : 2024-05-01_10:22:33``, NCCL 2.26+ ``[2025-03-12 10:22:33] host:pid``. Month/day only: the c10 header
+``[E0521 07:32:12.123456789 file:line]`` (the 9-digit fraction is CLOCK_MONOTONIC: ignored) and glog-style
+torchrun ``W0521 10:22:33.123000 pid path:line]``. A year for those comes from the nearest full date (see
+:func:`with_year`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+FULL_DATE = re.compile(
+    r"(?P<y>20\d\d)[-/](?P<mo>\d\d)[-/](?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<frac>\d{1,6}))?"
+)
+C10_HEADER = re.compile(r"\[(?:rank\d+\]:\[)?[FEWIV](?P<md>\d{3,4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.\d{9} ")
+GLOG_HEADER = re.compile(r"(?:^|\s)[FEWI](?P<md>\d{4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) +\d+ ")
+
+
+@dataclass(frozen=True)
+class WallTime:
+    """A time as a line wrote it: ``year`` is None when the line had none (c10/glog headers)."""
+
+    year: int | None
+    month: int
+    day: int
+    hour: int
+    minute: int
+    second: int
+    microsecond: int = 0
+
+    def with_year(self, year: int) -> datetime:
+        return datetime(year, self.month, self.day, self.hour, self.minute, self.second, self.microsecond)
+
+    def sort_key(self) -> tuple[int, int, int, int, int, int, int]:
+        return (self.year or 0, self.month, self.day, self.hour, self.minute, self.second, self.microsecond)
+
+
+def _md(md: str) -> tuple[int, int]:
+    v = int(md)
+    return v // 100, v % 100
+
+
+def parse_wall_time(line: str) -> WallTime | None:
+    """The first wall-clock time written in ``line``, or None. Prefers a full date when the line has one."""
+    m = FULL_DATE.search(line)
+    if m:
+        frac = m.group("frac") or "0"
+        us = int(frac.ljust(6, "0")[:6])
+        try:
+            return WallTime(
+                int(m.group("y")),
+                int(m.group("mo")),
+                int(m.group("d")),
+                int(m.group("h")),
+                int(m.group("mi")),
+                int(m.group("s")),
+                us,
+            )
+        except ValueError:
+            return None
+    c = C10_HEADER.search(line)
+    if c:
+        mo, d = _md(c.group("md"))
+        if 1 <= mo <= 12 and 1 <= d <= 31:
+            return WallTime(None, mo, d, int(c.group("h")), int(c.group("mi")), int(c.group("s")))
+    g = GLOG_HEADER.search(line)
+    if g:
+        mo, d = _md(g.group("md"))
+        if 1 <= mo <= 12 and 1 <= d <= 31:
+            return WallTime(None, mo, d, int(g.group("h")), int(g.group("mi")), int(g.group("s")), int(g.group("us")))
+    return None
+
+
+def with_year(t: WallTime, year_hint: int | None) -> datetime | None:
+    """``t`` as a naive datetime (local time of the writing host), using ``year_hint`` when the line had no year."""
+    year = t.year if t.year is not None else year_hint
+    if year is None:
+        return None
+    try:
+        return t.with_year(year)
+    except ValueError:  # Feb 29 in a guessed non-leap year
+        return None
+
+
+def iso(t: WallTime, year_hint: int | None) -> str:
+    """ISO 8601 text for ``t`` (no offset: worker logs do not say their zone); ``--MM-DDTHH:MM:SS`` without a year."""
+    dt = with_year(t, year_hint)
+    if dt is not None:
+        return dt.isoformat(timespec="seconds")
+    return f"--{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
