@@ -1,0 +1,47 @@
+"""Which paths a tool may touch: the allowed-roots policy, and the checks every tool runs on its path arguments.
+
+The MCP server is started with ``--root DIR`` (repeatable; default the working directory) and installs those roots
+for each tool call with :func:`restricted_to`; a path outside them is a :class:`UserInputError` that says how to allow
+it. The CLI installs no roots: a person running the CLI can read what their shell can read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+
+from debug_training_logs.errors import UserInputError
+from debug_training_logs.logs.discovery import require_dir
+
+_roots: ContextVar[tuple[Path, ...] | None] = ContextVar("debug_training_logs_roots", default=None)
+
+
+@contextmanager
+def restricted_to(roots: Sequence[str | os.PathLike[str]] | None) -> Iterator[None]:
+    """Within this context, tools may only read/write below ``roots`` (None: no restriction)."""
+    token = _roots.set(None if roots is None else tuple(Path(r).expanduser().resolve() for r in roots))
+    try:
+        yield
+    finally:
+        _roots.reset(token)
+
+
+def check_allowed(path: str | os.PathLike[str]) -> Path:
+    """``path`` resolved (symlinks followed), after checking it lies below an allowed root."""
+    resolved = Path(path).expanduser().resolve()
+    roots = _roots.get()
+    if roots is not None and not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+        shown = ", ".join(str(r) for r in roots)
+        raise UserInputError(
+            f"The path {str(path)!r} is outside the directories this server may access ({shown}). "
+            "Use a path under one of them, or restart the server with '--root <dir>' for that directory."
+        )
+    return resolved
+
+
+def input_dir(path: str | os.PathLike[str], what: str = "logs directory") -> Path:
+    """An existing directory the caller may read: allowed-roots check, then existence."""
+    return require_dir(check_allowed(path) if _roots.get() is not None else path, what)

@@ -1,0 +1,169 @@
+"""``job_overview``: the inventory of a worker-log directory (files, nodes, ranks, world size, framework, versions)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+
+from debug_training_logs.analysis.inventory import MARKERS, Inventory, TimePoint, scan_job, time_text
+from debug_training_logs.models import Coverage
+from debug_training_logs.paths import input_dir
+from debug_training_logs.ranges import format_ranges
+from debug_training_logs.tools.registry import ToolSpec
+
+# Which torch versions each message family proves (worker_log_formats.md §1.9).
+_FAMILY_VERSIONS = {
+    "fam_old_watchdog": "torch <= 2.2 ('NCCL watchdog thread terminated')",
+    "fam_c10_rank": "torch 2.2-2.3 ([rankN]:[E file:line] header without time)",
+    "fam_c10_time": "torch 2.4+ ([rankN]:[E MMDD HH:MM:SS.ns file:line] header)",
+    "fam_2_3_timeout_at": "torch 2.3-2.5 ('Timeout at NCCL work')",
+    "fam_2_4_exception": "torch 2.4-2.5 ('Exception (either an error or timeout) detected by watchdog')",
+    "fam_pg_guid": "torch 2.5-2.14 ('[PG ID n PG GUID g' prefix)",
+    "fam_2_6_failure": "torch 2.6+ (' failure detected by watchdog at work sequence id')",
+}
+_FRAMEWORKS = {"nemo": "NeMo", "megatron": "Megatron-LM", "lightning": "Lightning", "ray": "Ray"}
+_DATA_SOURCES = {"aistore": "AIStore", "lhotse": "Lhotse"}
+
+
+class FileEntry(BaseModel):
+    """One log file."""
+
+    file: str = Field(description="Path relative to logs_dir.")
+    bytes: int = Field(description="Size on disk in bytes (compressed size for compressed files).")
+    compression: str = Field(description="none, gzip, zstd, bz2 or xz.")
+    lines: int = Field(description="Lines read (decompressed).")
+    ranks: str = Field(description="Global ranks whose lines are in this file (range string); '' when unknown.")
+    rank_source: str = Field(description="How the ranks were attributed ([rankN]: prefixes, file name, ...).")
+    node: str | None = Field(description="Host name or node index of the file, when the logs say.")
+
+
+class Hint(BaseModel):
+    """A fact with the line that shows it."""
+
+    name: str = Field(description="What was detected (a framework, a version family, a data source).")
+    lines: int = Field(description="How many lines show it.")
+    evidence: str = Field(description="file:line and the text of the first line that shows it.")
+
+
+class TimeAt(BaseModel):
+    """A time as the logs write it (no zone: worker logs do not say), with where."""
+
+    time: str = Field(
+        description="ISO 8601 local time of the writing host; the year is inferred when the line has none."
+    )
+    file: str
+    line: int
+    text: str
+
+
+class JobOverview(BaseModel):
+    """What the logs say about the job: read this first, then search (grep_all_ranks) and compare ranks (nccl)."""
+
+    summary: str = Field(description="One paragraph a person would say after reading the inventory.")
+    coverage: Coverage
+    files: list[FileEntry] = Field(description="Per file, up to `limit` (largest gaps first: files without ranks).")
+    files_truncated: int = Field(description="Files not listed because of `limit`.")
+    nodes: list[str] = Field(description="Host names seen (NCCL lines, torchrun failure tables, srun errors).")
+    framework: list[Hint] = Field(description="NeMo / Megatron-LM / Lightning / Ray / plain PyTorch.")
+    torch_version_hints: list[Hint] = Field(description="Message families seen and the torch versions they imply.")
+    torch_versions_stated: list[str] = Field(description="Torch versions a line states explicitly.")
+    nccl_versions: list[str] = Field(description="NCCL library versions from 'NCCL version x.y.z' lines.")
+    job_start: TimeAt | None = Field(description="Earliest wall-clock time at the start of any file.")
+    job_end: TimeAt | None = Field(description="Latest wall-clock time at the end of any file.")
+    data_sources: list[Hint] = Field(description="AIStore, Lhotse, or none seen (local files).")
+    slurm: bool = Field(description="Whether SLURM (srun/slurmstepd) lines appear.")
+
+
+def _hint(inv: Inventory, marker: str, name: str) -> Hint | None:
+    n = inv.markers.get(marker, 0)
+    if not n:
+        return None
+    rel, line, text = inv.marker_examples[marker]
+    return Hint(name=name, lines=n, evidence=f"{rel}:{line}: {text}")
+
+
+def _time_at(tp: TimePoint | None, inv: Inventory) -> TimeAt | None:
+    text = time_text(tp, inv.year_hint)
+    if tp is None or text is None:
+        return None
+    return TimeAt(time=text, file=tp.file, line=tp.line, text=tp.text)
+
+
+def build_overview(inv: Inventory, coverage: Coverage, limit: int) -> JobOverview:
+    """The overview model from an inventory (shared with ``diagnose``)."""
+    frameworks = [h for m, name in _FRAMEWORKS.items() if (h := _hint(inv, m, name)) is not None]
+    if not frameworks:
+        frameworks = [Hint(name="plain PyTorch", lines=0, evidence="no NeMo/Megatron/Lightning/Ray markers seen")]
+    families = [h for m, name in _FAMILY_VERSIONS.items() if (h := _hint(inv, m, name)) is not None]
+    sources = [h for m, name in _DATA_SOURCES.items() if (h := _hint(inv, m, name)) is not None]
+    entries = sorted(inv.files, key=lambda f: (bool(f.ranks), f.rel))
+    files = [
+        FileEntry(
+            file=f.rel,
+            bytes=f.size,
+            compression=f.compression,
+            lines=f.lines,
+            ranks=format_ranges(f.ranks),
+            rank_source=f.rank_source,
+            node=f.node,
+        )
+        for f in entries[:limit]
+    ]
+    start, end = _time_at(inv.start, inv), _time_at(inv.end, inv)
+    fw = "/".join(h.name for h in frameworks)
+    ws = str(coverage.world_size) if coverage.world_size is not None else "unknown"
+    parts = [
+        f"{coverage.files_scanned} files ({coverage.bytes_scanned:,} bytes) from {len(inv.nodes) or 'unknown'} nodes;",
+        f"ranks {coverage.ranks_found or 'none attributed'} of world size {ws}",
+        f"({coverage.world_size_evidence}).",
+    ]
+    if coverage.missing_ranks:
+        parts.append(f"MISSING ranks {coverage.missing_ranks}: ask for every node's log file before naming a culprit.")
+    parts.append(f"Framework: {fw}.")
+    if families:
+        parts.append("Watchdog messages: " + "; ".join(h.name for h in families) + ".")
+    if sources:
+        parts.append("Data: " + ", ".join(h.name for h in sources) + ".")
+    if start and end:
+        parts.append(f"Logs span {start.time} to {end.time} (local time, zone not stated).")
+    if coverage.unreadable_files:
+        parts.append(f"{len(coverage.unreadable_files)} file(s) unreadable or skipped (see coverage).")
+    return JobOverview(
+        summary=" ".join(parts),
+        coverage=coverage,
+        files=files,
+        files_truncated=max(0, len(entries) - limit),
+        nodes=inv.nodes[:limit],
+        framework=frameworks,
+        torch_version_hints=families,
+        torch_versions_stated=inv.torch_versions,
+        nccl_versions=inv.nccl_versions,
+        job_start=start,
+        job_end=end,
+        data_sources=sources,
+        slurm=bool(inv.markers.get("slurm")),
+    )
+
+
+def job_overview(
+    logs_dir: Annotated[
+        str, Field(description="Directory with the workers' stderr/stdout logs (searched recursively).")
+    ],
+    limit: Annotated[int, Field(ge=1, le=10000, description="At most this many files listed.")] = 50,
+) -> JobOverview:
+    """Inventory of a training job's log directory: files, nodes, which global ranks each file holds, the world size
+    and the line that proves it, missing ranks, framework (NeMo/Megatron/Lightning/Ray/PyTorch), torch version hints
+    from the watchdog message families, NCCL version, job start/end as written, and the data source (AIStore/Lhotse).
+
+    Call it first on any failed job: it tells you whether you have every rank's logs (if `coverage.missing_ranks` is
+    not empty, ask the user for the missing node files before naming a culprit).
+    """
+    root = input_dir(logs_dir)
+    job = scan_job(root)
+    return build_overview(job.inventory, job.coverage(), limit)
+
+
+SPEC = ToolSpec(func=job_overview, cli_name="overview", title="Job overview", positional=("logs_dir",))
+
+assert {m.name for m in MARKERS} >= set(_FAMILY_VERSIONS) | set(_FRAMEWORKS) | set(_DATA_SOURCES)
