@@ -16,6 +16,9 @@ from typing import IO, cast
 
 from debug_training_logs.logs.discovery import LogFile
 
+COMPRESSED_BLOCK = 256 << 10
+"""Bytes per read from a compressed stream: a truncated stream loses at most this much before the damage."""
+
 CHUNK = 8 << 20
 """Bytes per streamed chunk (8 MiB): large enough to amortise Python overhead, small enough for flat memory."""
 
@@ -55,14 +58,17 @@ def iter_chunks(lf: LogFile, problems: ReadProblems, chunk_size: int = CHUNK) ->
     """Decompressed chunks of ``lf``, each ending on a line boundary (the last may lack the final newline).
 
     On a read error (truncated or corrupt compressed stream, I/O error) what was read so far is yielded and the
-    reason is recorded in ``problems``; on binary content nothing is yielded.
+    reason is recorded in ``problems``; on binary content nothing is yielded. Compressed streams are read in small
+    blocks so that a damaged tail loses at most one block.
     """
-    carry = b""
+    read_size = chunk_size if lf.compression == "none" else COMPRESSED_BLOCK
+    pending: list[bytes] = []
+    pending_len = 0
     first = True
     try:
         with open_binary(lf) as fh:
             while True:
-                block = fh.read(chunk_size)
+                block = fh.read(read_size)
                 if not block:
                     break
                 if first:
@@ -70,26 +76,25 @@ def iter_chunks(lf: LogFile, problems: ReadProblems, chunk_size: int = CHUNK) ->
                     if looks_binary(block):
                         problems.add(lf.rel, "binary content (NUL bytes), not a text log; skipped")
                         return
-                data = carry + block
+                pending.append(block)
+                pending_len += len(block)
+                if pending_len < chunk_size:
+                    continue
+                data = b"".join(pending)
                 cut_at = data.rfind(b"\n")
                 if cut_at < 0:
-                    carry = data
+                    pending, pending_len = [data], len(data)
                     continue
-                carry = data[cut_at + 1 :]
+                rest = data[cut_at + 1 :]
+                pending, pending_len = [rest], len(rest)
                 yield data[: cut_at + 1]
     except (EOFError, OSError, zlib.error, lzma.LZMAError, ValueError) as exc:
         what = "truncated or corrupt compressed stream" if lf.compression != "none" else "read error"
         problems.add(lf.rel, f"{what} ({type(exc).__name__}: {exc}); read up to the damage")
-        if carry:
-            yield carry
-        return
     except Exception as exc:  # zstandard raises its own ZstdError
         problems.add(lf.rel, f"cannot decompress ({type(exc).__name__}: {exc}); read up to the damage")
-        if carry:
-            yield carry
-        return
-    if carry:
-        yield carry
+    if pending_len:
+        yield b"".join(pending)
 
 
 def decode(raw: bytes) -> str:

@@ -1,0 +1,60 @@
+"""Shared test helpers: the anyio backend and a small, realistic multi-node job written into a temp dir."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def write_small_job(root: Path, nodes: int = 2, gpus: int = 4, *, skip_nodes: tuple[int, ...] = ()) -> Path:
+    """A NeMo job of ``nodes`` x ``gpus`` ranks, torch 2.10-style headers, one file per node (error-777-N.out).
+
+    Rank 1 logs a loader error; every rank logs NCCL init with the world size. ``skip_nodes`` leaves node files out
+    (a user who sent only some of the files).
+    """
+    world = nodes * gpus
+    root.mkdir(parents=True, exist_ok=True)
+    for node in range(nodes):
+        if node in skip_nodes:
+            continue
+        host = f"gpu-b{node:02d}"
+        lines = [f"[NeMo I 2026-03-02 10:00:0{node} exp_manager:400] Experiments will be logged at /results"]
+        for local in range(gpus):
+            r = node * gpus + local
+            lines.append(f"{host}:{4000 + local}:{4100 + local} [{local}] NCCL INFO NCCL version 2.21.5+cuda12.4")
+            lines.append(
+                f"{host}:{4000 + local}:{4100 + local} [{local}] NCCL INFO comm 0x5a3c1d0 rank {r} nranks {world} "
+                f"cudaDev {local} busId 3d000 - Init COMPLETE"
+            )
+            lines.append(
+                f"[rank{r}]:[I0302 10:00:10.{r:09d} ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) Rank {r}] ProcessGroupNCCL initialized"
+            )
+        for step in range(3):
+            for local in range(gpus):
+                r = node * gpus + local
+                lines.append(f"[rank{r}]: Epoch 0: step {step} loss 2.{step}{r}")
+        if node == 0:
+            lines.append(
+                "[rank1]: lhotse.ais.batch_loader.AISBatchLoaderError: Direct API fallback failed for shard-1.tar"
+            )
+        lines.append(f"[NeMo I 2026-03-02 10:05:0{node} train:88] done")
+        (root / f"error-777-{node}.out").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def gzip_file(path: Path, *, truncate_to: int | None = None) -> Path:
+    """Gzip ``path`` to ``path.gz`` (optionally cut to ``truncate_to`` bytes) and remove the original."""
+    data = gzip.compress(path.read_bytes())
+    if truncate_to is not None:
+        data = data[:truncate_to]
+    out = path.with_name(path.name + ".gz")
+    out.write_bytes(data)
+    path.unlink()
+    return out
