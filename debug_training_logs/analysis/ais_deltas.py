@@ -329,7 +329,7 @@ class _Collector:
         self.other_keys: Counter[str] = Counter()
 
     def add(self, source: AisSource, rec: AisRecord) -> None:
-        if rec.src is None and rec.message.startswith("{"):
+        if rec.is_stats:
             stats = parse_stats(rec.message)
             if stats is not None and rec.at is not None:
                 self.points_by_ref[source.ref].append((rec, stats))
@@ -384,7 +384,7 @@ def collect(
     scan = AisDirScan(ais_dir)
     collector = _Collector(start, end)
     current = None
-    for source, rec in scan.records():
+    for source, rec in scan.records(everything=False):
         if source.ref != current:
             current = source.ref
             collector.start_file()

@@ -26,7 +26,7 @@ import os
 import tarfile
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import chain
@@ -46,7 +46,7 @@ from debug_training_logs.formats.ais import (
     parse_log_name,
 )
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover, require_dir
-from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_lines, looks_binary, open_binary
+from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_chunks, looks_binary, open_binary
 
 ARCHIVE_MEMBER_SEP = "!"
 """Separates an archive's path from a member's base name in a file reference: ``aistarget-X.tar.gz!aistarget...``."""
@@ -215,14 +215,13 @@ class AisIndex:
 # Reading
 
 
-def iter_stream_lines(fh: IO[bytes], ref: str, problems: ReadProblems) -> Iterator[tuple[int, str]]:
-    """``(line_number, text)`` of a binary stream (an archive member), like ``reader.iter_lines`` for a file.
+def iter_member_chunks(fh: IO[bytes], ref: str, problems: ReadProblems) -> Iterator[bytes]:
+    """Chunks of an archive member ending on line boundaries, like ``reader.iter_chunks`` for a file.
 
     Binary content yields nothing; a read error yields what was read and records the reason under ``ref``.
     """
     carry = b""
     first = True
-    n = 0
     try:
         while True:
             block = fh.read(CHUNK)
@@ -239,13 +238,25 @@ def iter_stream_lines(fh: IO[bytes], ref: str, problems: ReadProblems) -> Iterat
                 carry = data
                 continue
             carry = data[cut_at + 1 :]
-            for raw in data[:cut_at].split(b"\n"):
-                n += 1
-                yield n, decode(raw).rstrip("\r")
+            yield data[: cut_at + 1]
     except (EOFError, OSError, zlib.error, lzma.LZMAError, tarfile.TarError, ValueError) as exc:
         problems.add(ref, f"truncated or corrupt archive member ({type(exc).__name__}: {exc}); read up to the damage")
     if carry:
-        yield n + 1, decode(carry).rstrip("\r")
+        yield carry
+
+
+def lines_of(chunks: Iterable[bytes]) -> Iterator[tuple[int, str]]:
+    """``(line_number, text)`` from chunks that end on line boundaries; decoded a chunk at a time (fast)."""
+    n = 0
+    for chunk in chunks:
+        text = decode(chunk)
+        parts = text.split("\n")
+        if text.endswith("\n"):
+            parts.pop()
+        if "\r" in text:
+            parts = [p.rstrip("\r") for p in parts]
+        yield from enumerate(parts, n + 1)
+        n += len(parts)
 
 
 def member_refusal(member: tarfile.TarInfo, max_bytes: int = MAX_MEMBER_BYTES) -> str | None:
@@ -262,19 +273,6 @@ def member_refusal(member: tarfile.TarInfo, max_bytes: int = MAX_MEMBER_BYTES) -
     if member.size > max_bytes:
         return f"member of {member.size} bytes is over the {max_bytes}-byte cap for a log file: not read"
     return None
-
-
-class _CountingLines:
-    """Passes lines through, counting decompressed characters (newlines included)."""
-
-    def __init__(self, lines: Iterator[tuple[int, str]]) -> None:
-        self._lines = lines
-        self.chars = 0
-
-    def __iter__(self) -> Iterator[tuple[int, str]]:
-        for item in self._lines:
-            self.chars += len(item[1]) + 1
-            yield item
 
 
 @dataclass
@@ -330,7 +328,7 @@ class AisDirScan:
                 except OSError:
                     mtime = 0.0
                 source = AisSource(lf.rel, name, parent, False, lf.size, mtime, parse_log_name(name))
-                recognised = self._recognise(source, iter_lines(lf, self.problems))
+                recognised = self._recognise(source, lines_of(iter_chunks(lf, self.problems)))
                 if recognised is not None:
                     yield recognised
             progress.report(i + 1, total, f"read {lf.rel}")
@@ -359,7 +357,7 @@ class AisDirScan:
                         self.problems.add(ref, "archive member has no data")
                         continue
                     source = AisSource(ref, name, lf.rel, True, member.size, float(member.mtime), parse_log_name(name))
-                    recognised = self._recognise(source, iter_stream_lines(fh, ref, self.problems))
+                    recognised = self._recognise(source, lines_of(iter_member_chunks(fh, ref, self.problems)))
                     if recognised is not None:
                         yield recognised
         except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError) as exc:
@@ -387,19 +385,17 @@ class AisDirScan:
 
     # -- the pass -----------------------------------------------------------------------------------------------------
 
-    def records(self) -> Iterator[tuple[AisSource, AisRecord]]:
-        """Every record of every daemon log file, file after file."""
+    def records(self, *, everything: bool = True) -> Iterator[tuple[AisSource, AisRecord]]:
+        """Every record of every daemon log file, file after file.
+
+        ``everything=False``: only W/E lines, stats lines, hourly markers and title records (much faster; the index
+        is the same either way).
+        """
         for source, lines in self._sources():
             year_hint = datetime.fromtimestamp(source.mtime).year if source.mtime > 0 else None
             parser = AisFileParser(source.log_name, year_hint)
-            counted = _CountingLines(lines)
-            stats = 0
-            for rec in parser.parse(counted):
-                if rec.src is None and rec.message.startswith("{"):
-                    stats += 1
+            for rec in parser.parse(lines, everything=everything):
                 yield source, rec
-            for _ in counted:  # whatever the parser left (nothing, normally): counted for the size check
-                pass
             start = parser.header.at if parser.header is not None else None
             start_source = "header" if start is not None else parser.date_source
             if start is None and source.log_name is not None:
@@ -415,9 +411,9 @@ class AisDirScan:
                     last_record=parser.last_at,
                     zone=parser.zone,
                     records=parser.records,
-                    stats_lines=stats,
+                    stats_lines=parser.stats_lines,
                     glued_lines=parser.glued_lines,
-                    chars=counted.chars,
+                    chars=parser.chars,
                 )
             )
         self._done = True
@@ -425,7 +421,7 @@ class AisDirScan:
     def index(self) -> AisIndex:
         """The index of everything :meth:`records` went through (call after iterating it to the end)."""
         if not self._done:
-            for _ in self.records():
+            for _ in self.records(everything=False):
                 pass
         return _build_index(self)
 
