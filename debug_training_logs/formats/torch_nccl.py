@@ -1,0 +1,768 @@
+"""PyTorch ProcessGroupNCCL watchdog / flight-recorder messages, torch 2.0-2.14: typed events from single lines.
+
+Pure functions over one line of text (never a file). The scan selects candidate lines with the literal
+:data:`NEEDLES`; :func:`parse_line` turns one candidate into a :class:`Parsed` (header + event) or None.
+
+What the parser knows (worker_log_formats.md §0, §1, §7, §8):
+
+* The c10 header is found **anywhere** in the line (Ray/srun/host/collector prefixes, tqdm glue, ANSI colour come
+  first). Three styles: 2.4+ ``[rankN]:[E0521 08:02:12.123456789 file.cpp:689] `` (MMDD without zero padding,
+  wall-clock seconds, a 9-digit CLOCK_MONOTONIC fraction that must never be used for ordering), 2.2-2.3
+  ``[rankN]:[E file.cpp:537] `` and <=2.1 ``[E file.cpp:475] ``; the glog-native form is accepted too.
+* Four process-group prefixes: ``[Rank N]`` (<=2.2), ``[PG uid Rank N]`` (2.3), ``[PG name (desc) Rank N]`` (2.4),
+  ``[PG ID uid PG GUID guid(desc) Rank N]`` (2.5-2.14; the GUID may be a 40-hex hash, the desc any text).
+  A PG's identity across ranks is its GUID/name when logged, else its uid (:attr:`PGPrefix.key`); SeqNums are only
+  comparable within one identity.
+* ``[Rank N]`` is always a **PG-local** rank and, in the WorkNCCL messages of 2.4-2.13, a stale cached value: it is
+  kept as :attr:`WatchdogTimeout.work_rank` for the record and never used as the global rank. The global rank comes
+  from ``[rankN]:`` (or the caller's attribution of the line).
+* Hard-wrapped messages: :func:`parse_line` returns None for a cut message and :func:`looks_cut` says so; the caller
+  joins the neighbouring line(s) and parses the joined text (see :func:`join_wrapped`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Final
+
+# --------------------------------------------------------------------------------------------------------------------
+# Needles: short literal strings that select candidate lines (named data; the scan compiles them into one matcher).
+# Several fragments per message on purpose: a hard wrap can split one of them, the others still select the pieces.
+# --------------------------------------------------------------------------------------------------------------------
+
+TIMEOUT_NEEDLES: Final = (
+    "ollective operation timeout",  # "Watchdog caught collective operation timeout" / 2.0 "Caught collective ..."
+    "milliseconds before timing out",
+    "Timeout(ms)=",
+    "timed out in blocking wait",
+)
+STATUS_NEEDLES: Final = (
+    "detected by watchdog at work",  # 2.4-2.5 "Exception (...) detected by watchdog at work: S", 2.6+ "... sequence id"
+    "Timeout at NCCL work: ",  # 2.3-2.5
+    "PG status: last enqueued work: ",  # 2.6+
+    "last completed work: ",  # 2.6+
+    "last enqueued NCCL work: ",  # 2.3-2.5 status and every dump-signal line
+    "last completed NCCL work: ",
+)
+SIGNAL_NEEDLES: Final = (
+    "Received a timeout signal from",  # 2.3 local
+    "Received a global timeout from",  # 2.3 remote
+    "Received a dump signal",  # 2.4 local, 2.5+ both
+    "Received a global dump signal",  # 2.4 remote
+    "Observed flight recorder dump signal",  # 2.5+ remote
+    "detecting the dump signal through tcpstore",  # 2.4 remote
+    "First PG on this rank to signal dumping",  # 2.7+
+    "First watchdog to set the dump signal",  # 2.4
+    "ProcessGroupNCCL's watchdog detected",  # 2.4 exit messages
+)
+TEARDOWN_NEEDLES: Final = (
+    "watchdog thread terminated with exception",  # both wordings
+    "Some NCCL operations have failed or timed out",
+    "we are taking the entire process down",
+    "Terminating the process after attempting to dump debug info",
+    "watchdog got stuck for",
+    "Heartbeat monitor timed out",
+    "detects no heartbeat",
+    "NCCL monitor thread timeout",
+)
+EXIT_NEEDLES: Final = (
+    "(local_rank: ",  # ChildFailedError "rank      : 3 (local_rank: 3)"
+    "exitcode  : ",  # ChildFailedError "exitcode  : -6 (pid: 12345)"
+    ") received by PID ",  # ChildFailedError "traceback : Signal 6 (SIGABRT) received by PID 12345"
+)
+NEEDLES: Final[tuple[str, ...]] = TIMEOUT_NEEDLES + STATUS_NEEDLES + SIGNAL_NEEDLES + TEARDOWN_NEEDLES + EXIT_NEEDLES
+"""Every literal that selects a candidate line for :func:`parse_line` (as in ``rg -F -e ... -e ...``)."""
+
+# --------------------------------------------------------------------------------------------------------------------
+# Regexes (run only on candidate lines).
+# --------------------------------------------------------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+_HEADER = re.compile(
+    r"(?:\[rank(?P<grank>\d+)\]:)?"
+    r"\[(?P<sev>[FEWIV])(?:(?P<mmdd>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<ns>\d{9}) | )"
+    r"(?P<src>[\w.\-]+):(?P<srcline>\d+)\] "
+)
+_GLOG = re.compile(
+    r"(?:^|[\s\]:])(?P<sev>[FEWI])(?P<mmdd>\d{4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<us>\d{6}) +\d+ "
+    r"(?P<src>[\w.\-/]+):(?P<srcline>\d+)\] "
+)
+_GLOBAL_RANK = re.compile(r"\[rank(\d+)\]:")
+
+_PG_PREFIX = re.compile(
+    r"\[(?:"
+    r"PG ID (?P<id>\d+) PG GUID (?P<guid>[^\s(\[\]]+)(?:\((?P<desc5>.*?)\))? "
+    r"|PG (?P<name>[^\s(\[\]]+)(?: \((?P<desc4>.*?)\))? "
+    r"|)"
+    r"Rank (?P<rank>\d+)\]"
+)
+
+_WORK = r"WorkNCCL\((?P<work>SeqNum=\d+.*?Timeout\(ms\)=\d+)\)"
+_WORK_FIELDS = re.compile(
+    r"SeqNum=(?P<seq>\d+), OpType=(?P<op>[A-Z_]+)"
+    r"(?:, NumelIn=(?P<nin>-?\d+), NumelOut=(?P<nout>-?\d+))?"
+    r"(?:, TensorShape=\[(?P<shape>[^\]]*)\])?"
+    r", Timeout\(ms\)=(?P<timeout>\d+)"
+)
+
+_TIMEOUT = re.compile(
+    r"(?P<which>Watchdog caught|Caught) collective operation timeout: "
+    + _WORK
+    + r" ran for (?P<ran>\d+) milliseconds before timing out"
+)
+_BLOCKING = re.compile(r"Work " + _WORK + r" timed out in blocking wait")
+
+_STATUS: Final = (
+    # (family, regex): the watchdog's per-PG state when it found the failed work.
+    (
+        "failure_detected",  # 2.6-2.14 (double space after the prefix, no final period)
+        re.compile(
+            r"failure detected by watchdog at work sequence id: (?P<seq>-?\d+) PG status: "
+            r"last enqueued work: (?P<e>-?\d+), last completed work: (?P<c>-?\d+)(?!\d)"
+        ),
+    ),
+    (
+        "exception_detected",  # 2.4-2.5
+        re.compile(
+            r"Exception \(either an error or timeout\) detected by watchdog at work: (?P<seq>-?\d+), "
+            r"last enqueued NCCL work: (?P<e>-?\d+), last completed NCCL work: (?P<c>-?\d+)\."
+        ),
+    ),
+    (
+        "timeout_at",  # 2.3-2.5
+        re.compile(
+            r"Timeout at NCCL work: (?P<seq>-?\d+), "
+            r"last enqueued NCCL work: (?P<e>-?\d+), last completed NCCL work: (?P<c>-?\d+)\."
+        ),
+    ),
+)
+
+_EC = r"Last enqueued NCCL work: (?P<e>-?\d+), last completed NCCL work: (?P<c>-?\d+)\."
+_DUMP: Final = (
+    # (origin, family, regex). origin "local": this rank's own watchdog set the dump signal; "remote": another's did.
+    (
+        "local",
+        "2.3",
+        re.compile(r"Received a timeout signal from this local rank and will start to dump the debug info\. " + _EC),
+    ),
+    (
+        "remote",
+        "2.3",
+        re.compile(r"Received a global timeout from another rank and will start to dump the debug info\. " + _EC),
+    ),
+    (
+        "local",
+        "2.4",
+        re.compile(r"Received a dump signal from this local rank and will start to dump the debug info\. " + _EC),
+    ),
+    (
+        "remote",
+        "2.4",
+        re.compile(
+            r"Received a global dump signal from rank (?P<r>-?\d+), and will start to dump the debug info\. " + _EC
+        ),
+    ),
+    (
+        "local",
+        "2.5+",
+        re.compile(
+            r"Received a dump signal due to a collective timeout from this local rank and we will try our best to "
+            r"dump the debug info\. " + _EC
+        ),
+    ),
+    (
+        "remote",
+        "2.5+",
+        re.compile(
+            r"Received a dump signal due to a collective timeout from\s+rank (?P<r>-?\d+) and we will try our best "
+            r"to dump the debug info\. " + _EC
+        ),
+    ),
+)
+_OBSERVED: Final = (
+    ("2.5+", "Observed flight recorder dump signal from another rank via TCPStore."),
+    ("2.4", "First PG on this rank detecting the dump signal through tcpstore."),
+)
+_FIRST: Final = (
+    ("2.7+", "First PG on this rank to signal dumping."),
+    ("2.4", "First watchdog to set the dump signal."),
+)
+_TERMINATED = re.compile(r"(?P<which>NCCL|Process group) watchdog thread terminated with exception: (?P<what>.*)")
+_STUCK = re.compile(r"ProcessGroupNCCL's watchdog got stuck for (?P<s>\d+) seconds without making progress")
+_HEARTBEAT: Final = (
+    ("heartbeat_timed_out", "Heartbeat monitor timed out!"),  # 2.3-2.4
+    ("no_heartbeat", "monitoring thread detects no heartbeat and will finally kill the process!"),  # 2.2
+    ("monitor_timeout", "NCCL monitor thread timeout."),  # 2.2
+)
+_FATAL = re.compile(
+    r"Terminating the process after attempting to dump debug info, due to "
+    r"(?P<why>collective timeout or exception|ProcessGroupNCCL watchdog hang)"
+)
+_TEARDOWN: Final = (
+    ("some_failed", "Some NCCL operations have failed or timed out."),
+    ("take_down", "To avoid data inconsistency, we are taking the entire process down."),
+)
+_EXIT_LOCAL = "ProcessGroupNCCL's watchdog detected an exception from the local rank."
+_EXIT_REMOTE = re.compile(r"ProcessGroupNCCL's watchdog detected a dump signal from rank (?P<r>-?\d+) and notified")
+_CHILD_RANK = re.compile(r"^\s*rank\s+: (?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
+_CHILD_EXIT = re.compile(r"^\s*exitcode\s+: (?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s+\((?P<sig>SIG\w+)\))?")
+_CHILD_SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\) received by PID (?P<pid>\d+)")
+
+# Message starts that, when the full message does not parse, mean the line was cut (hard wrap).
+_CUT_STARTS: Final = (
+    "ollective operation timeout: WorkNCCL(",
+    "detected by watchdog at work",
+    "Timeout at NCCL work:",
+    "Received a timeout signal from",
+    "Received a global timeout from",
+    "Received a dump signal",
+    "Received a global dump signal",
+    "Observed flight recorder dump",
+    "First PG on this rank",
+    "First watchdog to set",
+    " timed out in blocking wait",
+)
+# Message tails: a line holding one of these without a header may be the second half of a wrapped message.
+_CUT_TAILS: Final = (
+    "milliseconds before timing out",
+    "Timeout(ms)=",
+    "last completed work: ",
+    "last completed NCCL work: ",
+    "last enqueued work: ",
+    "last enqueued NCCL work: ",
+    "PG status: ",
+)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Types
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """The c10 log prefix of a line."""
+
+    style: str
+    """``c10_2.4+`` (time, rank), ``c10_2.2-2.3`` (rank, no time), ``c10_<=2.1`` (neither) or ``glog``."""
+    severity: str
+    """F, E, W, I or V."""
+    month: int | None
+    day: int | None
+    hms: str | None
+    """Wall clock ``HH:MM:SS`` of the writing host (local time, zone not written); None before torch 2.4."""
+    global_rank: int | None
+    """From ``[rankN]:`` (the global rank), when the header carries it."""
+    source: str
+    """``ProcessGroupNCCL.cpp:689``: a fingerprint of the torch build, never needed for parsing."""
+    raw_time: str | None
+    """The time as written (``0521 08:02:12``), without the monotonic fraction."""
+
+
+@dataclass(frozen=True, slots=True)
+class PGPrefix:
+    """A process-group log prefix: which PG wrote the message and this rank's place in it (PG-local rank)."""
+
+    style: str
+    """``rank`` (``[Rank N]``), ``uid`` (``[PG n Rank N]``), ``name`` (``[PG name (desc) Rank N]``) or ``guid``."""
+    pg_id: str | None
+    """The PG uid (2.3, 2.5+): a per-process counter, not comparable across ranks when GUIDs are available."""
+    pg_name: str | None
+    """The PG name/GUID (2.4 name, 2.5+ GUID): the same on every member rank."""
+    pg_desc: str | None
+    """The PG description (``default_pg``, ``DATA_PARALLEL_GROUP``...), when logged."""
+    pg_rank: int
+    """This rank's rank inside the PG (PG-local)."""
+
+    @property
+    def key(self) -> str | None:
+        """The PG identity shared by its members: the GUID/name when logged, else the uid; None for ``[Rank N]``."""
+        return self.pg_name if self.pg_name is not None else self.pg_id
+
+    @property
+    def label(self) -> str:
+        """How the PG is written in results: ``0``, ``0 (default_pg)``, ``<guid> (DATA_PARALLEL_GROUP)``."""
+        base = self.key if self.key is not None else "?"
+        return f"{base} ({self.pg_desc})" if self.pg_desc else base
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """The collective a WorkNCCL message describes."""
+
+    seq: int
+    op_type: str
+    numel_in: int | None
+    numel_out: int | None
+    tensor_shape: str | None
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchdogTimeout:
+    """``Watchdog caught collective operation timeout: WorkNCCL(...) ran for N milliseconds before timing out.``"""
+
+    work: Work
+    ran_for_ms: int
+    work_rank: int | None
+    """The ``[Rank N]`` before the message: PG-local and, in 2.4-2.13, possibly stale. Never the global rank."""
+    pg: PGPrefix | None
+    """The PG prefix when it is PG-style (2.14); None when it is only ``[Rank N]``."""
+    wait_path: bool
+    """True for torch 2.0's ``Caught collective operation timeout`` from ``wait()``."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockingWaitTimeout:
+    """``Work WorkNCCL(...) timed out in blocking wait`` (TORCH_NCCL_BLOCKING_WAIT=1): the main thread timed out."""
+
+    work: Work
+    work_rank: int | None
+    pg: PGPrefix | None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusLine:
+    """The per-PG watchdog state: failed work S, last enqueued E and last completed C (2.3+)."""
+
+    family: str
+    """``failure_detected`` (2.6+), ``exception_detected`` (2.4-2.5) or ``timeout_at`` (2.3-2.5)."""
+    seq: int
+    last_enqueued: int
+    last_completed: int
+    pg: PGPrefix | None
+
+
+@dataclass(frozen=True, slots=True)
+class DumpSignal:
+    """``Received a ... dump signal ... Last enqueued NCCL work: E, last completed NCCL work: C.``"""
+
+    origin: str
+    """``local``: this rank's own watchdog raised the signal; ``remote``: another rank's did."""
+    from_rank: int | None
+    """The global rank that set the TCPStore key (2.4+ remote); None for local or when not written (2.3)."""
+    last_enqueued: int
+    last_completed: int
+    family: str
+    pg: PGPrefix | None
+
+
+@dataclass(frozen=True, slots=True)
+class DumpObserved:
+    """This rank noticed another rank's dump signal in the TCPStore (2.5+ ``Observed flight recorder dump signal``)."""
+
+    family: str
+    pg: PGPrefix | None
+
+
+@dataclass(frozen=True, slots=True)
+class FirstToDump:
+    """``First PG on this rank to signal dumping.`` (2.7+) / ``First watchdog to set the dump signal.`` (2.4)."""
+
+    family: str
+    pg: PGPrefix | None
+
+
+@dataclass(frozen=True, slots=True)
+class WatchdogTerminated:
+    """``NCCL watchdog thread terminated`` (<=2.2) / ``Process group watchdog thread terminated`` (2.3+)."""
+
+    wording: str
+    """``NCCL`` or ``Process group``."""
+    embedded: WatchdogTimeout | None
+    """The timeout the exception repeats, when it is one (same event as the earlier timeout line)."""
+    pg: PGPrefix | None
+    headerless: bool
+    """True for the ``what():`` copy printed by ``std::terminate`` (no c10 header)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatKill:
+    """The heartbeat monitor found the watchdog itself stuck and kills the process."""
+
+    kind: str
+    """``stuck`` (``watchdog got stuck for N seconds``), ``heartbeat_timed_out``, ``no_heartbeat``,
+    ``monitor_timeout``."""
+    seconds: int | None
+    pg: PGPrefix | None
+
+
+@dataclass(frozen=True, slots=True)
+class FatalTerminate:
+    """``[F…] Terminating the process after attempting to dump debug info, due to …`` (2.5+), then SIGABRT."""
+
+    reason: str
+    """``collective timeout or exception`` or ``ProcessGroupNCCL watchdog hang``."""
+    pg: PGPrefix | None
+
+
+@dataclass(frozen=True, slots=True)
+class Teardown:
+    """``Some NCCL operations have failed or timed out...`` / ``To avoid data inconsistency, we are taking ...``."""
+
+    kind: str
+    pg: PGPrefix | None
+
+
+@dataclass(frozen=True, slots=True)
+class WatchdogExitMessage:
+    """torch 2.4: ``ProcessGroupNCCL's watchdog detected an exception from the local rank`` / ``... from rank R``."""
+
+    from_rank: int | None
+    """None when the exception was local."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildFailureRank:
+    """ChildFailedError table row ``rank      : 3 (local_rank: 3)`` (global rank of a failed worker)."""
+
+    rank: int
+    local_rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChildFailureExit:
+    """ChildFailedError table row ``exitcode  : -6 (pid: 12345)`` (2.12+ adds `` (SIGABRT)``)."""
+
+    exitcode: int
+    pid: int
+    signal: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildFailureSignal:
+    """ChildFailedError ``traceback : Signal 6 (SIGABRT) received by PID 12345``."""
+
+    signal: str
+    pid: int
+
+
+Event = (
+    WatchdogTimeout
+    | BlockingWaitTimeout
+    | StatusLine
+    | DumpSignal
+    | DumpObserved
+    | FirstToDump
+    | WatchdogTerminated
+    | HeartbeatKill
+    | FatalTerminate
+    | Teardown
+    | WatchdogExitMessage
+    | ChildFailureRank
+    | ChildFailureExit
+    | ChildFailureSignal
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """One parsed line: its header (None when the line has none) and the event."""
+
+    header: Header | None
+    global_rank: int | None
+    """``[rankN]:`` anywhere in the line (the header's, or the excepthook's on headerless lines)."""
+    event: Event
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Functions
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+def find_header(text: str) -> tuple[Header | None, int]:
+    """The first c10 (or glog-native) header anywhere in ``text`` and the offset where its message starts."""
+    m = _HEADER.search(text)
+    if m is not None:
+        grank = int(m.group("grank")) if m.group("grank") is not None else None
+        mmdd = m.group("mmdd")
+        month: int | None
+        day: int | None
+        if mmdd is not None:
+            month, day = divmod(int(mmdd), 100)
+            style = "c10_2.4+"
+            raw = f"{mmdd} {m.group('hms')}"
+        else:
+            month = day = None
+            style = "c10_2.2-2.3" if grank is not None else "c10_<=2.1"
+            raw = None
+        return (
+            Header(
+                style=style,
+                severity=m.group("sev"),
+                month=month,
+                day=day,
+                hms=m.group("hms"),
+                global_rank=grank,
+                source=f"{m.group('src')}:{m.group('srcline')}",
+                raw_time=raw,
+            ),
+            m.end(),
+        )
+    g = _GLOG.search(text)
+    if g is not None:
+        month, day = divmod(int(g.group("mmdd")), 100)
+        gr = _GLOBAL_RANK.search(text, 0, g.start() + 1)
+        return (
+            Header(
+                style="glog",
+                severity=g.group("sev"),
+                month=month,
+                day=day,
+                hms=g.group("hms"),
+                global_rank=int(gr.group(1)) if gr else None,
+                source=f"{g.group('src')}:{g.group('srcline')}",
+                raw_time=f"{g.group('mmdd')} {g.group('hms')}",
+            ),
+            g.end(),
+        )
+    return None, 0
+
+
+def _pg_from(m: re.Match[str]) -> PGPrefix:
+    if m.group("id") is not None:
+        return PGPrefix("guid", m.group("id"), m.group("guid"), m.group("desc5") or None, int(m.group("rank")))
+    if m.group("name") is not None:
+        desc = m.group("desc4")
+        return PGPrefix(
+            "name", None, m.group("name"), None if desc in (None, "", "undefined") else desc, int(m.group("rank"))
+        )
+    return PGPrefix("rank", None, None, None, int(m.group("rank")))
+
+
+def pg_prefix_before(text: str, pos: int, start: int = 0) -> PGPrefix | None:
+    """The PG prefix that ends right before ``text[pos]`` (only spaces between), searching from ``start``."""
+    last: re.Match[str] | None = None
+    for m in _PG_PREFIX.finditer(text, start, pos):
+        last = m
+    if last is None or text[last.end() : pos].strip():
+        return None
+    return _pg_from(last)
+
+
+def parse_pg_prefix(text: str) -> PGPrefix | None:
+    """The first PG prefix in ``text`` (``[PG ID 0 PG GUID 0(default_pg) Rank 6]`` ...), or None."""
+    m = _PG_PREFIX.search(text)
+    return _pg_from(m) if m else None
+
+
+def _int(v: str | None) -> int | None:
+    return int(v) if v is not None else None
+
+
+def _work(m: re.Match[str]) -> Work | None:
+    f = _WORK_FIELDS.search(m.group("work"))
+    if f is None:
+        return None
+    return Work(
+        seq=int(f.group("seq")),
+        op_type=f.group("op"),
+        numel_in=_int(f.group("nin")),
+        numel_out=_int(f.group("nout")),
+        tensor_shape=f.group("shape"),
+        timeout_ms=int(f.group("timeout")),
+    )
+
+
+def _timeout_event(text: str, start: int) -> WatchdogTimeout | None:
+    m = _TIMEOUT.search(text, start)
+    if m is None:
+        return None
+    work = _work(m)
+    if work is None:
+        return None
+    pfx = pg_prefix_before(text, m.start(), start)
+    pg = pfx if pfx is not None and pfx.style != "rank" else None
+    return WatchdogTimeout(
+        work=work,
+        ran_for_ms=int(m.group("ran")),
+        work_rank=pfx.pg_rank if pfx is not None else None,
+        pg=pg,
+        wait_path=m.group("which") == "Caught",
+    )
+
+
+def parse_message(text: str, start: int = 0) -> Event | None:
+    """The event in ``text[start:]`` (the message part of a line), or None when it is none of ours or is cut."""
+    # The watchdog-terminated wrapper embeds a timeout message: recognise the wrapper first.
+    if "watchdog thread terminated with exception" in text:
+        t = _TERMINATED.search(text, start)
+        if t is not None:
+            pfx = pg_prefix_before(text, t.start(), start)
+            return WatchdogTerminated(
+                wording=t.group("which"),
+                embedded=_timeout_event(text, t.start("what")),
+                pg=pfx,
+                headerless="what():" in text[: t.start()],
+            )
+    if "ollective operation timeout" in text:
+        ev = _timeout_event(text, start)
+        if ev is not None:
+            return ev
+    if "timed out in blocking wait" in text:
+        b = _BLOCKING.search(text, start)
+        if b is not None:
+            work = _work(b)
+            if work is not None:
+                pfx = pg_prefix_before(text, b.start(), start)
+                return BlockingWaitTimeout(
+                    work=work,
+                    work_rank=pfx.pg_rank if pfx is not None else None,
+                    pg=pfx if pfx is not None and pfx.style != "rank" else None,
+                )
+    if "work" in text:
+        for family, rx in _STATUS:
+            s = rx.search(text, start)
+            if s is not None:
+                return StatusLine(
+                    family=family,
+                    seq=int(s.group("seq")),
+                    last_enqueued=int(s.group("e")),
+                    last_completed=int(s.group("c")),
+                    pg=_status_prefix(text, s.start(), start),
+                )
+    if "Received a " in text:
+        for origin, family, rx in _DUMP:
+            d = rx.search(text, start)
+            if d is not None:
+                return DumpSignal(
+                    origin=origin,
+                    from_rank=_int(d.groupdict().get("r")),
+                    last_enqueued=int(d.group("e")),
+                    last_completed=int(d.group("c")),
+                    family=family,
+                    pg=pg_prefix_before(text, d.start(), start),
+                )
+    for family, literal in _OBSERVED:
+        i = text.find(literal, start)
+        if i >= 0:
+            return DumpObserved(family=family, pg=pg_prefix_before(text, i, start))
+    for family, literal in _FIRST:
+        i = text.find(literal, start)
+        if i >= 0:
+            return FirstToDump(family=family, pg=pg_prefix_before(text, i, start))
+    st = _STUCK.search(text, start)
+    if st is not None:
+        return HeartbeatKill("stuck", int(st.group("s")), pg_prefix_before(text, st.start(), start))
+    for kind, literal in _HEARTBEAT:
+        i = text.find(literal, start)
+        if i >= 0:
+            return HeartbeatKill(kind, None, pg_prefix_before(text, i, start))
+    f = _FATAL.search(text, start)
+    if f is not None:
+        return FatalTerminate(reason=f.group("why"), pg=parse_pg_prefix(text[start : f.start()]))
+    for kind, literal in _TEARDOWN:
+        i = text.find(literal, start)
+        if i >= 0:
+            return Teardown(kind=kind, pg=pg_prefix_before(text, i, start))
+    if "watchdog detected" in text:
+        if _EXIT_LOCAL in text:
+            return WatchdogExitMessage(from_rank=None)
+        x = _EXIT_REMOTE.search(text, start)
+        if x is not None:
+            return WatchdogExitMessage(from_rank=int(x.group("r")))
+    return _child_failure(text[start:])
+
+
+def _status_prefix(text: str, pos: int, start: int) -> PGPrefix | None:
+    # 2.6+ writes " failure detected ..." after the prefix and its space: allow the extra blank.
+    return pg_prefix_before(text, pos, start)
+
+
+def _child_failure(text: str) -> Event | None:
+    if "(local_rank: " in text:
+        r = _CHILD_RANK.search(text)
+        if r is not None:
+            return ChildFailureRank(rank=int(r.group("rank")), local_rank=int(r.group("local")))
+    if "exitcode" in text:
+        x = _CHILD_EXIT.search(text)
+        if x is not None:
+            return ChildFailureExit(exitcode=int(x.group("code")), pid=int(x.group("pid")), signal=x.group("sig"))
+    s = _CHILD_SIGNAL.search(text)
+    if s is not None:
+        return ChildFailureSignal(signal=s.group("sig"), pid=int(s.group("pid")))
+    return None
+
+
+def parse_line(line: str) -> Parsed | None:
+    """Parse one candidate line (any prefixes, ANSI colour, tqdm glue); None when it holds none of our messages.
+
+    A line cut by a hard wrap also gives None: check :func:`looks_cut` and parse the joined text instead.
+    """
+    text = strip_ansi(line)
+    if "\r" in text:  # tqdm redraws: the message is after the last carriage return that precedes it
+        text = _after_last_cr(text)
+    header, start = find_header(text)
+    ev = parse_message(text, start)
+    if ev is None:
+        return None
+    if header is not None and header.style == "c10_2.2-2.3":
+        ev = _as_uid(ev)
+    grank = header.global_rank if header is not None else None
+    if grank is None:
+        g = _GLOBAL_RANK.search(text)
+        grank = int(g.group(1)) if g else None
+    return Parsed(header=header, global_rank=grank, event=ev)
+
+
+def _as_uid(ev: Event) -> Event:
+    """torch 2.3 prints ``[PG <uid> Rank N]``, which reads like 2.4's ``[PG <name> Rank N]``: the header style
+    (no time: 2.2-2.3) says it is a uid (a per-process counter, not a cross-rank name)."""
+    pg = getattr(ev, "pg", None)
+    if isinstance(pg, PGPrefix) and pg.style == "name":
+        return replace(ev, pg=PGPrefix("uid", pg.pg_name, None, pg.pg_desc, pg.pg_rank))  # type: ignore[arg-type]
+    return ev
+
+
+def _after_last_cr(text: str) -> str:
+    h = _HEADER.search(text)
+    cut = text.rfind("\r", 0, h.start()) if h is not None else text.rfind("\r")
+    return text[cut + 1 :] if cut >= 0 else text
+
+
+def looks_cut(line: str) -> str | None:
+    """Why ``line`` looks like part of a hard-wrapped message (``head`` or ``tail``), else None.
+
+    ``head``: a message of ours starts here but does not end (join the following line(s)).
+    ``tail``: the line carries the end of one of our messages without its start (join the preceding line).
+    Call only for a candidate line :func:`parse_line` returned None for.
+    """
+    text = strip_ansi(line)
+    if any(s in text for s in _CUT_STARTS):
+        return "head"
+    if any(s in text for s in _CUT_TAILS):
+        return "tail"
+    header, _ = find_header(text)
+    if header is not None and (parse_pg_prefix(text) is not None or text.rstrip().endswith("]")):
+        return "head"  # a header and a PG prefix, then the text is cut before any needle
+    return None
+
+
+def starts_new_record(line: str) -> bool:
+    """True when ``line`` begins a log record of its own (so it cannot be a wrapped continuation)."""
+    text = strip_ansi(line).lstrip()
+    if not text:
+        return True
+    header, _ = find_header(text)
+    if header is not None:
+        return True
+    return bool(_GLOBAL_RANK.match(text)) or text.startswith(("[NeMo ", "srun:", "slurmstepd:", "Traceback", "["))
+
+
+def join_wrapped(parts: list[str]) -> str:
+    """Re-join the pieces of a hard-wrapped line (the wrap inserted line breaks only, no characters)."""
+    return "".join(p.rstrip("\r\n") for p in parts)
+
+
+def wall_time(header: Header | None) -> tuple[int, int, str] | None:
+    """``(month, day, "HH:MM:SS")`` of a header, for ordering by wall clock only (never the monotonic fraction)."""
+    if header is None or header.month is None or header.day is None or header.hms is None:
+        return None
+    return header.month, header.day, header.hms

@@ -1,0 +1,213 @@
+"""``nccl_state_table``: every rank's NCCL watchdog state per process group, and who the straggler is."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from debug_training_logs.analysis import nccl_table as analysis
+from debug_training_logs.models import Coverage, Evidence
+from debug_training_logs.paths import input_dir
+from debug_training_logs.tools.registry import ToolSpec
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class _Evidence(Evidence):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class NcclRow(_Model):
+    """One (global rank, process group) that logged NCCL watchdog state."""
+
+    rank: int = Field(description="Global rank (from [rankN]:, a Ray/srun prefix; never the PG-local [Rank N]).")
+    pg: str | None = Field(
+        description="The process group as logged: PG GUID/name (torch 2.4+), else its uid (2.3); null when the "
+        "torch version names no PG (<= 2.2). SeqNums are only comparable within one pg."
+    )
+    pg_desc: str | None = Field(description="PG description (default_pg, DATA_PARALLEL_GROUP, ...) when logged.")
+    pg_rank: int | None = Field(description="This rank's rank inside the PG (from the PG prefix).")
+    pg_id: str | None = Field(description="The per-process PG uid printed as 'PG ID n' (2.5+) or 'PG n' (2.3).")
+    seq: int | None = Field(description="SeqNum of the work that timed out on this rank (null: none timed out here).")
+    op_type: str | None = Field(description="OpType of that work: ALLREDUCE, BROADCAST, _ALLGATHER_BASE, RECV ...")
+    numel_in: int | None = Field(description="NumelIn of the work (elements), when logged (torch 2.1+).")
+    numel_out: int | None = Field(description="NumelOut of the work (elements), when logged (torch 2.1+).")
+    timeout_ms: int | None = Field(description="The work's Timeout(ms).")
+    ran_for_ms: int | None = Field(description="How long the work had run when the watchdog caught it (ms).")
+    last_enqueued: int | None = Field(description="Last SeqNum this rank's CPU enqueued in this PG.")
+    last_completed: int | None = Field(description="Last SeqNum whose GPU completion this rank observed in this PG.")
+    pending: int | None = Field(
+        description="last_enqueued - last_completed: 0 means NO work in flight (the rank never entered the "
+        "collective the others wait in: the straggler signature); >0 means it is waiting inside NCCL."
+    )
+    signal: str = Field(
+        description="detected: this rank's own watchdog caught the timeout; observed: it only reacted to another "
+        "rank's dump signal; none: neither logged."
+    )
+    first_to_dump: bool = Field(
+        description="Logged 'First PG on this rank to signal dumping' (2.7+) / 'First watchdog to set the dump signal' "
+        "(2.4)."
+    )
+    dump_signal_from_rank: int | None = Field(
+        description="R of 'dump signal ... from rank R': the global rank that set the TCPStore key first (usually a "
+        "victim that timed out first, not the cause)."
+    )
+    timeout_time: str | None = Field(
+        description="When the watchdog logged the timeout: ISO 8601 worker-local time as written (no zone in the "
+        "lines), year inferred (see timeout_time_year_inferred); '--MM-DDTHH:MM:SS' when no year is known; null "
+        "before torch 2.4 (no time in the c10 header)."
+    )
+    timeout_time_utc: str | None = Field(
+        description="timeout_time in UTC when the workers' offset is known, else null."
+    )
+    timeout_time_year_inferred: bool = Field(description="True when the year is not in the line but inferred.")
+    collective_start_time: str | None = Field(
+        description="When the hung collective started: timeout_time - ran_for_ms (timeout_ms when ran_for is not "
+        "logged), rounded to the second; ran_for is used because it stays right when the watchdog itself was late."
+    )
+    signal_time: str | None = Field(description="When the rank logged the dump signal (worker-local, year inferred).")
+    file: str | None = Field(description="File of the line cited for this row (status line, else timeout, else dump).")
+    line: int | None = Field(description="1-based line number of that line.")
+    facts: list[str] = Field(
+        description="Neighbouring facts for this rank: watchdog_terminated, heartbeat_monitor_kill, terminated_fatal, "
+        "blocking_wait_timeout, watchdog_exit_message, 'exit: SIGABRT (exitcode -6)'."
+    )
+    stale_rank_label: int | None = Field(
+        description="The [Rank N] WorkNCCL printed when it differs from pg_rank (a stale cached value, torch "
+        "2.4-2.13); shown so it is not mistaken for a rank."
+    )
+
+
+class Majority(_Model):
+    """The state most of a PG's ranks share."""
+
+    seq: int | None
+    op_type: str | None
+    last_enqueued: int | None
+    last_completed: int | None
+    signal: str
+    ranks: str = Field(description="Ranks in the majority (range string).")
+    count: int
+
+
+class ProcessGroup(_Model):
+    """One process group, classified from ALL its rows."""
+
+    pg: str | None
+    pg_desc: str | None
+    is_default_pg: bool = Field(description="The world/default PG (GUID 0 / default_pg): every rank is a member.")
+    ranks: str = Field(description="Ranks that logged state for this PG (range string).")
+    rank_count: int
+    classification: str = Field(
+        description="straggler | fabric (every member entered, all detected, no straggler) | root_ahead (PG rank 0 "
+        "ahead by ahead_by ops) | mixed | incomplete (ranks missing or members unidentified: no straggler named)."
+    )
+    reason: str = Field(description="The classification in words, with the numbers it rests on.")
+    straggler_ranks: list[int] = Field(description="Global ranks that stalled this PG (only for 'straggler').")
+    straggler_reasons: dict[str, str] = Field(description="Global rank (as text) -> why it is a straggler or suspect.")
+    suspect_ranks: list[int] = Field(
+        description="For incomplete/mixed: ranks that look behind among those seen (NOT a conclusion)."
+    )
+    ahead_ranks: list[int]
+    ahead_by: int | None = Field(description="For root_ahead: how many ops rank 0 is ahead.")
+    ahead_steps: float | None = Field(description="ahead_by / 3 collectives per NeMo/DDP training step.")
+    absent_ranks: str = Field(description="Members that logged no state for this PG (inferred for sub-PGs).")
+    absent_pg_ranks: str = Field(description="PG ranks that logged nothing and could not be mapped to a global rank.")
+    missing_ranks: str = Field(description="Ranks missing from every file that could be members.")
+    majority: Majority | None
+    pg_ids: list[str] = Field(description="PG uids seen for this PG ('PG ID n').")
+
+
+class Outlier(_Model):
+    """A row that differs from its PG's majority."""
+
+    rank: int
+    pg: str | None
+    differs: dict[str, list[Any]] = Field(description="field -> [this rank's value, majority value].")
+    how: str = Field(description="What the difference means.")
+
+
+class RankFact(_Model):
+    """A neighbouring fact and the ranks that logged it."""
+
+    kind: str = Field(
+        description="watchdog_terminated, heartbeat_monitor_kill ('watchdog got stuck for N seconds'), "
+        "terminated_fatal, blocking_wait_timeout, watchdog_exit_message, exit_signal (ChildFailedError)."
+    )
+    detail: str
+    ranks: str = Field(description="Range string.")
+    count: int
+    evidence: _Evidence | None = Field(description="The first such line.")
+
+
+class TimeBasis(_Model):
+    """How to read the times."""
+
+    year: int | None = Field(description="The year used for MMDD timestamps (from full dates elsewhere in the logs).")
+    year_inferred: bool
+    zone: str
+
+
+class NcclStateTable(_Model):
+    """Every rank's NCCL watchdog state per process group, the per-PG classification and the straggler."""
+
+    summary: str = Field(description="What a person would say after reading the table.")
+    coverage: Coverage
+    straggler_ranks: list[int] = Field(
+        description="Job-level: ranks at the root of the hang (stragglers that never timed out themselves); empty "
+        "when ranks are missing or no straggler pattern holds."
+    )
+    ranks_without_nccl_state: str = Field(
+        description="Ranks in the logs that logged NO watchdog state (range string): prime suspects, not noise."
+    )
+    missing_ranks: str = Field(description="Ranks expected by the world size but absent from every file.")
+    process_groups: list[ProcessGroup]
+    rows: list[NcclRow] = Field(
+        description="Rows per (rank, PG): all outlier/straggler rows first, then a sample of majority rows up to "
+        "`limit` (the classification always uses ALL rows)."
+    )
+    rows_total: int
+    rows_truncated: int = Field(description="Rows not listed because of `limit`.")
+    outliers: list[Outlier] = Field(
+        description="Rows whose (seq, enqueued, completed, op, signal) differ from the PG majority."
+    )
+    outliers_truncated: int
+    first_dump_rank: int | None = Field(description="The rank whose dump signal others reacted to.")
+    rank_facts: list[RankFact]
+    evidence: list[_Evidence] = Field(description="Cited lines: stragglers' state, a majority row, the first to dump.")
+    time_basis: TimeBasis
+    message_families: list[str] = Field(description="Header/prefix/status wordings seen (which torch versions).")
+    unattributed_lines: int = Field(description="Watchdog lines with no rank prefix in files holding several ranks.")
+    unparsed_lines: int = Field(description="Candidate lines with a needle but no complete message (cut logs).")
+    rejoined_messages: int = Field(description="Hard-wrapped or over-long messages re-joined from neighbouring lines.")
+
+
+def nccl_state_table(
+    logs_dir: Annotated[
+        str, Field(description="Directory with every node's worker stderr/stdout logs (searched recursively).")
+    ],
+    limit: Annotated[
+        int,
+        Field(ge=1, le=100000, description="At most this many rows and outliers listed (classification uses all)."),
+    ] = analysis.DEFAULT_LIMIT,
+) -> NcclStateTable:
+    """For an NCCL timeout: ALL ranks' watchdog state, one row per (global rank, process group): SeqNum, OpType,
+    Numel, timeout and ran-for, last enqueued / last completed work and pending, whether the rank detected the
+    timeout itself or only observed another rank's dump signal, first-to-dump, the timeout time and when the
+    collective started. Each PG is classified: straggler (rank(s) with enqueued == completed, observed instead of
+    detected, or absent while the others wait), fabric (everyone entered and timed out: no straggler), root_ahead
+    (rank 0 ahead by k ops ~ k/3 steps), mixed, or incomplete (ranks missing: no straggler is named from a subset).
+
+    Every torch wording 2.0-2.14 is read (three header styles, four PG-prefix styles, PG-local and stale [Rank N]
+    ignored for identity, hard-wrapped lines re-joined, gzip/zstd). Call it after job_overview whenever a watchdog
+    timeout appears; check `ranks_without_nccl_state` and `missing_ranks` before trusting a straggler.
+    """
+    root = input_dir(logs_dir)
+    table = analysis.nccl_state_table(root, limit=limit)
+    return NcclStateTable.model_validate(table)
+
+
+SPEC = ToolSpec(func=nccl_state_table, cli_name="nccl", title="NCCL state table", positional=("logs_dir",))
