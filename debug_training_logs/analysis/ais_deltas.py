@@ -92,8 +92,6 @@ class StatsPoint:
     line: int
     text: str
     stats: StatsLine
-    process_start: datetime | None
-    """Header time of the ``Started up at`` file of the process that wrote it (None when unknown)."""
 
     def evidence(self) -> Evidence:
         return Evidence(file=self.ref, line=self.line, text=cut(self.text))
@@ -395,22 +393,12 @@ def collect(
         daemon = index.daemon_of(ref)
         if daemon is None or index.is_duplicate(ref):
             continue
-        process_start = _process_start_of(daemon, ref)
         for rec, stats in items:
             assert rec.at is not None
-            points[daemon.key].append(StatsPoint(rec.at, ref, rec.line, rec.text, stats, process_start))
+            points[daemon.key].append(StatsPoint(rec.at, ref, rec.line, rec.text, stats))
     for series in points.values():
         series.sort(key=lambda p: (p.at, p.ref, p.line))
     return AisCollection(index, dict(points), collector.info_groups, collector.error_groups)
-
-
-def _process_start_of(daemon: AisDaemon, ref: str) -> datetime | None:
-    """The start of the process that wrote INFO file ``ref``: the latest ``Started up`` file at or before it."""
-    f = next((x for x in daemon.info_files if x.ref == ref), None)
-    if f is None or f.start is None:
-        return None
-    starts = [s for s in daemon.process_starts if s <= f.start]
-    return starts[-1] if starts else None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -432,74 +420,90 @@ def _changed_counters(prev: StatsLine, cur: StatsLine) -> list[str]:
     return out
 
 
-def _is_new_process(prev: StatsPoint, cur: StatsPoint) -> bool:
-    return cur.process_start is not None and cur.process_start != prev.process_start and cur.process_start > prev.at
+@dataclass(frozen=True)
+class _Step:
+    """Two consecutive stats lines of a daemon and whether the counters were reset between them."""
+
+    prev: StatsPoint
+    cur: StatsPoint
+    decreased: list[str]
+    """Cumulative counters whose value went down."""
+    process_starts: list[datetime]
+    """``Started up at`` times in (prev, cur]: a new aisnode process."""
+    flag_raised: bool
+    """The restarted bit (128) of ``state.flags`` is set in ``cur`` and was not in ``prev``."""
+
+    @property
+    def new_process(self) -> bool:
+        return bool(self.process_starts) or self.flag_raised
+
+    @property
+    def reset(self) -> bool:
+        return self.new_process or bool(self.decreased)
+
+    def delta(self, name: str) -> int | None:
+        """Increase of ``name``: ``cur - prev``, or ``cur`` when it was reset (counted from zero again: a lower
+        bound, never negative); None when a cut stats line hides it."""
+        a, b = self.prev.stats.get(name), self.cur.stats.get(name)
+        if a is None or b is None:
+            return None
+        return b if self.new_process or b < a else b - a
+
+    def rate(self, errors: str, total: str) -> float | None:
+        e, n = self.delta(errors), self.delta(total)
+        return None if e is None or not n else round(e / n, 6)
 
 
-def interval_deltas(daemon: str, series: Sequence[StatsPoint], counters: Sequence[str]) -> list[IntervalDelta]:
-    """Deltas of ``counters`` between each pair of consecutive stats lines of one daemon; never negative."""
-    out: list[IntervalDelta] = []
-    for prev, cur in pairwise(series):
-        decreased = set(_changed_counters(prev.stats, cur.stats))
-        new_process = _is_new_process(prev, cur) or (cur.stats.restarted_flag and not prev.stats.restarted_flag)
-        deltas: dict[str, int | None] = {}
-        for name in counters:
-            a, b = prev.stats.get(name), cur.stats.get(name)
-            if a is None or b is None:
-                deltas[name] = None
-            elif new_process or name in decreased:
-                deltas[name] = b  # counted from zero again: events since the reset (a lower bound)
-            else:
-                deltas[name] = b - a
-        out.append(
-            IntervalDelta(
-                daemon=daemon,
-                start=prev.at,
-                end=cur.at,
-                minutes=round((cur.at - prev.at).total_seconds() / 60, 2),
-                deltas=deltas,
-                reset=new_process or bool(decreased),
-                get_error_rate=_rate(cur, prev, "err.get.n", "get.n", new_process or bool(decreased)),
-                getbatch_error_rate=_rate(cur, prev, "err.getbatch.n", "getbatch.n", new_process or bool(decreased)),
-                start_evidence=prev.evidence(),
-                end_evidence=cur.evidence(),
-            )
+def steps(daemon: AisDaemon, series: Sequence[StatsPoint]) -> list[_Step]:
+    """Consecutive stats-line pairs of ``daemon`` with what changed between them (the one place resets are told)."""
+    starts = daemon.process_starts
+    return [
+        _Step(
+            prev=prev,
+            cur=cur,
+            decreased=_changed_counters(prev.stats, cur.stats),
+            process_starts=[t for t in starts if prev.at < t <= cur.at],
+            flag_raised=cur.stats.restarted_flag and not prev.stats.restarted_flag,
         )
-    return out
+        for prev, cur in pairwise(series)
+    ]
 
 
-def _delta(prev: StatsPoint, cur: StatsPoint, name: str, reset: bool) -> int | None:
-    a, b = prev.stats.get(name), cur.stats.get(name)
-    if a is None or b is None:
-        return None
-    return b if reset or b < a else b - a
-
-
-def _rate(cur: StatsPoint, prev: StatsPoint, errors: str, total: str, reset: bool) -> float | None:
-    e, n = _delta(prev, cur, errors, reset), _delta(prev, cur, total, reset)
-    if e is None or not n:
-        return None
-    return round(e / n, 6)
+def interval_deltas(daemon: AisDaemon, series: Sequence[StatsPoint], counters: Sequence[str]) -> list[IntervalDelta]:
+    """Deltas of ``counters`` between each pair of consecutive stats lines of one daemon; never negative."""
+    return [
+        IntervalDelta(
+            daemon=daemon.key,
+            start=step.prev.at,
+            end=step.cur.at,
+            minutes=round((step.cur.at - step.prev.at).total_seconds() / 60, 2),
+            deltas={name: step.delta(name) for name in counters},
+            reset=step.reset,
+            get_error_rate=step.rate("err.get.n", "get.n"),
+            getbatch_error_rate=step.rate("err.getbatch.n", "getbatch.n"),
+            start_evidence=step.prev.evidence(),
+            end_evidence=step.cur.evidence(),
+        )
+        for step in steps(daemon, series)
+    ]
 
 
 def find_restarts(daemon: AisDaemon, series: Sequence[StatsPoint]) -> list[Restart]:
     """Restarts and resets between consecutive stats lines (see :class:`Restart` for the kinds)."""
     out: list[Restart] = []
-    for prev, cur in pairwise(series):
-        decreased = _changed_counters(prev.stats, cur.stats)
-        started = [s for s in daemon.process_starts if prev.at < s <= cur.at]
-        flag = cur.stats.restarted_flag and not prev.stats.restarted_flag
-        if not decreased and not started and not flag and not _is_new_process(prev, cur):
+    for step in steps(daemon, series):
+        if not step.reset:
             continue
+        prev, cur, decreased, started = step.prev, step.cur, step.decreased, step.process_starts
         started_file = None
         if started:
             started_file = next(
                 (f.ref for f in daemon.info_files if f.kind == "started" and f.start == started[-1]), None
             )
-        if started or flag or _is_new_process(prev, cur):
+        if step.new_process:
             kind = "restart"
             why = [f"new process log {started_file} started at {started[-1].isoformat()}"] if started else []
-            if flag:
+            if step.flag_raised:
                 why.append("state.flags has the restarted bit (128)")
             if decreased:
                 why.append(f"{len(decreased)} cumulative counters went down")
@@ -600,16 +604,11 @@ def get_stops(
     out: list[GetStop] = []
     last_record = max((f.last_record for f in daemon.files if f.last_record), default=None)
     period = stats_period(series)
+    pairs = steps(daemon, series)
     for counter in counters:
         last_idx = None
-        for i in range(1, len(series)):
-            prev, cur = series[i - 1], series[i]
-            b = cur.stats.get(counter)
-            a = prev.stats.get(counter)
-            if b is None or a is None:
-                continue
-            reset = _is_new_process(prev, cur) or b < a
-            if (reset and b > 0) or (not reset and b > a):
+        for i, step in enumerate(pairs, 1):
+            if step.delta(counter):
                 last_idx = i
         if last_idx is None:
             continue
@@ -853,7 +852,7 @@ def ais_counter_deltas(
     stops: list[GetStop] = []
     for daemon in index.daemons:
         series = collection.points.get(daemon.key, [])
-        all_intervals += interval_deltas(daemon.key, series, names)
+        all_intervals += interval_deltas(daemon, series, names)
         restarts += find_restarts(daemon, series)
         stops += get_stops(daemon, series)
     spikes = find_spikes(all_intervals, names)

@@ -29,6 +29,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cached_property
 from itertools import chain
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -197,18 +198,15 @@ class AisIndex:
 
     def daemon_of(self, ref: str) -> AisDaemon | None:
         """The daemon that wrote file ``ref``."""
-        return self._by_ref().get(ref, (None, None))[0]
+        return self._by_ref.get(ref, (None, None))[0]
 
     def file(self, ref: str) -> AisLogFile | None:
         """The index entry of file ``ref``."""
-        return self._by_ref().get(ref, (None, None))[1]
+        return self._by_ref.get(ref, (None, None))[1]
 
+    @cached_property
     def _by_ref(self) -> dict[str, tuple[AisDaemon, AisLogFile]]:
-        cache: dict[str, tuple[AisDaemon, AisLogFile]] | None = self.__dict__.get("_ref_cache")
-        if cache is None:
-            cache = {f.ref: (d, f) for d in self.daemons for f in d.files}
-            object.__setattr__(self, "_ref_cache", cache)
-        return cache
+        return {f.ref: (d, f) for d in self.daemons for f in d.files}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -391,6 +389,8 @@ class AisDirScan:
         ``everything=False``: only W/E lines, stats lines, hourly markers and title records (much faster; the index
         is the same either way).
         """
+        self.problems, self.skipped, self._seen, self.bytes_scanned = ReadProblems(), [], [], 0
+        self._done = False
         for source, lines in self._sources():
             year_hint = datetime.fromtimestamp(source.mtime).year if source.mtime > 0 else None
             parser = AisFileParser(source.log_name, year_hint)
