@@ -299,7 +299,6 @@ class _ErrorFileGroup:
     """W/E events of one template in one ERROR file: their times, to drop those an INFO file already has."""
 
     times: array[float] = field(default_factory=lambda: array("d"))
-    undated: int = 0
     example: Evidence | None = None
     template: str = ""
     severities: set[str] = field(default_factory=set)
@@ -349,10 +348,10 @@ class _Collector:
             if key not in self.other_keys and len(self.other_keys) >= OTHER_TEMPLATES_PER_FILE:
                 key, template = f"{OTHER}:*", "(too many distinct templates)"
             self.other_keys[key] += 1
-        example = Evidence(file=source.ref, line=rec.line, text=cut(rec.text))
         if source.severity == "INFO":
             g = self.info_groups.get((source.ref, key))
             if g is None:
+                example = Evidence(file=source.ref, line=rec.line, text=cut(rec.text))
                 g = self.info_groups[(source.ref, key)] = _Group(example=example, template=template)
             g.count += 1
             g.severities.add(rec.severity)
@@ -361,15 +360,13 @@ class _Collector:
                     g.first = rec.at
                 if g.last is None or rec.at > g.last:
                     g.last = rec.at
-        else:
+        elif rec.at is not None:  # an undated ERROR-file line cannot be matched against the INFO files: left out
             e = self.error_groups.get((source.ref, key))
             if e is None:
+                example = Evidence(file=source.ref, line=rec.line, text=cut(rec.text))
                 e = self.error_groups[(source.ref, key)] = _ErrorFileGroup(example=example, template=template)
             e.severities.add(rec.severity)
-            if rec.at is None:
-                e.undated += 1
-            else:
-                e.times.append(_seconds(rec.at))
+            e.times.append(_seconds(rec.at))
 
     def start_file(self) -> None:
         self.other_keys = Counter()

@@ -159,7 +159,9 @@ class NotableLines(_FromAnalysis):
     severities: str = Field(description="E, W or EW.")
     first: AisTime | None
     last: AisTime | None
-    example: Evidence = Field(description="The first such line (file:line and text).")
+    example: Evidence = Field(
+        description="A line of the group (file:line and text): the earliest one of an INFO file when there is one."
+    )
     template: str = Field(description="For 'other': the line with numbers and ids replaced (what was grouped).")
 
 
