@@ -92,6 +92,8 @@ class StatsPoint:
     line: int
     text: str
     stats: StatsLine
+    process_start: datetime | None = None
+    """Header time of the ``Started up at`` file of the process that wrote it (None when unknown)."""
 
     def evidence(self) -> Evidence:
         return Evidence(file=self.ref, line=self.line, text=cut(self.text))
@@ -390,12 +392,22 @@ def collect(
         daemon = index.daemon_of(ref)
         if daemon is None or index.is_duplicate(ref):
             continue
+        process_start = _process_start_of(daemon, ref)
         for rec, stats in items:
             assert rec.at is not None
-            points[daemon.key].append(StatsPoint(rec.at, ref, rec.line, rec.text, stats))
+            points[daemon.key].append(StatsPoint(rec.at, ref, rec.line, rec.text, stats, process_start))
     for series in points.values():
         series.sort(key=lambda p: (p.at, p.ref, p.line))
     return AisCollection(index, dict(points), collector.info_groups, collector.error_groups)
+
+
+def _process_start_of(daemon: AisDaemon, ref: str) -> datetime | None:
+    """The start of the process that wrote INFO file ``ref``: the latest ``Started up`` file at or before it."""
+    f = next((x for x in daemon.info_files if x.ref == ref), None)
+    if f is None or f.start is None:
+        return None
+    starts = [s for s in daemon.process_starts if s <= f.start]
+    return starts[-1] if starts else None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -425,14 +437,14 @@ class _Step:
     cur: StatsPoint
     decreased: list[str]
     """Cumulative counters whose value went down."""
-    process_starts: list[datetime]
-    """``Started up at`` times in (prev, cur]: a new aisnode process."""
+    process_start: datetime | None
+    """Start of a new aisnode process between prev and cur (its ``Started up at`` header time), or None."""
     flag_raised: bool
     """The restarted bit (128) of ``state.flags`` is set in ``cur`` and was not in ``prev``."""
 
     @property
     def new_process(self) -> bool:
-        return bool(self.process_starts) or self.flag_raised
+        return self.process_start is not None or self.flag_raised
 
     @property
     def reset(self) -> bool:
@@ -451,26 +463,29 @@ class _Step:
         return None if e is None or not n else round(e / n, 6)
 
 
-def steps(daemon: AisDaemon, series: Sequence[StatsPoint]) -> list[_Step]:
-    """Consecutive stats-line pairs of ``daemon`` with what changed between them (the one place resets are told)."""
-    starts = daemon.process_starts
-    return [
-        _Step(
-            prev=prev,
-            cur=cur,
-            decreased=_changed_counters(prev.stats, cur.stats),
-            process_starts=[t for t in starts if prev.at < t <= cur.at],
-            flag_raised=cur.stats.restarted_flag and not prev.stats.restarted_flag,
+def steps(series: Sequence[StatsPoint]) -> list[_Step]:
+    """Consecutive stats-line pairs of one daemon with what changed between them (the one place resets are told)."""
+    out = []
+    for prev, cur in pairwise(series):
+        started = cur.process_start
+        new = started is not None and started != prev.process_start and started > prev.at
+        out.append(
+            _Step(
+                prev=prev,
+                cur=cur,
+                decreased=_changed_counters(prev.stats, cur.stats),
+                process_start=started if new else None,
+                flag_raised=cur.stats.restarted_flag and not prev.stats.restarted_flag,
+            )
         )
-        for prev, cur in pairwise(series)
-    ]
+    return out
 
 
-def interval_deltas(daemon: AisDaemon, series: Sequence[StatsPoint], counters: Sequence[str]) -> list[IntervalDelta]:
+def interval_deltas(daemon: str, series: Sequence[StatsPoint], counters: Sequence[str]) -> list[IntervalDelta]:
     """Deltas of ``counters`` between each pair of consecutive stats lines of one daemon; never negative."""
     return [
         IntervalDelta(
-            daemon=daemon.key,
+            daemon=daemon,
             start=step.prev.at,
             end=step.cur.at,
             minutes=round((step.cur.at - step.prev.at).total_seconds() / 60, 2),
@@ -481,25 +496,23 @@ def interval_deltas(daemon: AisDaemon, series: Sequence[StatsPoint], counters: S
             start_evidence=step.prev.evidence(),
             end_evidence=step.cur.evidence(),
         )
-        for step in steps(daemon, series)
+        for step in steps(series)
     ]
 
 
 def find_restarts(daemon: AisDaemon, series: Sequence[StatsPoint]) -> list[Restart]:
     """Restarts and resets between consecutive stats lines (see :class:`Restart` for the kinds)."""
     out: list[Restart] = []
-    for step in steps(daemon, series):
+    for step in steps(series):
         if not step.reset:
             continue
-        prev, cur, decreased, started = step.prev, step.cur, step.decreased, step.process_starts
+        prev, cur, decreased, started = step.prev, step.cur, step.decreased, step.process_start
         started_file = None
-        if started:
-            started_file = next(
-                (f.ref for f in daemon.info_files if f.kind == "started" and f.start == started[-1]), None
-            )
+        if started is not None:
+            started_file = next((f.ref for f in daemon.info_files if f.kind == "started" and f.start == started), None)
         if step.new_process:
             kind = "restart"
-            why = [f"new process log {started_file} started at {started[-1].isoformat()}"] if started else []
+            why = [f"new process log {started_file} started at {started.isoformat()}"] if started else []
             if step.flag_raised:
                 why.append("state.flags has the restarted bit (128)")
             if decreased:
@@ -521,7 +534,7 @@ def find_restarts(daemon: AisDaemon, series: Sequence[StatsPoint]) -> list[Resta
                 after=prev.at,
                 by=cur.at,
                 decreased=decreased,
-                process_start=started[-1] if started else None,
+                process_start=started,
                 process_start_file=started_file,
                 restarted_flag=cur.stats.restarted_flag,
                 explanation=explanation,
@@ -601,7 +614,7 @@ def get_stops(
     out: list[GetStop] = []
     last_record = max((f.last_record for f in daemon.files if f.last_record), default=None)
     period = stats_period(series)
-    pairs = steps(daemon, series)
+    pairs = steps(series)
     for counter in counters:
         last_idx = None
         for i, step in enumerate(pairs, 1):
@@ -849,7 +862,7 @@ def ais_counter_deltas(
     stops: list[GetStop] = []
     for daemon in index.daemons:
         series = collection.points.get(daemon.key, [])
-        all_intervals += interval_deltas(daemon, series, names)
+        all_intervals += interval_deltas(daemon.key, series, names)
         restarts += find_restarts(daemon, series)
         stops += get_stops(daemon, series)
     spikes = find_spikes(all_intervals, names)
