@@ -156,11 +156,8 @@ HEADER = re.compile(
     r"(?P<go>go\S+) for (?P<platform>\S+)\s*$"
 )
 GLOG_HEADER = re.compile(r"^Log file created at: (?P<at>\d{4}/\d\d/\d\d \d\d:\d\d:\d\d)\s*$")
-GLOG_HEADER_HOST = re.compile(r"^Running on machine: (?P<host>\S+)")
 TITLE = re.compile(r"^Node (?P<kind>[pt])\[(?P<id>[^\]\s]+)\], (?:Version )?(?P<version>[^,\s]+)")
 """``Node t[hJkL0aBc], Version 4.1.8f3c2a1, build ...``: the title after ``Rotated at`` and the startup record."""
-NODE_NAME = re.compile(r"\b(?P<kind>[pt])\[(?P<id>[A-Za-z0-9_\-]{3,})\]")
-"""A node's name as AIS prints it: ``t[ID]`` for a target, ``p[ID]`` for a proxy."""
 
 ROLE_OF_KIND = {"t": "target", "p": "proxy"}
 KIND_OF_ROLE = {"target": "t", "proxy": "p"}
@@ -238,18 +235,14 @@ RECORD_START = re.compile(r"[IWE] \d\d:\d\d:\d\d\.\d{6} ")
 """Where a record begins; found in the middle of a physical line when a 2 KiB-truncated INFO line lost its newline."""
 GLUED_SCAN_MIN_CHARS = 512
 """Physical lines shorter than this are not searched for glued records (a truncated line is 2048 bytes long)."""
-MAX_INFO_LINE_BYTES = 2048
-"""nlog formats INFO lines into a 2 KiB buffer; longer ones are cut and lose their newline."""
 
-MICROS_PER_DAY = 86_400_000_000
 ROLLOVER_BACKSTEP_US = 12 * 3600 * 1_000_000
 """The clock going back by more than this (12 h) between records means a new day; smaller steps back are W/E lines
 stamped a few microseconds before an I line that took the lock first."""
 
 
-@dataclass(frozen=True)
-class RecordLine:
-    """A record as the line says it, before a date is attached."""
+class RecordLine(NamedTuple):
+    """A record as the line says it, before a date is attached (a named tuple: one is made per reported line)."""
 
     severity: str
     """``I``, ``W`` or ``E``."""
@@ -626,14 +619,12 @@ class AisFileParser:
         if not wanted:
             self._advance(hms)
             return None
-        m = RECORD.match(text)
-        if m is None:
+        parsed = parse_record(text)
+        if parsed is None:
             self.records -= 1
             self.other_lines += 1
             return None
-        clock = _clock_of(hms)
-        message = m["msg"]
-        src = m["src"]
+        clock, src, message = parsed.clock_us, parsed.src, parsed.message
         marker = parse_hourly_marker(message) if src is not None and message.endswith("=") else None
         if marker is not None:
             self.zone = marker.zone
@@ -644,8 +635,7 @@ class AisFileParser:
         if self.title is None and severity == "I" and message.startswith("Node "):
             self.title = parse_title(message)
         at = None if self._midnight is None else self._midnight + timedelta(microseconds=clock)
-        line = m["line"]
-        return AisRecord(at, clock, line_no, severity, src, int(line) if line is not None else None, message, glued)
+        return AisRecord(at, clock, line_no, severity, src, parsed.src_line, message, glued)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
