@@ -95,11 +95,18 @@ class NcclSink:
         self.out = FileEvents(lf.rel)
         self.pending: dict[int, str] = {}
         """Line number -> why it needs its neighbours (``head``/``tail``) or its full text (``long``)."""
+        self.fragments: dict[int, Hit] = {}
+        """Lines that parsed but carry no rank and do not start a record: kept unless re-joining finds better."""
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
         p = tn.parse_line(line)
         if p is not None:
-            self.out.hits.append(_hit(line_no, line, p))
+            hit = _hit(line_no, line, p)
+            if hit.rank is None and _needs_rank(p) and not tn.starts_new_record(line):
+                self.fragments[line_no] = hit  # maybe the tail of a wrapped record: its head has the rank
+                self.pending[line_no] = "tail"
+                return
+            self.out.hits.append(hit)
             return
         if len(line) >= MAX_LINE_CHARS:
             self.pending[line_no] = "long"
@@ -139,8 +146,12 @@ class NcclSink:
                     self.out.unparsed += 1
                 continue
             found = _join_around(n, why, texts)
-            if found is None:
-                self.out.unparsed += 1
+            if found is None or (n in self.fragments and _rank_of(found) is None):
+                if n in self.fragments:
+                    self.out.hits.append(self.fragments[n])
+                    have.add(n)
+                else:
+                    self.out.unparsed += 1
                 continue
             start, parts, p = found
             if start in have:
@@ -148,6 +159,20 @@ class NcclSink:
             self.out.hits.append(_hit(start, tn.join_wrapped(parts), p, joined=len(parts)))
             self.out.rejoined += 1
             have.add(start)
+
+
+def _needs_rank(p: tn.Parsed) -> bool:
+    """Events that mean nothing without the rank that logged them (the ChildFailedError rows carry their own; the
+    ``what():`` copy repeats a line that had its rank)."""
+    ev = p.event
+    if isinstance(ev, tn.ChildFailureRank | tn.ChildFailureExit | tn.ChildFailureSignal):
+        return False
+    return not (isinstance(ev, tn.WatchdogTerminated) and ev.headerless)
+
+
+def _rank_of(found: tuple[int, list[str], tn.Parsed]) -> int | None:
+    _start, parts, p = found
+    return p.global_rank if p.global_rank is not None else line_rank(parts[0]).rank
 
 
 def _hit(line_no: int, line: str, p: tn.Parsed, joined: int = 1) -> Hit:
@@ -158,23 +183,35 @@ def _hit(line_no: int, line: str, p: tn.Parsed, joined: int = 1) -> Hit:
 
 
 def _join_around(n: int, why: str, texts: dict[int, str]) -> tuple[int, list[str], tn.Parsed] | None:
-    """The first window of neighbouring lines around ``n`` whose joined text parses: (start line, parts, parse)."""
-    spans: list[tuple[int, int]] = []
-    if why == "head":
-        spans = [(n, n + k) for k in range(1, MAX_WRAP_PARTS)]
+    """Re-join the hard-wrapped record holding line ``n``: (first line, pieces, parse), or None.
+
+    The record starts at the nearest line at or before ``n`` that begins a record of its own (a c10 header, a prefix)
+    with no other record start in between; it ends at the first following line that completes the message, without
+    crossing into the next record. ``why`` (``head``/``tail``) only says where the needle was seen.
+    """
+    a = n
+    for k in range(n, max(0, n - MAX_WRAP_PARTS), -1):
+        t = texts.get(k)
+        if t is None:
+            break
+        a = k
+        if tn.starts_new_record(t):
+            break
     else:
-        spans = [(n - k, n) for k in range(1, MAX_WRAP_PARTS)]
-        spans += [(n - k, n + 1) for k in range(1, MAX_WRAP_PARTS - 1)]
-    for a, b in spans:
-        parts = [texts.get(i) for i in range(a, b + 1)]
-        if any(p is None for p in parts):
+        a = n
+    if a != n and not tn.starts_new_record(texts.get(a, "")):
+        a = n  # no record start within reach: the needle line is the start
+    parts: list[str] = []
+    for k in range(a, a + MAX_WRAP_PARTS):
+        t = texts.get(k)
+        if t is None or (k > a and tn.starts_new_record(t)):
+            break
+        parts.append(t)
+        if k < n:
             continue
-        lines = [p for p in parts if p is not None]
-        if any(tn.starts_new_record(p) for p in lines[1:]):
-            continue
-        parsed = tn.parse_line(tn.join_wrapped(lines))
+        parsed = tn.parse_line(tn.join_wrapped(parts))
         if parsed is not None:
-            return a, lines, parsed
+            return a, list(parts), parsed
     return None
 
 
@@ -499,7 +536,8 @@ def _fill(b: _RowBuild, times: _TimeText) -> None:
         start = times.dt(when.hit.header)
         span = r.ran_for_ms if r.ran_for_ms is not None else r.timeout_ms
         if start is not None and span is not None:
-            began = start - timedelta(milliseconds=span)
+            # the line says only the second: take its middle, subtract the span, round to the second
+            began = start + timedelta(milliseconds=500) - timedelta(milliseconds=span)
             r.collective_start_time = (began + timedelta(microseconds=500_000)).replace(microsecond=0).isoformat()
     sig = b.observed or b.dump
     if sig is not None:
