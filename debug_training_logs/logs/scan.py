@@ -67,6 +67,9 @@ SAMPLE_BYTES = 256 << 10
 """Bytes sampled from each of up to :data:`SAMPLE_FILES` files to choose the prefilter literals."""
 SAMPLE_FILES = 8
 
+DENSE_LITERAL_BYTES = 2048
+"""A pattern whose rarest literals occur more than once per this many sample bytes goes to the RE2 DFA pass."""
+
 RE2_MAX_MEM = 64 << 20
 """RE2 memory budget per compiled regex (bytes); the default 8 MiB can exhaust the DFA cache on big alternations."""
 
@@ -303,7 +306,10 @@ class Plan:
     def describe(self) -> str:
         """One line for benchmarks and debugging."""
         if self.literals:
-            return f"prefilter on {len(self.literals)} literals (Aho-Corasick), fallback {len(self.fallback)}"
+            return (
+                f"prefilter on {len(self.literals)} literals (Aho-Corasick), dfa {len(self.dfa)}, "
+                f"fallback {len(self.fallback)}"
+            )
         return f"one RE2 DFA over {len(self.dfa)} patterns, fallback {len(self.fallback)}"
 
 
@@ -354,10 +360,13 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
         return lower.count(b.lower()) if fold else sample.count(b)
 
     literals: set[tuple[bytes, int]] = set()
+    dense: list[int] = []
     for i in re2_ids:
         branches = required_literals(spec.patterns[i], spec.ignore_case)
         if branches is None:
             return dfa_plan
+        mine: set[tuple[bytes, int]] = set()
+        expected = 0
         for br in branches:
             options: list[tuple[int, int, list[str]]] = []  # (sample count, -length, spellings)
             for lit in br:
@@ -371,9 +380,16 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
                     options.append((occurrences(piece, True) + len(spellings), -len(piece), spellings))
             if not options:
                 return dfa_plan
-            _n, _len, spellings = min(options)
-            literals.update((sp.encode(), i) for sp in spellings)
-    return Plan(literals=tuple(sorted(literals)), fallback=tuple(fallback))
+            n_found, _len, spellings = min(options)
+            expected += n_found
+            mine.update((sp.encode(), i) for sp in spellings)
+        if sample and expected * DENSE_LITERAL_BYTES > len(sample):
+            dense.append(i)  # its literals are everywhere: a line check per hit would cost more than a DFA pass
+        else:
+            literals |= mine
+    if not literals:
+        return dfa_plan
+    return Plan(literals=tuple(sorted(literals)), dfa=tuple(dense), fallback=tuple(fallback))
 
 
 def _sample(files: Sequence[LogFile]) -> bytes:
