@@ -33,43 +33,30 @@ from typing import Final
 
 TIMEOUT_NEEDLES: Final = (
     "ollective operation timeout",  # "Watchdog caught collective operation timeout" / 2.0 "Caught collective ..."
-    "milliseconds before timing out",
-    "Timeout(ms)=",
+    "milliseconds before timing out",  # the timeout line's tail (a wrap may cut the start)
     "timed out in blocking wait",
 )
 STATUS_NEEDLES: Final = (
     "detected by watchdog at work",  # 2.4-2.5 "Exception (...) detected by watchdog at work: S", 2.6+ "... sequence id"
     "Timeout at NCCL work: ",  # 2.3-2.5
-    "PG status: last enqueued work: ",  # 2.6+
-    "last completed work: ",  # 2.6+
-    "last enqueued NCCL work: ",  # 2.3-2.5 status and every dump-signal line
-    "last completed NCCL work: ",
+    "last completed work: ",  # 2.6+ status tail
+    "last completed NCCL work: ",  # 2.3-2.5 status tail and every dump-signal line's tail
 )
 SIGNAL_NEEDLES: Final = (
-    "Received a timeout signal from",  # 2.3 local
-    "Received a global timeout from",  # 2.3 remote
-    "Received a dump signal",  # 2.4 local, 2.5+ both
-    "Received a global dump signal",  # 2.4 remote
-    "Observed flight recorder dump signal",  # 2.5+ remote
-    "detecting the dump signal through tcpstore",  # 2.4 remote
-    "First PG on this rank to signal dumping",  # 2.7+
-    "First watchdog to set the dump signal",  # 2.4
-    "ProcessGroupNCCL's watchdog detected",  # 2.4 exit messages
+    "dump the debug info",  # every "Received a ... signal ... dump the debug info" (2.3-2.14)
+    "dump signal",  # 2.5+ "Observed flight recorder dump signal", 2.4 "detecting the dump signal" / "First watchdog"
+    "signal dumping",  # 2.7+ "First PG on this rank to signal dumping."
 )
 TEARDOWN_NEEDLES: Final = (
-    "watchdog thread terminated with exception",  # both wordings
-    "Some NCCL operations have failed or timed out",
-    "we are taking the entire process down",
-    "Terminating the process after attempting to dump debug info",
-    "watchdog got stuck for",
-    "Heartbeat monitor timed out",
-    "detects no heartbeat",
-    "NCCL monitor thread timeout",
+    "watchdog thread terminated",  # "NCCL watchdog thread terminated" (<= 2.2) / "Process group watchdog ..." (2.3+)
+    "Terminating the process after attempting",  # 2.5+ FATAL line
+    "watchdog got stuck for",  # heartbeat monitor, 2.3+
+    "Heartbeat monitor timed out",  # 2.3-2.4
+    "detects no heartbeat",  # 2.2
 )
 EXIT_NEEDLES: Final = (
-    "(local_rank: ",  # ChildFailedError "rank      : 3 (local_rank: 3)"
+    " (local_rank: ",  # ChildFailedError "rank      : 3 (local_rank: 3)" (the inventory's literal too: shared)
     "exitcode  : ",  # ChildFailedError "exitcode  : -6 (pid: 12345)"
-    ") received by PID ",  # ChildFailedError "traceback : Signal 6 (SIGABRT) received by PID 12345"
 )
 NEEDLES: Final[tuple[str, ...]] = TIMEOUT_NEEDLES + STATUS_NEEDLES + SIGNAL_NEEDLES + TEARDOWN_NEEDLES + EXIT_NEEDLES
 """Every literal that selects a candidate line for :func:`parse_line` (as in ``rg -F -e ... -e ...``)."""
@@ -212,16 +199,15 @@ _CHILD_SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\) received by
 
 # Message starts that, when the full message does not parse, mean the line was cut (hard wrap).
 _CUT_STARTS: Final = (
-    "ollective operation timeout: WorkNCCL(",
+    "ollective operation timeout",
     "detected by watchdog at work",
     "Timeout at NCCL work:",
-    "Received a timeout signal from",
-    "Received a global timeout from",
-    "Received a dump signal",
-    "Received a global dump signal",
-    "Observed flight recorder dump",
-    "First PG on this rank",
-    "First watchdog to set",
+    "Received a ",
+    "dump signal",
+    "signal dumping",
+    "watchdog thread terminated",
+    "watchdog got stuck for",
+    "Terminating the process after attempting",
     " timed out in blocking wait",
 )
 # Message tails: a line holding one of these without a header may be the second half of a wrapped message.
@@ -233,6 +219,7 @@ _CUT_TAILS: Final = (
     "last enqueued work: ",
     "last enqueued NCCL work: ",
     "PG status: ",
+    "dump the debug info",
 )
 
 
