@@ -220,3 +220,23 @@ def test_no_watchdog_state(tmp_path: Path) -> None:
     res = nccl_state_table(tmp_path)
     assert res.rows == [] and res.process_groups == [] and res.straggler_ranks == []
     assert res.summary.startswith("No NCCL watchdog state")
+
+
+def test_ray_deduplication_makes_every_pg_incomplete(tmp_path: Path) -> None:
+    """Ray folds lines that differ only in numbers: the other ranks' status lines vanish into '[repeated 14x]'."""
+    pfx = "(RayTrainWorker pid={pid}, ip=10.52.7.14) "
+    status = (
+        "[rank{r}]:[E521 08:02:12.000000001 ProcessGroupNCCL.cpp:2303] [PG ID 0 PG GUID 0(default_pg) Rank {r}]  "
+        "failure detected by watchdog at work sequence id: 4118 PG status: last enqueued work: 4118, last completed "
+        "work: 4117"
+    )
+    lines = [
+        "[NeMo I 2026-05-21 07:00:05 x:1] start",
+        pfx.format(pid=100) + status.format(r=0),
+        pfx.format(pid=101) + status.format(r=1) + " [repeated 14x across cluster]",
+    ]
+    (tmp_path / "driver.log").write_text("\n".join(lines) + "\n")
+    res = nccl_state_table(tmp_path)
+    assert res.deduplicated_lines == 14
+    assert [p.classification for p in res.process_groups] == ["incomplete"]
+    assert res.straggler_ranks == [] and "RAY_DEDUP_LOGS=0" in res.summary

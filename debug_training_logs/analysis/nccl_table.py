@@ -24,6 +24,7 @@ Must not: open files other than through ``logs/`` (scan and the targeted re-read
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +86,12 @@ class FileEvents:
     """Candidate lines that held a needle but no complete message, even after re-joining neighbours."""
     rejoined: int = 0
     """Messages re-joined from hard-wrapped pieces or re-read in full (over-long lines)."""
+    deduplicated: int = 0
+    """Watchdog lines Ray folded away (`` [repeated Nx across cluster]``: the sum of N)."""
+
+
+RAY_REPEATED = re.compile(r"\[repeated (\d+)x across cluster\]")
+"""Ray's log deduplication marker: lines that differ only in numbers (ranks, SeqNums!) were folded into one."""
 
 
 class NcclSink:
@@ -99,6 +106,10 @@ class NcclSink:
         """Lines that parsed but carry no rank and do not start a record: kept unless re-joining finds better."""
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        if "[repeated " in line:
+            rep = RAY_REPEATED.search(line)
+            if rep is not None:
+                self.out.deduplicated += int(rep.group(1))
         p = tn.parse_line(line)
         if p is not None:
             hit = _hit(line_no, line, p)
@@ -364,6 +375,7 @@ class NcclTable:
     unattributed_lines: int
     unparsed_lines: int
     rejoined_messages: int
+    deduplicated_lines: int
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -907,8 +919,11 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
         res, outs = _classify(key, desc, grows, inv_ranks, missing, silent, world)
         pg_results.append(res)
         outliers.extend(outs)
+    folded = sum(fe.deduplicated for fe in results)
+    if folded:
+        _mark_folded(pg_results, folded)
 
-    stragglers = _job_stragglers(pg_results, rows, missing)
+    stragglers = [] if folded else _job_stragglers(pg_results, rows, missing)
     first_dump = _first_dump_rank(rows, by_rank)
     evidence = _evidence(builds, pg_results, stragglers, first_dump)
     facts = [
@@ -918,7 +933,7 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
         for (kind, detail), items in sorted(fact_map.items())
     ]
     kept, truncated = _limit_rows(rows, pg_results, outliers, limit)
-    summary = _summary(pg_results, rows, stragglers, first_dump, silent, missing, coverage)
+    summary = _summary(pg_results, rows, stragglers, first_dump, silent, missing, coverage, folded)
     return NcclTable(
         summary=summary,
         coverage=coverage,
@@ -943,7 +958,24 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
         unattributed_lines=unattributed,
         unparsed_lines=sum(fe.unparsed for fe in results),
         rejoined_messages=sum(fe.rejoined for fe in results),
+        deduplicated_lines=folded,
     )
+
+
+def _mark_folded(pgs: list[ProcessGroupResult], folded: int) -> None:
+    """Ray folded watchdog lines of several ranks into one: rows are missing for ranks that did log. No verdict that
+    rests on who is absent can stand."""
+    note = (
+        f"Ray deduplicated {folded} watchdog line(s) ('[repeated Nx across cluster]': lines differing only in numbers, "
+        "i.e. in rank and SeqNum, were folded), so ranks that logged state may have no row. Rerun with "
+        "RAY_DEDUP_LOGS=0 (or read each worker's own log file) before naming a straggler. "
+    )
+    for p in pgs:
+        if p.classification != "incomplete":
+            p.suspect_ranks = sorted(set(p.suspect_ranks) | set(p.straggler_ranks))
+            p.straggler_ranks = []
+            p.classification = "incomplete"
+        p.reason = note + p.reason
 
 
 def _natural(k: str | None) -> tuple[int, str]:
@@ -1048,6 +1080,7 @@ def _summary(
     silent: set[int],
     missing: set[int],
     coverage: Coverage,
+    folded: int = 0,
 ) -> str:
     if not rows:
         base = "No NCCL watchdog state in these logs (no collective timed out, or the logs stop before it)."
@@ -1061,6 +1094,11 @@ def _summary(
         parts.append(
             f"INCOMPLETE: ranks {format_ranges(missing)} (world size {coverage.world_size}) are missing from every "
             "file; no straggler is named from a subset; ask for every node's log."
+        )
+    if folded:
+        parts.append(
+            f"INCOMPLETE: Ray folded {folded} watchdog line(s) ([repeated Nx across cluster]); rows of those ranks are "
+            "hidden. Rerun with RAY_DEDUP_LOGS=0 or read the per-worker logs."
         )
     if stragglers:
         detail = []

@@ -183,6 +183,10 @@ class NcclStateTable(_Model):
     unattributed_lines: int = Field(description="Watchdog lines with no rank prefix in files holding several ranks.")
     unparsed_lines: int = Field(description="Candidate lines with a needle but no complete message (cut logs).")
     rejoined_messages: int = Field(description="Hard-wrapped or over-long messages re-joined from neighbouring lines.")
+    deduplicated_lines: int = Field(
+        description="Watchdog lines Ray folded away ('[repeated Nx across cluster]'); when > 0 every PG is "
+        "incomplete: rerun with RAY_DEDUP_LOGS=0."
+    )
 
 
 def nccl_state_table(
