@@ -36,8 +36,7 @@ from debug_training_logs.analysis.inventory import Inventory, scan_job
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.logs.reader import ReadProblems, decode, iter_chunks
-from debug_training_logs.logs.scan import MAX_LINE_CHARS, literal_pattern
+from debug_training_logs.logs.scan import MAX_LINE_CHARS, lines_at, literal_pattern
 from debug_training_logs.models import TEXT_CUT, Coverage, cut
 from debug_training_logs.ranges import format_ranges
 
@@ -142,7 +141,7 @@ class NcclSink:
                 wanted.add(n)
             else:
                 wanted.update(range(max(1, n - MAX_WRAP_PARTS + 1), n + MAX_WRAP_PARTS))
-        texts = read_lines(self.lf, wanted, keep_tail=MAX_LINE_CHARS)
+        texts = lines_at(self.lf, wanted, keep_tail=MAX_LINE_CHARS)
         have = {h.line for h in self.out.hits}
         for n, why in sorted(self.pending.items()):
             if n in have:
@@ -224,29 +223,6 @@ def _join_around(n: int, why: str, texts: dict[int, str]) -> tuple[int, list[str
         if parsed is not None:
             return a, list(parts), parsed
     return None
-
-
-def read_lines(lf: LogFile, wanted: set[int], keep_tail: int = MAX_LINE_CHARS) -> dict[int, str]:
-    """Text of the wanted 1-based line numbers of ``lf``; a line longer than ``2 * keep_tail`` keeps its head and its
-    last ``keep_tail`` characters (a tqdm-glued watchdog message sits at the end). Newlines are counted per chunk in C;
-    only the chunks that hold a wanted line are split."""
-    out: dict[int, str] = {}
-    if not wanted:
-        return out
-    last = max(wanted)
-    base = 0
-    for chunk in iter_chunks(lf, ReadProblems()):
-        lines_here = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
-        if any(base < w <= base + lines_here for w in wanted):
-            for j, raw in enumerate(chunk.split(b"\n")[:lines_here], start=base + 1):
-                if j in wanted:
-                    if len(raw) > 2 * keep_tail:
-                        raw = raw[:keep_tail] + b"\r" + raw[-keep_tail:]
-                    out[j] = decode(raw).rstrip("\r")
-        base += lines_here
-        if base >= last:
-            break
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------------

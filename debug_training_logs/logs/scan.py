@@ -770,9 +770,12 @@ def scan_files(
     return [r for r in results if r is not None]
 
 
-def lines_at(lf: LogFile, wanted: set[int]) -> dict[int, str]:
+def lines_at(lf: LogFile, wanted: set[int], keep_tail: int = 0) -> dict[int, str]:
     """The text of the given 1-based line numbers of ``lf`` (cut at :data:`MAX_LINE_CHARS`), read at scan speed:
-    newlines are counted per chunk in C and only the chunks holding a wanted line are split."""
+    newlines are counted per chunk in C and only the chunks holding a wanted line are split.
+
+    ``keep_tail``: a line longer than the cut also keeps its last ``keep_tail`` characters after a ``\\r`` (a message
+    glued to the end of a tqdm progress line is then still there)."""
     out: dict[int, str] = {}
     if not wanted:
         return out
@@ -784,7 +787,10 @@ def lines_at(lf: LogFile, wanted: set[int]) -> dict[int, str]:
         if any(base < w <= base + lines_here for w in wanted):
             for j, raw in enumerate(chunk.split(b"\n")[:lines_here], start=base + 1):
                 if j in wanted:
-                    out[j] = decode(raw[:MAX_LINE_CHARS]).rstrip("\r")
+                    head = raw[:MAX_LINE_CHARS]
+                    if keep_tail and len(raw) > MAX_LINE_CHARS + keep_tail:
+                        head += b"\r" + raw[-keep_tail:]
+                    out[j] = decode(head).rstrip("\r")
         base += lines_here
         if base >= last:
             break
