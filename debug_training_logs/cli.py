@@ -181,10 +181,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except UserInputError as exc:
         print(f"debug-training-logs {ns.command}: {exc}", file=sys.stderr)
         sys.exit(2)
-    if ns.json:
-        print(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
-    else:
-        print(spec.render(result) if spec.render else render_model(result))
+    text = json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False) if ns.json else None
+    if text is None:
+        text = spec.render(result) if spec.render else render_model(result)
+    try:
+        print(text)
+    except BrokenPipeError:  # `... | head`: the reader left; not an error of the analysis
+        sys.stdout = None  # type: ignore[assignment]  # keep the interpreter from flushing into the closed pipe
 
 
 if __name__ == "__main__":

@@ -28,6 +28,10 @@ from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFacto
 from debug_training_logs.models import Coverage, UnreadableFile
 from debug_training_logs.ranges import format_ranges
 
+PRESENCE_CAP = 20
+"""Hits per file after which a presence-only marker stops being searched: ``(?i:lhotse)`` can match a quarter of all
+lines, and a Python call per hit line would dominate the pass. Its count then reads "at least"."""
+
 
 @dataclass(frozen=True)
 class Marker:
@@ -36,15 +40,22 @@ class Marker:
     name: str
     regex: str
     meaning: str
+    cap: int | None = PRESENCE_CAP
+    """Hits per file delivered (None: every hit, for markers whose every line carries a fact such as a rank)."""
 
 
 # The inventory's own patterns (named data; order does not matter).
 MARKERS: tuple[Marker, ...] = (
-    Marker("nccl_init", r"NCCL INFO .*\brank \d+ nranks \d+", "NCCL communicator init: comm rank and size"),
+    Marker("nccl_init", r"NCCL INFO .*\brank \d+ nranks \d+", "NCCL communicator init: comm rank and size", cap=None),
     Marker("nccl_version", r"NCCL version \d+\.\d+\.\d+", "NCCL library version"),
-    Marker("lightning_member", r"MEMBER: \d+/\d+", "Lightning 'Initializing distributed: GLOBAL_RANK: r, MEMBER: m/N'"),
-    Marker("world_size_kv", r"(?i:world[_ ]size)\s*[=:]\s*\d+", "a line stating the world size"),
-    Marker("child_failed", r"ChildFailedError|rank\s+: \d+ \(local_rank: \d+\)", "torchrun failure table"),
+    Marker(
+        "lightning_member",
+        r"MEMBER: \d+/\d+",
+        "Lightning 'Initializing distributed: GLOBAL_RANK: r, MEMBER: m/N'",
+        cap=None,
+    ),
+    Marker("world_size_kv", r"(?i:world[_ ]size)\s*[=:]\s*\d+", "a line stating the world size", cap=None),
+    Marker("child_failed", r"ChildFailedError|rank\s+: \d+ \(local_rank: \d+\)", "torchrun failure table", cap=None),
     Marker("nemo", r"\[NeMo [IWEDC] \d{4}-", "NeMo logger line"),
     Marker("megatron", r"(?i:megatron)| iteration +\d+/ *\d+ \|", "Megatron-LM"),
     Marker(
@@ -288,7 +299,8 @@ def scan_job(
         found, skipped = list(files), []
     root = Path(logs_dir).resolve()
     k = len(patterns)
-    spec = PatternSpec(tuple(patterns) + tuple(m.regex for m in MARKERS), ignore_case)
+    caps = (None,) * k + tuple(m.cap for m in MARKERS)
+    spec = PatternSpec(tuple(patterns) + tuple(m.regex for m in MARKERS), ignore_case, max_hits=caps)
     factory = functools.partial(_job_sink, sink_factory, k)
     scans = scan_files(found, spec, factory, head_lines=HEAD_LINES, tail_lines=TAIL_LINES)
     caller_results = [s.sink_result[0] if s.sink_result is not None else None for s in scans]

@@ -42,7 +42,7 @@ class Hint(BaseModel):
     """A fact with the line that shows it."""
 
     name: str = Field(description="What was detected (a framework, a version family, a data source).")
-    lines: int = Field(description="How many lines show it.")
+    lines: int = Field(description="Lines that show it (counting stops at 20 per file: read as \"at least\").")
     evidence: str = Field(description="file:line and the text of the first line that shows it.")
 
 

@@ -1,0 +1,74 @@
+"""``timeline``: one chronological list of the key events of every source, with file:line."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+
+from debug_training_logs.analysis.timeline import build_timeline
+from debug_training_logs.models import Coverage
+from debug_training_logs.paths import input_dir
+from debug_training_logs.tools.registry import ToolSpec
+
+
+class TimelineEvent(BaseModel):
+    """One event."""
+
+    time_local: str | None = Field(description="ISO time on the source's own clock (worker: zone unstated).")
+    clock: str = Field(description="worker or ais: whose clock time_local is on.")
+    time_utc: str | None = Field(description="UTC, only when a verified offset and an unambiguous zone give it.")
+    aligned: bool = Field(description="False: an AIS event placed without a verified offset (its order is a guess).")
+    time_approx: bool = Field(description="True: the line states no time; this is the previous timestamped line's.")
+    source: str = Field(description="file:line of the event's line.")
+    ranks: str = Field(description="Global ranks (worker events, range string) or the AIS daemon.")
+    event: str
+    kind: str = Field(
+        description="job, error, noise, nccl_timeout, collective_start, teardown, slurm, ais_spike, "
+        "ais_error, ais_reads_stopped, ais_restart."
+    )
+
+
+class Timeline(BaseModel):
+    """The merged timeline."""
+
+    summary: str
+    events: list[TimelineEvent] = Field(description="In time order (on the worker clock when aligned).")
+    events_truncated: int = Field(description="Less important events cut to respect `limit`.")
+    alignment_verified: bool | None = Field(
+        description="Whether AIS events are placed by a verified offset (null without AIS logs)."
+    )
+    offset_hours: float | None = Field(description="Worker clock minus AIS clock used, when verified.")
+    year_basis: str = Field(description="Where the year of worker times (which have none) comes from.")
+    coverage: Coverage
+
+
+def timeline(
+    logs_dir: Annotated[str, Field(description="Directory with the workers' logs.")],
+    ais_dir: Annotated[str | None, Field(description="Directory with AIStore daemon logs (optional).")] = None,
+    limit: Annotated[int, Field(ge=5, le=500, description="At most this many events (least important cut).")] = 60,
+) -> Timeline:
+    """One chronological list of the key events from every source: the first line of each error template per rank
+    group, NCCL timeouts and the collective start they imply, teardown, SLURM cancels, and (with AIS logs) AIS error
+    spikes, notable error lines, the moment reads stopped and restarts. Each event has its own clock's time, UTC when
+    the worker/AIS alignment is verified (else AIS events are marked unaligned), file:line and ranks.
+
+    Call it to build the report's Timeline Table and to check that the supposed cause comes before its effects.
+    """
+    logs = input_dir(logs_dir)
+    ais = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
+    t = build_timeline(logs, ais, limit=limit)
+    return Timeline(
+        summary=t.summary,
+        events=[
+            TimelineEvent(**{k: v for k, v in e.__dict__.items() if k in TimelineEvent.model_fields}) for e in t.events
+        ],
+        events_truncated=t.events_truncated,
+        alignment_verified=t.alignment.verified if t.alignment is not None else None,
+        offset_hours=t.alignment.offset_hours if t.alignment is not None and t.alignment.verified else None,
+        year_basis=t.year_basis,
+        coverage=t.coverage,
+    )
+
+
+SPEC = ToolSpec(func=timeline, cli_name="timeline", title="Merged timeline", positional=("logs_dir", "ais_dir"))
