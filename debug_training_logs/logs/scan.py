@@ -788,8 +788,8 @@ def lines_at(lf: LogFile, wanted: set[int], keep_tail: int = 0) -> dict[int, str
             for j, raw in enumerate(chunk.split(b"\n")[:lines_here], start=base + 1):
                 if j in wanted:
                     head = raw[:MAX_LINE_CHARS]
-                    if keep_tail and len(raw) > MAX_LINE_CHARS + keep_tail:
-                        head += b"\r" + raw[-keep_tail:]
+                    if keep_tail and len(raw) > MAX_LINE_CHARS:
+                        head += b"\r" + raw[max(MAX_LINE_CHARS, len(raw) - keep_tail) :]
                     out[j] = decode(head).rstrip("\r")
         base += lines_here
         if base >= last:
