@@ -187,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         print(text)
     except BrokenPipeError:  # `... | head`: the reader left; not an error of the analysis
-        sys.stdout = None  # type: ignore[assignment]  # keep the interpreter from flushing into the closed pipe
+        sys.stdout = None  # keep the interpreter from flushing into the closed pipe
 
 
 if __name__ == "__main__":
