@@ -159,15 +159,16 @@ def test_wrap_at_80_columns_every_message(tmp_path: Path) -> None:
     assert res.process_groups[0].straggler_ranks == [5]
 
 
-def test_tqdm_glued_line_longer_than_the_scan_cut(tmp_path: Path) -> None:
+@pytest.mark.parametrize("bars", [70, 200])
+def test_tqdm_glued_line_longer_than_the_scan_cut(tmp_path: Path, bars: int) -> None:
     bar = "".join(
-        f"Epoch 0:  {i % 100:2d}%|#         | {i}/10000 [00:{i % 60:02d}<1:38:41, 1.28it/s]\r" for i in range(200)
+        f"Epoch 0:  {i % 100:2d}%|#         | {i}/10000 [00:{i % 60:02d}<1:38:41, 1.28it/s]\r" for i in range(bars)
     )
     line = bar + (
         "[rank0]:[E521 08:02:12.611831038 ProcessGroupNCCL.cpp:2303] [PG ID 0 PG GUID 0(default_pg) Rank 0]  failure "
         "detected by watchdog at work sequence id: 4118 PG status: last enqueued work: 4118, last completed work: 4117"
     )
-    assert len(line) > 8000
+    assert len(line) > 4000
     (tmp_path / "rank0.log").write_text("[NeMo I 2026-05-21 07:00:05 x:1] start\n" + line + "\n")
     res = nccl_state_table(tmp_path)
     assert [(r.rank, r.seq, r.last_enqueued, r.line) for r in res.rows] == [(0, 4118, 4118, 2)]
