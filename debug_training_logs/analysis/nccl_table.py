@@ -232,6 +232,8 @@ def _join_around(n: int, why: str, texts: dict[int, str]) -> tuple[int, list[str
 
 @dataclass
 class EvidenceLine:
+    """A cited line (``models.Evidence`` in the tool's result)."""
+
     file: str
     line: int
     text: str
@@ -272,6 +274,8 @@ class Row:
 
 @dataclass
 class Majority:
+    """The (seq, enqueued, completed, op, signal) most of a PG's rows share, and which ranks."""
+
     seq: int | None
     op_type: str | None
     last_enqueued: int | None
@@ -283,6 +287,8 @@ class Majority:
 
 @dataclass
 class ProcessGroupResult:
+    """One PG's verdict from all its rows (field meanings: ``tools/nccl_state_table.ProcessGroup``)."""
+
     pg: str | None
     pg_desc: str | None
     is_default_pg: bool
@@ -306,6 +312,8 @@ class ProcessGroupResult:
 
 @dataclass
 class Outlier:
+    """A row that differs from its PG's majority: ``differs`` maps field -> [its value, the majority's]."""
+
     rank: int
     pg: str | None
     differs: dict[str, list[Any]]
@@ -314,6 +322,8 @@ class Outlier:
 
 @dataclass
 class RankFact:
+    """A neighbouring fact (watchdog terminated, heartbeat kill, exit signal ...) and the ranks that logged it."""
+
     kind: str
     detail: str
     ranks: str
@@ -323,6 +333,8 @@ class RankFact:
 
 @dataclass
 class TimeBasis:
+    """How the table's times read: worker-local wall clock, year from full dates elsewhere in the logs."""
+
     year: int | None
     year_inferred: bool
     zone: str
@@ -644,7 +656,7 @@ def _classify(
         majority=majority,
         absent_ranks=format_ranges(absent | absent_missing),
         absent_pg_ranks=format_ranges(absent_pg),
-        missing_ranks=format_ranges(missing if (is_default or missing) else set()),
+        missing_ranks=format_ranges(missing),
         pg_ids=sorted({r.pg_id for r in rows if r.pg_id is not None}),
     )
     label = f"PG {pg}" + (f" ({desc})" if desc else "") if pg is not None else "the process group"
