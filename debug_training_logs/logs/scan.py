@@ -680,33 +680,35 @@ def _scan_one(
                 result.head.append(decode(raw).rstrip("\r"))
         if collect_ranks:
             _collect_ranks(chunk, seen_ranks)
-        counted_to = 0
-        line_at = line_base
-        deactivate: list[int] = []
-        for ls, le, ids in () if matcher.idle else _hits_in_chunk(chunk, matcher):
-            line_at += chunk.count(b"\n", counted_to, ls)
-            counted_to = ls
-            kept = ids
-            if spec.max_hits is not None:
-                kept = []
-                for i in ids:
-                    cap = caps[i]
-                    if cap is None or counts[i] < cap:
-                        kept.append(i)
-                        if cap is not None and counts[i] + 1 >= cap:
-                            deactivate.append(i)
-                if not kept:
-                    continue
-            for i in kept:
-                counts[i] += 1
-            if sink is not None:
-                raw = chunk[ls:le] if le - ls <= MAX_LINE_CHARS else chunk[ls : ls + MAX_LINE_CHARS]
-                sink.on_hit(kept, line_at + 1, decode(raw).rstrip("\r"))
-        line_base = line_at + chunk.count(b"\n", counted_to, n)
+        for piece in _pieces(chunk, CAPPED_PIECE_BYTES if any(caps[i] is not None for i in active) else n):
+            counted_to = 0
+            line_at = line_base
+            deactivate: list[int] = []
+            for ls, le, ids in () if matcher.idle else _hits_in_chunk(piece, matcher):
+                line_at += piece.count(b"\n", counted_to, ls)
+                counted_to = ls
+                kept = ids
+                if spec.max_hits is not None:
+                    kept = []
+                    for i in ids:
+                        cap = caps[i]
+                        if cap is None or counts[i] < cap:
+                            kept.append(i)
+                            if cap is not None and counts[i] + 1 >= cap:
+                                deactivate.append(i)
+                    if not kept:
+                        continue
+                for i in kept:
+                    counts[i] += 1
+                if sink is not None:
+                    raw = piece[ls:le] if le - ls <= MAX_LINE_CHARS else piece[ls : ls + MAX_LINE_CHARS]
+                    sink.on_hit(kept, line_at + 1, decode(raw).rstrip("\r"))
+            line_base = line_at + piece.count(b"\n", counted_to, len(piece))
+            if deactivate:
+                # a capped marker leaves the search at the next piece, not at the end of a (large) window
+                active = active - set(deactivate)
+                matcher = _matcher(spec, plan, active)
         ends_with_newline = chunk.endswith(b"\n")
-        if deactivate:
-            active = active - set(deactivate)
-            matcher = _matcher(spec, plan, active)
         if tail_n:
             pieces = chunk.rstrip(b"\n").rsplit(b"\n", tail_n)
             tail = (tail + pieces)[-tail_n:]
@@ -717,6 +719,25 @@ def _scan_one(
     if sink is not None:
         result.sink_result = sink.finish()
     return result
+
+
+CAPPED_PIECE_BYTES = 64 << 10
+"""While a capped pattern is still searched, windows are searched in pieces of about this size, so a marker that hits
+every line stops after its cap instead of after the whole window."""
+
+
+def _pieces(chunk: bytes, size: int) -> Iterator[bytes]:
+    """``chunk`` cut into pieces of about ``size`` bytes that end on line boundaries (the last may not)."""
+    n = len(chunk)
+    if size >= n:
+        yield chunk
+        return
+    start = 0
+    while start < n:
+        end = chunk.find(b"\n", min(n, start + size) - 1)
+        end = n if end < 0 else end + 1
+        yield chunk[start:end]
+        start = end
 
 
 def _worker_count(files: Sequence[LogFile]) -> int:

@@ -22,7 +22,13 @@ _FAMILY_VERSIONS = {
     "fam_pg_guid": "torch 2.5-2.14 ('[PG ID n PG GUID g' prefix)",
     "fam_2_6_failure": "torch 2.6+ (' failure detected by watchdog at work sequence id')",
 }
-_FRAMEWORKS = {"nemo": "NeMo", "megatron": "Megatron-LM", "lightning": "Lightning", "ray": "Ray"}
+_FRAMEWORKS = {
+    "nemo": "NeMo",
+    "megatron": "Megatron-LM",
+    "megatron_iteration": "Megatron-LM",
+    "lightning": "Lightning",
+    "ray": "Ray",
+}
 _DATA_SOURCES = {"aistore": "AIStore", "lhotse": "Lhotse"}
 
 
@@ -42,7 +48,7 @@ class Hint(BaseModel):
     """A fact with the line that shows it."""
 
     name: str = Field(description="What was detected (a framework, a version family, a data source).")
-    lines: int = Field(description="Lines that show it (counting stops at 20 per file: read as \"at least\").")
+    lines: int = Field(description='Lines that show it (counting stops at 20 per file: read as "at least").')
     evidence: str = Field(description="file:line and the text of the first line that shows it.")
 
 
@@ -92,7 +98,11 @@ def _time_at(tp: TimePoint | None, inv: Inventory) -> TimeAt | None:
 
 def build_overview(inv: Inventory, coverage: Coverage, limit: int) -> JobOverview:
     """The overview model from an inventory (shared with ``diagnose``)."""
-    frameworks = [h for m, name in _FRAMEWORKS.items() if (h := _hint(inv, m, name)) is not None]
+    frameworks: list[Hint] = []
+    for m, name in _FRAMEWORKS.items():
+        h = _hint(inv, m, name)
+        if h is not None and name not in {f.name for f in frameworks}:
+            frameworks.append(h)
     if not frameworks:
         frameworks = [Hint(name="plain PyTorch", lines=0, evidence="no NeMo/Megatron/Lightning/Ray markers seen")]
     families = [h for m, name in _FAMILY_VERSIONS.items() if (h := _hint(inv, m, name)) is not None]
