@@ -1,0 +1,410 @@
+"""``diagnose``: the whole investigation protocol, deterministically, with the verifier's verdict on its own conclusion.
+
+One evidence pass over the worker logs (inventory, tiered signals, NCCL state) and one over the AIS logs (index,
+counter deltas, notable lines, clock alignment) feed both the verdict (:func:`analysis.diagnosis.conclude`) and its
+verification (:func:`verify.verify_with_evidence`), so the logs are read once (plus the few cited lines read back).
+The result model lives here; :func:`render_report` is the markdown report ``debug-training-logs analyze`` prints.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from debug_training_logs.analysis.diagnosis import JobEvidence, KeyEvent, Verdict, conclude, gather_evidence
+from debug_training_logs.analysis.recommendations import recommend
+from debug_training_logs.models import Coverage
+from debug_training_logs.paths import input_dir
+from debug_training_logs.ranges import format_ranges
+from debug_training_logs.tools.job_overview import build_overview
+from debug_training_logs.tools.registry import ToolSpec
+from debug_training_logs.verify import Conclusion, Verification, verify_with_evidence
+from debug_training_logs.verify.models import Category, ChainStep, CitedEvent
+
+TIMELINE_LIMIT = 40
+"""Rows of the timeline table (the chain's events first, then context)."""
+
+
+class JobDetails(BaseModel):
+    """What kind of job it was."""
+
+    framework: str = Field(description="NeMo / Megatron-LM / Lightning / Ray / plain PyTorch, as the logs show.")
+    scale: str = Field(description="Ranks and nodes, e.g. '16 ranks on 2 nodes'.")
+    world_size: int | None
+    nodes: list[str]
+    start_time: str | None = Field(description="Earliest time in the logs (worker local clock; zone not written).")
+    end_time: str | None = Field(description="Latest time in the logs (worker local clock).")
+    data_source: str = Field(description="AIStore / Lhotse / none seen.")
+    torch: str = Field(description="Torch version family the watchdog messages imply.")
+    logs: str = Field(description="Files and bytes read (worker and AIS).")
+
+
+class VerdictModel(BaseModel):
+    """The root cause (contract)."""
+
+    category: Category
+    culprit_ranks: list[int] = Field(description="Global ranks that caused the failure.")
+    suspect_nodes: list[str]
+    confidence: Literal["high", "medium", "low"]
+    explanation: str = Field(description="Why, in a paragraph a person can check against the cited lines.")
+    next_steps: list[str] = Field(description="What to fetch or look at next when the evidence cannot decide.")
+
+
+class TimelineEntry(BaseModel):
+    """One row of the timeline table."""
+
+    time_local: str | None = Field(
+        description="Worker local clock (ISO 8601, no zone: worker logs do not say it); AIS events converted through "
+        "the verified alignment. None when the line has no time (see time_note)."
+    )
+    time_utc: str | None = Field(description="UTC, when the alignment established the workers' zone.")
+    unaligned: bool = Field(description="An AIS event that could not be put on the worker clock (its AIS time shown).")
+    time_note: str = Field(description="How the time is known: exact, bounded by neighbouring lines, AIS clock.")
+    source: str = Field(description="file:line (relative to logs_dir or ais_dir).")
+    ranks: str = Field(description="Global ranks involved (range string).")
+    event: str
+    text: str = Field(description="The cited line (cut at ~300 characters).")
+
+
+class ChainLink(BaseModel):
+    """One step of the root-cause chain, trigger first."""
+
+    step: int
+    event: str
+    time_local: str | None = Field(description="Worker local clock, when known (see time_note).")
+    time_note: str
+    source: str
+    text: str
+
+
+class KeyFile(BaseModel):
+    file: str
+    why: str
+
+
+class RecommendationModel(BaseModel):
+    area: str = Field(description="Storage-side, Client-side, Training config, Operations, Evidence to collect.")
+    text: str
+    because: str
+
+
+class Diagnosis(BaseModel):
+    """The diagnosis of a failed job (contract), with the verifier's verdict on it."""
+
+    summary: str
+    job: JobDetails
+    verdict: VerdictModel
+    timeline: list[TimelineEntry]
+    timeline_truncated: int
+    root_cause_chain: list[ChainLink]
+    key_files: list[KeyFile]
+    recommendations: list[RecommendationModel]
+    conclusion: Conclusion = Field(description="The verdict as a conclusion (what verify_conclusion was given).")
+    verification: Verification
+    coverage: Coverage
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Building the result
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat(timespec="seconds") if t is not None else None
+
+
+def _utc_offset(ev: JobEvidence) -> float | None:
+    """Hours the worker clock is ahead of UTC, when a verified alignment ties it to AIS clocks that are in UTC."""
+    ais = ev.ais
+    if ais is None or ais.alignment is None or not ais.alignment.verified or ais.alignment.offset_hours is None:
+        return None
+    return ais.alignment.offset_hours if (ais.index.zone or "").upper() == "UTC" else None
+
+
+def _note(e: KeyEvent) -> str:
+    if e.time is not None:
+        if e.derived:
+            return "computed: the watchdog's timeout time minus how long the collective ran"
+        return "aligned from the AIS clock" if e.kind == "ais" else "exact (second resolution)"
+    if e.kind == "ais":
+        return f"AIS clock {_iso(e.ais_time)} (not aligned with the workers)"
+    if e.derived and e.latest is not None:
+        return f"before {_iso(e.latest)} (it never reached the collective that started then)"
+    if e.earliest or e.latest:
+        return f"no time on the line: between {_iso(e.earliest) or '?'} and {_iso(e.latest) or '?'}"
+    return "no time on the line"
+
+
+def _entry(e: KeyEvent, utc_offset: float | None) -> TimelineEntry:
+    note = _note(e)
+    if e.time is not None:
+        utc = e.time - timedelta(hours=utc_offset) if utc_offset is not None else None
+        return TimelineEntry(
+            time_local=_iso(e.time),
+            time_utc=f"{_iso(utc)}Z" if utc is not None else None,
+            unaligned=False,
+            time_note=note,
+            source=f"{e.file}:{e.line}",
+            ranks=format_ranges(e.ranks),
+            event=e.event,
+            text=e.text,
+        )
+    return TimelineEntry(
+        time_local=None,
+        time_utc=None,
+        unaligned=e.kind == "ais",
+        time_note=note,
+        source=f"{e.file}:{e.line}",
+        ranks=format_ranges(e.ranks),
+        event=e.event,
+        text=e.text,
+    )
+
+
+def to_conclusion(v: Verdict, logs_dir: str, ais_dir: str | None) -> Conclusion:
+    """The verdict as a checkable conclusion: only lines that are the event they stand for are cited (a computed
+    event, such as when the stuck collective started, stays in the report's chain but is not cited)."""
+    real = [e for e in v.chain if e.file and e.line > 0 and e.text and not e.derived]
+    root = real[0] if real else None
+
+    def when(e: KeyEvent) -> str | None:
+        return _iso(e.ais_time if e.kind == "ais" else e.time)
+
+    return Conclusion(
+        logs_dir=logs_dir,
+        ais_dir=ais_dir,
+        category=v.category,  # type: ignore[arg-type]
+        culprit_ranks=v.culprit_ranks,
+        suspect_nodes=v.suspect_nodes,
+        root_cause_event=CitedEvent(file=root.file, line=root.line, text=root.text, time=when(root)) if root else None,
+        chain=[ChainStep(event=e.event, file=e.file, line=e.line, time=when(e)) for e in real],
+        tz_offset_hours=v.tz_offset_hours,
+        rank0_seq_gap=v.rank0_seq_gap,
+    )
+
+
+def _job(ev: JobEvidence) -> JobDetails:
+    inv = ev.worker.job.inventory
+    cov = ev.coverage
+    ov = build_overview(inv, cov, limit=1)
+    nodes = sorted(set(ev.worker.rank_host.values())) or ov.nodes
+    ws = cov.world_size
+    scale = f"{ws if ws is not None else 'unknown number of'} ranks on {len(nodes) or 'unknown'} node(s)"
+    if ws and nodes and ws % len(nodes) == 0:
+        scale += f" ({ws // len(nodes)} per node)"
+    logs = f"{cov.files_scanned} worker log file(s), {cov.bytes_scanned:,} bytes"
+    if ev.ais is not None:
+        idx = ev.ais.index
+        logs += f"; {idx.files_scanned} AIS log file(s) from {len(idx.daemons)} daemon(s), {idx.bytes_scanned:,} bytes"
+    return JobDetails(
+        framework="/".join(h.name for h in ov.framework),
+        scale=scale,
+        world_size=ws,
+        nodes=nodes,
+        start_time=ov.job_start.time if ov.job_start else None,
+        end_time=ov.job_end.time if ov.job_end else None,
+        data_source=", ".join(h.name for h in ov.data_sources) or "none seen (local files?)",
+        torch="; ".join(h.name for h in ov.torch_version_hints) or "unknown",
+        logs=logs,
+    )
+
+
+def _summary(v: Verdict, verification: Verification) -> str:
+    who = f" (rank(s) {format_ranges(v.culprit_ranks)})" if v.culprit_ranks else ""
+    state = "verified" if verification.accepted else "NOT verified"
+    return f"{v.category}{who}, confidence {v.confidence}, {state}: {v.explanation}"
+
+
+def _downgrade(v: Verdict, ev: JobEvidence, verification: Verification) -> Verdict:
+    """A verdict the verifier rejected becomes the undecided one, with the failed checks as the next steps."""
+    failed = [c for c in verification.checks if not c.passed]
+    category = "nccl_timeout_unattributed" if ev.nccl.timed_out else "incomplete_evidence"
+    why = "; ".join(f"{c.rule}: {c.detail}" for c in failed[:3])
+    return Verdict(
+        category=category,
+        culprit_ranks=sorted(ev.worker.missing_ranks) if category == "incomplete_evidence" else [],
+        suspect_nodes=[],
+        confidence="low",
+        explanation=f"The evidence points to {v.category} but does not prove it ({why}).",
+        root=v.root,
+        chain=v.chain,
+        timeline=v.timeline,
+        key_files=v.key_files,
+        next_steps=[c.next_step for c in failed if c.next_step] + v.next_steps,
+        details=v.details,
+    )
+
+
+def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> Diagnosis:
+    """Verdict, its verification and the report pieces from gathered evidence (no further scan of the logs)."""
+    logs_dir, ais_dir = str(logs_root), (str(ais_root) if ais_root is not None else None)
+    v = conclude(ev)
+    conclusion = to_conclusion(v, logs_dir, ais_dir)
+    verification = verify_with_evidence(conclusion, ev, logs_root, ais_root)
+    if not verification.accepted:
+        alt = _downgrade(v, ev, verification)
+        alt_conclusion = to_conclusion(alt, logs_dir, ais_dir)
+        alt_verification = verify_with_evidence(alt_conclusion, ev, logs_root, ais_root)
+        if alt_verification.accepted:
+            v, conclusion, verification = alt, alt_conclusion, alt_verification
+    utc_offset = _utc_offset(ev)
+    entries = [_entry(e, utc_offset) for e in v.timeline]
+    return Diagnosis(
+        summary=_summary(v, verification),
+        job=_job(ev),
+        verdict=VerdictModel(
+            category=v.category,  # type: ignore[arg-type]
+            culprit_ranks=v.culprit_ranks,
+            suspect_nodes=v.suspect_nodes,
+            confidence=v.confidence,  # type: ignore[arg-type]
+            explanation=v.explanation,
+            next_steps=v.next_steps,
+        ),
+        timeline=entries[:TIMELINE_LIMIT],
+        timeline_truncated=max(0, len(entries) - TIMELINE_LIMIT),
+        root_cause_chain=[
+            ChainLink(
+                step=i,
+                event=e.event,
+                time_local=_iso(e.time),
+                time_note=_note(e),
+                source=f"{e.file}:{e.line}",
+                text=e.text,
+            )
+            for i, e in enumerate(v.chain, start=1)
+        ],
+        key_files=[KeyFile(file=f, why=why) for f, why in v.key_files],
+        recommendations=[
+            RecommendationModel(area=r.area_title, text=r.text, because=r.because) for r in recommend(v, ev)
+        ],
+        conclusion=conclusion,
+        verification=verification,
+        coverage=ev.coverage,
+    )
+
+
+def diagnose(
+    logs_dir: Annotated[str, Field(description="Directory with every rank's worker logs (searched recursively).")],
+    ais_dir: Annotated[
+        str | None, Field(description="Directory with the AIStore daemon logs (plain, rotated or .tar.gz), if any.")
+    ] = None,
+) -> Diagnosis:
+    """Find the root cause of a failed distributed training job, the whole protocol deterministically: job overview,
+    tiered search of every rank's log, the NCCL state table (who never entered the collective), AIS counter deltas
+    and clock alignment when AIS logs are given, the timeline, the causal chain and the verdict; then the verdict is
+    run through verify_conclusion and the result says whether it was accepted.
+
+    Returns job details, the verdict (category, culprit ranks, suspect nodes, confidence, explanation), the timeline
+    table, the numbered root-cause chain, key files, recommendations (storage side, client side, training config,
+    evidence to collect) and the verification. When the evidence cannot decide (missing ranks, a timeout nothing
+    attributes), the verdict says so (incomplete_evidence / nccl_timeout_unattributed) and what to fetch next.
+    """
+    logs_root = input_dir(logs_dir)
+    ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
+    return build_diagnosis(gather_evidence(logs_root, ais_root), logs_root, ais_root)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The markdown report (``debug-training-logs analyze``)
+
+_TITLES = {
+    "data_loading_stall": "Data-loading stall on one rank",
+    "storage_errors": "Storage errors",
+    "gpu_fabric": "GPU/network fabric hang",
+    "cuda_oom": "CUDA out of memory",
+    "cuda_error": "CUDA error",
+    "rank_crash": "A rank crashed",
+    "collective_mismatch": "Collective mismatch",
+    "time_limit": "SLURM time limit",
+    "node_failure": "Node failure",
+    "watchdog_hang": "NCCL watchdog hang",
+    "no_failure": "No failure",
+    "incomplete_evidence": "Evidence incomplete",
+    "nccl_timeout_unattributed": "NCCL timeout, cause not attributable",
+}
+
+
+def _cell(text: str | None, limit: int = 160) -> str:
+    t = (text or "").replace("|", "\\|").replace("\n", " ").replace("`", "'")
+    return t if len(t) <= limit else t[: limit - 1] + "…"
+
+
+def _when(e: TimelineEntry) -> str:
+    if e.time_local:
+        return e.time_local.replace("T", " ")
+    return f"({e.time_note})"
+
+
+def render_report(d: Diagnosis) -> str:
+    """The report an on-call engineer can forward as is."""
+    v = d.verdict
+    who = f" — culprit rank(s) {format_ranges(v.culprit_ranks)}" if v.culprit_ranks else ""
+    nodes = f" on {', '.join(v.suspect_nodes)}" if v.suspect_nodes else ""
+    status = "ACCEPTED" if d.verification.accepted else "REJECTED"
+    out = [
+        f"# {_TITLES.get(v.category, v.category)}{who}{nodes}",
+        "",
+        f"**Category:** `{v.category}` · **Confidence:** {v.confidence} · **Verification:** {status}",
+        "",
+        v.explanation,
+        "",
+        "## Job Details",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| Framework | {_cell(d.job.framework)} |",
+        f"| Scale | {_cell(d.job.scale)}{': ' + _cell(', '.join(d.job.nodes), 200) if d.job.nodes else ''} |",
+        f"| Start / end | {d.job.start_time or '?'} → {d.job.end_time or '?'} (worker local time, zone not logged) |",
+        f"| Data source | {_cell(d.job.data_source)} |",
+        f"| Torch | {_cell(d.job.torch, 200)} |",
+        f"| Logs read | {_cell(d.job.logs, 200)} |",
+        f"| Coverage | ranks {d.coverage.ranks_found or 'none'} of world size {d.coverage.world_size or 'unknown'}"
+        + (f"; **missing {d.coverage.missing_ranks}**" if d.coverage.missing_ranks else "; none missing")
+        + " |",
+        "",
+        "## Timeline Table",
+        "",
+        "| Time (worker local) | UTC | Source | Ranks | Event |",
+        "|---|---|---|---|---|",
+    ]
+    for e in d.timeline:
+        out.append(
+            f"| {_cell(_when(e), 80)} | {e.time_utc or ''} | `{_cell(e.source, 90)}` | {_cell(e.ranks, 30)} | "
+            f"{_cell(e.event, 200)} |"
+        )
+    if d.timeline_truncated:
+        out.append(f"| … | | | | {d.timeline_truncated} more event(s) (see --json) |")
+    out += ["", "## Root Cause Chain", ""]
+    for i, c in enumerate(d.root_cause_chain):
+        when = (c.time_local or "").replace("T", " ") or f"({c.time_note})"
+        out.append(f"{c.step}. **{when}** {c.event} — `{c.source}`")
+        if i < len(d.root_cause_chain) - 1:
+            out.append("   ↓")
+    out += ["", "## Key Files", ""]
+    out += [f"- `{k.file}` — {k.why}" for k in d.key_files] or ["- (none)"]
+    out += ["", "## Recommendations", ""]
+    areas: dict[str, list[RecommendationModel]] = {}
+    for r in d.recommendations:
+        areas.setdefault(r.area, []).append(r)
+    for area, recs in areas.items():
+        out.append(f"**{area}**")
+        out += [f"- {r.text} _(because {r.because})_" for r in recs]
+        out.append("")
+    if v.next_steps:
+        out += ["## Next Steps", ""] + [f"- {s}" for s in v.next_steps] + [""]
+    out += ["## Verification", "", d.verification.summary, "", "| Rule | Result | Detail |", "|---|---|---|"]
+    mark = {"passed": "✔ passed", "failed": "✘ failed", "undecided": "? undecided", "not_applicable": "– n/a"}
+    for check in d.verification.checks:
+        out.append(f"| {check.rule} | {mark[check.status]} | {_cell(check.detail, 240)} |")
+    return "\n".join(out).rstrip() + "\n"
+
+
+SPEC = ToolSpec(
+    func=diagnose,
+    cli_name="diagnose",
+    title="Diagnose a failed job",
+    positional=("logs_dir", "ais_dir"),
+    render=render_report,
+)

@@ -1,0 +1,43 @@
+"""``verify_conclusion``: accept or reject a root-cause conclusion against every rank's logs (the double-check)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from debug_training_logs.tools.registry import ToolSpec
+from debug_training_logs.verify import Conclusion, Verification, verify
+
+
+def verify_conclusion(
+    conclusion: Annotated[
+        Conclusion,
+        Field(
+            description="The conclusion to check: logs_dir, optional ais_dir, category, culprit_ranks, and optionally "
+            "suspect_nodes, root_cause_event {file, line, text, time}, chain [{event, file, line, time}], evidence "
+            "[{file, line, text}], tz_offset_hours (worker clock minus AIS clock), rank0_seq_gap."
+        ),
+    ],
+) -> Verification:
+    """Check a root-cause conclusion against the logs themselves, deterministically, before presenting it.
+
+    The verifier re-reads every rank's logs (and the AIS logs when ais_dir is given) and never trusts the caller's
+    reading. Rules: coverage (every rank read, or the conclusion is incomplete_evidence naming the missing ranks);
+    straggler consistency (culprits are exactly the ranks the NCCL table singles out; blaming the first rank to detect
+    the timeout or the dump-signal sender is rejected); fabric vs straggler; causality (the root cause precedes the
+    stuck collective's start and the symptoms; cross-source ordering needs a verified clock alignment); clock (AIS vs
+    worker times only through a verified alignment, and a claimed offset must equal it); noise (resets that succeeded
+    on retry are not a root cause); citations (every cited file:line exists and says what is quoted); all daemon
+    files (a storage conclusion rests on the daemon file that covers the window, not only the latest); rank-0-ahead
+    (the claimed gap matches the measured one); and category-specific evidence (the OOM line on the culprit before
+    the timeout, the SLURM time-limit cancel with no earlier failure, a clean end with no process killer, ...).
+
+    A minimal conclusion (logs_dir, category, culprit_ranks) is judged on what the logs show; whatever is cited must
+    be real. Do not present a rejected conclusion: fix what the failed checks say (each has a next_step) and verify
+    again.
+    """
+    return verify(conclusion)
+
+
+SPEC = ToolSpec(func=verify_conclusion, cli_name="verify", title="Verify a conclusion", positional=("conclusion",))

@@ -1,0 +1,159 @@
+"""What every rule reads: the conclusion, the evidence re-derived from the logs, and the cited lines read back.
+
+Cited lines are read from the files once (:func:`build_context`), whatever the number of rules that look at them, and
+their times come from the files, never from the conclusion.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from debug_training_logs.analysis.diagnosis import (
+    CLOCK_SLACK,
+    JobEvidence,
+    KeyEvent,
+    LineAt,
+    Trigger,
+    ais_to_worker,
+    aligned_for,
+    first_symptom,
+    read_ais_lines,
+    read_lines,
+    safe_path,
+    triggers,
+)
+from debug_training_logs.models import Evidence, cut
+from debug_training_logs.verify.models import Conclusion
+
+_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
+MAX_EVIDENCE = 8
+"""Lines listed per check; more are counted in ``evidence_truncated``."""
+SLACK = CLOCK_SLACK
+
+
+@dataclass
+class Cited:
+    """One line the conclusion cites, as the file has it."""
+
+    role: str
+    """``root_cause_event``, ``chain[i]`` or ``evidence[i]``."""
+    file: str
+    line: int
+    text: str | None
+    """The cited text (chain steps cite no text)."""
+    claimed_time: str | None
+    source: str | None
+    """``worker`` (under logs_dir), ``ais`` (under ais_dir) or None (found in neither)."""
+    actual: LineAt | None = None
+    daemon: str | None = None
+    """For AIS lines: the daemon that wrote the file."""
+    earliest: datetime | None = None
+    """Worker-clock bounds of when the line was written (AIS lines only through a verified alignment)."""
+    latest: datetime | None = None
+    rank: int | None = None
+    """The global rank that wrote the line, when known (``[rankN]:`` prefix or a single-rank file)."""
+
+    @property
+    def exists(self) -> bool:
+        return self.actual is not None and self.actual.text is not None
+
+    def cite(self) -> Evidence:
+        text = self.actual.text if self.actual is not None and self.actual.text is not None else (self.text or "")
+        return Evidence(file=self.file, line=self.line, text=cut(text))
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class RuleContext:
+    """The conclusion and everything the rules check it against."""
+
+    conclusion: Conclusion
+    ev: JobEvidence
+    logs_root: Path
+    ais_root: Path | None
+    cited: list[Cited]
+    trig: list[Trigger] = field(default_factory=list)
+    symptom: KeyEvent | None = None
+
+    @property
+    def culprits(self) -> set[int]:
+        return set(self.conclusion.culprit_ranks)
+
+    @property
+    def category(self) -> str:
+        return self.conclusion.category
+
+    @property
+    def root(self) -> Cited | None:
+        return next((c for c in self.cited if c.role == "root_cause_event"), None)
+
+    @property
+    def chain(self) -> list[Cited]:
+        return [c for c in self.cited if c.role.startswith("chain")]
+
+    @property
+    def start(self) -> datetime | None:
+        """When the stuck collective started (worker clock), if NCCL timed out."""
+        return self.ev.nccl.collective_start()
+
+    @property
+    def symptom_time(self) -> datetime | None:
+        return self.symptom.time if self.symptom is not None else None
+
+
+def _rank_of_line(ev: JobEvidence, file: str, text: str | None) -> int | None:
+    if text:
+        m = _RANK_PREFIX.search(text)
+        if m:
+            return int(m.group(1))
+    ranks = ev.worker.job.inventory.ranks_of_file(file)
+    return next(iter(ranks)) if len(ranks) == 1 else None
+
+
+def _locate(file: str, logs_root: Path, ais_root: Path | None) -> str | None:
+    if safe_path(logs_root, file) is not None:
+        return "worker"
+    if ais_root is not None and ("!" in file or safe_path(ais_root, file) is not None):
+        return "ais"
+    return None
+
+
+def build_context(c: Conclusion, ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> RuleContext:
+    """Read every cited line back from its file (one read per file) and put it on the worker clock."""
+    cited: list[Cited] = []
+    if c.root_cause_event is not None:
+        r = c.root_cause_event
+        cited.append(Cited("root_cause_event", r.file, r.line, r.text, r.time, _locate(r.file, logs_root, ais_root)))
+    for i, s in enumerate(c.chain):
+        cited.append(Cited(f"chain[{i}]", s.file, s.line, None, s.time, _locate(s.file, logs_root, ais_root)))
+    for i, e in enumerate(c.evidence):
+        cited.append(Cited(f"evidence[{i}]", e.file, e.line, e.text, None, _locate(e.file, logs_root, ais_root)))
+    worker_wanted: dict[str, set[int]] = {}
+    ais_wanted: dict[str, set[int]] = {}
+    for x in cited:
+        if x.source == "worker":
+            worker_wanted.setdefault(x.file, set()).add(x.line)
+        elif x.source == "ais":
+            ais_wanted.setdefault(x.file, set()).add(x.line)
+    worker_lines = read_lines(logs_root, worker_wanted, ev.worker.year) if worker_wanted else {}
+    ais_lines = read_ais_lines(ais_root, ais_wanted) if ais_root is not None and ais_wanted else {}
+    alignment = ev.ais.alignment if ev.ais is not None else None
+    for x in cited:
+        if x.source == "worker":
+            x.actual = worker_lines.get((x.file, x.line))
+            if x.actual is not None:
+                x.earliest, x.latest = x.actual.earliest, x.actual.latest
+                x.rank = _rank_of_line(ev, x.file, x.actual.text)
+        elif x.source == "ais":
+            x.actual = ais_lines.get((x.file, x.line))
+            x.daemon = ev.ais.daemon_of(x.file) if ev.ais is not None else None
+            if x.actual is not None and x.daemon and aligned_for(alignment, x.daemon):
+                x.earliest = ais_to_worker(alignment, x.actual.earliest)
+                x.latest = ais_to_worker(alignment, x.actual.latest)
+    return RuleContext(c, ev, logs_root, ais_root, cited, triggers(ev), first_symptom(ev))

@@ -1,0 +1,46 @@
+"""Run every rule against a conclusion: :func:`verify` gathers the evidence itself; :func:`verify_with_evidence`
+uses evidence already gathered (``diagnose`` checks its own verdict without reading the logs again)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from debug_training_logs.analysis.diagnosis import JobEvidence, gather_evidence
+from debug_training_logs.paths import input_dir
+from debug_training_logs.verify.context import build_context
+from debug_training_logs.verify.models import Check, Conclusion, Verification
+from debug_training_logs.verify.rules import RULES
+
+
+def verify(conclusion: Conclusion) -> Verification:
+    """Re-derive the facts from the conclusion's directories and run every rule (paths go through the allowed-roots
+    policy)."""
+    logs_root = input_dir(conclusion.logs_dir)
+    ais_root = input_dir(conclusion.ais_dir, "AIS logs directory") if conclusion.ais_dir else None
+    ev = gather_evidence(logs_root, ais_root)
+    return verify_with_evidence(conclusion, ev, logs_root, ais_root)
+
+
+def verify_with_evidence(
+    conclusion: Conclusion, ev: JobEvidence, logs_root: Path, ais_root: Path | None
+) -> Verification:
+    """Run every rule against ``ev`` (gathered from ``logs_root``/``ais_root`` by the caller)."""
+    ctx = build_context(conclusion, ev, logs_root, ais_root)
+    checks = [rule(ctx) for rule in RULES]
+    accepted = all(c.passed for c in checks)
+    return Verification(
+        summary=_summary(conclusion, checks, accepted), accepted=accepted, checks=checks, coverage=ev.coverage
+    )
+
+
+def _summary(c: Conclusion, checks: list[Check], accepted: bool) -> str:
+    ranks = ",".join(str(r) for r in c.culprit_ranks) or "none"
+    applied = [x for x in checks if x.status != "not_applicable"]
+    if accepted:
+        return (
+            f"ACCEPTED: {c.category} (culprit ranks {ranks}) holds against every rank's logs: "
+            f"{len(applied)} rule(s) applied and passed, {len(checks) - len(applied)} did not apply."
+        )
+    failed = [x for x in checks if not x.passed]
+    first = "; ".join(f"{x.rule} ({x.status}): {x.detail}" for x in failed[:2])
+    return f"REJECTED: {c.category} (culprit ranks {ranks}) - {len(failed)} rule(s) not satisfied. {first}"

@@ -1,0 +1,98 @@
+"""What a conclusion is and what the verifier answers (contract): :class:`Conclusion`, :class:`Check`,
+:class:`Verification`.
+
+Plain pydantic definitions, no logic: the rules live in :mod:`debug_training_logs.verify.rules`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from pydantic import BaseModel, Field
+
+from debug_training_logs.models import Coverage, Evidence
+
+Category = Literal[
+    "data_loading_stall",
+    "storage_errors",
+    "gpu_fabric",
+    "cuda_oom",
+    "cuda_error",
+    "rank_crash",
+    "collective_mismatch",
+    "time_limit",
+    "node_failure",
+    "watchdog_hang",
+    "no_failure",
+    "incomplete_evidence",
+    "nccl_timeout_unattributed",
+]
+CATEGORIES: tuple[str, ...] = get_args(Category)
+
+CheckStatus = Literal["passed", "failed", "undecided", "not_applicable"]
+
+
+class CitedEvent(BaseModel):
+    """A log line the conclusion rests on (its time, when given, is only the caller's reading: it is re-derived)."""
+
+    file: str = Field(description="Path relative to logs_dir (worker logs) or ais_dir (AIS daemon logs).")
+    line: int = Field(ge=1, description="1-based line number in the (decompressed) file.")
+    text: str = Field(description="The line as cited (a ~300-character cut is fine).")
+    time: str | None = Field(default=None, description="When it happened, as the caller read it (ISO 8601).")
+
+
+class ChainStep(BaseModel):
+    """One link of the causal chain, trigger first."""
+
+    event: str = Field(description="What happened, in a few words.")
+    file: str = Field(description="Path relative to logs_dir or ais_dir.")
+    line: int = Field(ge=1, description="1-based line number.")
+    time: str | None = Field(default=None, description="When, as the caller read it (ISO 8601).")
+
+
+class Conclusion(BaseModel):
+    """A claim about why a job failed, to be checked against the logs (contract)."""
+
+    logs_dir: str = Field(description="Directory with every rank's worker logs.")
+    ais_dir: str | None = Field(default=None, description="Directory with the AIStore daemon logs, when used.")
+    category: Category = Field(description="The root-cause category.")
+    culprit_ranks: list[int] = Field(
+        default_factory=list,
+        description="Global ranks that caused the failure (the straggler, the rank that crashed first...); "
+        "for incomplete_evidence, the ranks whose logs are missing.",
+    )
+    suspect_nodes: list[str] = Field(default_factory=list, description="Nodes (host names) suspected.")
+    root_cause_event: CitedEvent | None = Field(default=None, description="The triggering log line.")
+    chain: list[ChainStep] = Field(default_factory=list, description="Trigger to final crash, in order.")
+    evidence: list[Evidence] = Field(default_factory=list, description="Other cited lines.")
+    tz_offset_hours: float | None = Field(
+        default=None, description="Worker clock minus AIS clock in hours, when the conclusion relates the two."
+    )
+    rank0_seq_gap: int | None = Field(
+        default=None,
+        description="For a claim that rank 0 is ahead: by how many collectives (last enqueued) it is ahead.",
+    )
+
+
+class Check(BaseModel):
+    """The outcome of one rule."""
+
+    rule: str = Field(description="The rule's name.")
+    passed: bool = Field(description="True when the rule holds or does not apply (see status).")
+    status: CheckStatus = Field(
+        description="passed; failed (the logs contradict the conclusion); undecided (the logs cannot prove it: "
+        "counts as failed); not_applicable (the rule has nothing to check here, and detail says why)."
+    )
+    detail: str = Field(description="What was checked and what the logs show.")
+    evidence: list[Evidence] = Field(default_factory=list, description="The lines the rule used (bounded).")
+    evidence_truncated: int = Field(default=0, description="Lines used but not listed.")
+    next_step: str = Field(default="", description="When not passed: what to look at or fetch next.")
+
+
+class Verification(BaseModel):
+    """Accepted or rejected, one entry per rule."""
+
+    summary: str = Field(description="Accepted or rejected, and the first reasons.")
+    accepted: bool = Field(description="True when every check passed or did not apply.")
+    checks: list[Check]
+    coverage: Coverage
