@@ -30,6 +30,8 @@ DATA_STALL_LOGS = REPO / "fixtures" / "data_stall" / "logs"
 _PG = "[PG ID 0 PG GUID 0(default_pg) Rank {r}]"
 _START = [
     "[NeMo I 2025-03-14 09:58:01 nemo_logging:393] Rank {r}: NeMo training starting, world size 4",
+    "node-0{node}:{pid}:{pid} [{local}] NCCL INFO comm 0x5a3c1d0 rank {r} nranks 4 cudaDev {local} busId 3d000 - "
+    "Init COMPLETE",
     "[rank{r}]:[I314 09:58:02.000000000 ProcessGroupNCCL.cpp:946] {pg} NCCL version 2.21.5",
     "Lhotse AIStore dataloader: reading shards from ais://speech-train",
 ]
@@ -60,7 +62,8 @@ def write_data_stall_logs(dest: Path) -> Path:
     for node, ranks in ((0, (0, 1)), (1, (2, 3))):
         lines: list[str] = []
         for r in ranks:
-            lines += [t.format(r=r, pg=_PG.format(r=r)) for t in _START]
+            pid, local = 4100 + r, r % 2
+            lines += [t.format(r=r, pg=_PG.format(r=r), node=node, pid=pid, local=local) for t in _START]
         for r in ranks:
             block = _OBSERVED if r == 3 else _DETECTED
             lines += [t.format(r=r, pg=_PG.format(r=r), ns=f"{123456789 + r:09d}") for t in block]
