@@ -405,6 +405,8 @@ class ProcessGroupState:
     observed_ranks: set[int]
     first_to_dump_ranks: set[int]
     dump_signal_senders: set[int]
+    suspect_ranks: set[int] = field(default_factory=set)
+    """Ranks that look behind but cannot be named (the PG is incomplete or mixed)."""
     root_rank: int | None = None
     root_gap: int | None = None
     """How many collectives (last enqueued) the root rank is ahead of the others, when it is."""
@@ -483,6 +485,8 @@ class WorkerEvidence:
     """Per file: the last line with a time (from the file's tail), as a pseudo-hit ``end``."""
     rank_host: dict[int, str]
     """Global rank -> host, from the NCCL init line of the world communicator."""
+    file_host: dict[str, str]
+    """File -> host, when slurmstepd lines in it name exactly one node (``*** STEP j.s ON <host> ...``)."""
 
     @property
     def coverage(self) -> Coverage:
@@ -509,12 +513,12 @@ class WorkerEvidence:
         return [f.rel for f in self.job.inventory.files if rank in f.ranks]
 
     def node_of_rank(self, rank: int) -> str | None:
-        """The host of ``rank`` (NCCL init line), else the node of the file that holds it."""
+        """The host of ``rank`` (NCCL init line), else the host slurmstepd names in its file, else the file's node."""
         if rank in self.rank_host:
             return self.rank_host[rank]
         for f in self.job.inventory.files:
             if rank in f.ranks:
-                return f.node
+                return self.file_host.get(f.rel, f.node)
         return None
 
     def ranks_of_file(self, rel: str) -> set[int]:
@@ -603,7 +607,21 @@ def gather_worker_evidence(logs_dir: Path) -> WorkerEvidence:
         memory_mb={r: sorted(v, key=lambda p: (p[0], p[1])) for r, v in series["memory"].items()},
         file_end=_file_ends(job, single_rank, conv),
         rank_host={r: h for r, (n, h) in hosts.items() if inv.world_size is None or n == inv.world_size},
+        file_host=_slurmstepd_hosts(kept.get("slurm_cancel", {}).values()),
     )
+
+
+_STEPD_HOST = re.compile(r"slurmstepd: error: \*\*\* (?:STEP|JOB) \S+ ON (\S+) ")
+
+
+def _slurmstepd_hosts(hits: Iterable[Hit]) -> dict[str, str]:
+    """File -> the one host its slurmstepd lines name (slurmstepd writes into the output of its own node)."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for h in hits:
+        m = _STEPD_HOST.search(h.text)
+        if m:
+            seen[h.file].add(m.group(1))
+    return {f: next(iter(hosts)) for f, hosts in seen.items() if len(hosts) == 1}
 
 
 def _file_ends(
@@ -696,6 +714,7 @@ def nccl_state(worker: WorkerEvidence) -> NcclState:
                 observed_ranks={r.rank for r in mine if r.signal == "observed"},
                 first_to_dump_ranks={r.rank for r in mine if r.first_to_dump},
                 dump_signal_senders={r.dump_signal_from_rank for r in mine if r.dump_signal_from_rank is not None},
+                suspect_ranks=set(p.suspect_ranks),
                 root_rank=p.ahead_ranks[0] if root_ahead else None,
                 root_gap=p.ahead_by if root_ahead else None,
             )
@@ -986,23 +1005,37 @@ def read_lines(root: Path, wanted: dict[str, set[int]], year: int | None) -> dic
 
 
 def read_ais_lines(ais_root: Path, wanted: dict[str, set[int]]) -> dict[tuple[str, int], LineAt]:
-    """The wanted lines of AIS daemon logs (plain files, compressed files, ``archive!member`` references), with each
-    record's absolute time on the AIS daemon's clock."""
+    """The wanted lines of AIS daemon logs, each record with its absolute time on the AIS daemon's clock.
+
+    A plain (or compressed) file is parsed alone; ``archive!member`` references need one pass over the archives.
+    A wanted line that is not a record (a header, a continuation line) comes back with its text and no time.
+    """
     from debug_training_logs.analysis.ais_index import AisDirScan
+    from debug_training_logs.formats.ais import AisFileParser, parse_log_name
+    from debug_training_logs.logs.discovery import sniff_compression
+    from debug_training_logs.logs.reader import ReadProblems, iter_lines
 
     out: dict[tuple[str, int], LineAt] = {}
-    if not wanted:
-        return out
-    for source, rec in AisDirScan(ais_root).records():
-        lines = wanted.get(source.ref)
-        if lines and rec.line in lines and (source.ref, rec.line) not in out:
-            out[(source.ref, rec.line)] = LineAt(source.ref, rec.line, rec.text, rec.at, rec.at, rec.at)
+    in_archives = {ref: lines for ref, lines in wanted.items() if "!" in ref}
     for ref, lines in wanted.items():
-        plain = safe_path(ais_root, ref) if "!" not in ref else None
+        path = safe_path(ais_root, ref) if ref not in in_archives else None
+        if path is None:
+            continue
+        lf = LogFile(path, ref, path.stat().st_size, sniff_compression(path))
+        parser = AisFileParser(parse_log_name(path.name), datetime.fromtimestamp(path.stat().st_mtime).year)
+        for rec in parser.parse(iter_lines(lf, ReadProblems())):
+            if rec.line in lines and (ref, rec.line) not in out:
+                out[(ref, rec.line)] = LineAt(ref, rec.line, rec.text, rec.at, rec.at, rec.at)
         missing = {m for m in lines if (ref, m) not in out}
-        if plain is not None and missing:  # a header or continuation line: the text without a time
+        if missing:
             for key, at in read_lines(ais_root, {ref: missing}, None).items():
                 out[key] = LineAt(at.file, at.line, at.text, None, None, None)
+    if in_archives:
+        for source, rec in AisDirScan(ais_root).records():
+            member_lines = in_archives.get(source.ref)
+            if member_lines and rec.line in member_lines and (source.ref, rec.line) not in out:
+                out[(source.ref, rec.line)] = LineAt(source.ref, rec.line, rec.text, rec.at, rec.at, rec.at)
+    for ref, lines in wanted.items():
         for m in lines:
             out.setdefault((ref, m), LineAt(ref, m, None, None, None, None))
     return out
@@ -1353,13 +1386,11 @@ def _incomplete(ctx: _Ctx) -> Verdict | None:
 
 def _what_present_ranks_show(ctx: _Ctx) -> str:
     parts = []
-    stragglers = _root_stragglers(ctx.nccl)
+    behind = _root_stragglers(ctx.nccl) or {r for g in ctx.nccl.groups for r in g.suspect_ranks}
     if ctx.nccl.timed_out:
-        parts.append(
-            f"The present ranks show an NCCL timeout ({', '.join(sorted({g.classification for g in ctx.nccl.groups}))}"
-            + (f"; rank(s) {_fmt(stragglers)} never entered the collective" if stragglers else "")
-            + ")."
-        )
+        classes = ", ".join(sorted({g.classification for g in ctx.nccl.groups}))
+        seen = f"; among them, rank(s) {_fmt(behind)} never entered the collective" if behind else ""
+        parts.append(f"The present ranks show an NCCL timeout ({classes}{seen}).")
     if ctx.trig:
         t = ctx.trig[0]
         parts.append(f"The first error among them: {t.what} on rank {t.hit.rank} ({t.hit.file}:{t.hit.line}).")
@@ -1749,7 +1780,7 @@ def _time_limit(ctx: _Ctx) -> Verdict | None:
 
 def _clean(ctx: _Ctx) -> Verdict | None:
     ends = ctx.w.hits("clean_end")
-    if not ends or _killers(ctx.w):
+    if not ends or killers(ctx.w):
         return None
     resets = ctx.w.counts.get("conn_reset", 0)
     expl = "The training loop ended normally and no process killer appears in any rank's log."
@@ -1765,7 +1796,7 @@ def _clean(ctx: _Ctx) -> Verdict | None:
 KILLER_SIGNALS = ("cuda_oom", "cuda_error", "xid", "slurm_cancel", "slurm_oom", "child_failed", "traceback")
 
 
-def _killers(w: WorkerEvidence) -> list[Hit]:
+def killers(w: WorkerEvidence) -> list[Hit]:
     """Lines that show a process was killed or crashed (any of them rules out a clean run)."""
     out = [h for s in KILLER_SIGNALS for h in w.hits(s)]
     out += [h for h in w.hits("signal") if any(x in h.text for x in ("SIGKILL", "SIGABRT", "SIGSEGV", "SIGBUS"))]

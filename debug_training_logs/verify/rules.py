@@ -21,6 +21,8 @@ from debug_training_logs.analysis.diagnosis import (
     NcclRow,
     aligned_for,
     data_hits,
+    killers,
+    refine_times,
 )
 from debug_training_logs.models import Evidence, cut
 from debug_training_logs.ranges import format_ranges
@@ -552,24 +554,30 @@ def clock(ctx: RuleContext) -> Check:
 
 
 def _retry_outcome(ctx: RuleContext, rank: int | None, file: str, line: int) -> tuple[str, list[Evidence]]:
-    """``exhausted``, ``succeeded`` or ``unknown`` for a retried request on ``rank`` (logged at ``file:line``)."""
+    """``exhausted``, ``succeeded`` or ``unknown`` for a request retried on ``rank`` (logged at ``file:line``).
+
+    Succeeded: the rank went on (it later reached the collective, or logged progress), or training went on after it
+    (synchronous training cannot progress while one rank is stuck on a request), or the run ended normally.
+    """
     w = ctx.ev.worker
-    ranks = {rank} if rank is not None else w.job.inventory.ranks_of_file(file)
+    ranks = {rank} if rank is not None else w.ranks_of_file(file)
     for r in ranks:
         for h in w.hits("retry_exhausted", r):
-            if (h.file, h.line) > (file, line) or h.file != file:
+            if h.file != file or h.line >= line:
                 return "exhausted", [h.cite()]
-    later = [
-        h
-        for r in ranks
-        for h in [w.last_by_rank.get("progress", {}).get(r)]
-        if h is not None and (h.file != file or h.line > line)
-    ]
-    if later:
-        return "succeeded", [later[0].cite()]
-    same_file = [h for h in w.hits("progress") if h.file == file and h.line > line]
-    if same_file:
-        return "succeeded", [same_file[-1].cite()]
+    rows = [r for r in ctx.ev.nccl.rows if r.rank in ranks and ((r.pending or 0) > 0 or r.signal == "detected")]
+    if rows:
+        return "succeeded", [rows[0].cite()]
+    ends = w.hits("clean_end")
+    if ends and not killers(w):
+        return "succeeded", [ends[-1].cite()]
+    at = next((h for s in ("conn_reset", "retry") for h in w.hits(s) if (h.file, h.line) == (file, line)), None)
+    last_progress = {h.file: h for h in w.hits("progress")}  # the last kept progress line of each file
+    refined = refine_times(w, [*([at] if at is not None else []), *last_progress.values()])
+    when = refined[0].latest if at is not None else None
+    for h in refined[1 if at is not None else 0 :]:
+        if (h.file == file and h.line > line) or (when is not None and h.earliest is not None and h.earliest > when):
+            return "succeeded", [h.cite()]
     return "unknown", []
 
 
@@ -753,13 +761,27 @@ def all_daemon_files(ctx: RuleContext) -> Check:
         d = ais.daemon(key)
         if d is None:
             continue
-        covering = [f for f in d.info_files if f.covers(lo, hi)]
+        info = list(d.info_files)
+        covering = [f for f in info if f.covers(lo, hi)]
         covered_any = covered_any or bool(covering)
         cited = cited_by_daemon.get(key, set())
-        if cited and not any(f.ref in cited for f in covering):
+        latest = info[-1].ref if info else None
+        if cited and not any(f.ref in cited for f in d.files if f.covers(lo, hi)):
             problems.append(
                 f"{key}: the cited file(s) {', '.join(sorted(cited))} do not cover the window {_t(lo)}-{_t(hi)} "
                 f"(AIS clock); {', '.join(f.ref for f in covering) or 'no file'} does"
+            )
+        elif cited and len(covering) > 1 and cited & {f.ref for f in covering} == {latest}:
+            earlier = ", ".join(f.ref for f in covering if f.ref != latest)
+            problems.append(
+                f"{key}: only the latest file {latest} is cited, but the window {_t(lo)}-{_t(hi)} (AIS clock) starts "
+                f"in {earlier}"
+            )
+        first = info[0] if info else None
+        if cited and first is not None and first.kind == "rotated" and first.start is not None and first.start > lo:
+            problems.append(
+                f"{key}: its earliest file given, {first.ref}, was rotated at {_t(first.start)}, after the window "
+                f"starts ({_t(lo)}): the file(s) before it were not provided"
             )
     if problems:
         return _check(
@@ -785,21 +807,32 @@ def all_daemon_files(ctx: RuleContext) -> Check:
 
 
 def _daemon_files_by_evidence(ctx: RuleContext, cited_by_daemon: dict[str, set[str]]) -> Check:
-    """Without a window: a daemon's error evidence living in a file the conclusion did not use."""
+    """Without a window on the AIS clock: a cited daemon whose error evidence lives in a file the conclusion did not
+    use, or whose earliest file given is a rotation (its earlier files are missing)."""
     ais = ctx.ev.ais
     assert ais is not None
     problems = []
+    status: CheckStatus = "failed"
     for key, cited in cited_by_daemon.items():
         evidence_files = {n.example.file for n in ais.incident_lines() if n.daemon == key}
         evidence_files |= {s.evidence.file for s in ais.spikes if s.daemon == key}
         if evidence_files and not (evidence_files & cited):
             problems.append(f"{key}: its error lines/spikes are in {', '.join(sorted(evidence_files))}, not cited")
+        d = ais.daemon(key)
+        info = list(d.info_files) if d is not None else []
+        if info and info[0].kind == "rotated" and not evidence_files:
+            status = "undecided" if not problems else status
+            problems.append(
+                f"{key}: its earliest file given, {info[0].ref}, starts with a rotation ({_t(info[0].start)}): its "
+                "earlier files were not provided, and without a verified alignment it cannot be shown that they "
+                "do not hold the failure window"
+            )
     if problems:
         return _check(
             "all_daemon_files",
-            "failed",
+            status,
             "; ".join(problems) + ".",
-            next_step="Read every file of the daemon, not only the latest.",
+            next_step="Fetch and read every file of the daemon (ais log get cluster), not only the latest.",
         )
     return _check(
         "all_daemon_files",
@@ -996,19 +1029,17 @@ def _cat_time_limit(ctx: RuleContext) -> Check:
 
 
 def _cat_no_failure(ctx: RuleContext) -> Check:
-    from debug_training_logs.analysis.diagnosis import _killers
-
     rule = "category_specific:no_failure"
     w = ctx.ev.worker
     ends = w.hits("clean_end")
-    killers = _killers(w)
-    if killers:
-        k = killers[0]
+    found = killers(w)
+    if found:
+        k = found[0]
         return _check(
             rule,
             "failed",
             f"A process killer appears: {cut(k.text, 160)!r} ({k.file}:{k.line}).",
-            [h.cite() for h in killers],
+            [h.cite() for h in found],
             "Diagnose the failure.",
         )
     if ctx.ev.nccl.timed_out:

@@ -1,0 +1,160 @@
+"""``diagnose`` on every failure scenario: the right category and culprits, and a conclusion the verifier accepts.
+
+Ground truth: ``truth.json`` of the failure scenarios (fixtures/failure_scenarios.py); for the NCCL sets of
+``worker_gen`` (whose truth describes the NCCL table, not the verdict) the expected verdict is listed here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from debug_training_logs.analysis import ais_index, inventory
+from debug_training_logs.tools.diagnose import Diagnosis, diagnose, render_report
+from debug_training_logs.verify import verify
+from fixtures.failure_scenarios import SCENARIOS
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+STYLES = sorted(p.name for p in (FIXTURES / "nccl_styles").iterdir() if (p / "logs").is_dir())
+
+# (logs dir, ais dir or None) -> (category, culprit ranks) for the sets whose truth file does not state a verdict.
+NCCL_SETS: dict[str, tuple[str, list[int]]] = {
+    "data_stall": ("data_loading_stall", [5]),
+    "nccl_fabric": ("gpu_fabric", []),
+    "nccl_root_ahead": ("collective_mismatch", [0]),
+    "nccl_missing_node": ("incomplete_evidence", list(range(8, 16))),
+    **{f"nccl_styles/{s}": ("data_loading_stall", [5]) for s in STYLES},
+}
+SECTIONS = ("## Job Details", "## Timeline Table", "## Root Cause Chain", "## Key Files", "## Recommendations",
+            "## Verification")  # fmt: skip
+
+_CACHE: dict[tuple[str, str | None], Diagnosis] = {}
+
+
+def run(name: str, ais: str | None = None) -> Diagnosis:
+    key = (name, ais)
+    if key not in _CACHE:
+        _CACHE[key] = diagnose(str(FIXTURES / name / "logs"), str(FIXTURES / name / ais) if ais else None)
+    return _CACHE[key]
+
+
+def truth(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / name / "truth.json").read_text(encoding="utf-8"))
+    return data
+
+
+def assert_sound(d: Diagnosis, category: str, culprits: list[int]) -> None:
+    failed = [(c.rule, c.status, c.detail) for c in d.verification.checks if not c.passed]
+    assert (d.verdict.category, d.verdict.culprit_ranks) == (category, culprits), d.summary
+    assert d.verification.accepted, failed
+    assert d.conclusion.category == category and d.conclusion.culprit_ranks == culprits
+    assert d.summary.startswith(category) and "verified" in d.summary
+    report = render_report(d)
+    for section in SECTIONS:
+        assert section in report
+    assert "ACCEPTED" in report
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_failure_scenarios(scenario: str) -> None:
+    t = truth(scenario)
+    d = run(scenario)
+    assert_sound(d, t["category"], t["culprit_ranks"])
+    assert set(t["suspect_nodes"]) <= set(d.verdict.suspect_nodes)
+
+
+@pytest.mark.parametrize("name", sorted(NCCL_SETS))
+def test_nccl_sets(name: str) -> None:
+    category, culprits = NCCL_SETS[name]
+    assert_sound(run(name), category, culprits)
+
+
+@pytest.mark.parametrize("scenario", ["cuda_oom", "clean_resets", "node_failure", "throughput_collapse"])
+def test_own_conclusion_holds_when_verified_from_scratch(scenario: str) -> None:
+    """verify_conclusion re-reads the logs itself: the conclusion diagnose printed passes without shared evidence."""
+    v = verify(run(scenario).conclusion)
+    assert v.accepted, [(c.rule, c.detail) for c in v.checks if not c.passed]
+
+
+def test_data_stall_with_ais_logs_tells_the_whole_chain() -> None:
+    d = run("data_stall", "ais")
+    assert_sound(d, "data_loading_stall", [5])
+    assert d.conclusion.tz_offset_hours == -7
+    first = d.root_cause_chain[0]
+    assert first.source.startswith("aistarget.ais-target-2.INFO.0521-130009.1:"), first
+    assert first.time_local is not None and first.time_local < "2026-05-21T07:32:12"
+    sources = [c.source.split(":")[0] for c in d.root_cause_chain]
+    assert sources.index("error-48213-0.out") > 0  # the loader errors of rank 5 follow the AIS events
+    assert any(e.time_utc and e.time_utc.endswith("Z") for e in d.timeline)
+    areas = {r.area for r in d.recommendations}
+    assert {"Storage-side", "Client-side", "Training config"} <= areas
+    texts = " ".join(r.text for r in d.recommendations)
+    assert "timeout" in texts and "keep-alive" in texts and "broadcast_buffers" in texts
+    assert [c.status for c in d.verification.checks if c.rule in ("clock", "all_daemon_files")] == ["passed"] * 2
+
+
+def test_data_stall_with_ais_archives() -> None:
+    d = run("data_stall", "ais_tgz")
+    assert_sound(d, "data_loading_stall", [5])
+    assert "!" in d.root_cause_chain[0].source  # cited inside the archive, and the verifier read it there
+
+
+def test_recommendations_follow_the_category() -> None:
+    def areas_text(name: str) -> str:
+        return " ".join(r.text for r in run(name).recommendations)
+
+    assert "expandable_segments" in areas_text("cuda_oom")
+    assert "leak" in areas_text("memory_creep_oom")
+    assert "MASTER_PORT" in areas_text("address_in_use")
+    assert "nproc-per-node" in areas_text("invalid_device_ordinal")
+    assert "scp" in areas_text("nccl_missing_node")
+    assert "ibstat" in areas_text("nccl_fabric")
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" in areas_text("nccl_fabric")
+    assert "keep-alive" in areas_text("clean_resets")
+
+
+def test_incomplete_evidence_says_what_to_fetch() -> None:
+    d = run("nccl_missing_node")
+    assert d.verdict.confidence == "low" and d.verdict.next_steps
+    assert "8-15" in d.verdict.explanation and "rank(s) 5 never entered" in d.verdict.explanation
+    assert "a culprit is never named from a subset" in d.verdict.explanation.lower()
+
+
+def test_timeline_marks_untimed_lines_with_their_bounds() -> None:
+    d = run("data_stall")
+    loader = [e for e in d.timeline if "Batch stream truncated" in e.event]
+    assert loader and loader[0].time_local is None and "between" in loader[0].time_note
+
+
+def test_one_scan_of_each_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """diagnose reads the worker logs once and the AIS logs once (cited lines are read back, not rescanned)."""
+    calls = {"worker": 0, "ais": 0}
+    real_scan = inventory.scan_files
+    real_records = ais_index.AisDirScan.records
+
+    def scan(*a: Any, **kw: Any) -> Any:
+        calls["worker"] += 1
+        return real_scan(*a, **kw)
+
+    def records(self: ais_index.AisDirScan, *a: Any, **kw: Any) -> Any:
+        calls["ais"] += 1
+        return real_records(self, *a, **kw)
+
+    monkeypatch.setattr(inventory, "scan_files", scan)
+    monkeypatch.setattr(ais_index.AisDirScan, "records", records)
+    d = diagnose(str(FIXTURES / "data_stall" / "logs"), str(FIXTURES / "data_stall" / "ais"))
+    assert d.verification.accepted
+    assert calls == {"worker": 1, "ais": 1}
+
+
+def test_fixtures_are_regenerated_byte_for_byte(tmp_path: Path) -> None:
+    for name, write in SCENARIOS.items():
+        write(tmp_path / name)
+        for p in (FIXTURES / name / "logs").iterdir():
+            assert (tmp_path / name / "logs" / p.name).read_bytes() == p.read_bytes(), (name, p.name)
+        assert (tmp_path / name / "truth.json").read_text() == (FIXTURES / name / "truth.json").read_text()
+        size = sum(p.stat().st_size for p in (FIXTURES / name).rglob("*") if p.is_file())
+        assert size < 200_000, (name, size)
