@@ -44,6 +44,8 @@ async def test_in_memory_tools_have_schemas_annotations_and_results(tmp_path: Pa
         for spec in all_tools():
             t = tools[spec.name]
             assert t.output_schema is not None, spec.name
+            # "date-time" demands an offset that log times do not have; strict clients reject such results
+            assert '"date-time"' not in json.dumps(t.output_schema), spec.name
             assert t.annotations is not None and t.annotations.read_only_hint is spec.read_only
             assert t.annotations.open_world_hint is spec.open_world
             assert t.description

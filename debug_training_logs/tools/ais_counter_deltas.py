@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 from debug_training_logs.analysis import ais_deltas
 from debug_training_logs.models import Coverage, Evidence, UnreadableFile
@@ -21,7 +21,13 @@ def _local_time_text(value: datetime) -> str:
     return value.isoformat(timespec="milliseconds")
 
 
-AisTime = Annotated[datetime, PlainSerializer(_local_time_text, return_type=str)]
+AisTime = Annotated[
+    datetime,
+    PlainSerializer(_local_time_text, return_type=str),
+    # Not "format: date-time": that format requires an offset, and AIS lines state none (strict clients such as
+    # Claude Code and the MCP Inspector reject a result whose times lack one).
+    WithJsonSchema({"type": "string", "description": "ISO 8601 time on the AIS daemon's own clock, no offset."}),
+]
 """A time on the AIS daemons' clock, shown as ISO 8601 without offset (``2026-05-21T14:32:05.118``)."""
 
 
