@@ -54,7 +54,10 @@ from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, N
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
-from debug_training_logs.logs.discovery import LogFile
+from debug_training_logs.logs.discovery import LogFile, sniff_compression
+from debug_training_logs.logs.nearest_time import TAIL_BYTES, TIMESTAMP
+from debug_training_logs.logs.reader import ReadProblems, decode, iter_chunks
+from debug_training_logs.logs.scan import MAX_LINE_CHARS
 from debug_training_logs.models import Coverage, Evidence, cut
 from debug_training_logs.ranges import parse_ranges
 
@@ -92,6 +95,7 @@ SIGNALS: tuple[Signal, ...] = (
     ),
     _same_as_grep("xid", "gpu_xid_ecc"),
     _same_as_grep("signal", "signal"),
+    _same_as_grep("taken_down", "process_taken_down"),
     _same_as_grep("slurm_cancel", "slurm_cancelled"),
     _same_as_grep("slurm_oom", "oom_kill"),
     _same_as_grep("srun_error", "srun_error"),
@@ -854,7 +858,7 @@ class JobEvidence:
     """Ranks whose step time jumped (throughput collapse)."""
     memory_creep: list[SeriesJump]
     """Ranks whose allocated GPU memory kept growing."""
-    cache: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, list[Trigger]] = field(default_factory=dict)
     """Derived results computed once per evidence (the triggers), shared by the verdict and the verifier."""
 
     @property
@@ -923,7 +927,7 @@ def memory_creep(series: Series) -> list[SeriesJump]:
 # ---------------------------------------------------------------------------------------------------------------------
 # Reading given lines back (citations, and the time bounds of lines that carry no time)
 
-MAX_LINES_PAST = 200_000
+MAX_LINES_PAST = 2_000_000
 """After the last wanted line of a file, read at most this many more lines looking for the next line with a time."""
 
 
@@ -962,46 +966,72 @@ def safe_path(root: Path, rel: str) -> Path | None:
 
 
 def read_lines(root: Path, wanted: dict[str, set[int]], year: int | None) -> dict[tuple[str, int], LineAt]:
-    """The wanted lines of each file under ``root`` (one streaming read per file), with worker-clock time bounds.
-
-    Files outside ``root`` or missing are left out of the answer (the caller reports them).
-    """
-    from debug_training_logs.logs.discovery import sniff_compression
-    from debug_training_logs.logs.reader import ReadProblems, iter_lines
-
+    """The wanted lines of each file under ``root`` with their worker-clock time, or the times of the nearest lines
+    before and after that state one. One read per file up to the last wanted line (and on to the next timestamp), at
+    scan speed: only chunks that hold a wanted line are split into lines (:data:`nearest_time.TIMESTAMP` finds the
+    neighbours). Files outside ``root`` or missing are left out of the answer (the caller reports them)."""
     out: dict[tuple[str, int], LineAt] = {}
     for rel, lines in wanted.items():
         path = safe_path(root, rel)
         if path is None or not lines:
             continue
         lf = LogFile(path, rel, path.stat().st_size, sniff_compression(path))
-        last_wanted = max(lines)
-        last_time: datetime | None = None
-        waiting: list[tuple[int, str]] = []
-        for n, raw in iter_lines(lf, ReadProblems()):
-            text = strip_ansi(raw)
-            wt = parse_wall_time(text)
-            t = with_year(wt, year or WORKER_FALLBACK_YEAR) if wt is not None else None
-            if t is not None:
-                for m, txt in waiting:
-                    out[(rel, m)] = LineAt(rel, m, txt, None, last_time, t)
-                waiting.clear()
-            if n in lines:
-                if t is not None:
-                    out[(rel, n)] = LineAt(rel, n, text, t, last_time, t)
-                else:
-                    waiting.append((n, text))
-            if t is not None:
-                last_time = t
-            if n >= last_wanted and not waiting:
-                break
-            if n > last_wanted + MAX_LINES_PAST:
-                break
-        for m, txt in waiting:
-            out[(rel, m)] = LineAt(rel, m, txt, None, last_time, None)
+        out.update(_read_file_lines(lf, lines, year or WORKER_FALLBACK_YEAR))
         for m in lines:
             out.setdefault((rel, m), LineAt(rel, m, None, None, None, None))
     return out
+
+
+def _stamp(raw: bytes, year: int) -> datetime | None:
+    wt = parse_wall_time(strip_ansi(decode(raw[:MAX_LINE_CHARS])))
+    return with_year(wt, year) if wt is not None else None
+
+
+def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str, int], LineAt]:
+    found: dict[int, tuple[str, datetime | None]] = {}
+    lower: dict[int, datetime | None] = {}
+    upper: dict[int, datetime | None] = {}
+    carry: datetime | None = None  # the last timestamp of the chunks read so far
+    open_: list[int] = []  # wanted lines still waiting for the next timestamp
+    last = max(lines)
+    base = 0
+    for chunk in iter_chunks(lf, ReadProblems()):
+        lines_here = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+        targets = sorted(w for w in lines if base < w <= base + lines_here)
+        if open_ or targets:
+            raws = chunk.split(b"\n")[:lines_here]
+            stamped = [j for j, r in enumerate(raws) if TIMESTAMP.search(r) is not None]
+            if open_ and stamped:
+                t = _stamp(raws[stamped[0]], year)
+                for w in open_:
+                    upper[w] = t
+                open_ = []
+            for w in targets:
+                j = w - base - 1
+                text = strip_ansi(decode(raws[j][:MAX_LINE_CHARS])).rstrip("\r")
+                own = _stamp(raws[j], year) if TIMESTAMP.search(raws[j]) else None
+                found[w] = (text, own)
+                before = [k for k in stamped if k < j]
+                after = [k for k in stamped if k > j]
+                lower[w] = _stamp(raws[before[-1]], year) if before else carry
+                if after:
+                    upper[w] = _stamp(raws[after[0]], year)
+                else:
+                    open_.append(w)
+            if stamped:
+                carry = _stamp(raws[stamped[-1]], year)
+        else:
+            tail = chunk[-TAIL_BYTES:].split(b"\n")
+            for r in reversed(tail):
+                if TIMESTAMP.search(r) is not None:
+                    carry = _stamp(r, year)
+                    break
+        base += lines_here
+        if base >= last and not open_:
+            break
+        if base > last + MAX_LINES_PAST:
+            break
+    return {(lf.rel, w): LineAt(lf.rel, w, text, own, lower.get(w), upper.get(w)) for w, (text, own) in found.items()}
 
 
 def read_ais_lines(ais_root: Path, wanted: dict[str, set[int]]) -> dict[tuple[str, int], LineAt]:
@@ -1012,8 +1042,7 @@ def read_ais_lines(ais_root: Path, wanted: dict[str, set[int]]) -> dict[tuple[st
     """
     from debug_training_logs.analysis.ais_index import AisDirScan
     from debug_training_logs.formats.ais import AisFileParser, parse_log_name
-    from debug_training_logs.logs.discovery import sniff_compression
-    from debug_training_logs.logs.reader import ReadProblems, iter_lines
+    from debug_training_logs.logs.reader import iter_lines
 
     out: dict[tuple[str, int], LineAt] = {}
     in_archives = {ref: lines for ref, lines in wanted.items() if "!" in ref}
@@ -1178,7 +1207,15 @@ _SIGNAL_RX = {s.name: re.compile(s.regex) for s in SIGNALS}
 
 
 def triggers(ev: JobEvidence) -> list[Trigger]:
-    """Every rank's first candidate root-cause event of each kind, with refined times, oldest first."""
+    """Every rank's first candidate root-cause event of each kind, with refined times, oldest first (computed once
+    per evidence: the verdict and the verifier share it)."""
+    cached = ev.cache.get("triggers")
+    if cached is None:
+        cached = ev.cache["triggers"] = _triggers(ev)
+    return list(cached)
+
+
+def _triggers(ev: JobEvidence) -> list[Trigger]:
     w = ev.worker
     firsts: list[tuple[str, Hit]] = []
     for signal in ("cuda_oom", "cuda_error", "xid", "address_in_use", "nan", "exception", "data_error"):
@@ -1239,7 +1276,19 @@ def first_symptom(ev: JobEvidence) -> KeyEvent | None:
 
 AIS_LOOKBACK = timedelta(minutes=15)
 """AIS incident lines this long before the stuck collective started (worker clock) may belong to the chain."""
-AIS_CHAIN_STEPS = 4
+AIS_CHAIN_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "target under resource pressure",
+        ("disk_critical", "resource_pressure_critical", "memory_pressure", "disk_fault"),
+    ),
+    (
+        "inter-target stream breaks",
+        ("shared_dm_broken_pipe", "stream_terminated", "stream_send_error", "shared_dm_rx_failure"),
+    ),
+    ("batch GET loses objects", ("getbatch_out_of_bounds",)),
+    ("batch job aborted, objects dropped, clients cut off", ("shared_dm_xid_not_found", "client_write_failed")),
+)
+"""The original skill's x-get-batch failure mechanism, as stages of named AIS patterns (``formats.ais``)."""
 
 
 @dataclass
@@ -1330,19 +1379,11 @@ def _tail(ev: JobEvidence) -> list[KeyEvent]:
     sym = first_symptom(ev)
     if sym is not None and row is not None:
         out.append(sym)
-    downs = [e for e in n.other_events if isinstance(e.event, tn.Teardown) and e.event.kind == "take_down"]
+    downs = ev.worker.hits("taken_down")
     if downs:
-        d = min(downs, key=lambda e: (e.time or datetime.max, e.file, e.line))
-        ranks = {e.rank for e in downs if e.rank is not None}
+        ranks = set(ev.worker.counts_by_rank.get("taken_down", {}))
         out.append(
-            KeyEvent(
-                f"the watchdogs of {len(ranks)} rank(s) take their processes down (SIGABRT)",
-                d.file,
-                d.line,
-                d.text,
-                ranks,
-                d.time,
-            )
+            hit_event(downs[0], f"the watchdogs of {len(ranks)} rank(s) take their processes down (SIGABRT)", ranks)
         )
     first_timeout = row.timeout_time if row is not None else None
     for signal, what in (
@@ -1555,8 +1596,9 @@ def _nccl(ctx: _Ctx) -> Verdict | None:
             head = ais_head + [hit_event(h, f"rank {h.rank}: {_short(h.text)}") for h in data[:3]]
             category = "storage_errors" if died == stragglers else "data_loading_stall"
             how = "died of the storage error" if category == "storage_errors" else "stuck in data loading"
-            head.append(_straggler_event(ctx, stragglers, f"rank(s) {_fmt(stragglers)} {how}, never enter the "
-                                         "collective"))  # fmt: skip
+            head.append(
+                _straggler_event(ctx, stragglers, f"rank(s) {_fmt(stragglers)} {how}, never enter the collective")
+            )
             ais_note = f" On the storage side: {head[0].event} ({head[0].file}:{head[0].line})." if ais_head else ""
             fate = (
                 " and torchrun reports them exiting with an error: the storage error killed them"
@@ -1702,24 +1744,33 @@ def _node_of_hit(ctx: _Ctx, h: Hit) -> str | None:
 
 
 def _ais_chain(ctx: _Ctx) -> list[KeyEvent]:
-    """AIS incident lines just before the stuck collective, on the worker clock (only with a verified alignment)."""
+    """The AIS side of the chain (the x-get-batch failure mechanism, stage by stage: :data:`AIS_CHAIN_STAGES`) from
+    the lines of the daemons whose error counters spiked, just before the stuck collective started; on the worker
+    clock, so only with a verified alignment."""
     ais = ctx.ev.ais
     if ais is None or ctx.start is None:
         return []
     al = ais.alignment
     spiking = {s.daemon for s in ais.spikes}
+    lines = [
+        (n, t)
+        for n in ais.incident_lines()
+        if (not spiking or n.daemon in spiking)
+        and aligned_for(al, n.daemon)
+        and (t := ais_to_worker(al, n.first)) is not None
+        and ctx.start - AIS_LOOKBACK <= t <= ctx.start + CLOCK_SLACK
+    ]
     out: list[KeyEvent] = []
-    for n in ais.incident_lines():
-        if spiking and n.daemon not in spiking:
+    for stage, patterns in AIS_CHAIN_STAGES:
+        found = [(n, t) for n, t in lines if n.pattern in patterns]
+        if not found:
             continue
-        if not aligned_for(al, n.daemon):
-            continue
-        t = ais_to_worker(al, n.first)
-        if t is None or t < ctx.start - AIS_LOOKBACK or t > ctx.start + CLOCK_SLACK:
-            continue
+        n, t = found[0]
+        d = ais.daemon(n.daemon)
+        name = d.name if d is not None else n.daemon
         out.append(
             KeyEvent(
-                f"AIS {n.daemon}: {n.meaning}",
+                f"AIS {name}: {stage} ({n.meaning})",
                 n.example.file,
                 n.example.line,
                 n.example.text,
@@ -1730,9 +1781,7 @@ def _ais_chain(ctx: _Ctx) -> list[KeyEvent]:
                 kind="ais",
             )
         )
-        if len(out) >= AIS_CHAIN_STEPS:
-            break
-    return out
+    return sorted(out, key=lambda e: e.sort_time or datetime.max)
 
 
 def _offset_if_used(ctx: _Ctx, ais_events: list[KeyEvent]) -> float | None:

@@ -36,11 +36,6 @@ class Facts:
         return bool(self.verdict.details.get(key))
 
     @property
-    def uses_ais(self) -> bool:
-        inv = self.ev.worker.job.inventory
-        return bool(inv.markers.get("aistore") or inv.markers.get("lhotse"))
-
-    @property
     def flight_recorder_off(self) -> bool:
         """The watchdog said the stack trace of the failed collective was not found (flight recorder disabled)."""
         return bool(self.ev.worker.counts.get("flight_recorder_off"))

@@ -533,7 +533,8 @@ def clock(ctx: RuleContext) -> Check:
             [c.cite() for c in ais_cites],
             "Align those daemons' clocks (their files may be in another zone).",
         )
-    methods = "; ".join(f"{m.method}: {m.offset_hours:+g} h" for m in al.methods if m.offset_hours is not None)
+    used = sorted({(m.method, m.offset_hours) for m in al.methods if m.offset_hours is not None})
+    methods = "; ".join(f"{m}: {o:+g} h" for m, o in used)
     if offset is not None and abs(offset - al.offset_hours) > 0.01:
         return _check(
             "clock",
