@@ -129,6 +129,26 @@ def test_timeline_marks_untimed_lines_with_their_bounds() -> None:
     assert loader and loader[0].time_local is None and "between" in loader[0].time_note
 
 
+def test_a_straggler_without_a_reason_is_attributed_to_the_rank_not_to_a_cause(tmp_path: Path) -> None:
+    """The data-stall job with rank 5's loader lines removed: rank 5 still never entered the collective, but nothing
+    says why: the verdict names it without guessing a cause, and says what to capture next time."""
+    src = FIXTURES / "data_stall" / "logs"
+    for p in src.iterdir():
+        kept = [ln for ln in p.read_text(encoding="utf-8").splitlines() if "lhotse.ais.batch_loader" not in ln]
+        (tmp_path / p.name).write_text("\n".join(kept) + "\n", encoding="utf-8")
+    d = diagnose(str(tmp_path))
+    assert_sound(d, "nccl_timeout_unattributed", [5])
+    assert "no line of theirs says why" in d.verdict.explanation
+    assert any("py-spy" in r.text for r in d.recommendations)
+
+
+def test_an_empty_directory_is_incomplete_evidence(tmp_path: Path) -> None:
+    d = diagnose(str(tmp_path))
+    assert d.verdict.category == "incomplete_evidence" and d.verification.accepted
+    assert "No log file was found" in d.verdict.explanation
+    assert "(no event" in render_report(d)
+
+
 def test_one_scan_of_each_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """diagnose reads the worker logs once and the AIS logs once (cited lines are read back, not rescanned)."""
     calls = {"worker": 0, "ais": 0}

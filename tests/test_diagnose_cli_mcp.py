@@ -69,7 +69,7 @@ def test_verify_accepts_and_rejects(tmp_path: Path) -> None:
     assert v["accepted"] is False
     assert any(c["rule"] == "straggler_consistency" and c["status"] == "failed" for c in v["checks"])
     p = cli("verify", str(good))
-    assert p.returncode == 0 and "ACCEPTED" in p.stdout
+    assert p.returncode == 0 and p.stdout.startswith("ACCEPTED") and "[   passed] coverage:" in p.stdout
 
 
 def test_verify_bad_input_is_exit_2(tmp_path: Path) -> None:

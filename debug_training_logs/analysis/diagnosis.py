@@ -1404,7 +1404,10 @@ def _incomplete(ctx: _Ctx) -> Verdict | None:
     if w.world_size is not None and not missing:
         return None
     seen = _what_present_ranks_show(ctx)
-    if w.world_size is None:
+    if not w.job.inventory.files:
+        why = "No log file was found under the directory (nothing to diagnose)."
+        steps = ["Point logs_dir at the directory holding every node's stderr/stdout files (error-<JOBID>-<N>.out)."]
+    elif w.world_size is None:
         why = (
             "No line states the world size (NCCL init 'nranks N', Lightning 'MEMBER: m/N', 'world_size=N'), so "
             f"it cannot be shown that every rank's log was read (ranks seen: {_fmt(w.ranks) or 'none'})."

@@ -377,6 +377,8 @@ def render_report(d: Diagnosis) -> str:
     if d.timeline_truncated:
         out.append(f"| … | | | | {d.timeline_truncated} more event(s) (see --json) |")
     out += ["", "## Root Cause Chain", ""]
+    if not d.root_cause_chain:
+        out.append("(no event: see the explanation and the next steps)")
     for i, c in enumerate(d.root_cause_chain):
         when = (c.time_local or "").replace("T", " ") or f"({c.time_note})"
         out.append(f"{c.step}. **{when}** {c.event} — `{c.source}`")

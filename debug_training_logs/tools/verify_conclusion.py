@@ -40,4 +40,23 @@ def verify_conclusion(
     return verify(conclusion)
 
 
-SPEC = ToolSpec(func=verify_conclusion, cli_name="verify", title="Verify a conclusion", positional=("conclusion",))
+_MARK = {"passed": "passed", "failed": "FAILED", "undecided": "UNDECIDED", "not_applicable": "n/a"}
+
+
+def render_verification(v: Verification) -> str:
+    """The verdict and one line per rule (with what to do next for those that did not pass)."""
+    lines = [v.summary, ""]
+    for c in v.checks:
+        lines.append(f"[{_MARK[c.status]:>9}] {c.rule}: {c.detail}")
+        if c.next_step:
+            lines.append(f"{'':12}next: {c.next_step}")
+    return "\n".join(lines)
+
+
+SPEC = ToolSpec(
+    func=verify_conclusion,
+    cli_name="verify",
+    title="Verify a conclusion",
+    positional=("conclusion",),
+    render=render_verification,
+)

@@ -632,10 +632,11 @@ def noise(ctx: RuleContext) -> Check:
         if resets:
             outcome, ev = _retry_outcome(ctx, resets[-1].rank, resets[-1].file, resets[-1].line)
             status: CheckStatus = "failed" if outcome == "succeeded" else "undecided"
+            who = f"Rank(s) {_fmt(ctx.culprits)} logged no data-loading error; the" if ctx.culprits else "The"
             return _check(
                 "noise",
                 status,
-                f"The only storage-side lines are {len(resets)} connection reset/retry line(s)"
+                f"{who} only storage-side lines in the logs are {len(resets)} connection reset/retry line(s)"
                 + (", and training went on after them: keep-alive noise." if outcome == "succeeded" else "."),
                 [h.cite() for h in resets[:4]] + ev,
                 "Resets that succeed on retry are not a root cause: look for what actually stopped.",
