@@ -49,7 +49,7 @@ from debug_training_logs.analysis.ais_index import AisDaemon, AisIndex
 from debug_training_logs.analysis.alignment import WORKER_PATTERNS as ALIGNMENT_PATTERNS
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock, WorkerClockFacts, WorkerClockSink, align
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
-from debug_training_logs.analysis.inventory import JobScan, scan_job
+from debug_training_logs.analysis.inventory import JobScan, Marker, scan_job
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
@@ -65,14 +65,9 @@ from debug_training_logs.ranges import parse_ranges
 # Named data: the signals searched for in every worker log
 
 
-@dataclass(frozen=True)
-class Signal:
-    """A named pattern searched in every worker log, and what a hit means to the diagnosis."""
-
-    name: str
-    regex: str
-    """RE2 syntax (no look-arounds), matched anywhere in the line."""
-    meaning: str
+Signal = Marker
+"""A named pattern searched in every worker log (RE2 syntax, anywhere in the line) and what a hit means: the same
+shape as the inventory's markers, which ride along in the same scan."""
 
 
 _GREP = {p.name: p for p in DEFAULT_PATTERNS}
