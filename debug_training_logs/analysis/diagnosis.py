@@ -1531,6 +1531,7 @@ def _crash(ctx: _Ctx) -> Verdict | None:
                 "",
                 {creep[0].rank},
                 creep[0].first_time,
+                derived=True,
             ),
         )
     if first.what == "NaN/Inf loss":
@@ -1549,7 +1550,13 @@ def _crash(ctx: _Ctx) -> Verdict | None:
             " The other ranks then waited in the next collective until the NCCL watchdog timed out: the timeouts, "
             "SIGABRTs and ChildFailedError are consequences."
         )
-    expl = f"{who.capitalize()} failed first: {first.what} ({first.hit.file}:{first.hit.line}).{after}"
+    leak = (
+        f" Its allocated GPU memory had grown from {creep[0].baseline:.0f} MB to {creep[0].peak:.0f} MB, report "
+        "after report, before it ran out: a leak, not one large batch."
+        if details.get("memory_creep")
+        else ""
+    )
+    expl = f"{who.capitalize()} failed first: {first.what} ({first.hit.file}:{first.hit.line}).{leak}{after}"
     return _verdict(category, ranks, ctx, expl, head, details=details)
 
 

@@ -132,6 +132,8 @@ def _note(e: KeyEvent) -> str:
         return f"AIS clock {_iso(e.ais_time)} (not aligned with the workers)"
     if e.derived and e.latest is not None:
         return f"before {_iso(e.latest)} (it never reached the collective that started then)"
+    if e.derived:
+        return "computed from the rank's series of reports"
     if e.earliest or e.latest:
         return f"no time on the line: between {_iso(e.earliest) or '?'} and {_iso(e.latest) or '?'}"
     return "no time on the line"
