@@ -60,3 +60,17 @@ def test_empty_and_missing_directories(tmp_path: Path) -> None:
     assert "unknown" in ov.coverage.world_size_evidence
     with pytest.raises(UserInputError, match="does not exist"):
         job_overview(str(tmp_path / "missing"))
+
+
+def test_ranks_are_the_union_of_every_global_rank_source(tmp_path: Path) -> None:
+    """A file where some ranks print [rankN]: lines and another shows up only in Lightning's GLOBAL_RANK line."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "node0.out").write_text(
+        "[rank0]: step 1\n[rank1]: step 1\n"
+        "Initializing distributed: GLOBAL_RANK: 2, MEMBER: 3/4\n"
+        "Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/4\n"
+    )
+    ov = job_overview(str(logs))
+    assert ov.coverage.ranks_found == "0-3" and ov.coverage.world_size == 4 and ov.coverage.missing_ranks == ""
+    assert "Lightning" in ov.files[0].rank_source and "[rankN]:" in ov.files[0].rank_source

@@ -323,19 +323,22 @@ def scan_job(
 
 
 def _file_ranks(scan: FileScan, facts: FileFacts, world_size: int | None) -> tuple[set[int], str]:
-    if scan.ranks:
-        return set(scan.ranks), "[rankN]: prefixes"
-    if facts.ray_ranks:
-        return set(facts.ray_ranks), "Ray [rank=N] prefixes"
-    labelled = _srun_labels(scan.head + scan.tail)
-    if labelled:
-        return labelled, "srun --label task ids"
-    if facts.member_ranks:
-        return set(facts.member_ranks), "Lightning GLOBAL_RANK lines"
+    """Every global rank the file shows, from every source that names a global rank (their union: a file can carry
+    ``[rankN]:`` lines for some ranks and only Lightning/NCCL lines for others); the file name only as a last resort."""
+    found: dict[str, set[int]] = {
+        "[rankN]: prefixes": set(scan.ranks),
+        "Ray [rank=N] prefixes": set(facts.ray_ranks),
+        "Lightning GLOBAL_RANK lines": set(facts.member_ranks),
+    }
     if world_size is not None:
-        world = {r for r, n in facts.nccl_ranks.items() if n == world_size}
-        if world:
-            return world, "NCCL init 'rank R nranks N' of the world communicator"
+        found["NCCL init 'rank R nranks N' of the world communicator"] = {
+            r for r, n in facts.nccl_ranks.items() if n == world_size
+        }
+    if not any(found.values()):
+        found["srun --label task ids"] = _srun_labels(scan.head + scan.tail)
+    ranks = set().union(*found.values())
+    if ranks:
+        return ranks, ", ".join(name for name, rs in found.items() if rs)
     name_rank = file_name_rank(scan.file.rel)
     if name_rank is not None:
         return {name_rank}, "file name"
