@@ -32,7 +32,6 @@ from datetime import datetime
 from functools import cached_property
 from itertools import chain
 from pathlib import Path, PurePosixPath
-from typing import IO
 
 from debug_training_logs import progress
 from debug_training_logs.formats.ais import (
@@ -47,7 +46,7 @@ from debug_training_logs.formats.ais import (
     parse_log_name,
 )
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover, require_dir
-from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_chunks, looks_binary, open_binary
+from debug_training_logs.logs.reader import ReadProblems, decode, iter_chunks, iter_stream_chunks, open_binary
 
 ARCHIVE_MEMBER_SEP = "!"
 """Separates an archive's path from a member's base name in a file reference: ``aistarget-X.tar.gz!aistarget...``."""
@@ -213,36 +212,6 @@ class AisIndex:
 # Reading
 
 
-def iter_member_chunks(fh: IO[bytes], ref: str, problems: ReadProblems) -> Iterator[bytes]:
-    """Chunks of an archive member ending on line boundaries, like ``reader.iter_chunks`` for a file.
-
-    Binary content yields nothing; a read error yields what was read and records the reason under ``ref``.
-    """
-    carry = b""
-    first = True
-    try:
-        while True:
-            block = fh.read(CHUNK)
-            if not block:
-                break
-            if first:
-                first = False
-                if looks_binary(block):
-                    problems.add(ref, "binary content (NUL bytes), not a text log; skipped")
-                    return
-            data = carry + block
-            cut_at = data.rfind(b"\n")
-            if cut_at < 0:
-                carry = data
-                continue
-            carry = data[cut_at + 1 :]
-            yield data[: cut_at + 1]
-    except (EOFError, OSError, zlib.error, lzma.LZMAError, tarfile.TarError, ValueError) as exc:
-        problems.add(ref, f"truncated or corrupt archive member ({type(exc).__name__}: {exc}); read up to the damage")
-    if carry:
-        yield carry
-
-
 def lines_of(chunks: Iterable[bytes]) -> Iterator[tuple[int, str]]:
     """``(line_number, text)`` from chunks that end on line boundaries; decoded a chunk at a time (fast)."""
     n = 0
@@ -355,7 +324,8 @@ class AisDirScan:
                         self.problems.add(ref, "archive member has no data")
                         continue
                     source = AisSource(ref, name, lf.rel, True, member.size, float(member.mtime), parse_log_name(name))
-                    recognised = self._recognise(source, lines_of(iter_member_chunks(fh, ref, self.problems)))
+                    chunks = iter_stream_chunks(fh, ref, self.problems, "truncated or corrupt archive member")
+                    recognised = self._recognise(source, lines_of(chunks))
                     if recognised is not None:
                         yield recognised
         except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError) as exc:

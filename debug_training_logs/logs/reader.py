@@ -9,7 +9,6 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, cast
@@ -61,38 +60,58 @@ def iter_chunks(lf: LogFile, problems: ReadProblems, chunk_size: int = CHUNK) ->
     reason is recorded in ``problems``; on binary content nothing is yielded. Compressed streams are read in small
     blocks so that a damaged tail loses at most one block.
     """
-    read_size = chunk_size if lf.compression == "none" else COMPRESSED_BLOCK
+    damaged = "truncated or corrupt compressed stream" if lf.compression != "none" else "read error"
+    try:
+        fh = open_binary(lf)
+    except OSError as exc:
+        problems.add(lf.rel, f"cannot open ({exc.strerror or exc})")
+        return
+    with fh:
+        read_size = chunk_size if lf.compression == "none" else COMPRESSED_BLOCK
+        yield from iter_stream_chunks(fh, lf.rel, problems, damaged, read_size=read_size, chunk_size=chunk_size)
+
+
+def iter_stream_chunks(
+    fh: IO[bytes],
+    ref: str,
+    problems: ReadProblems,
+    damaged: str,
+    *,
+    read_size: int = CHUNK,
+    chunk_size: int = CHUNK,
+) -> Iterator[bytes]:
+    """Chunks of an open byte stream (a file, a decompressor, an archive member) ending on line boundaries.
+
+    ``damaged`` names what a read error means for this kind of stream (it is recorded under ``ref`` with the
+    exception); what was read before the error is still yielded. Binary content yields nothing.
+    """
     pending: list[bytes] = []
     pending_len = 0
     first = True
     try:
-        with open_binary(lf) as fh:
-            while True:
-                block = fh.read(read_size)
-                if not block:
-                    break
-                if first:
-                    first = False
-                    if looks_binary(block):
-                        problems.add(lf.rel, "binary content (NUL bytes), not a text log; skipped")
-                        return
-                pending.append(block)
-                pending_len += len(block)
-                if pending_len < chunk_size:
-                    continue
-                data = b"".join(pending)
-                cut_at = data.rfind(b"\n")
-                if cut_at < 0:
-                    pending, pending_len = [data], len(data)
-                    continue
-                rest = data[cut_at + 1 :]
-                pending, pending_len = [rest], len(rest)
-                yield data[: cut_at + 1]
-    except (EOFError, OSError, zlib.error, lzma.LZMAError, ValueError) as exc:
-        what = "truncated or corrupt compressed stream" if lf.compression != "none" else "read error"
-        problems.add(lf.rel, f"{what} ({type(exc).__name__}: {exc}); read up to the damage")
-    except Exception as exc:  # zstandard raises its own ZstdError
-        problems.add(lf.rel, f"cannot decompress ({type(exc).__name__}: {exc}); read up to the damage")
+        while True:
+            block = fh.read(read_size)
+            if not block:
+                break
+            if first:
+                first = False
+                if looks_binary(block):
+                    problems.add(ref, "binary content (NUL bytes), not a text log; skipped")
+                    return
+            pending.append(block)
+            pending_len += len(block)
+            if pending_len < chunk_size:
+                continue
+            data = b"".join(pending)
+            cut_at = data.rfind(b"\n")
+            if cut_at < 0:
+                pending, pending_len = [data], len(data)
+                continue
+            rest = data[cut_at + 1 :]
+            pending, pending_len = [rest], len(rest)
+            yield data[: cut_at + 1]
+    except Exception as exc:  # EOFError, zlib/lzma/zstd/tar errors, OSError: all mean "damaged from here on"
+        problems.add(ref, f"{damaged} ({type(exc).__name__}: {exc}); read up to the damage")
     if pending_len:
         yield b"".join(pending)
 
