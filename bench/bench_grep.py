@@ -12,9 +12,7 @@ prints both wall times, the ratio and the peak RSS of our process tree.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -24,24 +22,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from corpus import corpus, peak_rss_mb  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 from debug_training_logs.analysis import grep as grep_mod  # noqa: E402
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS  # noqa: E402
 from debug_training_logs.logs import scan  # noqa: E402
-
-
-def corpus(out: Path, nbytes: int, nodes: int) -> Path:
-    logs = out / "logs"
-    stamp = out / "params.json"
-    want = {"bytes": nbytes, "nodes": nodes}
-    if logs.is_dir() and stamp.is_file() and json.loads(stamp.read_text()) == want:
-        return logs
-    shutil.rmtree(out, ignore_errors=True)
-    from fixtures import generate
-
-    argv = ["--scenario", "data_stall", "--out", str(logs), "--nodes", str(nodes), "--gpus-per-node", "8"]
-    generate.main([*argv, "--bytes-target", str(nbytes)])
-    stamp.write_text(json.dumps(want))
-    return logs
 
 
 def rg_counts(pattern: str, logs: Path) -> dict[str, int]:
@@ -80,9 +65,7 @@ def main() -> int:
     t = time.perf_counter()
     res = grep_mod.grep_all_ranks(logs)
     ours_s = time.perf_counter() - t
-    rss_mb = max(
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    )
+    rss_mb = max(peak_rss_mb()) * 1024
     print(
         f"grep_all_ranks: {ours_s:.2f} s, {size / ours_s / 1e6:.0f} MB/s, peak RSS {rss_mb / 1024:.0f} MiB "
         f"(largest of parent and any worker), prefilter: {'yes' if plan.literals else 'no (RE2 DFA)'}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -26,32 +25,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from corpus import corpus, peak_rss_mb  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, NcclSink, nccl_state_table  # noqa: E402
 from debug_training_logs.formats.torch_nccl import NEEDLES  # noqa: E402
 from debug_training_logs.logs import scan  # noqa: E402
 from debug_training_logs.logs.discovery import discover  # noqa: E402
-
-
-def corpus(out: Path, nbytes: int, nodes: int) -> Path:
-    """The generated corpus under ``out/logs`` (regenerated only when the parameters changed)."""
-    logs = out / "logs"
-    stamp = out / "params.json"
-    want = {"bytes": nbytes, "nodes": nodes, "generator": "worker_gen v2"}
-    if logs.is_dir() and stamp.is_file() and json.loads(stamp.read_text()) == want:
-        return logs
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "fixtures.generate", "--scenario", "data_stall", "--out", str(logs)]
-    cmd += ["--nodes", str(nodes), "--gpus-per-node", "8", "--bytes-target", str(nbytes)]
-    subprocess.run(cmd, check=True, cwd=REPO)
-    stamp.write_text(json.dumps(want))
-    return logs
-
-
-def peak_rss_mb() -> tuple[float, float]:
-    """(this process, largest child) peak resident set size in MB (Linux reports KiB)."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return own, kids
 
 
 def main() -> int:
