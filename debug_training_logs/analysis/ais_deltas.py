@@ -599,6 +599,14 @@ def find_spikes(intervals: Sequence[IntervalDelta], counters: Sequence[str]) -> 
     return out
 
 
+def collection_spikes(collection: AisCollection, counters: Sequence[str] = DEFAULT_COUNTERS) -> list[Spike]:
+    """Every daemon's spikes of ``counters`` over all its stats intervals (for callers that need only the spikes)."""
+    intervals: list[IntervalDelta] = []
+    for key, series in collection.points.items():
+        intervals += interval_deltas(key, series, counters)
+    return find_spikes(intervals, counters)
+
+
 def stats_period(series: Sequence[StatsPoint]) -> timedelta:
     """The daemon's ``log.stats_time`` as its stats lines show it (median gap), or the 3 min default."""
     gaps = [(b.at - a.at) for a, b in pairwise(series) if b.at > a.at]

@@ -385,10 +385,7 @@ def align(
 
 def _ais_error_onsets(collection: ais_deltas.AisCollection) -> list[tuple[str, datetime, Evidence]]:
     """Per daemon whose error counters spiked: its first data-path W/E line (or the spike interval's end)."""
-    intervals = []
-    for key, series in collection.points.items():
-        intervals.extend(ais_deltas.interval_deltas(key, series, list(ais_deltas.DEFAULT_COUNTERS)))
-    spikes = ais_deltas.find_spikes(intervals, list(ais_deltas.DEFAULT_COUNTERS))
+    spikes = ais_deltas.collection_spikes(collection)
     spiking: dict[str, ais_deltas.Spike] = {}
     for sp in spikes:
         if sp.counter.startswith("err.") and (sp.daemon not in spiking or sp.start < spiking[sp.daemon].start):

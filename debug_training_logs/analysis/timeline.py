@@ -150,10 +150,7 @@ def _nccl_events(table: NcclTable) -> list[Event]:
 
 def _ais_events(collection: ais_deltas.AisCollection) -> list[Event]:
     out: list[Event] = []
-    intervals = []
-    for key, series in collection.points.items():
-        intervals.extend(ais_deltas.interval_deltas(key, series, list(ais_deltas.DEFAULT_COUNTERS)))
-    for sp in ais_deltas.find_spikes(intervals, list(ais_deltas.DEFAULT_COUNTERS)):
+    for sp in ais_deltas.collection_spikes(collection):
         if not sp.counter.startswith("err."):
             continue
         out.append(
