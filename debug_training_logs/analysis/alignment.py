@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from debug_training_logs.analysis import ais_deltas
+from debug_training_logs.analysis.ais_index import AisIndex
 from debug_training_logs.analysis.inventory import Inventory, scan_job
 from debug_training_logs.analysis.nccl_table import NcclTable
 from debug_training_logs.formats.ais import AIS_ERROR_PATTERNS
@@ -408,15 +409,12 @@ def _ais_error_onsets(collection: ais_deltas.AisCollection) -> list[tuple[str, d
 
 def _conclude(
     methods: list[MethodResult],
-    index: object,
+    index: AisIndex,
     ais_zone: str | None,
     ais_utc: float | None,
     worker_zone: tuple[float | None, str, Evidence] | None,
     untimed_errors: bool,
 ) -> Alignment:
-    from debug_training_logs.analysis.ais_index import AisIndex
-
-    assert isinstance(index, AisIndex)
     per_daemon: dict[str, set[tuple[str, float]]] = defaultdict(set)
     global_methods: set[tuple[str, float]] = set()
     for m in methods:

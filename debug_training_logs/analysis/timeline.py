@@ -69,7 +69,7 @@ class Timeline:
     year_basis: str
 
 
-def _template_events(grep: GrepAnalysis, year: int | None) -> list[Event]:
+def _template_events(grep: GrepAnalysis) -> list[Event]:
     out: list[Event] = []
     for t in grep.templates:
         names = [n for n in t.patterns if n in _TIER]
@@ -268,7 +268,7 @@ def build_timeline(
         if year
         else "no full date in the worker logs"
     )
-    events = _template_events(grep, year) + _nccl_events(table)
+    events = _template_events(grep) + _nccl_events(table)
     _approximate_untimed(root, events, year)
     if worker.inventory.start is not None:
         st = worker.inventory.start
