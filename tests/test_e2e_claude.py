@@ -52,10 +52,14 @@ def _run(
     claude: Path, *args: str, cwd: Path, home: Path, timeout: float = 120, **env: str
 ) -> subprocess.CompletedProcess[str]:
     path = f"{VENV_BIN}:{env.pop('PATH', '/usr/local/bin:/usr/bin:/bin')}"
+    # Claude Code connects MCP servers in the background by default, so under load a headless run's first request to
+    # the model can go out before our server has answered `tools/list` (its tools are then missing from that turn).
+    # MCP_CONNECTION_NONBLOCKING=0 makes the client itself wait for each server's handshake, bounded by MCP_TIMEOUT:
+    # the test waits on readiness as a client does, never on a sleep.
     return subprocess.run(
         [str(claude), *args],
         cwd=cwd,
-        env=isolated_env(home, PATH=path, MCP_TIMEOUT="30000", **env),
+        env=isolated_env(home, PATH=path, MCP_TIMEOUT="30000", MCP_CONNECTION_NONBLOCKING="0", **env),
         capture_output=True,
         text=True,
         timeout=timeout,
