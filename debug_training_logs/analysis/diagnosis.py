@@ -49,8 +49,9 @@ from debug_training_logs.analysis.ais_index import AisDaemon, AisIndex
 from debug_training_logs.analysis.alignment import WORKER_PATTERNS as ALIGNMENT_PATTERNS
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock, WorkerClockFacts, WorkerClockSink, align
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
-from debug_training_logs.analysis.inventory import JobScan, Marker, scan_job
+from debug_training_logs.analysis.inventory import JobScan, Marker, consumer_for, scan_consumers
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
+from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
@@ -152,8 +153,9 @@ SIGNALS: tuple[Signal, ...] = (
         "progress",
         r" iteration +\d+/ *\d+ \||train_step_timing|Epoch \d+:|global_step[=: ]|\bstep[ =:]\s*\d+",
         "training progress (an iteration or step line)",
+        dense=True,
     ),
-    Signal("memory", r"memory \(MB\) \| allocated: [\d.]+", "a GPU memory report (Megatron report_memory)"),
+    Signal("memory", r"memory \(MB\) \| allocated: [\d.]+", "a GPU memory report (Megatron report_memory)", dense=True),
     Signal(
         "clean_end",
         r"`Trainer\.fit` stopped|[Tt]raining (?:finished|completed|complete|done)\b|after training is done"
@@ -533,9 +535,15 @@ def worker_patterns() -> tuple[str, ...]:
     return tuple(s.regex for s in SIGNALS) + NCCL_PATTERNS + ALIGNMENT_PATTERNS
 
 
+def evidence_consumer() -> Consumer:
+    """The evidence scan as a consumer of the shared job scan (progress and memory lines sampled: they are dense)."""
+    return consumer_for(worker_patterns(), EvidenceSink, dense=[i for i, s in enumerate(SIGNALS) if s.dense])
+
+
 def gather_worker_evidence(logs_dir: Path) -> WorkerEvidence:
     """Scan every worker log under ``logs_dir`` once and assemble the evidence."""
-    job = scan_job(logs_dir, worker_patterns(), EvidenceSink)
+    c = evidence_consumer()
+    job = scan_consumers(logs_dir, [c])[c.key]
     inv = job.inventory
     year = inv.year_hint or WORKER_FALLBACK_YEAR
     single_rank = {f.rel: next(iter(f.ranks)) for f in inv.files if len(f.ranks) == 1}

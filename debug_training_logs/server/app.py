@@ -24,6 +24,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 from debug_training_logs import __version__, paths, progress
+from debug_training_logs.analysis import scan_cache
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.tools.registry import ToolSpec, all_tools
 
@@ -120,6 +121,9 @@ def _register_extras(server: MCPServer) -> None:
 def run(transport: str, host: str, port: int, roots: Sequence[str] | None) -> None:
     """Serve over stdio (default) or streamable HTTP at ``http://HOST:PORT/mcp``."""
     server = create_server(roots)
+    # one read of a job's files for the agent's whole sequence of calls (overview, grep, nccl, timeline, diagnose,
+    # verify): every scan also runs the other tools' consumers and keeps the results (analysis/scan_cache.py)
+    scan_cache.set_default_companions(scan_cache.standard_consumers())
     logger.info("serving %d tools over %s; allowed roots: %s", len(all_tools()), transport, roots or [os.getcwd()])
     if transport == "stdio":
         server.run()
