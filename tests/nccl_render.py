@@ -78,17 +78,20 @@ class Message:
     """Event class name and fields."""
 
 
-def messages(version: str) -> list[Message]:
+def messages(version: str, rank: int = GLOBAL_RANK, pg_rank: int = PG_RANK) -> list[Message]:
     """Every watchdog/status/dump/terminate message this torch family writes (with our values)."""
     v = _v(version)
-    h = header
-    pg = pg_prefix(version, PG_RANK)
+
+    def h(version: str, _rank: int, src_line: int) -> str:
+        return header(version, rank, src_line)
+
+    pg = pg_prefix(version, pg_rank)
     numel = None if v <= (2, 0) else NUMEL
     tw = {"seq": SEQ, "op_type": "ALLREDUCE", "timeout_ms": TIMEOUT_MS, "numel_in": numel}
     out = [
         Message(
             "timeout",
-            h(version, GLOBAL_RANK, 632) + timeout_msg(version, PG_RANK),
+            h(version, GLOBAL_RANK, 632) + timeout_msg(version, pg_rank),
             True,
             {"event": "WatchdogTimeout", "ran_for_ms": RAN_MS, **tw},
         )
@@ -98,7 +101,7 @@ def messages(version: str) -> list[Message]:
             Message(
                 "timeout_wait_path",
                 h(version, GLOBAL_RANK, 521)
-                + f"[Rank {PG_RANK}] Caught collective operation timeout: {work(version)} ran for {RAN_MS} "
+                + f"[Rank {pg_rank}] Caught collective operation timeout: {work(version)} ran for {RAN_MS} "
                 "milliseconds before timing out.",
                 True,
                 {"event": "WatchdogTimeout", "ran_for_ms": RAN_MS, **tw},
@@ -107,8 +110,8 @@ def messages(version: str) -> list[Message]:
         out.append(
             Message(
                 "communicator_aborted",
-                f"RuntimeError: NCCL communicator was aborted on rank {PG_RANK}.  Original reason for failure was: "
-                + timeout_msg(version, PG_RANK),
+                f"RuntimeError: NCCL communicator was aborted on rank {pg_rank}.  Original reason for failure was: "
+                + timeout_msg(version, pg_rank),
                 False,
                 {"event": "WatchdogTerminated", "embedded": True, **tw},
             )
@@ -118,14 +121,14 @@ def messages(version: str) -> list[Message]:
         out.append(
             Message(
                 "blocking_wait",
-                h(version, GLOBAL_RANK, 756) + f"{work_prefix(version, PG_RANK)}Work {work(version)} timed out in "
+                h(version, GLOBAL_RANK, 756) + f"{work_prefix(version, pg_rank)}Work {work(version)} timed out in "
                 f"blocking wait{tail}",
                 True,
                 {"event": "BlockingWaitTimeout", **tw},
             )
         )
     wording = "NCCL" if v <= (2, 2) else "Process group"
-    term = f"{pg}{wording} watchdog thread terminated with exception: {timeout_msg(version, PG_RANK)}"
+    term = f"{pg}{wording} watchdog thread terminated with exception: {timeout_msg(version, pg_rank)}"
     out.append(
         Message(
             "terminated",

@@ -436,31 +436,34 @@ def _world_size(facts: list[FileFacts], known: dict[str, set[int]]) -> tuple[int
 
 
 def _world_comm(facts: list[FileFacts], known: dict[str, set[int]]) -> tuple[int, str] | None:
-    """(N, evidence) when the largest NCCL communicator is the world's: every comm rank 0..N-1 of it is logged, or
-    its comm ranks agree with the global ranks other sources name in the same files (a sub-communicator's comm
-    ranks restart at 0 and do not). Otherwise None: a sub-communicator never sets the world size."""
+    """(N, evidence) when the largest NCCL communicator is the world's. Every process joins the world communicator
+    with comm rank = global rank, so in each file whose global ranks other sources name, its comm ranks must be
+    exactly those ranks (a sub-communicator's restart at 0 and cover only some processes), and at least two ranks
+    must witness it so, unless every comm rank 0..N-1 is logged. Otherwise None: a sub-communicator never sets the
+    world size."""
     best: tuple[int, str, int, str] | None = None
     for f in facts:
         if f.best_nranks is not None and (best is None or f.best_nranks[0] > best[0]):
             best = (f.best_nranks[0], f.rel, f.best_nranks[1], f.best_nranks[2])
-    if best is None:
+    if best is None or best[0] > MAX_CREDIBLE_WORLD:
         return None
     n = best[0]
-    if n > MAX_CREDIBLE_WORLD:
-        return None
     comm_ranks = {r for f in facts for r, k in f.nccl_ranks.items() if k == n and 0 <= r < n}
-    where = f"{best[1]}:{best[2]} NCCL init 'nranks {n}'"
-    if len(comm_ranks) == n:
-        return n, f"{where} (the world communicator: all {n} comm ranks logged)"
-    agree = checked = 0
+    witnesses = 0
+    witnessed: set[int] = set()
     for f in facts:
         mine = {r for r, k in f.nccl_ranks.items() if k == n}
         glob = known.get(f.rel, set())
         if mine and glob:
-            checked += 1
-            agree += mine <= glob
-    if checked and agree == checked:
-        return n, f"{where} (the world communicator: its comm ranks are the global ranks of the files)"
+            if mine != glob:
+                return None
+            witnesses += 1
+            witnessed |= mine
+    where = f"{best[1]}:{best[2]} NCCL init 'nranks {n}'"
+    if len(comm_ranks) == n:
+        return n, f"{where} (the world communicator: all {n} comm ranks logged)"
+    if len(witnessed) >= 2:  # one rank alone cannot tell "rank r of the world" from "rank r of a small sub-comm"
+        return n, f"{where} (the world communicator: its comm ranks are the global ranks of {witnesses} file(s))"
     return None
 
 

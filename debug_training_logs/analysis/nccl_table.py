@@ -1148,6 +1148,16 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
     ]
     kept, truncated = _limit_rows(rows, pg_results, outliers, limit)
     summary = _summary(pg_results, rows, stragglers, first_dump, silent, missing, coverage, folded)
+    if unattr:
+        if not rows:
+            summary = summary.replace("(no collective timed out, or the logs stop before it)", "attributed to a rank")
+        summary += " " + _unattributed_text(list(unattr.values()))
+    unparsed_total = sum(fe.unparsed for fe in results)
+    if unparsed_total:
+        summary += (
+            f" {unparsed_total} watchdog-like line(s) match no wording this tool knows (see unparsed_samples): "
+            "read them before trusting the table."
+        )
     return NcclTable(
         summary=summary,
         coverage=coverage,
@@ -1278,9 +1288,21 @@ def _limit_rows(
     return kept, len(rows) - len(kept)
 
 
+def _unattributed_text(items: list[UnattributedTimeout]) -> str:
+    parts = [
+        f"{u.count} in {u.op_type} SeqNum {u.seq if u.seq is not None else '?'} ([Rank {u.pg_local_ranks}], PG-local)"
+        for u in sorted(items, key=lambda u: -u.count)[:3]
+    ]
+    return (
+        f"TIMEOUTS WITHOUT A GLOBAL RANK: {sum(u.count for u in items)} watchdog timeout line(s) name no global rank "
+        f"(several ranks in one file, no [rankN]: prefix): {'; '.join(parts)}. A collective did time out; split the "
+        "output per rank (torchrun --log-dir / --tee, srun --label) to attribute it."
+    )
+
+
 def _pg_label(p: ProcessGroupResult) -> str:
     if p.pg is None:
-        return "the process group (not named by this torch version)"
+        return "rows without a PG label"
     return f"PG {p.pg}" + (f" ({p.pg_desc})" if p.pg_desc else "")
 
 

@@ -96,7 +96,7 @@ def _ws(pattern: str) -> str:
 
 
 _HEADER = re.compile(
-    r"(?:\[rank(?P<grank>\d+)\]:)?"
+    r"(?:\[?rank(?P<grank>\d+)\]:)?"  # "[" optional: pastes that cut the line's first character keep "rank7]:[E..."
     r"\[(?P<sev>[FEWIV])(?:(?P<mmdd>\d{3,4})\s*(?P<hms>\d\d:\d\d:\d\d)\.(?P<ns>\d{9})\s*|\s*)"
     r"(?P<src>[\w.\-]+):(?P<srcline>\d+)\]\s*"
 )

@@ -108,8 +108,11 @@ class ProcessGroup(_Model):
     ranks: str = Field(description="Ranks that logged state for this PG (range string).")
     rank_count: int
     classification: str = Field(
-        description="straggler | fabric (every member entered, all detected, no straggler) | root_ahead (PG rank 0 "
-        "ahead by ahead_by ops) | mixed | incomplete (ranks missing or members unidentified: no straggler named)."
+        description="straggler (named only from a rank's own lines, or its absence while every rank of a known world "
+        "is in the logs) | fabric (every member, 2 or more, entered and detected, coverage complete) | root_ahead (PG "
+        "rank 0 ahead by ahead_by ops) | mismatch (ranks timed out in different collectives: SeqNum/OpType differ) | "
+        "mixed | incomplete (world size unknown, ranks missing, members unidentified or rows without a PG label: "
+        "nothing is concluded from a subset)."
     )
     reason: str = Field(description="The classification in words, with the numbers it rests on.")
     straggler_ranks: list[int] = Field(description="Global ranks that stalled this PG (only for 'straggler').")
@@ -229,11 +232,14 @@ def nccl_state_table(
     timeout itself or only observed another rank's dump signal, first-to-dump, the timeout time and when the
     collective started. Each PG is classified: straggler (rank(s) with enqueued == completed, observed instead of
     detected, or absent while the others wait), fabric (everyone entered and timed out: no straggler), root_ahead
-    (rank 0 ahead by k ops ~ k/3 steps), mixed, or incomplete (ranks missing: no straggler is named from a subset).
+    (rank 0 ahead by k ops ~ k/3 steps), mismatch (ranks in different collectives), mixed, or incomplete (world size
+    unknown or ranks missing, e.g. one node's file or a pasted excerpt: no straggler is named from a subset).
 
-    Every torch wording 2.0-2.14 is read (three header styles, four PG-prefix styles, PG-local and stale [Rank N]
-    ignored for identity, hard-wrapped lines re-joined, gzip/zstd). Call it after job_overview whenever a watchdog
-    timeout appears; check `ranks_without_nccl_state` and `missing_ranks` before trusting a straggler.
+    Every torch wording 1.x-2.14 is read (three header styles, four PG-prefix styles, PG-local and stale [Rank N]
+    ignored for identity, timeouts repeated inside 'watchdog thread terminated' / what() / 'communicator was
+    aborted', hard-wrapped lines re-joined wherever they break, gzip/zstd). Call it after job_overview whenever a
+    watchdog timeout appears; check `ranks_without_nccl_state`, `missing_ranks`, `unattributed_timeouts` and
+    `unparsed_samples` before trusting a straggler.
     """
     root = input_dir(logs_dir)
     table = analysis.nccl_state_table(root, limit=limit)
