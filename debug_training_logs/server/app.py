@@ -18,13 +18,15 @@ from typing import Any, get_type_hints
 import anyio
 import anyio.from_thread
 import anyio.to_thread
+import pydantic_core
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
 from debug_training_logs import __version__, paths, progress
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.printers import store
 from debug_training_logs.tools.registry import ToolSpec, all_tools
 
 logger = logging.getLogger(__name__)
@@ -47,6 +49,8 @@ class _MonotoneProgress:
         self.last_raw = 0.0
 
     def __call__(self, done: float, total: float | None, message: str | None) -> None:
+        if done <= 0:  # a phase's "starting" notice: nothing done yet, and MCP wants every value above the last
+            return
         if done < self.last_raw:
             self.base += self.last_raw
         self.last_raw = done
@@ -57,6 +61,25 @@ class _MonotoneProgress:
             )
         except Exception:  # progress is best effort; never fail a tool because a notification could not be sent
             logger.debug("progress notification failed", exc_info=True)
+
+
+def _with_report_link(result: BaseModel) -> BaseModel | CallToolResult:
+    """A result that made an HTML report (``html_report_uri``) also carries it as a resource link."""
+    uri = getattr(result, "html_report_uri", None)
+    if not uri:
+        return result
+    text = pydantic_core.to_json(result, fallback=str, indent=2).decode()
+    link = ResourceLink(
+        type="resource_link",
+        uri=uri,
+        name=uri.rsplit("/", 1)[-1],
+        title="HTML report",
+        description="Per-rank state grid, timeline, AIS counters, step time/memory, verification (open in a browser).",
+        mime_type="text/html",
+    )
+    return CallToolResult(
+        content=[TextContent(type="text", text=text), link], structured_content=result.model_dump(mode="json")
+    )
 
 
 def _wrap(spec: ToolSpec, roots: tuple[Path, ...]) -> Any:
@@ -76,9 +99,10 @@ def _wrap(spec: ToolSpec, roots: tuple[Path, ...]) -> Any:
                 return func(**kwargs)
 
         try:
-            return await anyio.to_thread.run_sync(run)
+            result = await anyio.to_thread.run_sync(run)
         except UserInputError as exc:
             raise ToolError(str(exc)) from exc
+        return _with_report_link(result)
 
     call.__name__ = spec.name
     call.__doc__ = spec.description
@@ -110,8 +134,29 @@ def create_server(roots: Sequence[str | os.PathLike[str]] | None = None) -> MCPS
     return server
 
 
+def _register_reports(server: MCPServer) -> None:
+    """The HTML reports ``diagnose(html_report=true)`` made in this process, as ``text/html`` resources."""
+
+    @server.resource(
+        store.URI_PREFIX + "{name}",
+        name="html_report",
+        title="HTML report of a diagnosis",
+        description="A report diagnose made with html_report=true (kept in memory; the last few are kept).",
+        mime_type="text/html",
+    )
+    def html_report(name: str) -> str:
+        page = store.get(name)
+        if page is None:
+            raise ResourceError(
+                f"No report {name!r} in this server (reports are kept in memory, the last {store.REPORTS_KEPT}): "
+                "run diagnose with html_report=true again."
+            )
+        return page
+
+
 def _register_extras(server: MCPServer) -> None:
     """Prompts and resources beside the tools (the investigation protocol as an MCP prompt), when present."""
+    _register_reports(server)
     if importlib.util.find_spec("debug_training_logs.server.prompts") is None:
         return
     importlib.import_module("debug_training_logs.server.prompts").register(server)

@@ -47,6 +47,8 @@ class ToolSpec:
     destructive: bool = False
     render: Callable[[Any], str] | None = None
     """Human-readable CLI rendering of the result (default: the summary and an indented outline)."""
+    mcp_only: tuple[str, ...] = ()
+    """Parameters the CLI does not offer (it has its own way, e.g. ``analyze --html FILE``); they keep defaults."""
 
     @property
     def name(self) -> str:
