@@ -17,14 +17,14 @@ import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError, validate_call
 from pydantic.fields import FieldInfo
 
 from debug_training_logs import __version__, progress
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.render import render_model
+from debug_training_logs.render import render_text
 from debug_training_logs.tools.registry import ToolSpec, all_tools, tool_by_name
 
 ANALYZE_TOOL = "diagnose"
@@ -120,8 +120,8 @@ def _build_tool_parser(
         description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    hints = get_type_hints(spec.func, include_extras=True)
-    for pname, param in inspect.signature(spec.func).parameters.items():
+    hints = spec.hints
+    for pname, param in spec.signature.parameters.items():
         if pname not in spec.mcp_only:
             _add_param(p, pname, param, hints[pname], pname in spec.positional)
     p.add_argument("--json", action="store_true", help="Print the result model as JSON (what MCP returns).")
@@ -145,10 +145,10 @@ def _validation_text(exc: ValidationError) -> str:
 
 
 def run_tool(spec: ToolSpec, ns: argparse.Namespace) -> BaseModel:
-    """Call ``spec`` with the parsed CLI arguments, validated exactly as MCP validates them."""
-    hints = get_type_hints(spec.func, include_extras=True)
+    """Call ``spec`` with the parsed CLI arguments, validated exactly as MCP validates them, held to the budget."""
+    hints = spec.hints
     kwargs: dict[str, Any] = {}
-    for pname, param in inspect.signature(spec.func).parameters.items():
+    for pname, param in spec.signature.parameters.items():
         if pname in spec.mcp_only:
             continue  # keeps its default
         value = getattr(ns, pname, param.default)
@@ -156,12 +156,18 @@ def run_tool(spec: ToolSpec, ns: argparse.Namespace) -> BaseModel:
         if isinstance(base, type) and issubclass(base, BaseModel) and isinstance(value, str):
             value = _read_model_arg(value, base)
         kwargs[pname] = value
+
+    def check(**arguments: Any) -> dict[str, Any]:
+        return arguments
+
+    check.__signature__ = spec.signature.replace(return_annotation=dict[str, Any])  # type: ignore[attr-defined]
+    check.__annotations__ = {**hints, "return": dict[str, Any]}
+    check.__name__ = spec.name
     try:
-        return validate_call(spec.func)(**kwargs)
+        validated = validate_call(check)(**kwargs)
     except ValidationError as exc:
-        if exc.title == spec.func.__name__:
-            raise UserInputError(f"Invalid arguments: {_validation_text(exc)}") from exc
-        raise
+        raise UserInputError(f"Invalid arguments: {_validation_text(exc)}") from exc
+    return spec.call(**validated)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -280,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(2)
     text = json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False) if ns.json else None
     if text is None:
-        text = spec.render(result) if spec.render else render_model(result)
+        text = render_text(spec, result)
     try:
         print(text)
     except BrokenPipeError:  # `... | head`: the reader left; not an error of the analysis
@@ -290,11 +296,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _analyze_with_html(ns: argparse.Namespace) -> BaseModel:
     from debug_training_logs.tools.diagnose import diagnose_with_html
 
+    spec = tool_by_name(ANALYZE_TOOL)
+    assert spec is not None
     target = _html_target(ns.html, ns)
     diagnosis, page = diagnose_with_html(ns.logs_dir, ns.ais_dir)
     _write_html(target, page)
     print(f"HTML report: {target} ({len(page.encode()):,} bytes)", file=sys.stderr)
-    return diagnosis
+    return spec.fit(diagnosis, ns.max_tokens, logs_dir=ns.logs_dir, ais_dir=ns.ais_dir)
 
 
 if __name__ == "__main__":

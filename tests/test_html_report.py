@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from debug_training_logs.analysis.diagnosis import gather_evidence
+from debug_training_logs.analysis.evidence import gather_evidence
 from debug_training_logs.printers.html import render_html
 from debug_training_logs.printers.report_data import (
     STATES,

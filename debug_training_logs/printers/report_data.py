@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from debug_training_logs.analysis.ais_deltas import collect
-from debug_training_logs.analysis.diagnosis import JobEvidence, NcclRow, Series
+from debug_training_logs.analysis.evidence import JobEvidence, NcclRow, Series
 from debug_training_logs.ranges import parse_ranges
 from debug_training_logs.tools.diagnose import Diagnosis
 
