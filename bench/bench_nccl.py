@@ -43,7 +43,7 @@ def main() -> int:
     size = sum(p.stat().st_size for p in files)
     print(f"corpus: {len(files)} files, {size / 1e9:.2f} GB, {args.ranks} ranks in {logs}")
     subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
-    cmd = [CLI, "nccl", str(logs), "--json", "--limit", "100000"]
+    cmd = [CLI, "nccl", str(logs), "--json", "--limit", "100000", "--max-tokens", "100000000"]
     mine, ref, rss, text = paired(cmd, rg_tier_cmd(logs), args.rounds)
     print(ratio_line("nccl", mine, ref, GOAL))
     print(f"peak RSS (nccl, whole process tree): {rss:.0f} MB")

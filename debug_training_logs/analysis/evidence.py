@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import re
 import statistics
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from pathlib import Path
 
 from debug_training_logs.analysis.ais_deltas import (
@@ -1022,10 +1023,13 @@ def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str,
         lines_here = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
         targets = sorted(w for w in lines if base < w <= base + lines_here)
         if open_ or targets:
+            # the timestamped lines next to each target, found by searching the chunk's bytes from the target
+            # (TIMESTAMP never spans a newline), not by testing every line of the chunk
             raws = chunk.split(b"\n")[:lines_here]
-            stamped = [j for j, r in enumerate(raws) if TIMESTAMP.search(r) is not None]
-            if open_ and stamped:
-                t = _stamp(raws[stamped[0]], year)
+            starts = [0, *accumulate(len(r) + 1 for r in raws)]  # byte offset of each line
+            first = _next_stamped(chunk, 0, starts)
+            if open_ and first is not None:
+                t = _stamp(raws[first], year)
                 for w in open_:
                     upper[w] = t
                 open_ = []
@@ -1034,15 +1038,16 @@ def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str,
                 text = strip_ansi(decode(raws[j][:MAX_LINE_CHARS])).rstrip("\r")
                 own = _stamp(raws[j], year) if TIMESTAMP.search(raws[j]) else None
                 found[w] = (text, own)
-                before = [k for k in stamped if k < j]
-                after = [k for k in stamped if k > j]
-                lower[w] = _stamp(raws[before[-1]], year) if before else carry
-                if after:
-                    upper[w] = _stamp(raws[after[0]], year)
+                before = _last_stamped(chunk, starts[j], starts)
+                after = _next_stamped(chunk, starts[j + 1], starts)
+                lower[w] = _stamp(raws[before], year) if before is not None else carry
+                if after is not None:
+                    upper[w] = _stamp(raws[after], year)
                 else:
                     open_.append(w)
-            if stamped:
-                carry = _stamp(raws[stamped[-1]], year)
+            last_line = _last_stamped(chunk, len(chunk), starts)
+            if last_line is not None:
+                carry = _stamp(raws[last_line], year)
         else:
             tail = chunk[-TAIL_BYTES:].split(b"\n")
             for r in reversed(tail):
@@ -1055,6 +1060,32 @@ def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str,
         if base > last + MAX_LINES_PAST:
             break
     return {(lf.rel, w): LineAt(lf.rel, w, text, own, lower.get(w), upper.get(w)) for w, (text, own) in found.items()}
+
+
+def _next_stamped(chunk: bytes, pos: int, starts: list[int]) -> int | None:
+    """Index of the first line starting at or after byte ``pos`` of ``chunk`` that holds a timestamp, or None."""
+    if pos >= len(chunk):
+        return None
+    m = TIMESTAMP.search(chunk, pos)
+    return None if m is None else bisect_right(starts, m.start()) - 1
+
+
+def _last_stamped(chunk: bytes, end: int, starts: list[int]) -> int | None:
+    """Index of the last line ending before byte ``end`` (a line start) of ``chunk`` that holds a timestamp, or None;
+    searched in windows growing backwards from ``end``."""
+    width = 4096
+    hi = end
+    while hi > 0:
+        lo = max(0, hi - width)
+        lo = chunk.rfind(b"\n", 0, lo) + 1 if lo > 0 else 0  # a window starts on a line start
+        last = None
+        for m in TIMESTAMP.finditer(chunk, lo, hi):
+            last = m.start()
+        if last is not None:
+            return bisect_right(starts, last) - 1
+        hi = lo
+        width *= 8
+    return None
 
 
 def read_ais_lines(ais_root: Path, wanted: dict[str, set[int]]) -> dict[tuple[str, int], LineAt]:
