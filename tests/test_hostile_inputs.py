@@ -6,6 +6,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import json
 import lzma
 import os
 import random
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import zstandard
 
-from debug_training_logs.analysis.grep import grep_all_ranks
+from debug_training_logs.analysis.grep import grep_all_ranks, whole_named_group
 from debug_training_logs.analysis.inventory import (
     MAX_WORLD_SIZE,
     MISSING_SET_CAP,
@@ -32,6 +33,7 @@ from debug_training_logs.analysis.inventory import (
 )
 from debug_training_logs.analysis.nccl_table import nccl_state_table
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.logs import scan
 from debug_training_logs.logs.discovery import discover
 from debug_training_logs.logs.reader import LONG_LINE_KEEP, ReadProblems, iter_lines, zstd_frames_problem
 from debug_training_logs.logs.scan import lines_at
@@ -293,3 +295,82 @@ def test_a_line_longer_than_a_chunk_without_any_line_end(tmp_path: Path) -> None
     assert res.coverage.ranks_found == "3"
     seg = [p for p in res.patterns if p.first is not None and p.first.line == 2]
     assert seg, [p.name for p in res.patterns]
+
+
+# -- 6. one backtracking budget per search -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_backtracking_budget_is_one_per_search_not_per_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parallel: bool
+) -> None:
+    for i in range(40):  # each file costs well under any per-chunk limit; together they cost minutes
+        (tmp_path / f"r{i}.log").write_text(("a" * 3000 + "\n") * 100)
+    monkeypatch.setattr(scan, "FALLBACK_BUDGET_S", 1.0)
+    if parallel:
+        monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    t0 = time.monotonic()
+    with pytest.raises(UserInputError, match=r"used up this search's budget of 1 s"):
+        grep_all_ranks(str(tmp_path), patterns=[r"(?<!z)a.*b"])
+    assert time.monotonic() - t0 < 20
+
+
+def test_a_cheap_backtracking_pattern_still_searches_everything(tmp_path: Path) -> None:
+    for i in range(5):
+        (tmp_path / f"r{i}.log").write_text("[rank0]: ok\n[rank0]: error: disk quota exceeded\n" * 50)
+    res = grep_all_ranks(str(tmp_path), patterns=[r"(?<!no )error: \w+"])
+    assert res.patterns[0].total_hits == 250
+
+
+# -- 10. named patterns and flag order ----------------------------------------------------------------------------------
+
+
+def test_name_value_text_is_searched_as_written_and_names_use_a_group(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text("[rank0]: retry timeout=30 s\n[rank1]: got 30 items\n")
+    res = grep_all_ranks(str(tmp_path), patterns=["timeout=30", "(?P<items>\\d+ items)", "(?P<a>x)|(?P<b>30)"])
+    by = {p.name: p for p in res.patterns}
+    assert by["p1"].regex == "timeout=30" and by["p1"].total_hits == 1 and by["p1"].ranks_with_hits == "0"
+    assert by["items"].total_hits == 1
+    assert by["p3"].total_hits == 2  # an alternation of two groups is not one named group
+    assert whole_named_group("(?P<n>a[)]b)") == ("n", "(?P<n>a[)]b)")
+    assert whole_named_group("(?P<n>a\\)") is None
+    assert whole_named_group("(?P<n>a)(b)") is None
+    with pytest.raises(UserInputError, match="same name"):
+        grep_all_ranks(str(tmp_path), patterns=["(?P<x>a)", "(?P<x>b)"])
+
+
+def test_cli_patterns_flag_does_not_swallow_the_logs_dir(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text("[rank0]: retry timeout=30 s\n")
+    r = subprocess.run(
+        [
+            *CLI,
+            "grep",
+            "--patterns",
+            "timeout=30",
+            "--pattern",
+            "(?P<r>retry)",
+            str(tmp_path),
+            "--tiers",
+            "1,2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    got = {p["name"]: p["total_hits"] for p in json.loads(r.stdout)["patterns"]}
+    assert got == {"p1": 1, "r": 1}
+
+
+# -- 11. verify on hostile files ---------------------------------------------------------------------------------------
+
+
+def test_verify_refuses_non_utf8_and_endless_files(tmp_path: Path) -> None:
+    (tmp_path / "c.json").write_bytes(b'{"logs_dir": "\xff\xfe"}')
+    r = subprocess.run([*CLI, "verify", str(tmp_path / "c.json")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "is not UTF-8 text" in r.stderr and "Traceback" not in r.stderr
+    t0 = time.monotonic()
+    r = subprocess.run([*CLI, "verify", "/dev/zero"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "larger than 16 MiB" in r.stderr
+    assert time.monotonic() - t0 < 60

@@ -29,11 +29,13 @@ Must not: know what a line means (that is ``formats/``), or hold more of a file 
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import re as std_re
 import re._constants as sre_c
 import re._parser as sre_parse
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -58,8 +60,40 @@ from debug_training_logs.logs.reader import (
     open_binary,
 )
 
-FALLBACK_TIMEOUT_S = 5.0
-"""Seconds a fallback (``regex`` module) pattern may spend on one chunk before the search is abandoned as too costly."""
+FALLBACK_BUDGET_S = 20.0
+"""Seconds the fallback (``regex`` module, backtracking) patterns may spend in total over one whole search, across
+every file and worker process; when it runs out the search stops with a :class:`UserInputError`. One budget per
+search, not per chunk: 40 files that each cost just under a per-chunk limit must not add up to minutes."""
+
+FALLBACK_TIMEOUT_S = FALLBACK_BUDGET_S
+"""Upper bound for a single backtracking call (kept for callers; the search-wide budget is what binds)."""
+
+
+class _Budget:
+    """Seconds left for backtracking in this search, shared by the forked worker processes (a shared double)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.total = seconds
+        self._left = get_context("fork").Value("d", seconds)
+
+    def left(self) -> float:
+        return float(self._left.value)
+
+    def spend(self, seconds: float) -> None:
+        with self._left.get_lock():
+            self._left.value -= seconds
+
+
+_BUDGET: _Budget | None = None
+"""The budget of the search in progress (set by :func:`scan_files` before worker processes fork)."""
+
+
+def _budget() -> _Budget:
+    global _BUDGET
+    if _BUDGET is None:
+        _BUDGET = _Budget(FALLBACK_BUDGET_S)
+    return _BUDGET
+
 
 PROBE_TIMEOUT_S = 0.25
 """Seconds a fallback pattern may spend on each adversarial probe string when it is validated."""
@@ -500,10 +534,35 @@ def _matcher(spec: PatternSpec, plan: Plan, active: frozenset[int]) -> _Matcher:
 
 
 def _fallback_timeout(pat: Any) -> UserInputError:
+    text = pat.pattern.decode(errors="replace") if isinstance(pat.pattern, bytes) else str(pat.pattern)
     return UserInputError(
-        f"Pattern {pat.pattern!r} timed out after {FALLBACK_TIMEOUT_S:.0f} s on one chunk of a log (it backtracks); "
-        "rewrite it in RE2 syntax (no back-references or look-arounds)."
+        f"Pattern {text!r} needs a backtracking engine and used up this search's budget of "
+        f"{_budget().total:.0f} s for such patterns before every file was read; the search was stopped. Rewrite it "
+        "in RE2 syntax (no back-references or look-arounds), or search fewer files."
     )
+
+
+def _finditer(rx: Any, data: bytes, timeout: float) -> list[Any]:
+    return list(rx.finditer(data, timeout=timeout))
+
+
+def _search(rx: Any, data: bytes, timeout: float) -> Any:
+    return rx.search(data, timeout=timeout)
+
+
+def _run_fallback(pat: Any, call: Callable[[float], Any]) -> Any:
+    """``call(timeout)`` within what is left of the search's backtracking budget, charging the time it took."""
+    budget = _budget()
+    left = budget.left()
+    if left <= 0:
+        raise _fallback_timeout(pat)
+    t0 = time.monotonic()
+    try:
+        return call(left)
+    except TimeoutError as exc:
+        raise _fallback_timeout(pat) from exc
+    finally:
+        budget.spend(time.monotonic() - t0)
 
 
 def _hits_in_chunk(chunk: bytes, m: _Matcher) -> list[tuple[int, int, list[int]]]:
@@ -546,19 +605,17 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher) -> list[tuple[int, int, list[int]]
         if ids:
             found[ls] = ids
     for i, multi, single in m.fallback:
-        try:
-            for hit in multi.finditer(chunk, timeout=FALLBACK_TIMEOUT_S):
-                ls = rfind(b"\n", 0, hit.start()) + 1
-                if ls >= n:
-                    break
-                le = find(b"\n", ls)
-                line = chunk[ls : (n if le < 0 else le)]
-                if single.search(line, timeout=FALLBACK_TIMEOUT_S) is not None:
-                    ids = found.setdefault(ls, [])
-                    if i not in ids:
-                        ids.append(i)
-        except TimeoutError as exc:
-            raise _fallback_timeout(multi) from exc
+        hits = _run_fallback(multi, functools.partial(_finditer, multi, chunk))
+        for hit in hits:
+            ls = rfind(b"\n", 0, hit.start()) + 1
+            if ls >= n:
+                break
+            le = find(b"\n", ls)
+            line = chunk[ls : (n if le < 0 else le)]
+            if _run_fallback(single, functools.partial(_search, single, line)) is not None:
+                ids = found.setdefault(ls, [])
+                if i not in ids:
+                    ids.append(i)
     out: list[tuple[int, int, list[int]]] = []
     for ls in sorted(found):
         le = find(b"\n", ls)
@@ -812,7 +869,7 @@ def _shown_part(line: bytes, ids: list[int], m: _Matcher) -> bytes:
         for record in line.split(b"\r"):
             n = len(record)
             if any(rx.Match(_UNANCHORED, record, 0, n)[0][0] >= 0 for rx in checks) or any(
-                rx.search(record, timeout=FALLBACK_TIMEOUT_S) is not None for rx in singles
+                _run_fallback(rx, functools.partial(_search, rx, record)) is not None for rx in singles
             ):
                 return record[:MAX_LINE_CHARS]
     return line[:MAX_LINE_CHARS]
@@ -867,6 +924,8 @@ def scan_files(
     compile_patterns(spec)
     if plan is None:
         plan = make_plan(spec, _sample(files))
+    global _BUDGET
+    _BUDGET = _Budget(FALLBACK_BUDGET_S) if plan.fallback else None  # one budget for this whole search
     workers = _worker_count(files)
     total = len(files)
     results: list[FileScan | None] = [None] * total
