@@ -184,8 +184,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="Run the MCP server (stdio by default).")
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1).")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="HTTP bind address (default 127.0.0.1). Anything but loopback needs --allow-remote.",
+    )
     serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765); endpoint /mcp.")
+    serve.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="Allow --host beyond loopback (e.g. 0.0.0.0): prints a warning and requires a bearer token from "
+        "DEBUG_TRAINING_LOGS_HTTP_TOKEN or --token-file (else one is generated and printed on stderr).",
+    )
+    serve.add_argument("--token-file", metavar="FILE", help="File holding the bearer token HTTP clients must present.")
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="Another Host header value to accept (repeatable; 'name:*' for any port). Loopback and this "
+        "machine's names are accepted already.",
+    )
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="Another Origin header value to accept (repeatable), e.g. https://inspector.example:443.",
+    )
     serve.add_argument(
         "--root",
         action="append",
@@ -211,9 +237,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     if ns.command == "serve":
         from debug_training_logs.server.app import run
+        from debug_training_logs.server.http import http_policy
 
         transport = "stdio" if ns.transport == "stdio" else "streamable-http"
-        run(transport, ns.host, ns.port, ns.root)
+        policy = None
+        if transport != "stdio":
+            try:
+                policy = http_policy(
+                    ns.host,
+                    ns.port,
+                    allow_remote=ns.allow_remote,
+                    allowed_hosts=ns.allowed_host,
+                    allowed_origins=ns.allowed_origin,
+                    token_file=ns.token_file,
+                )
+            except UserInputError as exc:
+                print(f"debug-training-logs serve: {exc}", file=sys.stderr)
+                sys.exit(2)
+        run(transport, ns.host, ns.port, ns.root, policy)
         return
     spec = tool_by_name(ns._tool)
     assert spec is not None
