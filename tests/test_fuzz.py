@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from debug_training_logs.analysis.diagnosis import gather_evidence
+from debug_training_logs.analysis.evidence import gather_evidence
 from debug_training_logs.analysis.inventory import scan_job
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats import ais, torch_nccl

@@ -22,7 +22,7 @@ import zstandard
 
 from debug_training_logs.analysis.grep import grep_all_ranks, whole_named_group
 from debug_training_logs.analysis.inventory import (
-    MAX_WORLD_SIZE,
+    MAX_CREDIBLE_WORLD,
     MISSING_SET_CAP,
     FileInventory,
     Inventory,
@@ -60,7 +60,7 @@ def test_huge_stated_world_size_costs_no_memory_and_is_not_believed(tmp_path: Pa
     assert time.monotonic() - t0 < 20
     assert _peak_rss_mb() - before < 200
     assert cov.world_size is None
-    assert "ignored a.log:1 stating 99,999,999 ranks" in cov.world_size_evidence
+    assert "ignored a.log:1 states world size 99999999 (not a credible world size)" in cov.world_size_evidence
     assert table.coverage.world_size is None
 
 
@@ -75,11 +75,11 @@ def test_missing_ranks_are_computed_from_intervals_for_any_world_size() -> None:
 
 
 def test_largest_believable_world_size_stays_bounded(tmp_path: Path) -> None:
-    (tmp_path / "a.log").write_text(f"[rank0]: world_size={MAX_WORLD_SIZE}\n[rank3]: x\n")
+    (tmp_path / "a.log").write_text(f"[rank0]: world_size={MAX_CREDIBLE_WORLD}\n[rank3]: x\n")
     before = _peak_rss_mb()
     cov = scan_job(tmp_path).coverage()
-    assert cov.world_size == MAX_WORLD_SIZE
-    assert cov.missing_ranks == f"1-2,4-{MAX_WORLD_SIZE - 1}"
+    assert cov.world_size == MAX_CREDIBLE_WORLD
+    assert cov.missing_ranks == f"1-2,4-{MAX_CREDIBLE_WORLD - 1}"
     assert "verdicts name only the lowest" in cov.world_size_evidence
     assert _peak_rss_mb() - before < 200
 
@@ -87,8 +87,8 @@ def test_largest_believable_world_size_stays_bounded(tmp_path: Path) -> None:
 def test_a_rank_at_or_above_the_world_size_is_reported(tmp_path: Path) -> None:
     (tmp_path / "a.log").write_text("[rank0]: world_size=4\n[rank1]: a\n[rank2]: b\n[rank3]: c\n[rank9]: d\n")
     cov = scan_job(tmp_path).coverage()
-    assert cov.world_size == 4 and cov.missing_ranks == ""
-    assert "rank(s) 9 appear in the logs at or above this world size" in cov.world_size_evidence
+    assert cov.world_size is None  # the claim is contradicted by a rank the logs show, and said so
+    assert "(contradicted: rank 9 is in the logs)" in cov.world_size_evidence
 
 
 # -- 2. ranks_of_file was a linear search per file -------------------------------------------------------------------
