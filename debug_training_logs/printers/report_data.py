@@ -363,7 +363,7 @@ def timeline_points(d: Diagnosis) -> tuple[list[TimelinePoint], str]:
         when = (e.time_utc or "").rstrip("Z") if utc else e.time_local
         if not when:
             continue
-        lane = "AIS" if e.source.startswith("ais") or e.event.startswith("AIS ") else "workers"
+        lane = "AIS" if e.clock == "ais" else "workers"
         out.append(
             TimelinePoint(
                 ts(datetime.fromisoformat(when)), lane, f"{e.event} ({e.source})", chain.get((e.source, e.event))
