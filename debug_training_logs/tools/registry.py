@@ -55,6 +55,8 @@ class ToolSpec:
     """Human-readable CLI rendering of the result (default: the summary and an indented outline)."""
     follow_up: budget.FollowUp | None = None
     """For a list the budget shortened: the tool's own paging/filter arguments that show the rest."""
+    amend: budget.Amend | None = None
+    """After the budget shortened a list: fix the fields that depend on its length (``next_offset`` ...)."""
 
     @property
     def name(self) -> str:
@@ -103,6 +105,7 @@ class ToolSpec:
             arguments=given,
             max_tokens=max_tokens,
             follow_up=self.follow_up,
+            amend=self.amend,
         )
         return self.result_model.model_validate(data)
 
