@@ -99,7 +99,10 @@ class JobOverview(BaseModel):
     )
     nodes: list[str] = Field(description="Host names seen (NCCL lines, torchrun failure tables, srun errors).")
     nodes_total: int = Field(default=0, description="Host names seen in all (`nodes` lists up to `limit`).")
-    framework: list[Hint] = Field(description="NeMo / Megatron-LM / Lightning / Ray / plain PyTorch.")
+    framework: list[Hint] = Field(
+        description="NeMo / Megatron-LM / Lightning / Ray / plain PyTorch (torch.distributed lines, no framework "
+        "marker) / unknown (no file, or nothing that shows the framework)."
+    )
     torch_version_hints: list[Hint] = Field(description="Message families seen and the torch versions they imply.")
     torch_versions_stated: list[str] = Field(description="Torch versions a line states explicitly.")
     nccl_versions: list[str] = Field(description="NCCL library versions from 'NCCL version x.y.z' lines.")
@@ -131,9 +134,15 @@ def build_overview(inv: Inventory, coverage: Coverage, limit: int, offset: int =
         h = _hint(inv, m, name)
         if h is not None and name not in {f.name for f in frameworks}:
             frameworks.append(h)
-    if not frameworks:
-        frameworks = [Hint(name="plain PyTorch", lines=0, evidence="no NeMo/Megatron/Lightning/Ray markers seen")]
     families = [h for m, name in _FAMILY_VERSIONS.items() if (h := _hint(inv, m, name)) is not None]
+    if not frameworks and not inv.files:
+        frameworks = [Hint(name="unknown", lines=0, evidence="no log file was read")]
+    elif not frameworks and (inv.ranks or families or inv.torch_versions or inv.nccl_versions):
+        frameworks = [Hint(name="plain PyTorch", lines=0, evidence="no NeMo/Megatron/Lightning/Ray markers seen")]
+    elif not frameworks:
+        frameworks = [
+            Hint(name="unknown", lines=0, evidence="no framework, torch.distributed or NCCL line seen in the files")
+        ]
     sources = [h for m, name in _DATA_SOURCES.items() if (h := _hint(inv, m, name)) is not None]
     groups, group_of = _file_groups(inv)
     largest = (groups[0].ranks_per_file, groups[0].rank_source, groups[0].compression) if groups else None
