@@ -2,22 +2,31 @@
 
 One scan of the job (:func:`~debug_training_logs.analysis.inventory.scan_job`) selects candidate lines with the
 literal needles of :mod:`debug_training_logs.formats.torch_nccl`; a :class:`NcclSink` in each worker parses only those
-lines (joining hard-wrapped messages, re-reading an over-long tqdm line's tail) and sends back compact events. Here
-the events become one row per (global rank, process group), then every PG is classified from ALL its rows:
+lines (re-joining hard-wrapped messages wherever the break fell, re-reading an over-long tqdm line's tail) and sends
+back compact events, each cited at the physical line where its record starts. Timeouts repeated inside a
+``watchdog thread terminated`` / ``what():`` / ``communicator was aborted`` message count when they are the only
+record of a rank's timeout. Here the events become one row per (global rank, process group); a row whose line names
+no PG (WorkNCCL before 2.14) joins the PG that a labelled line of the same rank and work names, or stays unlabelled.
+Every PG is then classified from ALL its rows:
 
-* ``straggler``: one or few ranks never entered the collective (enqueued == completed while the others have work
-  pending), or only observed another rank's dump signal while the others detected their own timeout, or logged no
-  state at all for the PG (absent) while the others wait in it;
-* ``fabric``: every member entered the same collective (enqueued > completed) and each detected its own timeout;
+* ``straggler``: a rank's own lines say it never entered the collective the others wait in (enqueued == completed,
+  or it only observed another rank's dump signal), or it logged no state for the PG while its whole log is present
+  and every rank of a known world is in the logs;
+* ``fabric``: two or more members, every member present, all entered the same collective and each detected its own
+  timeout;
 * ``root_ahead``: the PG's rank 0 (the broadcast root) is ahead of the others by k ops (compared with the ~3
   collectives a training step issues);
+* ``mismatch``: ranks of one PG timed out in different collectives (SeqNum or OpType differ): not a fabric hang;
 * ``mixed``: outliers in both directions or too many to call a straggler;
-* ``incomplete``: ranks are missing from the logs (or a member cannot be identified), so no straggler is named from a
-  subset: the missing ranks could hold it.
+* ``incomplete``: the world size is not stated by evidence about the world, ranks are missing from the logs, members
+  cannot be identified, or the rows name no PG: nothing is concluded from a subset (one node's file, a pasted
+  excerpt, one rank's log).
 
 SeqNums are compared only within one PG identity (GUID/name, else uid). The global rank comes from ``[rankN]:`` (or
-the line's other attribution), never from the PG-local, possibly stale ``[Rank N]``. Times are the workers' wall
-clock as written (no zone, year inferred); the nanosecond fraction is monotonic and ignored.
+the line's other attribution), never from the PG-local, possibly stale ``[Rank N]``; timeouts no line attributes are
+reported per (SeqNum, OpType) with their PG-local ranks. Times are the workers' wall clock as written (no zone); the
+year comes from a full date elsewhere in the logs, else the time is shown as ``MM-DD HH:MM:SS``; the nanosecond
+fraction is monotonic and ignored.
 
 Must not: open files other than through ``logs/`` (scan and the targeted re-read of wrapped lines), import ``mcp``.
 """
