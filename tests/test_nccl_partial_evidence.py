@@ -229,3 +229,20 @@ def test_one_rank_alone_is_never_fabric(tmp_path: Path) -> None:
     res = nccl_state_table(d)
     assert res.coverage.world_size == 1
     assert [p.classification for p in res.process_groups] == ["incomplete"], res.summary
+
+
+def test_a_world_size_given_by_the_caller_completes_the_coverage(tmp_path: Path) -> None:
+    """Per-rank logs of a whole job that never state the world size: nothing is concluded until the caller says it."""
+    d = tmp_path / "job"
+    for r in range(4):
+        pad = [f"[rank{r}]:[W1107 23:00:{i:02d}.000000001 socket.cpp:412] noise {i}" for i in range(45)]
+        lines = pad + ([] if r == 3 else [_timeout(r, 57), _status(r, 57, 57, 56)])
+        _write(d, f"rank-{r}.log", lines)
+    unknown = nccl_state_table(d)
+    assert unknown.coverage.world_size is None and unknown.straggler_ranks == []
+    assert [p.classification for p in unknown.process_groups] == ["incomplete"]
+    given = nccl_state_table(d, world_size=4)
+    assert given.coverage.world_size == 4 and "given by the caller" in given.coverage.world_size_evidence
+    assert given.straggler_ranks == [3], given.summary
+    wrong = nccl_state_table(d, world_size=8)
+    assert wrong.missing_ranks == "4-7" and wrong.straggler_ranks == []

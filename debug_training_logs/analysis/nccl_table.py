@@ -1051,17 +1051,28 @@ def _ev_evidence(e: _Ev) -> EvidenceLine:
 
 
 def nccl_state_table(
-    logs_dir: str | Path, limit: int = DEFAULT_LIMIT, files: Sequence[LogFile] | None = None
+    logs_dir: str | Path,
+    limit: int = DEFAULT_LIMIT,
+    files: Sequence[LogFile] | None = None,
+    world_size: int | None = None,
 ) -> NcclTable:
-    """Scan every worker log under ``logs_dir`` once and build the NCCL state table (see the module docstring)."""
+    """Scan every worker log under ``logs_dir`` once and build the NCCL state table (see the module docstring).
+
+    ``world_size``: the job's world size as the caller knows it (the launch command), for logs that do not state it."""
     job = scan_job(logs_dir, NCCL_PATTERNS, NcclSink, files=files)
     results: list[FileEvents] = [r if isinstance(r, FileEvents) else FileEvents(s.file.rel)
                                  for r, s in zip(job.caller_results, job.files, strict=True)]  # fmt: skip
-    return build_table(results, job.inventory, job.coverage(), limit)
+    return build_table(results, job.inventory, job.coverage(), limit, world_size=world_size)
 
 
-def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, limit: int) -> NcclTable:
+def build_table(
+    results: list[FileEvents], inv: Inventory, coverage: Coverage, limit: int, world_size: int | None = None
+) -> NcclTable:
     """The table from the sinks' events and the job inventory (pure; used by the tool and by ``diagnose``)."""
+    if world_size is not None:
+        said = f"; the logs say {inv.world_size} ({inv.world_size_evidence})" if inv.world_size != world_size else ""
+        given = f"given by the caller: {world_size}{said}"
+        coverage = coverage.model_copy(update={"world_size": world_size, "world_size_evidence": given})
     times = _TimeText(inv.year_hint)
     by_rank: dict[int, list[_Ev]] = defaultdict(list)
     unattributed = 0
@@ -1112,9 +1123,9 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
 
     # Ranks the inventory attributed, plus every rank a candidate line of ours carried (srun labels, Ray prefixes).
     inv_ranks = set(inv.ranks) | set(by_rank) | {g for (_k, _d), items in fact_map.items() for g, _ in items}
-    world = inv.world_size
+    world = world_size if world_size is not None else inv.world_size
     missing = (set(range(world)) - inv_ranks) if world else set()
-    if inv_ranks != set(inv.ranks):
+    if inv_ranks != set(inv.ranks) or world_size is not None:
         coverage = coverage.model_copy(
             update={"ranks_found": format_ranges(inv_ranks), "missing_ranks": format_ranges(missing)}
         )
@@ -1372,5 +1383,11 @@ def _summary(
     if first is not None:
         parts.append(f"Rank {first} set the dump signal first: usually a victim that timed out first, not the cause.")
     if silent and not stragglers:
-        parts.append(f"Ranks {format_ranges(silent)} appear in the logs but logged no NCCL state: prime suspects.")
+        if coverage.world_size is not None and not missing:
+            parts.append(f"Ranks {format_ranges(silent)} appear in the logs but logged no NCCL state: prime suspects.")
+        else:
+            parts.append(
+                f"Ranks {format_ranges(silent)} appear in these files but logged no NCCL state here (suspects only if "
+                "their whole logs are here)."
+            )
     return " ".join(parts)

@@ -226,6 +226,15 @@ def nccl_state_table(
         int,
         Field(ge=1, le=100000, description="At most this many rows and outliers listed (classification uses all)."),
     ] = analysis.DEFAULT_LIMIT,
+    world_size: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=1 << 20,
+            description="The job's world size when the logs do not state it (from the launch command: nodes x GPUs). "
+            "Without it and without a line stating it, nothing is concluded from absence.",
+        ),
+    ] = None,
 ) -> NcclStateTable:
     """For an NCCL timeout: ALL ranks' watchdog state, one row per (global rank, process group): SeqNum, OpType,
     Numel, timeout and ran-for, last enqueued / last completed work and pending, whether the rank detected the
@@ -242,7 +251,7 @@ def nccl_state_table(
     `unparsed_samples` before trusting a straggler.
     """
     root = input_dir(logs_dir)
-    table = analysis.nccl_state_table(root, limit=limit)
+    table = analysis.nccl_state_table(root, limit=limit, world_size=world_size)
     return NcclStateTable.model_validate(table)
 
 
