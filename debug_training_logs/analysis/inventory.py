@@ -138,6 +138,10 @@ class FileFacts:
     nccl_split_lines: int = 0  # NCCL init lines of split (sub-)communicators
     child_failed_ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
+    """Hosts the file's own lines run on (NCCL init ``host:pid:tid``, torchrun's failure table ``host :``)."""
+    launcher_hosts: set[str] = field(default_factory=set)
+    """Hosts ``srun: error: <host>: task N`` lines name: srun prints every failed task's node into the file it
+    writes, so the first node's file names the others too; these label a file only when it has no own host."""
     nccl_versions: set[str] = field(default_factory=set)
     torch_versions: set[str] = field(default_factory=set)
     best_nranks: tuple[int, int, str] | None = None  # (nranks, line, text)
@@ -203,9 +207,12 @@ class InventorySink:
                 tv = _TORCH_VERSION.search(text)
                 if tv:
                     f.torch_versions.add(tv.group("v"))
-        h2 = _CHILD_HOST.search(text) or _SRUN_HOST.search(text)
+        h2 = _CHILD_HOST.search(text)
         if h2:
             f.hosts.add(h2.group("host"))
+        h3 = _SRUN_HOST.search(text)
+        if h3:
+            f.launcher_hosts.add(h3.group("host"))
 
     def finish(self) -> FileFacts:
         return self.facts
@@ -515,11 +522,12 @@ def _build_inventory(scans: list[FileScan], facts: list[FileFacts], skipped: lis
         if not ranks and f.child_failed_ranks:
             ranks, source = set(f.child_failed_ranks), "torchrun failure table"
         all_ranks |= ranks
-        node = sorted(f.hosts)[0] if len(f.hosts) == 1 else file_name_node(s.file.rel)
+        own = f.hosts or f.launcher_hosts
+        node = sorted(own)[0] if len(own) == 1 else file_name_node(s.file.rel)
         files.append(
             FileInventory(s.file.rel, s.file.size, s.file.compression, ranks, source, node, s.lines, s.problem)
         )
-        hosts |= f.hosts
+        hosts |= f.hosts | f.launcher_hosts
         for name, n in f.markers.items():
             markers[name] = markers.get(name, 0) + n
             if name not in examples:
