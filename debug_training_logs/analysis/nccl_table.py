@@ -41,7 +41,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from debug_training_logs.analysis.inventory import Inventory, scan_job
+from debug_training_logs.analysis.inventory import Inventory, missing_set, missing_text, scan_job
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
@@ -783,10 +783,9 @@ def _classify(
     absent_pg: list[int] = []
     absent: set[int] = set()
     absent_missing: set[int] = set()
-    if is_default and cov.world is not None:
-        expected = set(range(cov.world))
-        absent = (expected & cov.inv_ranks) - ranks_here
-        absent_missing = (expected - ranks_here) & cov.missing
+    if is_default and cov.world is not None:  # every rank of the world is a member (no set of range(world))
+        absent = {g for g in cov.inv_ranks if g < cov.world} - ranks_here
+        absent_missing = cov.missing - ranks_here
     elif not unlabelled and not is_default:
         inferred, absent_pg = _infer_members(rows)
         absent = {g for g in inferred.values() if g in cov.inv_ranks}
@@ -1124,10 +1123,10 @@ def build_table(
     # Ranks the inventory attributed, plus every rank a candidate line of ours carried (srun labels, Ray prefixes).
     inv_ranks = set(inv.ranks) | set(by_rank) | {g for (_k, _d), items in fact_map.items() for g, _ in items}
     world = world_size if world_size is not None else inv.world_size
-    missing = (set(range(world)) - inv_ranks) if world else set()
+    missing = missing_set(world, inv_ranks)  # bounded: a stated world size of 10^8 must not cost a set of 10^8
     if inv_ranks != set(inv.ranks) or world_size is not None:
         coverage = coverage.model_copy(
-            update={"ranks_found": format_ranges(inv_ranks), "missing_ranks": format_ranges(missing)}
+            update={"ranks_found": format_ranges(inv_ranks), "missing_ranks": missing_text(world, inv_ranks)}
         )
     ranks_with_state = {r.rank for r in rows}
     silent = inv_ranks - ranks_with_state - missing
@@ -1185,7 +1184,7 @@ def build_table(
         rows_total=len(rows),
         rows_truncated=truncated,
         ranks_without_nccl_state=format_ranges(silent),
-        missing_ranks=format_ranges(missing),
+        missing_ranks=missing_text(world, inv_ranks),
         process_groups=pg_results,
         outliers=outliers[:limit],
         outliers_truncated=max(0, len(outliers) - limit),
