@@ -111,8 +111,9 @@ def grep_all_ranks(
     patterns: Annotated[
         list[str] | None,
         Field(
-            description="Regexes (RE2 syntax; `name=regex` to name one) that replace the default tiered patterns. "
-            "Patterns RE2 cannot run fall back to a backtracking engine with a timeout."
+            description="Regexes (RE2 syntax, searched as written) that replace the default tiered patterns. To name "
+            "one, wrap all of it in a named group: `(?P<loader>AISBatchLoaderError)`; unnamed ones are p1, p2, .... "
+            "Patterns RE2 cannot run fall back to a backtracking engine with one time budget per search."
         ),
     ] = None,
     tiers: Annotated[
