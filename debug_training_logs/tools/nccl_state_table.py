@@ -269,6 +269,15 @@ def nccl_state_table(
         int,
         Field(ge=1, le=100000, description="At most this many rows and outliers listed (classification uses all)."),
     ] = analysis.DEFAULT_LIMIT,
+    world_size: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=1 << 20,
+            description="The job's world size when the logs do not state it (from the launch command: nodes x GPUs). "
+            "Without it and without a line stating it, nothing is concluded from absence.",
+        ),
+    ] = None,
     offset: Annotated[
         int | None,
         Field(
@@ -302,7 +311,9 @@ def nccl_state_table(
     root = input_dir(logs_dir)
     wanted = _parse_ranks(ranks)
     # Pages and rank filters of the same logs reuse one scan (the table is computed from every row either way).
-    table = cached("nccl_state_table", root, None, lambda: analysis.nccl_state_table(root, limit=ALL))
+    table = cached(
+        "nccl_state_table", root, world_size, lambda: analysis.nccl_state_table(root, limit=ALL, world_size=world_size)
+    )
     order = {p.pg: i for i, p in enumerate(table.process_groups)}
     rows = sorted(table.rows, key=lambda r: (order.get(r.pg, len(order)), r.rank))
     if offset is None and wanted is None:
