@@ -25,7 +25,7 @@ NCCL_SETS: dict[str, tuple[str, list[int]]] = {
     "data_stall": ("data_loading_stall", [5]),
     "nccl_fabric": ("gpu_fabric", []),
     "nccl_root_ahead": ("collective_mismatch", [0]),
-    "nccl_missing_node": ("incomplete_evidence", list(range(8, 16))),
+    "nccl_missing_node": ("incomplete_evidence", []),
     **{f"nccl_styles/{s}": ("data_loading_stall", [5]) for s in STYLES},
 }
 SECTIONS = ("## Job Details", "## Timeline Table", "## Root Cause Chain", "## Key Files", "## Recommendations",
@@ -121,6 +121,8 @@ def test_incomplete_evidence_says_what_to_fetch() -> None:
     assert d.verdict.confidence == "low" and d.verdict.next_steps
     assert "8-15" in d.verdict.explanation and "rank(s) 5 never entered" in d.verdict.explanation
     assert "a culprit is never named from a subset" in d.verdict.explanation.lower()
+    assert d.verdict.culprit_ranks == [] and d.verdict.missing_ranks == list(range(8, 16))
+    assert d.conclusion.missing_ranks == list(range(8, 16)) and 5 in d.verdict.suspect_ranks
 
 
 def test_timeline_marks_untimed_lines_with_their_bounds() -> None:

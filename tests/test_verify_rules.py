@@ -81,7 +81,18 @@ def test_every_rule_reports_and_never_passes_silently() -> None:
 def test_coverage_accepts_all_ranks_and_incomplete_evidence_naming_the_missing() -> None:
     assert check(run(DATA_STALL / "logs", "data_loading_stall", [5]), "coverage").status == "passed"
     missing = FIXTURES / "nccl_missing_node" / "logs"
-    assert check(run(missing, "incomplete_evidence", list(range(8, 16))), "coverage").status == "passed"
+    assert check(run(missing, "incomplete_evidence", []), "coverage").status == "passed"
+    named = run(missing, "incomplete_evidence", [], missing_ranks=list(range(8, 16)), suspect_ranks=[5, *range(8, 16)])
+    assert check(named, "coverage").status == "passed" and named.accepted
+
+
+def test_coverage_rejects_missing_ranks_named_as_culprits() -> None:
+    """A rank whose log is missing is not an established culprit: it goes in missing_ranks / suspect_ranks."""
+    missing = FIXTURES / "nccl_missing_node" / "logs"
+    c = check(run(missing, "incomplete_evidence", list(range(8, 16))), "coverage")
+    assert c.status == "failed" and "missing_ranks" in c.next_step
+    c = check(run(missing, "incomplete_evidence", [], missing_ranks=[8, 9]), "coverage")
+    assert c.status == "failed" and "8-15" in c.detail
 
 
 def test_coverage_rejects_a_straggler_named_with_ranks_missing() -> None:
@@ -95,7 +106,7 @@ def test_coverage_rejects_a_straggler_named_with_ranks_missing() -> None:
 
 def test_coverage_rejects_incomplete_evidence_when_everything_is_there() -> None:
     c = check(run(DATA_STALL / "logs", "incomplete_evidence", []), "coverage")
-    assert c.status == "failed" and "decide" in c.detail
+    assert c.status == "failed" and "establishes more" in c.detail and "rank(s) 5" in c.detail
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
+from typing import Any, Literal, get_args
 
 from debug_training_logs.analysis.ais_deltas import (
     DEFAULT_COUNTERS,
@@ -865,8 +866,13 @@ class JobEvidence:
     """Ranks whose step time jumped (throughput collapse)."""
     memory_creep: list[SeriesJump]
     """Ranks whose allocated GPU memory kept growing."""
-    cache: dict[str, list[Trigger]] = field(default_factory=dict)
-    """Derived results computed once per evidence (the triggers), shared by the verdict and the verifier."""
+    launcher: list[LauncherEvent] = field(default_factory=list)
+    """Extension point: per-rank exits, exit codes and signals the launcher (torchrun agent, srun, SLURM) reports;
+    :func:`rank_states` reads them."""
+    flight_recorder: list[FlightRecorderFact] = field(default_factory=list)
+    """Extension point: flight-recorder / gloo / DETAIL-mismatch facts (which rank was where in which collective)."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Derived results computed once per evidence (triggers, rank states), shared by the verdict and the verifier."""
 
     @property
     def coverage(self) -> Coverage:
@@ -1177,6 +1183,27 @@ def hit_event(h: Hit, event: str, ranks: Iterable[int] | None = None) -> KeyEven
     return KeyEvent(event, h.file, h.line, h.text, rk, None, h.after, h.before)
 
 
+_WARNING_LINE = re.compile(
+    r"\bWARN(?:ING)?\b|\[NeMo W |^\[?W\d{3,4} \d\d:\d\d|\bWarning: |\bwarnings\.warn"
+    r"|Retrying \(Retry\(|Retrying \S+ in [\d.]+ seconds|[Rr]etrying \d+/\d+|[Rr]etry \d+/\d+|[Rr]etrying after"
+)
+"""A warning or retry line: an exception named inside it was logged and handled, it did not end the process."""
+
+
+def is_warning(text: str) -> bool:
+    """True for a warning/retry line (``WARNING:urllib3...Retrying (...ConnectionResetError...)``): an exception
+    name inside it is not a crash."""
+    return _WARNING_LINE.search(strip_rank_prefix(text)) is not None
+
+
+def strip_rank_prefix(text: str) -> str:
+    """``text`` without a leading ``[rankN]:`` / srun ``N:`` prefix (what the process itself wrote)."""
+    return _LEAD_PREFIX.sub("", text, count=1)
+
+
+_LEAD_PREFIX = re.compile(r"^(?:\s*\d+: )?(?:\[rank\d+\]:\s*)?")
+
+
 def is_consequence(text: str) -> bool:
     """True for an exception line caused by another failure (watchdog abort, torchrun summary, peer NCCL error)."""
     return any(m in text for m in CONSEQUENCE_MARKERS)
@@ -1207,6 +1234,9 @@ def _triggers(ev: JobEvidence) -> list[Trigger]:
     firsts: list[tuple[str, Hit]] = []
     for signal in ("cuda_oom", "cuda_error", "xid", "address_in_use", "nan", "exception", "data_error"):
         firsts += [(signal, h) for h in w.first_by_rank.get(signal, {}).values()]
+        if signal == "exception":  # the exception that ended a rank is its last one (earlier ones may be handled)
+            firsts += [(signal, h) for r, h in w.last_by_rank.get(signal, {}).items()
+                       if h is not w.first_by_rank.get(signal, {}).get(r)]  # fmt: skip
         firsts += [(signal, h) for h in w.hits(signal) if h.rank is None][:20]
     out: list[Trigger] = []
     refined = refine_times(w, [h for _, h in firsts])
@@ -1223,7 +1253,7 @@ def _triggers(ev: JobEvidence) -> list[Trigger]:
 
 def _trigger_of(signal: str, h: Hit) -> Trigger | None:
     text = h.text
-    if signal == "exception" and is_consequence(text):
+    if signal == "exception" and (is_consequence(text) or is_warning(text)):
         return None
     if signal in ("cuda_oom",) or _matches("cuda_oom", text):
         return Trigger("cuda_oom", h, "CUDA out of memory")
@@ -1289,9 +1319,313 @@ PER_STEP_COLLECTIVES = 3
 KILLER_SIGNALS = ("cuda_oom", "cuda_error", "xid", "slurm_cancel", "slurm_oom", "child_failed", "traceback")
 
 
-def killers(w: WorkerEvidence) -> list[Hit]:
-    """Lines that show a process was killed or crashed (any of them rules out a clean run)."""
-    out = [h for s in KILLER_SIGNALS for h in w.hits(s)]
+def killers(w: WorkerEvidence, ev: JobEvidence | None = None) -> list[Hit]:
+    """Lines that show a process was killed or crashed (any of them rules out a clean run).
+
+    With the job's evidence, an exception counts only when it is a rank's unhandled failure (not inside a warning or
+    retry line, no progress of the rank after it), and a traceback alone does not count (a handled, logged one);
+    without it, every exception and traceback line counts."""
+    hard = KILLER_SIGNALS if ev is None else tuple(s for s in KILLER_SIGNALS if s != "traceback")
+    out = [h for s in hard for h in w.hits(s)]
     out += [h for h in w.hits("signal") if any(x in h.text for x in ("SIGKILL", "SIGABRT", "SIGSEGV", "SIGBUS"))]
-    out += [h for h in w.hits("exception") if not _matches("conn_reset", h.text)]
-    return sorted(out, key=_order_key)
+    out += [h for h in w.hits("srun_error") if _SRUN_BAD_EXIT.search(h.text)]
+    if ev is None:
+        out += [h for h in w.hits("exception") if not _matches("conn_reset", h.text)]
+    else:
+        out += [t.hit for ts in crash_triggers(ev).values() for t in ts if t.category != "data"]
+    return sorted(set(out), key=_order_key)
+
+
+_SRUN_BAD_EXIT = re.compile(r"Exited with exit code [1-9]|: Killed|: Aborted|Segmentation fault")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Per-rank states: what each rank was doing when the job ended (read by the verdict, every verifier rule, the report)
+
+RankStateName = Literal["finished", "crashed", "watchdog_killed", "waiting", "stuck", "torn_down", "absent", "unknown"]
+RANK_STATES: tuple[str, ...] = get_args(RankStateName)
+"""``finished`` (the run ended normally), ``crashed`` (an exception reached the top / an error exit code / a fatal
+CUDA error, and the process logged nothing alive afterwards), ``watchdog_killed`` (the NCCL heartbeat monitor killed
+it), ``waiting`` (inside a collective: enqueued > completed), ``stuck`` (alive but outside the stuck collective: no
+NCCL work pending, only observed the dump, or no NCCL state while the others timed out), ``torn_down`` (stopped
+by its launcher because another rank failed), ``absent`` (no log file), ``unknown`` (its log says nothing of its
+end)."""
+
+TRACEBACK_SPAN_LINES = 400
+"""An exception line ends a traceback of its rank when that rank's ``Traceback (most recent call last):`` line is at
+most this many lines above it in the same file (frames, chained exceptions)."""
+
+
+@dataclass
+class LauncherEvent:
+    """A launcher's report about one rank's process (extension point: torchrun agent exits, srun task exits, SLURM
+    signals; ``formats/torchrun.py`` plugs in here). ``exit_code`` > 0 is an error exit, < 0 a signal number."""
+
+    rank: int | None
+    kind: str
+    """``exit`` (the process exited with ``exit_code``), ``signal`` (killed by ``signal``), ``sigterm_sent`` (the
+    launcher stopped it because another worker failed)."""
+    exit_code: int | None = None
+    signal: str | None = None
+    file: str = ""
+    line: int = 0
+    text: str = ""
+    time: datetime | None = None
+
+
+@dataclass
+class FlightRecorderFact:
+    """One fact from a flight-recorder dump or a gloo/DETAIL mismatch report (extension point for
+    ``formats/flight_recorder.py`` and ``formats/gloo.py``): which rank was where in which collective."""
+
+    rank: int
+    pg: str
+    seq: int | None
+    op: str | None
+    state: str
+    """``scheduled``, ``started``, ``completed`` or ``mismatch`` (the rank disagreed on the collective)."""
+    file: str = ""
+    line: int = 0
+    text: str = ""
+
+
+@dataclass
+class RankState:
+    """One rank's state at the end of the job, and the line that decides it."""
+
+    rank: int
+    state: str
+    """One of :data:`RANK_STATES`."""
+    why: str
+    """The deciding fact, in a few words."""
+    line: Hit | None = None
+    """The line that decides it (the crash line, the NCCL state line), for citing."""
+    crash: Trigger | None = None
+    """For ``crashed`` / ``watchdog_killed``: the rank's first failure (its root-cause candidate)."""
+    module: str | None = None
+    """For ``crashed``: where the exception came from, for people ("the data loader", "torch.distributed")."""
+    exit_code: int | None = None
+    """Exit code reported by the launcher (> 0 error, < 0 signal), when known."""
+    signal: str | None = None
+    exception: Trigger | None = None
+    """For ``crashed``: the exception that reached the top (ended the process), when logged."""
+
+
+def counters_known(ev: JobEvidence) -> bool:
+    """True when the NCCL state carries last-enqueued/completed counters (torch 2.3+): only then can a rank inside
+    the collective be told from one that never entered it by its own numbers."""
+    return any(r.last_enqueued is not None and r.last_completed is not None for r in ev.nccl.rows)
+
+
+def fabric_evidence(ev: JobEvidence) -> tuple[bool, str]:
+    """Whether a fabric hang is positively shown, and why (or why not).
+
+    Shown: the timed-out process groups all have the fabric pattern, no rank lacks NCCL state, the counters are
+    known, and either every rank is pending AND was first to dump on its own, or NCCL WARN / IB / Xid errors are
+    logged on the hosts involved. Anything less is at most "fabric suspected"."""
+    n = ev.nccl
+    groups = [g for g in n.groups if g.detected_ranks]
+    if not n.timed_out or not groups:
+        return False, "no NCCL collective timed out"
+    if n.ranks_without_state or any(g.classification != "fabric" for g in groups):
+        return False, "not every rank was inside the collective"
+    if not counters_known(ev):
+        return False, (
+            "every rank timed out, but this torch logs no enqueued/completed counters (torch <= 2.2): a rank that "
+            "never entered the collective cannot be told from one waiting inside it, so straggler and fabric cannot "
+            "be told apart"
+        )
+    warns = [h for s in ("net_error", "xid") for h in ev.worker.hits(s)]
+    if warns:
+        return True, f"NCCL/IB/Xid errors are logged ({warns[0].file}:{warns[0].line})"
+    members = {r for g in groups for r in g.ranks}
+    firsts = {r for g in groups for r in g.first_to_dump_ranks}
+    if members and members <= firsts:
+        return True, "every rank was inside the collective and its own watchdog fired first (first to dump on each)"
+    return False, (
+        "every rank waited inside the collective, but neither did every rank's own watchdog fire first nor is any "
+        "NCCL WARN / IB / Xid error logged: fabric suspected, not shown"
+    )
+
+
+def _ends_traceback(w: WorkerEvidence, h: Hit) -> bool:
+    """True when ``h`` (an exception line) closes a traceback of its rank: the exception reached the top."""
+    return any(tb.file == h.file and 0 < h.line - tb.line <= TRACEBACK_SPAN_LINES for tb in w.hits("traceback", h.rank))
+
+
+def _handled(w: WorkerEvidence, t: Trigger) -> bool:
+    """True when the rank logged training progress after ``t``: the error was handled and training went on."""
+    if t.hit.rank is None:
+        return False
+    last = w.last_by_rank.get("progress", {}).get(t.hit.rank)
+    if last is None:
+        return False
+    if last.file == t.hit.file:
+        return last.line > t.hit.line
+    lo, hi = last.earliest, t.hit.latest
+    return lo is not None and hi is not None and lo > hi + CLOCK_SLACK
+
+
+def _module_of(t: Trigger) -> str | None:
+    if t.category == "data":
+        return "the data loader"
+    m = _EXC_NAME.search(t.hit.text)
+    if m and "." in m.group(1):
+        return m.group(1).rsplit(".", 1)[0]
+    return None
+
+
+FATAL_KINDS = ("cuda_oom", "cuda_error", "rank_crash", "data", "watchdog_hang")
+
+
+def crash_triggers(ev: JobEvidence) -> dict[int, list[Trigger]]:
+    """Per rank, its failure candidates that were not handled (no progress of the rank after them), oldest first."""
+    out: dict[int, list[Trigger]] = defaultdict(list)
+    for t in triggers(ev):
+        if t.hit.rank is not None and t.category in FATAL_KINDS and not _handled(ev.worker, t):
+            out[t.hit.rank].append(t)
+    return dict(out)
+
+
+def job_finished(ev: JobEvidence) -> Hit | None:
+    """The clean-end line when the run ended normally: a clean-end marker, no NCCL timeout, no process killer (OOM,
+    CUDA error, error exit, SLURM cancellation, fatal signal) and no exception that reached the top."""
+    ends = ev.worker.hits("clean_end")
+    if not ends or ev.nccl.timed_out or ev.nccl.exited_with_error or killers(ev.worker, ev):
+        return None
+    return ends[-1]
+
+
+def rank_states(ev: JobEvidence) -> dict[int, RankState]:
+    """Every rank's state (computed once per evidence; see :data:`RANK_STATES`)."""
+    cached = ev.cache.get("rank_states")
+    if cached is None:
+        cached = ev.cache["rank_states"] = _rank_states(ev)
+    states: dict[int, RankState] = cached
+    return states
+
+
+def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
+    w, n = ev.worker, ev.nccl
+    world = set(w.ranks) | set(w.missing_ranks)
+    if w.world_size is not None:
+        world |= set(range(w.world_size))
+    rows: dict[int, list[NcclRow]] = defaultdict(list)
+    for row in n.rows:
+        rows[row.rank].append(row)
+    fatal = crash_triggers(ev)
+    exits = {e.rank: e for e in ev.launcher if e.rank is not None and e.kind in ("exit", "signal")}
+    finished = job_finished(ev)
+    crashed_files = set()
+    out: dict[int, RankState] = {}
+    for r in sorted(world):
+        mine = rows.get(r, [])
+        trig = fatal.get(r, [])
+        pending = [x for x in mine if (x.pending or 0) > 0]
+        hb = next((t for t in trig if t.category == "watchdog_hang"), None)
+        top = next(
+            (
+                t
+                for t in trig
+                if t.category in ("cuda_oom", "cuda_error")
+                or (_matches("exception", t.hit.text) and _ends_traceback(w, t.hit))
+            ),
+            None,
+        )
+        ex = exits.get(r)
+        code = ex.exit_code if ex is not None else None
+        if r in n.exited_with_error and code is None:
+            code = 1
+        if r in w.missing_ranks:
+            out[r] = RankState(r, "absent", "no log file of this rank was found")
+        elif hb is not None:
+            out[r] = RankState(r, "watchdog_killed", "the NCCL heartbeat monitor killed it", hb.hit, hb, exit_code=code)
+            crashed_files.add(hb.hit.file)
+        elif pending:
+            x = pending[0]
+            out[r] = RankState(
+                r,
+                "waiting",
+                f"inside {x.op_type or 'a collective'} SeqNum {x.seq} (PG {x.pg}): enqueued {x.last_enqueued} > "
+                f"completed {x.last_completed}",
+                _row_hit(x),
+            )
+        elif (top is not None and not mine) or (code is not None and code != 0 and not pending):
+            first = trig[0] if trig else top
+            why = (
+                f"{first.what} ({'reached the top' if top is not None else 'logged'}), then nothing more"
+                if first is not None
+                else f"the launcher reports exit code {code}; no exception in its own log"
+            )
+            out[r] = RankState(
+                r,
+                "crashed",
+                why,
+                first.hit if first is not None else None,
+                first,
+                _module_of(first) if first is not None else None,
+                code,
+                ex.signal if ex is not None else None,
+                top,
+            )
+            if first is not None:
+                crashed_files.add(first.hit.file)
+        elif n.timed_out and (r in n.job_stragglers or (mine and not pending and r in n.straggler_ranks)):
+            x0 = mine[0] if mine else None
+            out[r] = RankState(
+                r,
+                "stuck",
+                "alive but not inside the stuck collective (no NCCL work pending / only observed the dump)",
+                _row_hit(x0) if x0 is not None else None,
+            )
+        elif finished is not None:
+            out[r] = RankState(r, "finished", "the run ended normally", finished)
+        else:
+            out[r] = RankState(r, "unknown", "its log says nothing of how it ended")
+    for r, st in out.items():
+        if st.state != "unknown" or not n.timed_out:
+            continue
+        files = set(w.files_of_rank(r))
+        if files & crashed_files or w.hits("signal", r):
+            st.state, st.why = "torn_down", "stopped by its launcher after another rank failed (no NCCL state)"
+        elif r in n.ranks_without_state:
+            st.state, st.why = "stuck", "no NCCL state while the others timed out: it never entered the collective"
+    return out
+
+
+def _row_hit(x: NcclRow) -> Hit:
+    return Hit("nccl", x.file, x.line, x.text, x.rank, x.timeout_time)
+
+
+def precedes_symptom(ev: JobEvidence, h: Hit) -> bool | None:
+    """Whether ``h`` happened before the failure's first symptom: True/False when the time bounds decide it, or when
+    the causal order does (the line is the last output of a rank that crashed or stalled and never entered the
+    collective the others were waiting in: the others could only wait for it after it stopped); None when neither.
+    """
+    sym = first_symptom(ev)
+    t = sym.time if sym is not None else None
+    if t is None:
+        return True
+    if h.latest is not None and h.latest <= t + CLOCK_SLACK:
+        return True
+    if h.earliest is not None and h.earliest > t + CLOCK_SLACK:
+        return False
+    if h.rank is not None:
+        st = rank_states(ev).get(h.rank)
+        if st is not None and (
+            st.state in ("crashed", "watchdog_killed") or (st.state == "stuck" and ev.nccl.timed_out)
+        ):
+            return True
+    return None
+
+
+def rank_state_groups(states: dict[int, RankState]) -> list[tuple[str, list[int], str, Hit | None]]:
+    """States grouped: (state, ranks, why of the first rank, its deciding line), in rank order of first appearance."""
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    first: dict[tuple[str, str], RankState] = {}
+    for r in sorted(states):
+        st = states[r]
+        key = (st.state, st.why if st.state in ("crashed", "watchdog_killed") else "")
+        groups[key].append(r)
+        first.setdefault(key, st)
+    return [(k[0], rs, first[k].why, first[k].line) for k, rs in groups.items()]
