@@ -180,3 +180,43 @@ def test_fixtures_are_regenerated_byte_for_byte(tmp_path: Path) -> None:
         assert (tmp_path / name / "truth.json").read_text() == (FIXTURES / name / "truth.json").read_text()
         size = sum(p.stat().st_size for p in (FIXTURES / name).rglob("*") if p.is_file())
         assert size < 200_000, (name, size)
+
+
+def test_diagnose_degrades_to_the_strongest_verdict_that_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first verdict its verifier rejects (here: the old gpu_fabric on torch 2.2, which logs no counters) is never
+    presented: the strongest weaker verdict that passes is, and the result says what blocked the stronger one."""
+    from debug_training_logs.analysis import diagnosis
+    from debug_training_logs.analysis.evidence import gather_evidence
+    from debug_training_logs.tools import diagnose as tool
+
+    logs = FIXTURES / "fabric_old_torch" / "logs"
+    ev = gather_evidence(logs)
+    honest = diagnosis.conclude(ev)
+    overclaim = diagnosis.Verdict(
+        category="gpu_fabric",
+        culprit_ranks=[],
+        suspect_nodes=["gpu-a02"],
+        confidence="high",
+        explanation="every rank timed out: the fabric",
+        root=honest.root,
+        chain=honest.chain,
+        timeline=honest.timeline,
+        key_files=honest.key_files,
+        next_steps=[],
+    )
+    monkeypatch.setattr(tool, "conclude", lambda _ev: overclaim)
+    d = tool.build_diagnosis(ev, logs, None)
+    assert d.verdict.category == "nccl_timeout_unattributed" and d.verification.accepted
+    assert d.verdict.blocked and d.verdict.blocked[0].startswith("gpu_fabric")
+    assert "positive evidence" in d.verdict.blocked[0]
+    assert "points to gpu_fabric but does not prove it" in d.verdict.explanation
+    assert "Stronger verdict(s) not presented" in render_report(d)
+
+
+def test_rank_states_are_in_the_result() -> None:
+    d = run("cuda_oom")
+    states = {g.state: g for g in d.rank_states}
+    assert states["crashed"].ranks == "3" and "CUDA out of memory" in states["crashed"].why
+    assert states["waiting"].ranks == "8-15" and states["torn_down"].ranks == "0-2,4-7"
+    assert sum(g.count for g in d.rank_states) == 16
+    assert "**Rank states:** " in render_report(d)

@@ -395,3 +395,54 @@ def test_category_specific_rejects_the_wrong_evidence(scenario: str, category: s
                                                        says: str) -> None:  # fmt: skip
     c = check(run(FIXTURES / scenario / "logs", category, culprits), "category_specific")
     assert c.status == "failed" and says in c.detail, c.detail
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Honest categories: what the evidence establishes decides, cautious conclusions pass unless contradicted
+
+
+def test_old_torch_without_counters_accepts_unattributed_and_rejects_fabric() -> None:
+    logs = FIXTURES / "fabric_old_torch" / "logs"
+    assert run(logs, "nccl_timeout_unattributed", []).accepted
+    c = check(run(logs, "gpu_fabric", []), "fabric_vs_straggler")
+    assert c.status == "failed" and "counters" in c.detail and "positive evidence" in c.detail
+
+
+def test_fabric_pattern_accepts_fabric_and_the_cautious_unattributed() -> None:
+    logs = FIXTURES / "nccl_fabric" / "logs"
+    assert run(logs, "gpu_fabric", []).accepted
+    assert run(logs, "nccl_timeout_unattributed", []).accepted
+
+
+def test_a_visible_desync_rejects_unattributed() -> None:
+    logs = FIXTURES / "rank0_step_ahead" / "logs"
+    assert run(logs, "collective_mismatch", [0], rank0_seq_gap=3).accepted
+    c = check(run(logs, "nccl_timeout_unattributed", []), "category_specific")
+    assert c.status == "failed" and "desync" in c.detail and "rank 0 is 3 collective(s) ahead" in c.detail
+
+
+def test_a_crash_in_the_data_loader_is_a_crash_not_a_stall(tmp_path: Path) -> None:
+    """srun --label attribution: the verifier reads rank 6's exception where diagnose does."""
+    from fixtures.failure_scenarios import write_variant
+
+    write_variant("dataloader_crash", tmp_path, {"launcher": "srun", "torch": "2.5"})
+    logs = tmp_path / "logs"
+    assert run(logs, "rank_crash", [6]).accepted
+    c = check(run(logs, "data_loading_stall", [6]), "category_specific")
+    assert c.status == "failed" and "a crash, not a stall" in c.detail
+
+
+def test_an_oom_that_is_the_last_untimed_output_of_a_rank_is_ordered_by_its_state() -> None:
+    logs = FIXTURES / "oom_untimed_tail" / "logs"
+    v = run(logs, "cuda_oom", [3])
+    assert v.accepted, [(c.rule, c.detail) for c in v.checks if not c.passed]
+    assert "which crashed" in check(v, "category_specific").detail
+    assert not run(logs, "nccl_timeout_unattributed", []).accepted
+
+
+def test_a_finished_run_with_noisy_warnings_is_no_failure() -> None:
+    logs = FIXTURES / "clean_noisy_warnings" / "logs"
+    assert run(logs, "no_failure", []).accepted
+    for rank in (6, 9):  # a handled traceback; a RuntimeError named inside a NeMo warning
+        c = check(run(logs, "rank_crash", [rank]), "category_specific")
+        assert c.status == "failed", c.detail

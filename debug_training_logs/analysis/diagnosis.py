@@ -37,6 +37,7 @@ from debug_training_logs.analysis.evidence import (
     gather_evidence,
     hit_event,
     job_finished,
+    node_failure_facts,
     precedes_symptom,
     rank_states,
     read_lines,
@@ -51,8 +52,6 @@ __all__ = ["JobEvidence", "KeyEvent", "Verdict", "conclude", "gather_evidence"]
 
 TIE_WINDOW = timedelta(seconds=5)
 """Triggers on several ranks within this much of the first are reported together (they failed at the same time)."""
-SILENT_NODE_GAP = timedelta(seconds=60)
-"""A node whose log ends this long before the job was cancelled for NODE FAILURE went silent (it is the one)."""
 
 
 @dataclass
@@ -259,26 +258,16 @@ def _what_present_ranks_show(ctx: _Ctx) -> str:
 
 
 def _node_failure(ctx: _Ctx) -> Verdict | None:
-    cancels = [h for h in ctx.w.hits("slurm_cancel") if "NODE FAILURE" in h.text]
-    if not cancels:
+    cancel, silent = node_failure_facts(ctx.ev)
+    if cancel is None:
         return None
-    cancel = cancels[0]
-    with_cancel = {h.file for h in cancels}
     at = cancel.when
-    silent = []
-    for f in ctx.w.job.inventory.files:
-        if f.rel in with_cancel:
-            continue
-        end = ctx.w.file_end.get(f.rel)
-        if at is None or end is None or end.time is None or end.time <= at - SILENT_NODE_GAP:
-            silent.append(f)
-    ranks = {r for f in silent for r in f.ranks}
-    nodes = [f.node for f in silent if f.node]
+    ranks = {r for n in silent for r in n.ranks}
+    nodes = [n.node for n in silent if n.node]
     chain: list[KeyEvent] = []
-    for f in silent:
-        end = ctx.w.file_end.get(f.rel)
-        if end is not None:
-            chain.append(hit_event(end, f"last line from node {f.node or f.rel}: it goes silent", f.ranks))
+    for n in silent:
+        if n.last is not None:
+            chain.append(hit_event(n.last, f"last line from node {n.node or n.last.file}: it goes silent", n.ranks))
     chain += [e for e in ctx.tail if e.file != cancel.file or e.line != cancel.line]
     chain.append(hit_event(cancel, "SLURM cancels the job DUE TO NODE FAILURE", ranks=()))
     if not silent:

@@ -51,7 +51,7 @@ from debug_training_logs.analysis.ais_index import AisDaemon, AisIndex
 from debug_training_logs.analysis.alignment import WORKER_PATTERNS as ALIGNMENT_PATTERNS
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock, WorkerClockFacts, WorkerClockSink, align
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
-from debug_training_logs.analysis.inventory import JobScan, Marker, scan_job
+from debug_training_logs.analysis.inventory import FileInventory, JobScan, Marker, scan_job
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
@@ -1234,10 +1234,14 @@ def _triggers(ev: JobEvidence) -> list[Trigger]:
     firsts: list[tuple[str, Hit]] = []
     for signal in ("cuda_oom", "cuda_error", "xid", "address_in_use", "nan", "exception", "data_error"):
         firsts += [(signal, h) for h in w.first_by_rank.get(signal, {}).values()]
-        if signal == "exception":  # the exception that ended a rank is its last one (earlier ones may be handled)
-            firsts += [(signal, h) for r, h in w.last_by_rank.get(signal, {}).items()
-                       if h is not w.first_by_rank.get(signal, {}).get(r)]  # fmt: skip
+        if signal == "exception":  # a rank's first and last own exceptions (not a consequence, not a warning)
+            own: dict[int, list[Hit]] = defaultdict(list)
+            for h in w.hits(signal):
+                if h.rank is not None and not is_consequence(h.text) and not is_warning(h.text):
+                    own[h.rank].append(h)
+            firsts += [(signal, h) for hs in own.values() for h in {hs[0], hs[-1]}]
         firsts += [(signal, h) for h in w.hits(signal) if h.rank is None][:20]
+    firsts = list(dict.fromkeys(firsts))
     out: list[Trigger] = []
     refined = refine_times(w, [h for _, h in firsts])
     for (signal, _), h in zip(firsts, refined, strict=True):
@@ -1629,3 +1633,48 @@ def rank_state_groups(states: dict[int, RankState]) -> list[tuple[str, list[int]
         groups[key].append(r)
         first.setdefault(key, st)
     return [(k[0], rs, first[k].why, first[k].line) for k, rs in groups.items()]
+
+
+SILENT_NODE_GAP = timedelta(seconds=60)
+"""A node whose logs end this long before the job was cancelled for NODE FAILURE went silent (it is the one)."""
+
+
+@dataclass
+class SilentNode:
+    """A node whose every log file stopped well before SLURM's NODE FAILURE cancellation, with no error."""
+
+    node: str
+    ranks: set[int]
+    last: Hit | None
+    """Its last timed line (the moment it went silent)."""
+
+
+def node_failure_facts(ev: JobEvidence) -> tuple[Hit | None, list[SilentNode]]:
+    """SLURM's ``CANCELLED ... DUE TO NODE FAILURE`` line and the nodes that went silent before it.
+
+    Files are grouped by node (the host slurmstepd names in the file, else the one host of its ranks from the NCCL
+    init lines, else the file's node), so a node's per-rank files and its launcher file are judged together: a node
+    is silent when none of its files holds the cancellation and each ends :data:`SILENT_NODE_GAP` before it."""
+    w = ev.worker
+    cancels = [h for h in w.hits("slurm_cancel") if "NODE FAILURE" in h.text]
+    if not cancels:
+        return None, []
+    cancel = cancels[0]
+    at = cancel.when
+    with_cancel = {h.file for h in cancels}
+    groups: dict[str, list[FileInventory]] = defaultdict(list)
+    for f in w.job.inventory.files:
+        hosts = {w.rank_host.get(r) for r in f.ranks}
+        by_rank = next(iter(hosts)) if len(hosts) == 1 else None
+        node = w.file_host.get(f.rel) or by_rank or f.node or f.rel
+        groups[node].append(f)
+    out: list[SilentNode] = []
+    for node, files in sorted(groups.items()):
+        if any(f.rel in with_cancel for f in files):
+            continue
+        ends = [e for f in files if (e := w.file_end.get(f.rel)) is not None and e.time is not None]
+        if at is None or all(e.time is not None and e.time <= at - SILENT_NODE_GAP for e in ends):
+            ranks = {r for f in files for r in f.ranks}
+            last = max(ends, key=lambda e: e.time or datetime.min) if ends else None
+            out.append(SilentNode(node if node not in {f.rel for f in files} else "", ranks, last))
+    return cancel, [s for s in out if s.ranks]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from itertools import pairwise
 
 from debug_training_logs.analysis.alignment import to_ais_clock
@@ -27,6 +27,7 @@ from debug_training_logs.analysis.evidence import (
     fabric_evidence,
     job_finished,
     killers,
+    node_failure_facts,
     precedes_symptom,
     rank_states,
     refine_times,
@@ -1199,48 +1200,48 @@ def _cat_no_failure(ctx: RuleContext) -> Check:
 
 def _cat_node_failure(ctx: RuleContext) -> Check:
     rule = "category_specific:node_failure"
-    w = ctx.ev.worker
-    cancels = [h for h in w.hits("slurm_cancel") if "NODE FAILURE" in h.text]
-    if not cancels:
+    cancel, silent = node_failure_facts(ctx.ev)
+    if cancel is None:
         return _check(
             rule,
             "failed",
             "No 'CANCELLED ... DUE TO NODE FAILURE' line in any log.",
             next_step="Check sacct / slurmctld for the node state.",
         )
-    at = cancels[0].when
-    with_cancel = {h.file for h in cancels}
-    bad = []
-    for r in sorted(ctx.culprits):
-        files = w.files_of_rank(r)
-        ends = [w.file_end.get(f) for f in files]
-        alive = any(f in with_cancel for f in files) or any(
-            e is not None and e.time is not None and at is not None and e.time > at - timedelta(seconds=60)
-            for e in ends
-        )
-        if alive:
-            bad.append(r)
+    quiet = {r for n in silent for r in n.ranks}
+    names = ", ".join(n.node for n in silent if n.node) or _fmt(quiet)
+    bad = sorted(ctx.culprits - quiet)
     if bad:
         return _check(
             rule,
             "failed",
-            f"Rank(s) {_fmt(bad)} kept logging until the cancellation: their node did not fail.",
-            [cancels[0].cite()],
+            f"Rank(s) {_fmt(bad)} kept logging until the cancellation: their node did not fail"
+            + (f" (silent: {names})." if silent else "."),
+            [cancel.cite()],
             "Name the ranks of the node that went silent.",
+        )
+    if not ctx.culprits and quiet:
+        return _check(
+            rule,
+            "failed",
+            f"SLURM reports a node failure and node(s) {names} (ranks {_fmt(quiet)}) went silent before it; the "
+            "conclusion names no rank.",
+            [cancel.cite(), *[n.last.cite() for n in silent if n.last is not None]],
+            f"Name ranks {_fmt(quiet)}.",
         )
     if not ctx.culprits:
         return _check(
             rule,
-            "undecided",
-            "SLURM reports a node failure; no rank is named.",
-            [cancels[0].cite()],
-            "Name the ranks of the silent node (or say which node).",
+            "passed",
+            "SLURM cancelled the job for a node failure and no node's logs went silent before it: the failed node "
+            "cannot be told from the logs, and the conclusion names none (cautious).",
+            [cancel.cite()],
         )
     return _check(
         rule,
         "passed",
         f"SLURM cancelled the job DUE TO NODE FAILURE and rank(s) {_fmt(ctx.culprits)} went silent before it.",
-        [cancels[0].cite()],
+        [cancel.cite()],
     )
 
 
