@@ -443,6 +443,7 @@ def test_an_oom_that_is_the_last_untimed_output_of_a_rank_is_ordered_by_its_stat
 def test_a_finished_run_with_noisy_warnings_is_no_failure() -> None:
     logs = FIXTURES / "clean_noisy_warnings" / "logs"
     assert run(logs, "no_failure", []).accepted
-    for rank in (6, 9):  # a handled traceback; a RuntimeError named inside a NeMo warning
-        c = check(run(logs, "rank_crash", [rank]), "category_specific")
+    # a handled traceback; a RuntimeError named inside a NeMo warning; an OOM the run skipped (a warning)
+    for category, rank in (("rank_crash", 6), ("rank_crash", 9), ("rank_crash", 12), ("cuda_oom", 12)):
+        c = check(run(logs, category, [rank]), "category_specific")
         assert c.status == "failed", c.detail

@@ -1,22 +1,36 @@
 """The evidence model of a job: every fact a diagnosis or a verification rests on, gathered once.
 
-:class:`JobEvidence` is built once per job, from the shared scan of the worker logs (:func:`evidence_from_scan` takes
-the scan's results, :func:`gather_evidence` runs the scan and the AIS pass), and read by both the decision procedure
+:class:`JobEvidence` is built once per job from the shared scan of the worker logs (:func:`evidence_from_scan` takes
+a finished :class:`~debug_training_logs.analysis.inventory.JobScan` whose per-file results are :class:`EvidenceSink`'s;
+:func:`gather_evidence` runs that scan and the AIS pass), and it is read by both the decision procedure
 (:mod:`debug_training_logs.analysis.diagnosis`) and every verifier rule (:mod:`debug_training_logs.verify`): the two
 can never disagree about which rank a line belongs to or when it happened.
 
 What it holds:
 
-* ``worker`` (:class:`WorkerEvidence`): the inventory and coverage, the named failure signals of :data:`SIGNALS`
-  (process killers, crashes, data-loading and storage errors, progress and clean-end markers) with their hits, per
-  rank first/last hits and counts, step-time and memory series, each file's last timed line, rank -> host.
+* ``worker`` (:class:`WorkerEvidence`): inventory and coverage, the named signals of :data:`SIGNALS` (process
+  killers, exceptions and tracebacks, data-loading and storage errors, progress and clean-end markers) with their
+  hits, each rank's first/last hit and counts, step-time and memory series, each file's last timed line, rank -> host.
 * ``nccl`` (:class:`NcclState`): the per-(rank, PG) NCCL state table and each process group's classification.
 * ``ais`` (:class:`AisEvidence`): the AIS file index, counter spikes, notable lines and the clock alignment.
+* ``launcher`` (:class:`LauncherEvent`) and ``flight_recorder`` (:class:`FlightRecorderFact`): extension points,
+  empty until ``formats/torchrun.py`` (exit codes, signals, SIGTERMs sent by the agent) and
+  ``formats/flight_recorder.py`` / ``formats/gloo.py`` (where each rank was, DETAIL mismatches) fill them; the
+  per-rank states already read ``launcher`` (an exit code > 0 makes a rank ``crashed``).
+
+Derived facts, computed once per evidence (``cache``) and shared: :func:`triggers` (each rank's candidate root
+causes), :func:`rank_states` (finished / crashed / watchdog_killed / waiting / stuck / torn_down / absent / unknown,
+with the deciding line, exit code, signal, the exception that reached the top and the module it came from),
+:func:`first_symptom`, :func:`precedes_symptom` (time bounds first, then the causal order of states),
+:func:`job_finished`, :func:`fabric_evidence`, :func:`counters_known`, :func:`node_failure_facts`.
 
 Time: worker times are naive datetimes on the workers' clock (their zone is never written); AIS times are naive
 datetimes on the AIS daemons' clock; the two are only compared through a verified clock alignment (``offset_hours``
-= worker clock minus AIS clock). A line without a time of its own is an interval: ``after`` (the last timed line
-before it in the same file) and ``before`` (the first timed line after it, or the end of the file's output).
+= worker clock minus AIS clock). A line without a time of its own is an interval: ``after`` (the nearest earlier
+timed line of its file) and ``before`` (the nearest later one; None when none follows: the end of that output).
+Within one file lines are in write order, so these per-file bounds also bound the line on its rank. When the bounds
+cannot order a line against the first symptom, the states can: the last output of a rank that crashed (or stalled)
+and never entered the collective the others waited in came before their timeout.
 
 Nothing here imports the verifier or the decision procedure.
 """
@@ -159,7 +173,7 @@ SIGNALS: tuple[Signal, ...] = (
     Signal(
         "clean_end",
         r"`Trainer\.fit` stopped|[Tt]raining (?:finished|completed|complete|done)\b|after training is done"
-        r"|[Ff]inished training|exiting program at iteration",
+        r"|[Ff]inished training|exiting program at iteration|worker group successfully finished",
         "the training loop ended normally",
     ),
 )
@@ -1183,25 +1197,32 @@ def hit_event(h: Hit, event: str, ranks: Iterable[int] | None = None) -> KeyEven
     return KeyEvent(event, h.file, h.line, h.text, rk, None, h.after, h.before)
 
 
-_WARNING_LINE = re.compile(
-    r"\bWARN(?:ING)?\b|\[NeMo W |^\[?W\d{3,4} \d\d:\d\d|\bWarning: |\bwarnings\.warn"
-    r"|Retrying \(Retry\(|Retrying \S+ in [\d.]+ seconds|[Rr]etrying \d+/\d+|[Rr]etry \d+/\d+|[Rr]etrying after"
+_WARNING_LEVEL = re.compile(
+    r"^(?:\[?[\d\-/:,. T]+\]?\s*(?:[-|]\s*)?)?(?:[a-z][\w.]*\s*[-|]\s*)?\[?WARN(?:ING)?\]?(?:[:\s]|$)"
+    r"|^\[NeMo W |^\[?W\d{3,4} \d\d:\d\d|^Warning: "
 )
-"""A warning or retry line: an exception named inside it was logged and handled, it did not end the process."""
+"""A warning's log level where loggers put it (``WARNING:name:``, ``<time> - name - WARNING -``, ``[NeMo W``, glog
+``W0521``): at the start of what the process wrote, never inside an exception's message."""
+_RETRY_LINE = re.compile(
+    r"Retrying \(Retry\(|Retrying \S+ in [\d.]+ seconds|[Rr]etrying \d+/\d+|[Rr]etry \d+/\d+|[Rr]etrying after"
+    r"|\bwarnings\.warn\("
+)
+"""A retry (urllib3, tenacity, loaders' own 'retrying N/M'): the request was tried again, the process went on."""
 
 
 def is_warning(text: str) -> bool:
     """True for a warning/retry line (``WARNING:urllib3...Retrying (...ConnectionResetError...)``): an exception
     name inside it is not a crash."""
-    return _WARNING_LINE.search(strip_rank_prefix(text)) is not None
+    own = strip_rank_prefix(text)
+    return _WARNING_LEVEL.search(own) is not None or _RETRY_LINE.search(own) is not None
 
 
 def strip_rank_prefix(text: str) -> str:
-    """``text`` without a leading ``[rankN]:`` / srun ``N:`` prefix (what the process itself wrote)."""
+    """``text`` without its leading srun ``N:`` label, Ray actor prefix and ``[rankN]:`` (what the process wrote)."""
     return _LEAD_PREFIX.sub("", text, count=1)
 
 
-_LEAD_PREFIX = re.compile(r"^(?:\s*\d+: )?(?:\[rank\d+\]:\s*)?")
+_LEAD_PREFIX = re.compile(r"^(?:\s*\d+: )?(?:\([^()]*pid=\d+[^()]*\)\s*)?(?:\[rank\d+\]:\s*)?")
 
 
 def is_consequence(text: str) -> bool:
@@ -1257,8 +1278,10 @@ def _triggers(ev: JobEvidence) -> list[Trigger]:
 
 def _trigger_of(signal: str, h: Hit) -> Trigger | None:
     text = h.text
-    if signal == "exception" and (is_consequence(text) or is_warning(text)):
+    if signal == "exception" and is_consequence(text):
         return None
+    if signal in ("exception", "cuda_oom", "data_error") and is_warning(text):
+        return None  # logged at warning level or retried: handled, the process went on
     if signal in ("cuda_oom",) or _matches("cuda_oom", text):
         return Trigger("cuda_oom", h, "CUDA out of memory")
     if signal in ("cuda_error", "xid") or _matches("cuda_error", text):
@@ -1330,7 +1353,7 @@ def killers(w: WorkerEvidence, ev: JobEvidence | None = None) -> list[Hit]:
     retry line, no progress of the rank after it), and a traceback alone does not count (a handled, logged one);
     without it, every exception and traceback line counts."""
     hard = KILLER_SIGNALS if ev is None else tuple(s for s in KILLER_SIGNALS if s != "traceback")
-    out = [h for s in hard for h in w.hits(s)]
+    out = [h for s in hard for h in w.hits(s) if ev is None or s != "cuda_oom" or not is_warning(h.text)]
     out += [h for h in w.hits("signal") if any(x in h.text for x in ("SIGKILL", "SIGABRT", "SIGSEGV", "SIGBUS"))]
     out += [h for h in w.hits("srun_error") if _SRUN_BAD_EXIT.search(h.text)]
     if ev is None:
