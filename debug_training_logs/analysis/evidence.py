@@ -1346,7 +1346,7 @@ PER_STEP_COLLECTIVES = 3
 KILLER_SIGNALS = ("cuda_oom", "cuda_error", "xid", "slurm_cancel", "slurm_oom", "child_failed", "traceback")
 
 
-def killers(w: WorkerEvidence, ev: JobEvidence | None = None) -> list[Hit]:
+def killers(w: WorkerEvidence, ev: JobEvidence | None = None, *, exceptions: bool = True) -> list[Hit]:
     """Lines that show a process was killed or crashed (any of them rules out a clean run).
 
     With the job's evidence, an exception counts only when it is a rank's unhandled failure (not inside a warning or
@@ -1358,7 +1358,7 @@ def killers(w: WorkerEvidence, ev: JobEvidence | None = None) -> list[Hit]:
     out += [h for h in w.hits("srun_error") if _SRUN_BAD_EXIT.search(h.text)]
     if ev is None:
         out += [h for h in w.hits("exception") if not _matches("conn_reset", h.text)]
-    else:
+    elif exceptions:
         out += [t.hit for ts in crash_triggers(ev).values() for t in ts if t.category != "data"]
     return sorted(set(out), key=_order_key)
 
@@ -1480,17 +1480,30 @@ def _ends_traceback(w: WorkerEvidence, h: Hit) -> bool:
     return any(tb.file == h.file and 0 < h.line - tb.line <= TRACEBACK_SPAN_LINES for tb in w.hits("traceback", h.rank))
 
 
+HANDLED_AFTER = timedelta(seconds=60)
+"""Training progress logged this long after an error (on any rank) shows the error did not end a rank: synchronous
+training cannot go on for a minute while one rank is dead (the next collective would block)."""
+
+
 def _handled(w: WorkerEvidence, t: Trigger) -> bool:
-    """True when the rank logged training progress after ``t``: the error was handled and training went on."""
-    if t.hit.rank is None:
-        return False
-    last = w.last_by_rank.get("progress", {}).get(t.hit.rank)
-    if last is None:
-        return False
-    if last.file == t.hit.file:
-        return last.line > t.hit.line
-    lo, hi = last.earliest, t.hit.latest
-    return lo is not None and hi is not None and lo > hi + CLOCK_SLACK
+    """True when training went on after ``t``: the rank's own later progress, the run's clean end later in the same
+    file, or progress / a clean end on any rank :data:`HANDLED_AFTER` after it."""
+    h = t.hit
+    if h.rank is not None:
+        own = w.last_by_rank.get("progress", {}).get(h.rank)
+        if own is not None and own.file == h.file and own.line > h.line:
+            return True
+        if own is not None and _after(own, h, CLOCK_SLACK):
+            return True
+    for end in w.hits("clean_end"):
+        if (end.file == h.file and end.line > h.line) or _after(end, h, CLOCK_SLACK):
+            return True
+    return any(_after(p, h, HANDLED_AFTER) for p in w.hits("progress"))
+
+
+def _after(later: Hit, h: Hit, gap: timedelta) -> bool:
+    lo, hi = later.earliest, h.latest
+    return lo is not None and hi is not None and lo > hi + gap
 
 
 def _module_of(t: Trigger) -> str | None:
@@ -1515,12 +1528,22 @@ def crash_triggers(ev: JobEvidence) -> dict[int, list[Trigger]]:
 
 
 def job_finished(ev: JobEvidence) -> Hit | None:
-    """The clean-end line when the run ended normally: a clean-end marker, no NCCL timeout, no process killer (OOM,
-    CUDA error, error exit, SLURM cancellation, fatal signal) and no exception that reached the top."""
-    ends = ev.worker.hits("clean_end")
-    if not ends or ev.nccl.timed_out or ev.nccl.exited_with_error or killers(ev.worker, ev):
+    """The clean-end line when every rank finished: a clean-end marker, no NCCL timeout, no error exit and no process
+    killer (OOM, CUDA error, SLURM cancellation, fatal signal, srun error exit), and no unhandled exception written
+    after the end. Exceptions before it were survived: synchronous training cannot end normally without every rank
+    (warnings, retried requests and handled tracebacks do not make a failure)."""
+    w = ev.worker
+    ends = w.hits("clean_end")
+    if not ends or ev.nccl.timed_out or ev.nccl.exited_with_error:
         return None
-    return ends[-1]
+    if killers(w, ev, exceptions=False):
+        return None
+    end = ends[-1]
+    for ts in crash_triggers(ev).values():
+        for t in ts:
+            if (t.hit.file == end.file and t.hit.line > end.line) or _after(t.hit, end, CLOCK_SLACK):
+                return None
+    return end
 
 
 def rank_states(ev: JobEvidence) -> dict[int, RankState]:
@@ -1565,6 +1588,8 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
             code = 1
         if r in w.missing_ranks:
             out[r] = RankState(r, "absent", "no log file of this rank was found")
+        elif finished is not None:
+            out[r] = RankState(r, "finished", "the run ended normally", finished)
         elif hb is not None:
             out[r] = RankState(r, "watchdog_killed", "the NCCL heartbeat monitor killed it", hb.hit, hb, exit_code=code)
             crashed_files.add(hb.hit.file)
@@ -1605,8 +1630,6 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
                 "alive but not inside the stuck collective (no NCCL work pending / only observed the dump)",
                 _row_hit(x0) if x0 is not None else None,
             )
-        elif finished is not None:
-            out[r] = RankState(r, "finished", "the run ended normally", finished)
         else:
             out[r] = RankState(r, "unknown", "its log says nothing of how it ended")
     for r, st in out.items():
