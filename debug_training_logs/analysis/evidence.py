@@ -115,7 +115,8 @@ SIGNALS: tuple[Signal, ...] = (
     _same_as_grep("traceback", "traceback"),
     Signal(
         "exception",
-        r"(?:^|[\s:\]])(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*Error|[A-Z]\w*Exception|KeyboardInterrupt)(?:: |:$|$)",
+        r"(?:^|[\s:\]])(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Timeout|Interrupt)|StopIteration|SystemExit)"
+        r"(?:: |:$|$)",
         "a Python exception line (the last line of a traceback)",
     ),
     Signal(
@@ -1230,7 +1231,9 @@ def is_consequence(text: str) -> bool:
     return any(m in text for m in CONSEQUENCE_MARKERS)
 
 
-_EXC_NAME = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt))(?::|$)")
+_EXC_NAME = re.compile(
+    r"((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Timeout|Interrupt)|StopIteration|SystemExit))(?::|$)"
+)
 
 
 def _matches(signal: str, text: str) -> bool:
