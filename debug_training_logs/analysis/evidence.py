@@ -605,7 +605,8 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
                     first_by_rank[name][h.rank] = h
             for raw in t.last_by_rank.values():
                 h = hit(name, rel, raw)
-                if h.rank is not None and not _before(h, last_by_rank[name].get(h.rank)):
+                prev = last_by_rank[name].get(h.rank) if h.rank is not None else None
+                if h.rank is not None and (prev is None or _before(prev, h)):
                     last_by_rank[name][h.rank] = h
             for r, n in t.count_by_rank.items():
                 rr = rank_of(rel, r)
@@ -1292,7 +1293,8 @@ def _trigger_of(signal: str, h: Hit) -> Trigger | None:
         what = (m.group(1) or m.group(2)) if m else "CUDA error"
         return Trigger("cuda_error", h, what.strip())
     if signal == "data_error" or _matches("data_error", text) or _matches("retry_exhausted", text):
-        return Trigger("data", h, "data loading failed")
+        m = _EXC_NAME.search(text) if _matches("exception", text) else None
+        return Trigger("data", h, m.group(1) if m else "data loading failed")
     if signal == "address_in_use" or _matches("address_in_use", text):
         return Trigger("rank_crash", h, "address already in use (port taken)")
     if signal == "nan" or _matches("nan", text):
@@ -1439,6 +1441,24 @@ class RankState:
     signal: str | None = None
     exception: Trigger | None = None
     """For ``crashed``: the exception that reached the top (ended the process), when logged."""
+    last: Hit | None = None
+    """The rank's last activity seen (:func:`last_activity`)."""
+
+
+def last_activity(ev: JobEvidence) -> dict[int, Hit]:
+    """Per rank, the latest line seen of it: its last hit of any signal, or the last timed line of its own file."""
+    cached = ev.cache.get("last_activity")
+    if cached is None:
+        w = ev.worker
+        out: dict[int, Hit] = {}
+        cands = [h for per in w.last_by_rank.values() for h in per.values()]
+        cands += [h for h in w.file_end.values() if h.rank is not None]
+        for h in cands:
+            if h.rank is not None and (h.rank not in out or _order_key(out[h.rank]) < _order_key(h)):
+                out[h.rank] = h
+        cached = ev.cache["last_activity"] = out
+    result: dict[int, Hit] = cached
+    return result
 
 
 def counters_known(ev: JobEvidence) -> bool:
@@ -1635,7 +1655,9 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
             )
         else:
             out[r] = RankState(r, "unknown", "its log says nothing of how it ended")
+    last = last_activity(ev)
     for r, st in out.items():
+        st.last = last.get(r)
         if st.state != "unknown" or not n.timed_out:
             continue
         files = set(w.files_of_rank(r))
