@@ -1,0 +1,320 @@
+"""Per-rank fates from the launcher and backend lines: who died on its own, who was torn down, who was a victim.
+
+One scan of every worker log for the torchrun/elastic lines (:mod:`~debug_training_logs.formats.torchrun`), gloo
+errors and DETAIL mismatch reports (:mod:`~debug_training_logs.formats.gloo`) and the last line of every Python
+exception; then, per global rank: its exit code or signal (ChildFailedError tables), whether its own agent tore it
+down (``-15``/SIGTERM after ``Sending process P closing signal``), its own error (an exception that is not a
+communication symptom) and its gloo error (a symptom of a peer).
+
+The semantics (what real torch runs show, fixtures/real_torch):
+
+1. A rank killed by a signal its agent did not send (``-9`` SIGKILL: the OOM killer; ``-6``, ``-11``) died on its
+   own: a culprit.
+2. A rank whose exception is not a communication symptom (a ValueError from its data loader, a CUDA error) died on
+   its own: a culprit. Gloo ``Connection closed by peer`` / ``Timed out waiting`` / ``connectFullMesh failed`` are
+   what the *others* raise when it does: victims.
+3. ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` mismatch reports: the rank whose fingerprint differs from the majority's is
+   the culprit (each rank reports itself against one peer).
+4. When every failing rank only timed out in gloo, the ranks that never timed out and had to be torn down (or never
+   ended) are the ones that never entered the collective: stragglers.
+5. ``-15`` alone says nothing: the agent SIGTERMs every worker still alive after the first failure, victims and
+   stragglers alike. The ChildFailedError "Root Cause" is only the first failure *that agent* saw.
+
+Pure and MCP-free; the one scan goes through :func:`~debug_training_logs.logs.scan.scan_files`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from debug_training_logs.formats import gloo, torchrun
+from debug_training_logs.logs.attribution import strip_ansi
+from debug_training_logs.logs.discovery import LogFile, discover
+from debug_training_logs.logs.scan import PatternSpec, scan_files
+from debug_training_logs.models import Evidence, cut
+
+# Table lines are fixed-width (``f"{key:10}: "``): literal pieces select them without a per-line regex.
+_TABLE_LITERALS = (
+    "  time      : ",
+    "  host      : ",
+    "  rank      : ",
+    "  exitcode  : ",
+    "  error_file: ",
+    "  traceback : ",
+    "Root Cause (first observed failure)",
+    " FAILED",
+    "====================",
+)
+_EXCEPTION = r"(?:^|[\s:\]])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:: |:$|$)"
+PATTERNS: tuple[str, ...] = (
+    *(re.escape(n) for n in torchrun.NEEDLES),
+    *(re.escape(n) for n in gloo.NEEDLES),
+    *(re.escape(n) for n in _TABLE_LITERALS),
+    _EXCEPTION,
+    "|".join(b.regex for b in torchrun.BENIGN),
+    r"\[rank\d+\] ",  # a user format that puts [rankN] inside the line: its rank's first and last lines
+)
+"""What the launcher scan searches (RE2 syntax); the last two feed the benign count and inline-rank attribution."""
+_BENIGN_ID = len(PATTERNS) - 2
+_INLINE_ID = len(PATTERNS) - 1
+MAX_LINES_PER_FILE = 20_000
+"""Hit lines kept per file (a job whose every line is an exception is cut here and says so)."""
+
+_GLOBAL_RANK = re.compile(r"\[rank(\d+)\]:")
+_INLINE_RANK = re.compile(r"\[rank(\d+)\] ")
+_LOCAL_PREFIX = re.compile(r"^\[(?:default|\w+)(\d+)\]:")
+_EXC_LINE = re.compile(_EXCEPTION)
+_AGENT_TIME = re.compile(r"^[IWEF](\d{4} \d\d:\d\d:\d\d)\.\d+ +\d+ ")
+# Exceptions that are a communication symptom (raised because a peer died, hung or disagreed), not a cause.
+_VICTIM_EXCEPTIONS = re.compile(
+    r"DistBackendError|DistNetworkError: Connection|Detected mismatch between collectives|gloo/transport"
+    r"|Connection closed by peer|Timed out waiting \d+ms|connectFullMesh failed|NCCL communicator was aborted"
+    r"|Watchdog caught collective operation timeout|ChildFailedError|Rendezvous\w*Error|DistStoreError"
+)
+
+
+class _LineSink:
+    """Keeps the hit lines of one file (bounded) and counts benign lines."""
+
+    def __init__(self, lf: LogFile) -> None:
+        self.lines: list[tuple[int, str]] = []
+        self.benign: Counter[str] = Counter()
+        self.dropped = 0
+        self.inline_ranks: set[int] = set()
+
+    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        if _INLINE_ID in pattern_ids:
+            m = _INLINE_RANK.search(line)
+            if m:
+                self.inline_ranks.add(int(m.group(1)))
+            if len(pattern_ids) == 1:
+                return
+        if _BENIGN_ID in pattern_ids:
+            b = torchrun.benign(line)
+            if b is not None:
+                self.benign[b.name] += 1
+                return
+        if len(self.lines) >= MAX_LINES_PER_FILE:
+            self.dropped += 1
+            return
+        self.lines.append((line_no, strip_ansi(line)))
+
+    def finish(self) -> tuple[list[tuple[int, str]], dict[str, int], int, set[int]]:
+        return self.lines, dict(self.benign), self.dropped, self.inline_ranks
+
+
+@dataclass
+class RankFate:
+    """How one global rank ended, as the launcher and its own lines say.
+
+    ``exitcode``: from a ChildFailedError table (negative = signal ``signal``), None when no table names it;
+    ``torn_down``: its agent SIGTERMed it (exit -15); ``own_error``: its last exception that is not a communication
+    symptom (the cause when present); ``comm_error``: its gloo/communication error (a symptom of a peer);
+    ``timed_out``: the comm error was a timeout waiting for a peer; ``mismatch``: its DETAIL fingerprint report.
+    """
+
+    rank: int
+    node: str | None = None
+    exitcode: int | None = None
+    signal: str | None = None
+    torn_down: bool = False
+    root_cause_entry: bool = False
+    own_error: Evidence | None = None
+    comm_error: Evidence | None = None
+    comm_kind: str | None = None
+    timed_out: bool = False
+    mismatch: gloo.CollectiveMismatch | None = None
+    exit_evidence: Evidence | None = None
+
+    @property
+    def died_on_its_own(self) -> bool:
+        """A signal its agent did not send, or an own (non-communication) error."""
+        by_signal = self.exitcode is not None and self.exitcode < 0 and self.exitcode != -15
+        return by_signal or self.own_error is not None
+
+
+@dataclass
+class AgentFacts:
+    """What one node's agent said (per file): restarts, rendezvous and store failures, success."""
+
+    file: str
+    node: str | None
+    restarts: list[Evidence] = field(default_factory=list)
+    restart_counts: list[tuple[int, int]] = field(default_factory=list)  # (line, restart_count)
+    rendezvous_errors: list[Evidence] = field(default_factory=list)
+    listen_failures: list[Evidence] = field(default_factory=list)
+    succeeded: list[Evidence] = field(default_factory=list)
+    worker_failed: list[tuple[int, torchrun.WorkerFailed]] = field(default_factory=list)
+
+
+@dataclass
+class LauncherFacts:
+    """Every rank's fate and every agent's facts for one job (all files)."""
+
+    fates: dict[int, RankFate]
+    agents: list[AgentFacts]
+    tables: list[tuple[str, torchrun.ChildFailedTable]]
+    mismatches: list[tuple[int, gloo.CollectiveMismatch, Evidence]]
+    benign: dict[str, int]
+    files: int
+    truncated_lines: int
+    inline_rank_files: dict[str, set[int]]
+
+    def culprits(self) -> tuple[set[int], str]:
+        """The ranks the launcher/backend facts name as the cause, and how (``signal``, ``own_error``,
+        ``mismatch``, ``straggler``), or (empty, reason) when they do not decide."""
+        by_signal = {
+            r for r, f in self.fates.items() if f.exitcode is not None and f.exitcode < 0 and f.exitcode != -15
+        }
+        if by_signal:
+            return by_signal, "signal"
+        own = {r for r, f in self.fates.items() if f.own_error is not None}
+        if own:
+            return own, "own_error"
+        odd = mismatch_culprits([m for _, m, _ in self.mismatches])
+        if odd:
+            return odd, "mismatch"
+        timed = {r for r, f in self.fates.items() if f.timed_out}
+        failed = {r for r, f in self.fates.items() if f.comm_error is not None or (f.exitcode or 0) > 0}
+        if timed and failed == timed:
+            quiet = {r for r, f in self.fates.items() if f.comm_error is None and (f.torn_down or f.exitcode is None)}
+            if quiet and len(quiet) < len(self.fates):
+                return quiet, "straggler"
+        return set(), "undecided"
+
+
+def mismatch_culprits(reports: Sequence[gloo.CollectiveMismatch]) -> set[int]:
+    """The rank(s) whose DETAIL fingerprint (op, seq, shapes, dtypes) differs from what most ranks ran."""
+    seen: dict[int, tuple[str | None, int | None, str | None, str | None]] = {}
+    for m in reports:
+        for fp in (m.first, m.second):
+            if fp is not None:
+                seen.setdefault(fp.rank, (fp.op, fp.seq, fp.shapes, fp.dtypes))
+    if len(seen) < 2:
+        return set()
+    counts = Counter(seen.values())
+    (top, n), *rest = counts.most_common()
+    if rest and rest[0][1] == n:
+        return set()  # a tie: no majority to differ from
+    return {r for r, v in seen.items() if v != top}
+
+
+def _node_of(rel: str, tables: list[torchrun.ChildFailedTable]) -> str | None:
+    hosts = {f.host for t in tables for f in t.failures if f.host}
+    if len(hosts) == 1:
+        return next(iter(hosts))
+    return None
+
+
+def _rank_of(text: str, local_to_global: dict[int, int]) -> int | None:
+    m = _GLOBAL_RANK.search(text)
+    if m:
+        return int(m.group(1))
+    m = _INLINE_RANK.search(text)
+    if m:
+        return int(m.group(1))
+    m = _LOCAL_PREFIX.match(text)
+    if m and int(m.group(1)) in local_to_global:
+        return local_to_global[int(m.group(1))]
+    return None
+
+
+def _ev(rel: str, no: int, text: str) -> Evidence:
+    return Evidence(file=rel, line=no, text=cut(text))
+
+
+def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> LauncherFacts:
+    """Scan every file under ``logs_dir`` once and build :class:`LauncherFacts`."""
+    if files is None:
+        files, _ = discover(logs_dir)
+    spec = PatternSpec(PATTERNS)
+    scans = scan_files(files, spec, _LineSink, collect_ranks=False)
+    fates: dict[int, RankFate] = {}
+    agents: list[AgentFacts] = []
+    tables: list[tuple[str, torchrun.ChildFailedTable]] = []
+    mismatches: list[tuple[int, gloo.CollectiveMismatch, Evidence]] = []
+    benign: Counter[str] = Counter()
+    truncated = 0
+    inline: dict[str, set[int]] = {}
+
+    def fate(r: int) -> RankFate:
+        return fates.setdefault(r, RankFate(rank=r))
+
+    for s in scans:
+        if s.sink_result is None:
+            continue
+        lines, b, dropped, inline_ranks = s.sink_result
+        benign.update(b)
+        truncated += dropped
+        rel = s.file.rel
+        if inline_ranks:
+            inline[rel] = inline_ranks
+        file_tables = torchrun.parse_child_failed_tables(lines)
+        node = _node_of(rel, file_tables)
+        agent = AgentFacts(file=rel, node=node)
+        agents.append(agent)
+        local_to_global: dict[int, int] = {}
+        torn_pids: set[int] = set()
+        for t in file_tables:
+            tables.append((rel, t))
+            for f in t.failures:
+                local_to_global[f.local_rank] = f.rank
+        for no, text in lines:
+            ev = torchrun.parse_line(text)
+            if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
+                torn_pids.add(ev.pid)
+            elif isinstance(ev, torchrun.WorkerFailed):
+                agent.worker_failed.append((no, ev))
+            elif isinstance(ev, torchrun.RestartDecision):
+                agent.restarts.append(_ev(rel, no, text))
+            elif isinstance(ev, torchrun.RendezvousResult):
+                agent.restart_counts.append((no, ev.restart_count))
+            elif isinstance(ev, torchrun.RendezvousError):
+                agent.rendezvous_errors.append(_ev(rel, no, text))
+            elif isinstance(ev, torchrun.StoreListenFailed):
+                agent.listen_failures.append(_ev(rel, no, text))
+            elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
+                agent.succeeded.append(_ev(rel, no, text))
+            rank = _rank_of(text, local_to_global)
+            if rank is None:
+                continue
+            g = gloo.parse_line(text)
+            if isinstance(g, gloo.CollectiveMismatch):
+                mismatches.append((rank, g, _ev(rel, no, text)))
+                fate(rank).mismatch = g
+                continue
+            if isinstance(g, gloo.GlooError) and g.victim:
+                rf = fate(rank)
+                if rf.comm_error is None or (g.kind == "timeout" and not rf.timed_out):
+                    rf.comm_error, rf.comm_kind = _ev(rel, no, text), g.kind
+                rf.timed_out = rf.timed_out or g.kind == "timeout"
+                continue
+            if _EXC_LINE.search(text) and not text.rstrip().endswith("Traceback (most recent call last):"):
+                if _VICTIM_EXCEPTIONS.search(text):
+                    continue
+                fate(rank).own_error = _ev(rel, no, text)  # the last one wins: the outermost exception line
+        for t in file_tables:
+            for f in t.failures:
+                rf = fate(f.rank)
+                rf.node = rf.node or f.host
+                if rf.exitcode is None or f.root_cause:
+                    rf.exitcode, rf.signal = f.exitcode, f.signal
+                    rf.torn_down = f.exitcode == -15 and (f.pid in torn_pids or not torn_pids)
+                    rf.root_cause_entry = f.root_cause
+                    rf.exit_evidence = _ev(
+                        rel, f.line, f"rank {f.rank}: exitcode {f.exitcode} ({f.signal or 'no signal'})"
+                    )
+    return LauncherFacts(
+        fates=dict(sorted(fates.items())),
+        agents=agents,
+        tables=tables,
+        mismatches=mismatches,
+        benign=dict(benign),
+        files=len(files),
+        truncated_lines=truncated,
+        inline_rank_files=inline,
+    )

@@ -1,0 +1,357 @@
+"""torchrun / torch.distributed.elastic: the launcher's own lines, typed (pure functions over lines, never a file).
+
+What the agent writes, as real torch 2.13 runs show (fixtures/real_torch) and what it means for the user:
+
+* ``failed (exitcode: 1) local_rank: 1 (pid: 20090) of binary: ...`` (ERROR): the agent's monitor saw a worker exit
+  non-zero. Negative exit codes are signals (``-9`` SIGKILL, e.g. the kernel OOM killer; ``-6`` SIGABRT).
+* ``Sending process 20084 closing signal SIGTERM`` (WARNING): the agent tears down the workers that were still
+  alive; every one of them is reported later with ``exitcode : -15 ... (SIGTERM)``. A rank torn down this way
+  did **not** fail on its own.
+* The ``ChildFailedError`` table: ``Failures:`` and ``Root Cause (first observed failure):`` blocks of entries
+  ``[i]:`` with ``time``, ``host``, ``rank : R (local_rank: L)``, ``exitcode : X (pid: P)``, ``error_file`` and
+  ``traceback`` (``Signal 9 (SIGKILL) received by PID P`` for a signal, else a pointer to the docs). The "root
+  cause" is only the first failure *this agent* observed on *its* node: on another node it is often a victim.
+* Restarts (``--max-restarts``): ``Worker group FAILED. 1/1 attempts left; will restart worker group``, then
+  ``Stopping worker group``, a new rendezvous (``Rendezvous complete for workers. Result:`` with ``restart_count=N``)
+  and ``Starting worker group``; ``--log-dir`` gets one ``attempt_N/`` directory per attempt. The workers see
+  ``TORCHELASTIC_RESTART_COUNT``.
+* Rendezvous failures: ``RendezvousConnectionError`` / ``RendezvousTimeoutError`` / ``RendezvousClosedError``;
+  the store's ``The server socket has failed to listen on any local network address. port: P, ... EADDRINUSE``.
+* Success: ``worker group successfully finished`` / ``Local worker group finished (WorkerState.SUCCEEDED)``.
+
+:data:`BENIGN` lists lines healthy jobs write that read like failures (named data, like the grep tiers).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+NEEDLES: Final[tuple[str, ...]] = (
+    "failed (exitcode: ",
+    "closing signal ",
+    "ChildFailedError",
+    "(local_rank: ",
+    "exitcode  : ",
+    "received by PID",
+    "attempts left; will restart worker group",
+    "Rendezvous complete for workers",
+    "restart_count=",
+    "Starting worker group",
+    "Stopping worker group",
+    "worker group successfully finished",
+    "WorkerState.SUCCEEDED",
+    "Rendezvous",
+    "failed to listen on any local network address",
+)
+"""Literals that select candidate lines (named data)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Benign lines: what every healthy job logs, named so that no tool reads them as a failure.
+
+
+@dataclass(frozen=True)
+class Benign:
+    """A line a healthy job writes that looks like an error, and why it is not one."""
+
+    name: str
+    regex: str
+    why: str
+
+
+BENIGN: Final[tuple[Benign, ...]] = (
+    Benign(
+        "c10d_ipv6_bind",
+        r"\[c10d\] The server socket has failed to bind to \[::\]:\d+ \(errno: 98 - Address already in use\)",
+        "the TCPStore tries IPv6 first; when the dual-stack socket is taken it falls back to IPv4 and succeeds "
+        "(only a failure when followed by 'failed to listen on any local network address')",
+    ),
+    Benign(
+        "c10d_ipv6_lookup",
+        r"\[c10d\] The IPv6 network addresses of \(.*\) cannot be retrieved \(gai error",
+        "the host has no IPv6 address; c10d then connects over IPv4",
+    ),
+    Benign(
+        "c10d_ipv6_attempt",
+        r"\[c10d(?: - debug)?\] The client socket will attempt to connect to an IPv6 address",
+        "connection attempt order (INFO)",
+    ),
+    Benign(
+        "store_peer_closed",
+        r"\[c10d - debug\] Remote peer closed the connection\.",
+        "a store client disconnected: every worker does this when it exits, cleanly or not (INFO)",
+    ),
+    Benign(
+        "omp_threads_banner",
+        r"Setting OMP_NUM_THREADS environment variable for each process to be 1 in default",
+        "torchrun's start-up banner (WARNING)",
+    ),
+    Benign(
+        "elastic_optional_env",
+        r"Environment variable '(?:TORCHELASTIC_ENABLE_FILE_TIMER|TORCHELASTIC_HEALTH_CHECK_PORT)' not found",
+        "optional elastic features not enabled (INFO)",
+    ),
+    Benign("debug_level", r"\[c10d\] The debug level is set to", "TORCH_DISTRIBUTED_DEBUG echo (INFO)"),
+    Benign(
+        "waiting_other_agents",
+        r"Waiting \d+ seconds for other agents to finish",
+        "this node finished; the agent waits for the others (INFO)",
+    ),
+    Benign(
+        "numpy_missing",
+        r"UserWarning: Failed to initialize NumPy",
+        "numpy is absent from the environment; unrelated to distributed training",
+    ),
+)
+"""Lines a healthy job logs that are not failures (RE2/Python syntax, searched anywhere in a line)."""
+
+_BENIGN_RX = [(b, re.compile(b.regex)) for b in BENIGN]
+
+
+def benign(line: str) -> Benign | None:
+    """The :class:`Benign` entry ``line`` matches, else None."""
+    for b, rx in _BENIGN_RX:
+        if rx.search(line):
+            return b
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Single-line events
+
+
+@dataclass(frozen=True)
+class WorkerFailed:
+    """``failed (exitcode: X) local_rank: L (pid: P)``: the agent saw this local worker exit non-zero first."""
+
+    exitcode: int
+    local_rank: int
+    pid: int
+
+    @property
+    def signal(self) -> str | None:
+        return signal_name(self.exitcode)
+
+
+@dataclass(frozen=True)
+class SendingSignal:
+    """``Sending process P closing signal SIGTERM``: the agent tears down a worker that was still running."""
+
+    pid: int
+    signal: str
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    """``Worker group FAILED. N/M attempts left; will restart worker group``."""
+
+    attempts_left: int
+    max_restarts: int
+
+
+@dataclass(frozen=True)
+class RendezvousResult:
+    """``Rendezvous complete for workers`` block field ``restart_count=N`` (the attempt number that starts)."""
+
+    restart_count: int
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """``Starting worker group`` / ``Stopping worker group`` / ``worker group successfully finished``."""
+
+    state: Literal["starting", "stopping", "succeeded", "failed"]
+
+
+@dataclass(frozen=True)
+class RendezvousError:
+    """A rendezvous failure (``RendezvousConnectionError``, ``RendezvousTimeoutError``, ``RendezvousClosedError``,
+    ...) and its message."""
+
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StoreListenFailed:
+    """The TCPStore could not listen (``port``, errno ``name`` such as EADDRINUSE)."""
+
+    port: int
+    errno_name: str
+
+
+LauncherEvent = (
+    WorkerFailed | SendingSignal | RestartDecision | RendezvousResult | GroupState | RendezvousError | StoreListenFailed
+)
+
+_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
+_SENDING = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG[A-Z]+)")
+_RESTART = re.compile(r"Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left; will restart worker group")
+_RESTART_COUNT = re.compile(r"(?:^|\]|\s)restart_count=(?P<n>\d+)\s*$")
+_GROUP = re.compile(
+    r"\] (?:\[\w+\] )?(?P<s>Starting worker group|Stopping worker group|worker group successfully finished)"
+    r"|(?P<fin>Local worker group finished \(WorkerState\.(?P<state>SUCCEEDED|FAILED)\))"
+)
+_RDZV_ERR = re.compile(
+    r"(?:torch\.distributed\.elastic\.rendezvous\.api\.)?(?P<kind>Rendezvous(?:Connection|Timeout|Closed|State|Graceful"
+    r"Exit)?Error)(?::\s*(?P<msg>.*))?$"
+)
+_LISTEN = re.compile(
+    r"failed to listen on any local network address\. port: (?P<port>\d+), useIpv6: \w+, code: -?\d+, "
+    r"name: (?P<name>E[A-Z]+)"
+)
+
+
+def signal_name(exitcode: int) -> str | None:
+    """The signal a negative exit code stands for (``-9`` -> ``SIGKILL``), else None."""
+    if exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def parse_line(line: str) -> LauncherEvent | None:
+    """The single-line launcher event in ``line`` (anywhere after any prefix), else None."""
+    if m := _FAILED.search(line):
+        return WorkerFailed(int(m.group("code")), int(m.group("local")), int(m.group("pid")))
+    if m := _SENDING.search(line):
+        return SendingSignal(int(m.group("pid")), m.group("sig"))
+    if m := _RESTART.search(line):
+        return RestartDecision(int(m.group("left")), int(m.group("max")))
+    if "restart_count=" in line and (m := _RESTART_COUNT.search(line)):
+        return RendezvousResult(int(m.group("n")))
+    if m := _GROUP.search(line):
+        if m.group("fin"):
+            return GroupState("succeeded" if m.group("state") == "SUCCEEDED" else "failed")
+        s = m.group("s")
+        return GroupState("starting" if s.startswith("Starting") else "stopping" if s.startswith("Stopping") else
+                          "succeeded")  # fmt: skip
+    if "Rendezvous" in line and "Error" in line and (m := _RDZV_ERR.search(line)):
+        return RendezvousError(m.group("kind"), (m.group("msg") or "").strip())
+    if m := _LISTEN.search(line):
+        return StoreListenFailed(int(m.group("port")), m.group("name"))
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The ChildFailedError table (multi-line)
+
+
+@dataclass
+class ChildFailure:
+    """One entry of a ``ChildFailedError`` table: a worker as the agent saw it end.
+
+    ``rank`` is the global rank, ``exitcode`` negative for a signal (``signal`` its name), ``root_cause`` True for
+    the entry under "Root Cause (first observed failure)" (first on *this agent's* node only), ``line`` the line
+    number of its ``rank`` field (1-based, in the lines given).
+    """
+
+    rank: int
+    local_rank: int
+    exitcode: int | None = None
+    pid: int | None = None
+    signal: str | None = None
+    host: str | None = None
+    time: str | None = None
+    root_cause: bool = False
+    error_file: str | None = None
+    traceback: str | None = None
+    line: int = 0
+
+    @property
+    def torn_down(self) -> bool:
+        """Killed by its own agent's SIGTERM (exit code -15): the agent stopped it, it did not fail on its own."""
+        return self.exitcode == -15
+
+
+@dataclass
+class ChildFailedTable:
+    """One ``ChildFailedError`` summary: the failed entrypoint and its entries in the order printed."""
+
+    entrypoint: str | None
+    failures: list[ChildFailure] = field(default_factory=list)
+    line: int = 0
+
+
+_TABLE_START = "ChildFailedError"
+_ENTRY_FIELD = re.compile(r"^(?P<prefix>.*?)\s\s(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<v>.*)$")
+_FAILED_HEADER = re.compile(r"^(?P<prefix>.*?)(?P<what>\S+) FAILED\s*$")
+_ROOT = "Root Cause (first observed failure):"
+_RANK_FIELD = re.compile(r"(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
+_EXIT_FIELD = re.compile(r"(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s+\((?P<sig>SIG\w+)\))?")
+_SIGNAL_TB = re.compile(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\) received by PID (?P<pid>\d+)")
+_RULE = re.compile(r"={20,}\s*$")
+
+
+def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFailedTable]:
+    """Every ChildFailedError table in ``lines`` (``(line number, text)`` pairs of one file, in order).
+
+    A prefix before the fields (``[default0]:``, an srun label ``1: ``, a host name) is allowed; when two agents'
+    tables interleave in one file, each prefix keeps its own table.
+    """
+    tables: list[ChildFailedTable] = []
+    open_: dict[str, ChildFailedTable] = {}
+    in_root: dict[str, bool] = {}
+    current: dict[str, ChildFailure | None] = {}
+    pending_start: dict[str, int] = {}
+    for no, text in lines:
+        if _TABLE_START in text and "ChildFailedError:" in text:
+            prefix = text[
+                : text.index("torch.distributed") if "torch.distributed" in text else text.index(_TABLE_START)
+            ]
+            pending_start[prefix.strip()] = no
+            continue
+        m = _FAILED_HEADER.match(text)
+        if m and m.group("prefix").strip() in pending_start:
+            p = m.group("prefix").strip()
+            t = ChildFailedTable(m.group("what"), line=pending_start.pop(p))
+            tables.append(t)
+            open_[p], in_root[p], current[p] = t, False, None
+            continue
+        if _ROOT in text:
+            p = text[: text.index(_ROOT)].strip()
+            if p in open_:
+                in_root[p] = True
+            continue
+        f = _ENTRY_FIELD.match(text)
+        if not f:
+            if _RULE.search(text):
+                p = _RULE.sub("", text).strip()
+                if p in open_ and current.get(p) is not None:
+                    open_.pop(p)  # the closing rule ends the table
+            continue
+        p = f.group("prefix").strip()
+        table = open_.get(p)
+        if table is None:
+            continue
+        key, value = f.group("key"), f.group("v").strip()
+        if key == "time":
+            cur = ChildFailure(rank=-1, local_rank=-1, time=value, root_cause=in_root[p], line=no)
+            current[p] = cur
+            table.failures.append(cur)
+            continue
+        entry = current.get(p)
+        if entry is None:
+            continue
+        if key == "host":
+            entry.host = value
+        elif key == "rank" and (r := _RANK_FIELD.match(value)):
+            entry.rank, entry.local_rank, entry.line = int(r.group("rank")), int(r.group("local")), no
+        elif key == "exitcode" and (e := _EXIT_FIELD.match(value)):
+            entry.exitcode, entry.pid = int(e.group("code")), int(e.group("pid"))
+            entry.signal = e.group("sig") or signal_name(entry.exitcode)
+        elif key == "error_file":
+            entry.error_file = None if value == "<N/A>" else value
+        elif key == "traceback":
+            entry.traceback = value
+            if s := _SIGNAL_TB.search(value):
+                entry.signal = s.group("sig")
+    for t in tables:
+        t.failures = [f for f in t.failures if f.rank >= 0]
+    return tables
