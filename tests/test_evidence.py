@@ -96,3 +96,14 @@ def test_fabric_needs_counters_and_positive_evidence() -> None:
 )
 def test_warnings_are_told_from_exceptions_by_level_and_retry(text: str, warning: bool) -> None:
     assert is_warning(text) is warning
+
+
+def test_a_peers_gloo_error_is_a_consequence_not_a_crash() -> None:
+    """Real torch 2.13 run (CPU/gloo): rank 3's DataLoader ValueError reaches the top; the ranks that then lose their
+    gloo peer raise 'Connection closed by peer' and exit 1: torn down by the failure, not crashed of their own."""
+    ev = gather_evidence(FIXTURES / "real_torch" / "loader_exception")
+    states = rank_states(ev)
+    assert states[3].state == "crashed" and states[3].exception is not None
+    assert states[3].exception.what == "ValueError"
+    assert states[0].state == "torn_down" and states[0].exit_code == 1 and "peer" in states[0].why
+    assert all(s.state != "crashed" for r, s in states.items() if r != 3)

@@ -1146,6 +1146,9 @@ CONSEQUENCE_MARKERS: tuple[str, ...] = (
     "NCCL",
     "TCPStore",
     "RendezvousClosedError",
+    "third_party/gloo",
+    "Gloo ",
+    "remote worker crash",
 )
 """Exception lines that are the consequence of another rank's failure (the watchdog abort, torchrun's summary, a
 peer's NCCL error), never a root cause on their own."""
@@ -1627,6 +1630,14 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
                 f"completed {x.last_completed}",
                 _row_hit(x),
             )
+        elif top is None and not trig and code and (peer := _peer_error(w, r)) is not None:
+            out[r] = RankState(
+                r,
+                "torn_down",
+                f"exited ({code}) on a communication error after a peer failed: {cut(peer.text, 100)}",
+                peer,
+                exit_code=code,
+            )
         elif (top is not None and not mine) or (code is not None and code != 0 and not pending):
             first = trig[0] if trig else top
             why = (
@@ -1668,6 +1679,12 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
         elif r in n.ranks_without_state:
             st.state, st.why = "stuck", "no NCCL state while the others timed out: it never entered the collective"
     return out
+
+
+def _peer_error(w: WorkerEvidence, rank: int) -> Hit | None:
+    """The rank's last exception when it is a consequence of a peer's failure (gloo/NCCL/store errors)."""
+    own = [h for h in w.hits("exception", rank) if not is_warning(h.text)]
+    return own[-1] if own and is_consequence(own[-1].text) else None
 
 
 def _row_hit(x: NcclRow) -> Hit:
