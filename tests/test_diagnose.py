@@ -220,3 +220,25 @@ def test_rank_states_are_in_the_result() -> None:
     assert states["waiting"].ranks == "8-15" and states["torn_down"].ranks == "0-2,4-7"
     assert sum(g.count for g in d.rank_states) == 16
     assert "**Rank states:** " in render_report(d)
+
+
+def test_diagnose_never_presents_the_overclaim_even_when_nothing_weaker_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If no weaker verdict passes either (here the evidence establishes rank 3's OOM, which contradicts every
+    cautious verdict too), the most cautious one is shown as not verified, with what blocked each: never the
+    rejected overclaim."""
+    from debug_training_logs.analysis import diagnosis
+    from debug_training_logs.analysis.evidence import gather_evidence
+    from debug_training_logs.tools import diagnose as tool
+
+    logs = FIXTURES / "cuda_oom" / "logs"
+    ev = gather_evidence(logs)
+    honest = diagnosis.conclude(ev)
+    wrong = diagnosis.Verdict(
+        category="rank_crash", culprit_ranks=[8], suspect_nodes=[], confidence="high", explanation="rank 8 crashed",
+        root=honest.root, chain=honest.chain, timeline=honest.timeline, key_files=honest.key_files, next_steps=[],
+    )  # fmt: skip
+    monkeypatch.setattr(tool, "conclude", lambda _ev: wrong)
+    d = tool.build_diagnosis(ev, logs, None)
+    assert d.verdict.category == "incomplete_evidence" and d.verdict.culprit_ranks == []
+    assert not d.verification.accepted and "NOT verified" in d.summary
+    assert [b.split(":")[0] for b in d.verdict.blocked] == ["rank_crash (ranks 8)", "nccl_timeout_unattributed"]

@@ -309,21 +309,27 @@ def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> 
     blocked: list[str] = []
     if not verification.accepted:
         blocked.append(_blocked(v, verification))
+        failed = [c for c in verification.checks if not c.passed]
+        tried: list[tuple[Verdict, Conclusion, Verification]] = []
         for alt in fallbacks(first, ev):
+            alt.explanation = (
+                f"The evidence points to {first.category}"
+                + (f" (rank(s) {format_ranges(first.culprit_ranks)})" if first.culprit_ranks else "")
+                + f" but does not prove it ({'; '.join(f'{c.rule}: {c.detail}' for c in failed[:2])}). "
+                + first.explanation
+            )
+            alt.next_steps = [c.next_step for c in failed if c.next_step] + alt.next_steps
             alt_conclusion = to_conclusion(alt, logs_dir, ais_dir)
             alt_verification = verify_with_evidence(alt_conclusion, ev, logs_root, ais_root)
+            tried.append((alt, alt_conclusion, alt_verification))
             if alt_verification.accepted:
-                failed = [c for c in verification.checks if not c.passed]
-                alt.explanation = (
-                    f"The evidence points to {first.category}"
-                    + (f" (rank(s) {format_ranges(first.culprit_ranks)})" if first.culprit_ranks else "")
-                    + f" but does not prove it ({'; '.join(f'{c.rule}: {c.detail}' for c in failed[:2])}). "
-                    + first.explanation
-                )
-                alt.next_steps = [c.next_step for c in failed if c.next_step] + alt.next_steps
-                v, conclusion, verification = alt, alt_conclusion, alt_verification
                 break
             blocked.append(_blocked(alt, alt_verification))
+        if tried:
+            # The strongest weaker verdict that passes; if none does, the most cautious one (never the overclaim),
+            # shown as not verified.
+            v, conclusion, verification = next(((a, c, x) for a, c, x in tried if x.accepted), tried[-1])
+            blocked = [b for b in blocked if not b.startswith(f"{v.category}:")]
     v.blocked = blocked if v is not first else []
     utc_offset = _utc_offset(ev)
     entries = [_entry(e, utc_offset) for e in v.timeline]
