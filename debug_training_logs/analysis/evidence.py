@@ -1508,21 +1508,25 @@ def _ends_traceback(w: WorkerEvidence, h: Hit) -> bool:
     return any(tb.file == h.file and 0 < h.line - tb.line <= TRACEBACK_SPAN_LINES for tb in w.hits("traceback", h.rank))
 
 
+WORKING_SIGNALS = ("progress", "memory", "retry", "conn_reset")
+"""Signals of a rank at work (training progress, memory reports, requests retried): one of them written by the
+rank after an error shows the error did not end it."""
 HANDLED_AFTER = timedelta(seconds=60)
 """Training progress logged this long after an error (on any rank) shows the error did not end a rank: synchronous
 training cannot go on for a minute while one rank is dead (the next collective would block)."""
 
 
 def _handled(w: WorkerEvidence, t: Trigger) -> bool:
-    """True when training went on after ``t``: the rank's own later progress, the run's clean end later in the same
-    file, or progress / a clean end on any rank :data:`HANDLED_AFTER` after it."""
+    """True when training went on after ``t``: a later line of the rank at work (:data:`WORKING_SIGNALS`), the
+    run's clean end later in the same file or after it, or progress on any rank :data:`HANDLED_AFTER` after it."""
     h = t.hit
     if h.rank is not None:
-        own = w.last_by_rank.get("progress", {}).get(h.rank)
-        if own is not None and own.file == h.file and own.line > h.line:
-            return True
-        if own is not None and _after(own, h, CLOCK_SLACK):
-            return True
+        for signal in WORKING_SIGNALS:
+            own = w.last_by_rank.get(signal, {}).get(h.rank)
+            if own is not None and own.file == h.file and own.line > h.line:
+                return True
+            if own is not None and _after(own, h, CLOCK_SLACK):
+                return True
     for end in w.hits("clean_end"):
         if (end.file == h.file and end.line > h.line) or _after(end, h, CLOCK_SLACK):
             return True

@@ -1111,7 +1111,8 @@ def _cat_time_limit(ctx: RuleContext) -> Check:
             next_step="Find the process killer (grep_all_ranks tier 1).",
         )
     at = cancels[0].when
-    earlier = [t for t in ctx.trig if t.category != "data" and (at is None or (t.hit.earliest or at) < at)]
+    crash = first_crash(ctx)  # a rank that died before the cancellation (handled errors do not count)
+    earlier = [crash] if crash is not None and (at is None or (crash.hit.earliest or at) < at) else []
     row = ctx.ev.nccl.first_timeout()
     if row is not None and row.timeout_time is not None and (at is None or row.timeout_time < at):
         return _check(
