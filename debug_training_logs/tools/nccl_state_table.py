@@ -269,6 +269,15 @@ def nccl_state_table(
         int,
         Field(ge=1, le=100000, description="At most this many rows and outliers listed (classification uses all)."),
     ] = analysis.DEFAULT_LIMIT,
+    world_size: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=1 << 20,
+            description="The job's world size when the logs do not state it (from the launch command: nodes x GPUs). "
+            "Without it and without a line stating it, nothing is concluded from absence.",
+        ),
+    ] = None,
     offset: Annotated[
         int | None,
         Field(
@@ -302,7 +311,9 @@ def nccl_state_table(
     root = input_dir(logs_dir)
     wanted = _parse_ranks(ranks)
     # Pages and rank filters of the same logs reuse one scan (the table is computed from every row either way).
-    table = cached("nccl_state_table", root, None, lambda: analysis.nccl_state_table(root, limit=ALL))
+    table = cached(
+        "nccl_state_table", root, world_size, lambda: analysis.nccl_state_table(root, limit=ALL, world_size=world_size)
+    )
     order = {p.pg: i for i, p in enumerate(table.process_groups)}
     rows = sorted(table.rows, key=lambda r: (order.get(r.pg, len(order)), r.rank))
     if offset is None and wanted is None:
@@ -365,7 +376,7 @@ def _outlier_groups(outliers: list[Any]) -> list[OutlierGroup]:
 
 def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:
     """The call that shows rows or outliers the budget left out: their ranks, or the next page."""
-    args = {k: v for k, v in cut.arguments.items() if k != "max_tokens"}
+    args = dict(cut.arguments)  # a max_tokens the caller chose stays: the page size was fitted to it
     if cut.field == "rows" and cut.result.get("rows_view") == "page":
         nxt = {**args, "offset": int(cut.result.get("rows_offset", 0)) + cut.shown, "limit": max(1, cut.shown)}
         return (
