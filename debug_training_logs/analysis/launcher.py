@@ -164,9 +164,16 @@ class LauncherFacts:
     truncated_lines: int
     inline_rank_files: dict[str, set[int]]
 
-    def culprits(self) -> tuple[set[int], str]:
+    def ranks_seen(self) -> set[int]:
+        """Every global rank these lines name (fates and the inline ``[rankN]`` of user log formats)."""
+        return set(self.fates) | {r for rs in self.inline_rank_files.values() for r in rs}
+
+    def culprits(self, known_ranks: set[int] | None = None) -> tuple[set[int], str]:
         """The ranks the launcher/backend facts name as the cause, and how (``signal``, ``own_error``,
-        ``mismatch``, ``straggler``), or (empty, reason) when they do not decide."""
+        ``mismatch``, ``straggler``), or (empty, ``undecided``) when they do not decide.
+
+        ``known_ranks``: every rank of the job (coverage); default :meth:`ranks_seen`. A straggler is only named when
+        every failing rank timed out waiting and the quiet ranks are a minority of the known ones."""
         by_signal = {
             r for r, f in self.fates.items() if f.exitcode is not None and f.exitcode < 0 and f.exitcode != -15
         }
@@ -180,9 +187,14 @@ class LauncherFacts:
             return odd, "mismatch"
         timed = {r for r, f in self.fates.items() if f.timed_out}
         failed = {r for r, f in self.fates.items() if f.comm_error is not None or (f.exitcode or 0) > 0}
+        known = (known_ranks if known_ranks is not None else self.ranks_seen()) | set(self.fates)
         if timed and failed == timed:
-            quiet = {r for r, f in self.fates.items() if f.comm_error is None and (f.torn_down or f.exitcode is None)}
-            if quiet and len(quiet) < len(self.fates):
+            quiet = {
+                r
+                for r in known
+                if (f := self.fates.get(r)) is None or (f.comm_error is None and (f.torn_down or f.exitcode is None))
+            }
+            if quiet and len(quiet) < len(timed):
                 return quiet, "straggler"
         return set(), "undecided"
 
