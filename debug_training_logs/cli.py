@@ -15,14 +15,14 @@ import sys
 import types
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError, validate_call
 from pydantic.fields import FieldInfo
 
 from debug_training_logs import __version__
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.render import render_model
+from debug_training_logs.render import render_text
 from debug_training_logs.tools.registry import ToolSpec, all_tools, tool_by_name
 
 ANALYZE_TOOL = "diagnose"
@@ -92,8 +92,8 @@ def _build_tool_parser(sub: Any, spec: ToolSpec, name: str | None = None) -> Non
         description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    hints = get_type_hints(spec.func, include_extras=True)
-    for pname, param in inspect.signature(spec.func).parameters.items():
+    hints = spec.hints
+    for pname, param in spec.signature.parameters.items():
         _add_param(p, pname, param, hints[pname], pname in spec.positional)
     p.add_argument("--json", action="store_true", help="Print the result model as JSON (what MCP returns).")
     p.set_defaults(_tool=spec.name)
@@ -115,21 +115,27 @@ def _validation_text(exc: ValidationError) -> str:
 
 
 def run_tool(spec: ToolSpec, ns: argparse.Namespace) -> BaseModel:
-    """Call ``spec`` with the parsed CLI arguments, validated exactly as MCP validates them."""
-    hints = get_type_hints(spec.func, include_extras=True)
+    """Call ``spec`` with the parsed CLI arguments, validated exactly as MCP validates them, held to the budget."""
+    hints = spec.hints
     kwargs: dict[str, Any] = {}
-    for pname in inspect.signature(spec.func).parameters:
+    for pname in spec.signature.parameters:
         value = getattr(ns, pname)
         base, _, _ = _unwrap(hints[pname])
         if isinstance(base, type) and issubclass(base, BaseModel) and isinstance(value, str):
             value = _read_model_arg(value, base)
         kwargs[pname] = value
+
+    def check(**arguments: Any) -> dict[str, Any]:
+        return arguments
+
+    check.__signature__ = spec.signature.replace(return_annotation=dict[str, Any])  # type: ignore[attr-defined]
+    check.__annotations__ = {**hints, "return": dict[str, Any]}
+    check.__name__ = spec.name
     try:
-        return validate_call(spec.func)(**kwargs)
+        validated = validate_call(check)(**kwargs)
     except ValidationError as exc:
-        if exc.title == spec.func.__name__:
-            raise UserInputError(f"Invalid arguments: {_validation_text(exc)}") from exc
-        raise
+        raise UserInputError(f"Invalid arguments: {_validation_text(exc)}") from exc
+    return spec.call(**validated)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(2)
     text = json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False) if ns.json else None
     if text is None:
-        text = spec.render(result) if spec.render else render_model(result)
+        text = render_text(spec, result)
     try:
         print(text)
     except BrokenPipeError:  # `... | head`: the reader left; not an error of the analysis

@@ -19,6 +19,7 @@ import pytest
 from debug_training_logs.analysis.ais_deltas import AisCounterDeltasResult, ais_counter_deltas, collect, get_stop_times
 from debug_training_logs.analysis.ais_index import AisDirScan, index_ais_dir, iter_records
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.tools.ais_counter_deltas import SPEC
 from debug_training_logs.tools.ais_counter_deltas import ais_counter_deltas as ais_counter_deltas_tool
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -373,4 +374,9 @@ async def test_mcp_structured_result_matches_the_tool_function() -> None:
     async with Client(create_server([FIXTURES])) as client:
         res = await client.call_tool("ais_counter_deltas", {"ais_dir": str(DATA_STALL), "limit": 5})
     assert res.is_error is False, res.content
-    assert res.structured_content == ais_counter_deltas_tool(str(DATA_STALL), limit=5).model_dump(mode="json")
+    # MCP returns the tool's result held to its token budget, the same object the CLI prints with --json.
+    expected = SPEC.call(ais_dir=str(DATA_STALL), limit=5).model_dump(mode="json")
+    assert res.structured_content == expected
+    assert {k: v for k, v in expected.items() if k != "budget"} == ais_counter_deltas_tool(
+        str(DATA_STALL), limit=5
+    ).model_dump(mode="json")

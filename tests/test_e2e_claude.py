@@ -7,7 +7,8 @@
 * a full headless session ``claude -p "/debug-training-logs:debug-training-logs <logs> <ais>" --plugin-dir <repo>``
   against a loopback fake Messages API (tests/e2e/fake_anthropic.py) whose "model" calls every registered tool in
   protocol order: the skill loads with its arguments, each call runs under the plugin's tool name with no permission
-  prompt (the skill's ``allowed-tools``), and each structured result reaches the model (``job_overview``'s exactly as
+  prompt (the skill's ``allowed-tools``), and each structured result reaches the model within its token budget (as
+  compact JSON: Claude Code drops our text block when structured content is present; ``job_overview``'s exactly as
   the tool returns it). Without the skill's ``allowed-tools`` the same call is denied.
 
 Nothing leaves 127.0.0.1: no API key, no Anthropic network.
@@ -31,6 +32,8 @@ import pytest
 from e2e.fake_anthropic import FakeAnthropic, Json, request_text, tool_results
 from e2e.support import REPO, fill_arguments, isolated_env, node_tool, write_ais_logs, write_data_stall_logs
 
+from debug_training_logs.render import render_text
+from debug_training_logs.tools.budget import DEFAULT_MAX_TOKENS, chars_for, compact_json
 from debug_training_logs.tools.registry import all_tools
 
 PLUGIN = "debug-training-logs"
@@ -268,10 +271,15 @@ def test_headless_job_overview_result_reaches_the_model(session: Session) -> Non
     assert use["input"] == {"logs_dir": str(session.logs)}  # the directory the skill named
     result = session.fake.result_of(use)
     assert result is not None and result.get("is_error") is not True
-    # Claude Code hands the model the structured content as JSON: exactly what the tool returns.
-    sent = json.loads(_result_text(result))
-    assert sent == SPECS["job_overview"].func(logs_dir=str(session.logs)).model_dump(mode="json")
-    assert sent["coverage"]["ranks_found"] == "0-3"
+    # Claude Code hands the model the structured content as compact JSON: exactly the tool's budgeted result (what
+    # the CLI's --json prints), not our readable text block, which it drops (server/app.py says why we still send it).
+    text = _result_text(result)
+    spec = SPECS["job_overview"]
+    expected = spec.call(logs_dir=str(session.logs))
+    assert json.loads(text) == expected.model_dump(mode="json")
+    assert text == compact_json(expected.model_dump(mode="json"))
+    assert render_text(spec, expected) not in text
+    assert json.loads(text)["coverage"]["ranks_found"] == "0-3"
 
 
 @pytest.mark.parametrize("name", TOOLS)
@@ -284,6 +292,9 @@ def test_headless_each_tool_works_through_claude_code(session: Session, name: st
     assert result.get("is_error") is not True, f"{name}: Claude Code returned an error to the model: {text[:1500]}"
     structured = json.loads(text)
     assert isinstance(structured["summary"], str) and structured["summary"].strip()
+    # What reaches the model is held to the default budget, and says so.
+    assert len(text) <= chars_for(DEFAULT_MAX_TOKENS), f"{name}: {len(text)} characters reached the model"
+    assert structured["budget"]["max_tokens"] == DEFAULT_MAX_TOKENS
 
 
 def test_without_allowed_tools_the_same_call_is_denied(claude: Path, tmp_path: Path) -> None:

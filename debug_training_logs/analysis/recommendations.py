@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from debug_training_logs.analysis.diagnosis import JobEvidence, Verdict
+from debug_training_logs.analysis.diagnosis import Verdict
+from debug_training_logs.analysis.evidence import JobEvidence
 
 AREAS = {
     "storage": "Storage-side",

@@ -1,8 +1,22 @@
 """Build the MCP server from the tool registry.
 
-Each registry tool (a sync function) is wrapped in an async function with the same parameters plus the MCP
-``Context``: the wrapper runs the tool in a worker thread with the server's allowed roots and a progress reporter
-installed, and turns :class:`UserInputError` into ``ToolError`` so the model reads what to fix.
+Each registry tool (a sync function) is wrapped in an async function with the same parameters (plus ``max_tokens``
+and the MCP ``Context``): the wrapper runs the tool in a worker thread with the server's allowed roots and a progress
+reporter installed, and turns :class:`UserInputError` into ``ToolError`` so the model reads what to fix.
+
+What a result carries, and why:
+
+* ``structuredContent``: the tool's typed result held to its token budget (``ToolSpec.call``), exactly what the
+  CLI's ``--json`` prints; the tool's ``outputSchema`` describes it (with its ``budget`` field).
+* ``content``: one text block, a compact readable rendering of the same result (``render.py``), NOT the JSON
+  repeated. The MCP spec (2025-06-18 to 2026-07-28) says a tool with structured content SHOULD also return it
+  serialised in a text block "for backwards compatibility"; its own examples also show a readable sentence there.
+  We chose the rendering because the only readers of ``content`` are clients that hand it to a model (a client that
+  wants data reads ``structuredContent``), and a model reads an outline better than escaped JSON, in fewer tokens.
+* Claude Code (2.1.330, observed offline in tests/test_e2e_claude.py) ignores ``content`` when
+  ``structuredContent`` is present and gives the model ``JSON.stringify(structuredContent)``: so the structured
+  result itself must read well (``summary`` first, ``budget.omitted`` with ready follow-up calls) and is what the
+  budget measures.
 """
 
 from __future__ import annotations
@@ -13,18 +27,19 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Annotated, Any
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
 from debug_training_logs import __version__, paths, progress
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.render import render_text
 from debug_training_logs.tools.registry import ToolSpec, all_tools
 
 logger = logging.getLogger(__name__)
@@ -59,26 +74,35 @@ class _MonotoneProgress:
             logger.debug("progress notification failed", exc_info=True)
 
 
+def to_call_result(spec: ToolSpec, result: BaseModel) -> CallToolResult:
+    """The MCP result of a (budgeted) tool result: the readable text and the structured content (see above)."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=render_text(spec, result))],
+        structured_content=result.model_dump(mode="json"),
+    )
+
+
 def _wrap(spec: ToolSpec, roots: tuple[Path, ...]) -> Any:
-    func = spec.func
-    hints = get_type_hints(func, include_extras=True)
-    sig = inspect.signature(func)
+    hints = spec.hints
+    sig = spec.signature
     params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()]
     params.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context))
-    return_type = hints["return"]
+    # CallToolResult carries our own text block; the model after it is the outputSchema the SDK validates against.
+    return_type = Annotated[CallToolResult, spec.result_model]
 
-    async def call(**kwargs: Any) -> BaseModel:
+    async def call(**kwargs: Any) -> CallToolResult:
         ctx: Context = kwargs.pop("ctx")
         reporter = _MonotoneProgress(ctx)
 
         def run() -> BaseModel:
             with paths.restricted_to(list(roots)), progress.reporting_to(reporter):
-                return func(**kwargs)
+                return spec.call(**kwargs)
 
         try:
-            return await anyio.to_thread.run_sync(run)
+            result = await anyio.to_thread.run_sync(run)
         except UserInputError as exc:
             raise ToolError(str(exc)) from exc
+        return to_call_result(spec, result)
 
     call.__name__ = spec.name
     call.__doc__ = spec.description

@@ -14,7 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from debug_training_logs.analysis.diagnosis import JobEvidence, KeyEvent, Verdict, conclude, gather_evidence
+from debug_training_logs.analysis.diagnosis import Verdict, conclude
+from debug_training_logs.analysis.evidence import JobEvidence, KeyEvent, gather_evidence
 from debug_training_logs.analysis.recommendations import recommend
 from debug_training_logs.models import Coverage
 from debug_training_logs.paths import input_dir

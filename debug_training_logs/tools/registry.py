@@ -3,6 +3,10 @@
 A tool is one module in ``debug_training_logs/tools/`` with a module-level ``SPEC = ToolSpec(...)``: a plain function
 with flat, annotated parameters (``Annotated[T, Field(description=...)]``) that returns a pydantic model. Its
 docstring is its description in MCP and its help in the CLI. Adding a tool means adding one module.
+
+Both front ends call a tool through :meth:`ToolSpec.call`, which adds the ``max_tokens`` parameter every tool takes
+and holds the result to that budget (``tools/budget.py``): the CLI's ``--json`` and MCP's structured content are the
+same budgeted result.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, get_type_hints
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
+
+from debug_training_logs.tools import budget
 
 # The order an agent should meet the tools in (others follow alphabetically).
 PREFERRED_ORDER = (
@@ -47,6 +53,8 @@ class ToolSpec:
     destructive: bool = False
     render: Callable[[Any], str] | None = None
     """Human-readable CLI rendering of the result (default: the summary and an indented outline)."""
+    follow_up: budget.FollowUp | None = None
+    """For a list the budget shortened: the tool's own paging/filter arguments that show the rest."""
 
     @property
     def name(self) -> str:
@@ -56,6 +64,47 @@ class ToolSpec:
     @property
     def description(self) -> str:
         return inspect.getdoc(self.func) or ""
+
+    @property
+    def result_model(self) -> type[BaseModel]:
+        """The result type as both front ends return it: the function's model plus its ``budget`` field."""
+        model = get_type_hints(self.func)["return"]
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        return budget.budgeted_model(model)
+
+    @property
+    def signature(self) -> inspect.Signature:
+        """The function's parameters plus ``max_tokens`` (what MCP publishes and the CLI parses)."""
+        sig = inspect.signature(self.func)
+        extra = inspect.Parameter(
+            "max_tokens", inspect.Parameter.KEYWORD_ONLY, default=budget.DEFAULT_MAX_TOKENS, annotation=budget.MaxTokens
+        )
+        return sig.replace(parameters=[*sig.parameters.values(), extra], return_annotation=self.result_model)
+
+    @property
+    def hints(self) -> dict[str, Any]:
+        """Type hints of :attr:`signature`'s parameters (with ``Annotated`` metadata)."""
+        return {**get_type_hints(self.func, include_extras=True), "max_tokens": budget.MaxTokens}
+
+    def call(self, max_tokens: int = budget.DEFAULT_MAX_TOKENS, **arguments: Any) -> BaseModel:
+        """Run the tool and hold its result to ``max_tokens`` (arguments already validated)."""
+        result = self.func(**arguments)
+        defaults = {
+            name: p.default
+            for name, p in inspect.signature(self.func).parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
+        given = TypeAdapter(dict[str, Any]).dump_python(budget.non_default_arguments(arguments, defaults), mode="json")
+        if max_tokens != budget.DEFAULT_MAX_TOKENS:
+            given["max_tokens"] = max_tokens
+        data = budget.fit(
+            result.model_dump(mode="json"),
+            tool=self.name,
+            arguments=given,
+            max_tokens=max_tokens,
+            follow_up=self.follow_up,
+        )
+        return self.result_model.model_validate(data)
 
 
 @cache

@@ -2,7 +2,7 @@
 
 A conclusion (:class:`~debug_training_logs.verify.models.Conclusion`) names a category and culprit ranks and may cite
 log lines. The verifier never trusts the caller's reading of the logs: it re-derives the facts with the same analysis
-the tools use (:func:`debug_training_logs.analysis.diagnosis.gather_evidence`) and runs every rule of
+the tools use (:func:`debug_training_logs.analysis.evidence.gather_evidence`) and runs every rule of
 :mod:`debug_training_logs.verify.rules` against them. Each rule either passes, fails with the reason and what to look
 at next, is undecided (counts as a failure: the logs cannot prove it), or says explicitly why it does not apply.
 

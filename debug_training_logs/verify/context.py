@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from debug_training_logs.analysis.diagnosis import (
+from debug_training_logs.analysis.evidence import (
     CLOCK_SLACK,
     JobEvidence,
     KeyEvent,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from debug_training_logs.analysis.diagnosis import JobEvidence, gather_evidence
+from debug_training_logs.analysis.evidence import JobEvidence, gather_evidence
 from debug_training_logs.paths import input_dir
 from debug_training_logs.verify.context import build_context
 from debug_training_logs.verify.models import Check, Conclusion, Verification

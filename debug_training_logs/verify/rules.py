@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 
 from debug_training_logs.analysis.alignment import to_ais_clock
-from debug_training_logs.analysis.diagnosis import (
+from debug_training_logs.analysis.evidence import (
     AIS_LOOKBACK,
     PER_STEP_COLLECTIVES,
     Hit,

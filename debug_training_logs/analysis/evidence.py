@@ -1,0 +1,1297 @@
+"""The evidence model of a job: every fact a diagnosis or a verification rests on, gathered once.
+
+:class:`JobEvidence` is built once per job, from the shared scan of the worker logs (:func:`evidence_from_scan` takes
+the scan's results, :func:`gather_evidence` runs the scan and the AIS pass), and read by both the decision procedure
+(:mod:`debug_training_logs.analysis.diagnosis`) and every verifier rule (:mod:`debug_training_logs.verify`): the two
+can never disagree about which rank a line belongs to or when it happened.
+
+What it holds:
+
+* ``worker`` (:class:`WorkerEvidence`): the inventory and coverage, the named failure signals of :data:`SIGNALS`
+  (process killers, crashes, data-loading and storage errors, progress and clean-end markers) with their hits, per
+  rank first/last hits and counts, step-time and memory series, each file's last timed line, rank -> host.
+* ``nccl`` (:class:`NcclState`): the per-(rank, PG) NCCL state table and each process group's classification.
+* ``ais`` (:class:`AisEvidence`): the AIS file index, counter spikes, notable lines and the clock alignment.
+
+Time: worker times are naive datetimes on the workers' clock (their zone is never written); AIS times are naive
+datetimes on the AIS daemons' clock; the two are only compared through a verified clock alignment (``offset_hours``
+= worker clock minus AIS clock). A line without a time of its own is an interval: ``after`` (the last timed line
+before it in the same file) and ``before`` (the first timed line after it, or the end of the file's output).
+
+Nothing here imports the verifier or the decision procedure.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+
+from debug_training_logs.analysis.ais_deltas import (
+    DEFAULT_COUNTERS,
+    GetStop,
+    IntervalDelta,
+    NotableLines,
+    Restart,
+    Spike,
+    collect,
+    find_restarts,
+    find_spikes,
+    get_stops,
+    interval_deltas,
+    notable_lines,
+)
+from debug_training_logs.analysis.ais_index import AisDaemon, AisIndex
+from debug_training_logs.analysis.alignment import WORKER_PATTERNS as ALIGNMENT_PATTERNS
+from debug_training_logs.analysis.alignment import Alignment, WorkerClock, WorkerClockFacts, WorkerClockSink, align
+from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
+from debug_training_logs.analysis.inventory import JobScan, Marker, scan_job
+from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
+from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
+from debug_training_logs.logs.attribution import line_rank, strip_ansi
+from debug_training_logs.logs.discovery import LogFile, sniff_compression
+from debug_training_logs.logs.nearest_time import TAIL_BYTES, TIMESTAMP
+from debug_training_logs.logs.reader import ReadProblems, decode, iter_chunks
+from debug_training_logs.logs.scan import MAX_LINE_CHARS
+from debug_training_logs.models import Coverage, Evidence, cut
+from debug_training_logs.ranges import parse_ranges
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Named data: the signals searched for in every worker log
+
+
+Signal = Marker
+"""A named pattern searched in every worker log (RE2 syntax, anywhere in the line) and what a hit means: the same
+shape as the inventory's markers, which ride along in the same scan."""
+
+
+_GREP = {p.name: p for p in DEFAULT_PATTERNS}
+
+
+def _same_as_grep(name: str, grep_name: str) -> Signal:
+    """A signal that is exactly one of ``grep_all_ranks``' default patterns (one definition for both)."""
+    p = _GREP[grep_name]
+    return Signal(name, p.regex, p.meaning)
+
+
+SIGNALS: tuple[Signal, ...] = (
+    # Tier 1: process killers.
+    Signal("cuda_oom", r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", "GPU memory exhausted"),
+    Signal(
+        "cuda_error",
+        r"CUDA error: |AcceleratorError|an illegal memory access was encountered|invalid device ordinal"
+        r"|device-side assert triggered|uncorrectable ECC error|cudaError[A-Z]\w+",
+        "a CUDA runtime error (illegal access, bad device, ECC, assert)",
+    ),
+    _same_as_grep("xid", "gpu_xid_ecc"),
+    _same_as_grep("signal", "signal"),
+    _same_as_grep("taken_down", "process_taken_down"),
+    _same_as_grep("slurm_cancel", "slurm_cancelled"),
+    _same_as_grep("slurm_oom", "oom_kill"),
+    _same_as_grep("srun_error", "srun_error"),
+    _same_as_grep("address_in_use", "address_in_use"),
+    # Tier 2: training loop crashes.
+    _same_as_grep("traceback", "traceback"),
+    Signal(
+        "exception",
+        r"(?:^|[\s:\]])(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*Error|[A-Z]\w*Exception|KeyboardInterrupt)(?:: |:$|$)",
+        "a Python exception line (the last line of a traceback)",
+    ),
+    Signal(
+        "child_failed",
+        r"ChildFailedError|failed \(exitcode: -?\d+\) local_rank: \d+",
+        "torchrun saw a worker fail (the agent's exit line or its ChildFailedError summary)",
+    ),
+    _same_as_grep("nan", "nan_loss"),
+    # Tier 3: data loading and storage.
+    Signal(
+        "data_error",
+        r"AISBatchLoaderError|Batch stream truncated|[Ff]allback failed|Falling back to (?:sequential|direct)"
+        r"|returned empty content|cuts due to per-object fetch failures|Timeout while fetching batch"
+        r"|Failed to fetch object|DataLoader worker \(pid",
+        "a data-loading error (AIS batch loader, Lhotse, DataLoader)",
+    ),
+    Signal(
+        "conn_reset",
+        r"Connection reset by peer|ConnectionResetError|Connection broken|Connection aborted|Connection refused"
+        r"|[Bb]roken pipe",
+        "a connection reset/refused (keep-alive noise when the retry succeeds)",
+    ),
+    Signal(
+        "retry",
+        r"Retrying \(Retry\(|Retrying \S+ in [\d.]+ seconds|[Rr]etrying \d+/\d+|[Rr]etry \d+/\d+",
+        "a request being retried (urllib3, tenacity, the skill's 'retrying N/M')",
+    ),
+    Signal(
+        "retry_exhausted",
+        r"Max retries exceeded|RetryError|[Rr]etries exhausted|giving up after \d+"
+        r"|failed after \d+ (?:retries|attempts)",
+        "retries gave up: the request failed for good",
+    ),
+    Signal("io_timeout", r"timed out|[Dd]eadline [Ee]xceeded|ReadTimeout|ConnectTimeout", "an I/O timeout"),
+    # NCCL library and fabric.
+    Signal(
+        "net_error",
+        r"NCCL WARN|NET/IB ?: |ibv_\w+ failed|ncclSystemError|ncclRemoteError|ncclInternalError"
+        r"|unhandled system error|remote process exited or there was a network error",
+        "NCCL library warnings and network/transport errors",
+    ),
+    Signal(
+        "flight_recorder_off",
+        r"Stack trace of the failed collective not found",
+        "the NCCL flight recorder was disabled (TORCH_NCCL_TRACE_BUFFER_SIZE=0)",
+    ),
+    Signal("nccl_init", r"NCCL INFO .*\brank \d+ nranks \d+", "NCCL communicator init: which host a rank runs on"),
+    # Progress and the end of the run.
+    Signal(
+        "progress",
+        r" iteration +\d+/ *\d+ \||train_step_timing|Epoch \d+:|global_step[=: ]|\bstep[ =:]\s*\d+",
+        "training progress (an iteration or step line)",
+    ),
+    Signal("memory", r"memory \(MB\) \| allocated: [\d.]+", "a GPU memory report (Megatron report_memory)"),
+    Signal(
+        "clean_end",
+        r"`Trainer\.fit` stopped|[Tt]raining (?:finished|completed|complete|done)\b|after training is done"
+        r"|[Ff]inished training|exiting program at iteration",
+        "the training loop ended normally",
+    ),
+)
+SIGNAL_NAMES = tuple(s.name for s in SIGNALS)
+
+WORKER_FALLBACK_YEAR = 2000
+"""Year used for ordering when no worker line states one (a leap year, so Feb 29 still parses)."""
+
+SAMPLES_PER_SIGNAL = 200
+"""Hits kept in full per signal per file (the first ones); beyond that only counts and each rank's first/last hit."""
+SERIES_POINTS = 2048
+"""Points kept per rank per series (step time, memory); longer series are thinned evenly."""
+
+_STEP_MS = (
+    (re.compile(r"elapsed time per iteration \(ms\): ([\d.]+)"), 1.0),
+    (re.compile(r"train_step_timing(?: in s)?[=: ]+([\d.]+)"), 1000.0),
+)
+_ITERATION = re.compile(r" iteration +(\d+)/ *\d+ \|")
+_MEMORY_MB = re.compile(r"memory \(MB\) \| allocated: ([\d.]+)")
+_NCCL_INIT_HOST = re.compile(
+    r"(?:^|[\s\]:])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL INFO .*\brank (\d+) nranks (\d+)"
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What the scan collects per file (inside the worker process; picklable)
+
+
+@dataclass(slots=True)
+class _Raw:
+    line: int
+    text: str
+    rank: int | None
+    wt: WallTime | None
+    after: WallTime | None = None
+    before: WallTime | None = None
+
+
+@dataclass
+class _Tally:
+    count: int = 0
+    samples: list[_Raw] = field(default_factory=list)
+    first_by_rank: dict[int | None, _Raw] = field(default_factory=dict)
+    last_by_rank: dict[int | None, _Raw] = field(default_factory=dict)
+    count_by_rank: dict[int | None, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Series:
+    """A bounded series of (line, time, value); thinned by half each time it fills up."""
+
+    points: list[tuple[int, WallTime | None, float]] = field(default_factory=list)
+    stride: int = 1
+    seen: int = 0
+
+    def add(self, line: int, wt: WallTime | None, value: float) -> None:
+        self.seen += 1
+        if (self.seen - 1) % self.stride:
+            return
+        self.points.append((line, wt, value))
+        if len(self.points) >= SERIES_POINTS:
+            self.points = self.points[::2]
+            self.stride *= 2
+
+
+@dataclass
+class _FileHits:
+    rel: str
+    tallies: dict[str, _Tally] = field(default_factory=dict)
+    step_ms: dict[int | None, _Series] = field(default_factory=dict)
+    memory_mb: dict[int | None, _Series] = field(default_factory=dict)
+    last_time: tuple[int, WallTime] | None = None
+    rank_host: dict[int, tuple[int, str]] = field(default_factory=dict)
+    """Global rank -> (communicator size, host) from NCCL init lines (the largest communicator wins)."""
+
+
+_K_SIGNALS = len(SIGNALS)
+_K_NCCL = len(NCCL_PATTERNS)
+
+
+class EvidenceSink:
+    """One file's share of the evidence scan: :data:`SIGNALS` hits here, NCCL candidate lines to the NCCL table's
+    sink, clock anchors to the alignment's sink (each receives its own pattern ids)."""
+
+    def __init__(self, lf: LogFile) -> None:
+        self.out = _FileHits(rel=lf.rel)
+        self.nccl = NcclSink(lf)
+        self.clock = WorkerClockSink(lf)
+        self._open: list[_Raw] = []  # hits without a time of their own, waiting for the next timed line
+
+    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        nccl = [i - _K_SIGNALS for i in pattern_ids if _K_SIGNALS <= i < _K_SIGNALS + _K_NCCL]
+        clock = [i - _K_SIGNALS - _K_NCCL for i in pattern_ids if i >= _K_SIGNALS + _K_NCCL]
+        if nccl:
+            self.nccl.on_hit(nccl, line_no, line)
+        if clock:
+            self.clock.on_hit(clock, line_no, line)
+        names = {SIGNAL_NAMES[i] for i in pattern_ids if i < _K_SIGNALS}
+        if names:
+            self._signals(names, line_no, line)
+
+    def _signals(self, names: set[str], line_no: int, line: str) -> None:
+        text = strip_ansi(line)
+        wt = parse_wall_time(text)
+        out = self.out
+        raw = _Raw(line_no, cut(text), line_rank(text).rank, wt, after=out.last_time[1] if out.last_time else None)
+        if wt is not None:
+            for waiting in self._open:
+                waiting.before = wt
+            self._open.clear()
+            out.last_time = (line_no, wt)
+        else:
+            self._open.append(raw)
+        if "nccl_init" in names:
+            h = _NCCL_INIT_HOST.search(text)
+            if h:
+                r, n = int(h.group(2)), int(h.group(3))
+                if n >= out.rank_host.get(r, (0, ""))[0]:
+                    out.rank_host[r] = (n, h.group(1))
+            names.discard("nccl_init")
+        for name in names:
+            t = out.tallies.setdefault(name, _Tally())
+            t.count += 1
+            if len(t.samples) < SAMPLES_PER_SIGNAL:
+                t.samples.append(raw)
+            t.first_by_rank.setdefault(raw.rank, raw)
+            t.last_by_rank[raw.rank] = raw
+            t.count_by_rank[raw.rank] = t.count_by_rank.get(raw.rank, 0) + 1
+        if "progress" in names:
+            for rx, scale in _STEP_MS:
+                m = rx.search(text)
+                if m:
+                    out.step_ms.setdefault(raw.rank, _Series()).add(line_no, wt, float(m.group(1)) * scale)
+                    break
+        if "memory" in names:
+            mm = _MEMORY_MB.search(text)
+            if mm:
+                out.memory_mb.setdefault(raw.rank, _Series()).add(line_no, wt, float(mm.group(1)))
+
+    def finish(self) -> tuple[_FileHits, FileEvents, WorkerClockFacts]:
+        return self.out, self.nccl.finish(), self.clock.finish()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Evidence types (what consumers see)
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One log line that matched a signal, with its rank and time (worker clock)."""
+
+    signal: str
+    file: str
+    line: int
+    text: str
+    rank: int | None
+    time: datetime | None
+    """The line's own time, when it writes one."""
+    after: datetime | None = None
+    """For a line without a time: the latest time on an earlier matched line of the same file (a lower bound)."""
+    before: datetime | None = None
+    """For a line without a time: the earliest time on a later matched line of the same file (an upper bound)."""
+
+    @property
+    def earliest(self) -> datetime | None:
+        """The earliest moment the line can have been written."""
+        return self.time or self.after
+
+    @property
+    def latest(self) -> datetime | None:
+        """The latest moment the line can have been written."""
+        return self.time or self.before
+
+    @property
+    def when(self) -> datetime | None:
+        """Best single estimate: own time, else the bound next to it."""
+        return self.time or self.after or self.before
+
+    def cite(self) -> Evidence:
+        return Evidence(file=self.file, line=self.line, text=self.text)
+
+
+@dataclass(frozen=True, slots=True)
+class NcclEvent:
+    """A parsed NCCL line that is not per-PG state (teardown, heartbeat kill, fatal terminate, torchrun rows)."""
+
+    rank: int | None
+    file: str
+    line: int
+    text: str
+    time: datetime | None
+    event: tn.Event
+
+
+@dataclass
+class NcclRow:
+    """The NCCL state of one rank in one process group (a row of ``nccl_state_table``, times as datetimes)."""
+
+    rank: int
+    pg: str
+    """The PG identity shared by its members (GUID/name, else uid; ``?`` when the logs give no PG)."""
+    pg_desc: str | None = None
+    seq: int | None = None
+    op_type: str | None = None
+    timeout_ms: int | None = None
+    ran_for_ms: int | None = None
+    last_enqueued: int | None = None
+    last_completed: int | None = None
+    signal: str = "none"
+    """``detected`` (its own watchdog timed out), ``observed`` (it only saw another rank's dump signal), ``none``."""
+    first_to_dump: bool = False
+    dump_signal_from_rank: int | None = None
+    timeout_time: datetime | None = None
+    collective_start_time: datetime | None = None
+    file: str = ""
+    line: int = 0
+    text: str = ""
+
+    @property
+    def pending(self) -> int | None:
+        """Enqueued but not completed collectives; 0 means the rank was not inside any collective."""
+        if self.last_enqueued is None or self.last_completed is None:
+            return None
+        return self.last_enqueued - self.last_completed
+
+    def cite(self) -> Evidence:
+        return Evidence(file=self.file, line=self.line, text=self.text)
+
+
+@dataclass
+class ProcessGroupState:
+    """One process group's classification (``nccl_state_table``'s, with rank sets)."""
+
+    pg: str
+    desc: str | None
+    classification: str
+    """``straggler``, ``fabric``, ``root_ahead``, ``mixed`` or ``incomplete``."""
+    reason: str
+    ranks: set[int]
+    straggler_ranks: set[int]
+    reasons: dict[int, str]
+    """Why each straggler/suspect rank was singled out."""
+    detected_ranks: set[int]
+    observed_ranks: set[int]
+    first_to_dump_ranks: set[int]
+    dump_signal_senders: set[int]
+    suspect_ranks: set[int] = field(default_factory=set)
+    """Ranks that look behind but cannot be named (the PG is incomplete or mixed)."""
+    root_rank: int | None = None
+    root_gap: int | None = None
+    """How many collectives (last enqueued) the root rank is ahead of the others, when it is."""
+
+
+@dataclass
+class NcclState:
+    """Every rank's NCCL state and each PG's classification, from ``analysis.nccl_table``."""
+
+    table: NcclTable
+    rows: list[NcclRow]
+    groups: list[ProcessGroupState]
+    ranks_without_state: set[int]
+    """Ranks whose logs were read but that logged no NCCL state at all while others timed out (absent)."""
+    job_stragglers: set[int]
+    """Ranks at the root of the hang: stragglers that never detected a timeout and waited in no collective."""
+    exited_with_error: set[int] = field(default_factory=set)
+    """Ranks torchrun reports with a positive exit code (an uncaught exception: the process died, it did not hang)."""
+    other_events: list[NcclEvent] = field(default_factory=list)
+
+    @property
+    def timed_out(self) -> bool:
+        return any(r.signal == "detected" for r in self.rows)
+
+    @property
+    def straggler_ranks(self) -> set[int]:
+        return {r for g in self.groups for r in g.straggler_ranks}
+
+    def first_timeout(self) -> NcclRow | None:
+        timed = [r for r in self.rows if r.timeout_time is not None]
+        return min(timed, key=lambda r: (r.timeout_time or datetime.max, r.rank)) if timed else None
+
+    def collective_start(self) -> datetime | None:
+        """When the stuck collective started (the earliest over the ranks that timed out)."""
+        starts = [r.collective_start_time for r in self.rows if r.collective_start_time is not None]
+        return min(starts) if starts else None
+
+
+@dataclass
+class SeriesJump:
+    """A rank whose series (step time, memory) left its own baseline."""
+
+    rank: int
+    file: str
+    baseline: float
+    peak: float
+    first_line: int
+    first_time: datetime | None
+    text: str
+
+
+Series = dict[int, list[tuple[str, int, datetime | None, float]]]
+"""Per rank: (file, line, time, value) points."""
+
+
+@dataclass
+class WorkerEvidence:
+    """What every worker log shows (one scan)."""
+
+    root: Path
+    job: JobScan
+    year: int
+    tallies: dict[str, list[Hit]]
+    """Per signal: the kept hits (each file's first ones plus every rank's first and last), in time order."""
+    counts: dict[str, int]
+    counts_by_rank: dict[str, dict[int, int]]
+    first_by_rank: dict[str, dict[int, Hit]]
+    last_by_rank: dict[str, dict[int, Hit]]
+    nccl_files: list[FileEvents]
+    """The NCCL sinks' parsed lines per file (the input of ``nccl_table.build_table``)."""
+    clock: WorkerClock
+    """The alignment's worker-side anchors (from the same scan)."""
+    step_ms: Series
+    memory_mb: Series
+    file_end: dict[str, Hit]
+    """Per file: the last line with a time (from the file's tail), as a pseudo-hit ``end``."""
+    rank_host: dict[int, str]
+    """Global rank -> host, from the NCCL init line of the world communicator."""
+    file_host: dict[str, str]
+    """File -> host, when slurmstepd lines in it name exactly one node (``*** STEP j.s ON <host> ...``)."""
+
+    @property
+    def coverage(self) -> Coverage:
+        return self.job.coverage()
+
+    @property
+    def world_size(self) -> int | None:
+        return self.job.inventory.world_size
+
+    @property
+    def missing_ranks(self) -> set[int]:
+        return self.job.inventory.missing_ranks
+
+    @property
+    def ranks(self) -> set[int]:
+        return self.job.inventory.ranks
+
+    def hits(self, signal: str, rank: int | None = None) -> list[Hit]:
+        """Kept hits of ``signal`` (optionally of one rank), in time order."""
+        hs = self.tallies.get(signal, [])
+        return hs if rank is None else [h for h in hs if h.rank == rank]
+
+    def files_of_rank(self, rank: int) -> list[str]:
+        return [f.rel for f in self.job.inventory.files if rank in f.ranks]
+
+    def node_of_rank(self, rank: int) -> str | None:
+        """The host of ``rank`` (NCCL init line), else the host slurmstepd names in its file, else the file's node."""
+        if rank in self.rank_host:
+            return self.rank_host[rank]
+        for f in self.job.inventory.files:
+            if rank in f.ranks:
+                return self.file_host.get(f.rel, f.node)
+        return None
+
+    def ranks_of_file(self, rel: str) -> set[int]:
+        return self.job.inventory.ranks_of_file(rel)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Gathering the worker evidence
+
+
+def worker_patterns() -> tuple[str, ...]:
+    """The patterns of the one evidence scan: :data:`SIGNALS`, the NCCL needles, the alignment's anchors."""
+    return tuple(s.regex for s in SIGNALS) + NCCL_PATTERNS + ALIGNMENT_PATTERNS
+
+
+def scan_worker_logs(logs_dir: Path) -> JobScan:
+    """The one scan of every worker log under ``logs_dir`` the evidence is built from (:func:`worker_patterns`, one
+    :class:`EvidenceSink` per file)."""
+    return scan_job(logs_dir, worker_patterns(), EvidenceSink)
+
+
+def gather_worker_evidence(logs_dir: Path) -> WorkerEvidence:
+    """Scan every worker log under ``logs_dir`` once and assemble the evidence."""
+    return worker_evidence_from_scan(scan_worker_logs(logs_dir))
+
+
+def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
+    """The worker evidence from a finished scan whose per-file results (``job.caller_results``) are
+    :meth:`EvidenceSink.finish`'s (a composite scan may feed it: only those results and the inventory are read)."""
+    inv = job.inventory
+    year = inv.year_hint or WORKER_FALLBACK_YEAR
+    single_rank = {f.rel: next(iter(f.ranks)) for f in inv.files if len(f.ranks) == 1}
+
+    def conv(wt: WallTime | None) -> datetime | None:
+        return with_year(wt, year) if wt is not None else None
+
+    def hit(signal: str, rel: str, raw: _Raw) -> Hit:
+        rank = raw.rank if raw.rank is not None else single_rank.get(rel)
+        return Hit(signal, rel, raw.line, raw.text, rank, conv(raw.wt), conv(raw.after), conv(raw.before))
+
+    def rank_of(rel: str, r: int | None) -> int | None:
+        return r if r is not None else single_rank.get(rel)
+
+    kept: dict[str, dict[tuple[str, int], Hit]] = defaultdict(dict)
+    counts: dict[str, int] = defaultdict(int)
+    counts_by_rank: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    first_by_rank: dict[str, dict[int, Hit]] = defaultdict(dict)
+    last_by_rank: dict[str, dict[int, Hit]] = defaultdict(dict)
+    nccl_files: list[FileEvents] = []
+    clock_facts: list[tuple[str, WorkerClockFacts]] = []
+    series: dict[str, Series] = {"step": defaultdict(list), "memory": defaultdict(list)}
+    hosts: dict[int, tuple[int, str]] = {}
+    for fs, result in zip(job.files, job.caller_results, strict=True):
+        rel = fs.file.rel
+        if result is None:
+            nccl_files.append(FileEvents(rel))
+            continue
+        fh, nccl, clock = result
+        nccl_files.append(nccl)
+        clock_facts.append((rel, clock))
+        for name, t in fh.tallies.items():
+            counts[name] += t.count
+            for raw in [*t.samples, *t.first_by_rank.values(), *t.last_by_rank.values()]:
+                kept[name].setdefault((rel, raw.line), hit(name, rel, raw))
+            for raw in t.first_by_rank.values():
+                h = hit(name, rel, raw)
+                if h.rank is not None and _before(h, first_by_rank[name].get(h.rank)):
+                    first_by_rank[name][h.rank] = h
+            for raw in t.last_by_rank.values():
+                h = hit(name, rel, raw)
+                if h.rank is not None and not _before(h, last_by_rank[name].get(h.rank)):
+                    last_by_rank[name][h.rank] = h
+            for r, n in t.count_by_rank.items():
+                rr = rank_of(rel, r)
+                if rr is not None:
+                    counts_by_rank[name][rr] += n
+        for key, per_rank in (("step", fh.step_ms), ("memory", fh.memory_mb)):
+            for r, s in per_rank.items():
+                rr = rank_of(rel, r)
+                if rr is not None:
+                    series[key][rr].extend((rel, ln, conv(wt), v) for ln, wt, v in s.points)
+        for r, (n, host) in fh.rank_host.items():
+            if n >= hosts.get(r, (0, ""))[0]:
+                hosts[r] = (n, host)
+    return WorkerEvidence(
+        root=job.root,
+        job=job,
+        year=year,
+        tallies={name: sorted(k.values(), key=_order_key) for name, k in kept.items()},
+        counts=dict(counts),
+        counts_by_rank={k: dict(v) for k, v in counts_by_rank.items()},
+        first_by_rank=dict(first_by_rank),
+        last_by_rank=dict(last_by_rank),
+        nccl_files=nccl_files,
+        clock=WorkerClock(inv, clock_facts, job.coverage()),
+        step_ms={r: sorted(v, key=lambda p: (p[0], p[1])) for r, v in series["step"].items()},
+        memory_mb={r: sorted(v, key=lambda p: (p[0], p[1])) for r, v in series["memory"].items()},
+        file_end=_file_ends(job, single_rank, conv),
+        rank_host={r: h for r, (n, h) in hosts.items() if inv.world_size is None or n == inv.world_size},
+        file_host=_slurmstepd_hosts(kept.get("slurm_cancel", {}).values()),
+    )
+
+
+_STEPD_HOST = re.compile(r"slurmstepd: error: \*\*\* (?:STEP|JOB) \S+ ON (\S+) ")
+
+
+def _slurmstepd_hosts(hits: Iterable[Hit]) -> dict[str, str]:
+    """File -> the one host its slurmstepd lines name (slurmstepd writes into the output of its own node)."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for h in hits:
+        m = _STEPD_HOST.search(h.text)
+        if m:
+            seen[h.file].add(m.group(1))
+    return {f: next(iter(hosts)) for f, hosts in seen.items() if len(hosts) == 1}
+
+
+def _file_ends(
+    job: JobScan, single_rank: dict[str, int], conv: Callable[[WallTime | None], datetime | None]
+) -> dict[str, Hit]:
+    out: dict[str, Hit] = {}
+    for fs in job.files:
+        first_tail = fs.lines - len(fs.tail) + 1
+        for j in range(len(fs.tail) - 1, -1, -1):
+            wt = parse_wall_time(fs.tail[j])
+            if wt is not None:
+                rel = fs.file.rel
+                out[rel] = Hit("end", rel, first_tail + j, cut(fs.tail[j]), single_rank.get(rel), conv(wt))
+                break
+    return out
+
+
+def _order_key(h: Hit) -> tuple[datetime, str, int]:
+    return (h.when or datetime.max, h.file, h.line)
+
+
+def _before(h: Hit, other: Hit | None) -> bool:
+    return other is None or _order_key(h) < _order_key(other)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The NCCL state: analysis.nccl_table's rows and classification, with times as datetimes
+
+_STATE_EVENTS = (
+    tn.StatusLine,
+    tn.DumpSignal,
+    tn.DumpObserved,
+    tn.FirstToDump,
+    tn.WatchdogTimeout,
+    tn.BlockingWaitTimeout,
+)
+
+
+def _table_time(text: str | None, year: int) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(f"{year:04d}{text[1:]}" if text.startswith("--") else text)
+    except ValueError:
+        return None
+
+
+def nccl_state(worker: WorkerEvidence) -> NcclState:
+    """The job's NCCL state table (``nccl_table.build_table`` over the evidence scan's NCCL lines)."""
+    table = build_table(worker.nccl_files, worker.job.inventory, worker.coverage, limit=1 << 30)
+    year = worker.year
+    texts = {(fe.rel, h.line): h.text for fe in worker.nccl_files for h in fe.hits}
+    rows = [
+        NcclRow(
+            rank=r.rank,
+            pg=r.pg if r.pg is not None else "?",
+            pg_desc=r.pg_desc,
+            seq=r.seq,
+            op_type=r.op_type,
+            timeout_ms=r.timeout_ms,
+            ran_for_ms=r.ran_for_ms,
+            last_enqueued=r.last_enqueued,
+            last_completed=r.last_completed,
+            signal=r.signal,
+            first_to_dump=r.first_to_dump,
+            dump_signal_from_rank=r.dump_signal_from_rank,
+            timeout_time=_table_time(r.timeout_time, year),
+            collective_start_time=_table_time(r.collective_start_time, year),
+            file=r.file or "",
+            line=r.line or 0,
+            text=texts.get((r.file or "", r.line or 0), ""),
+        )
+        for r in table.rows
+    ]
+    groups = []
+    for p in table.process_groups:
+        key = p.pg if p.pg is not None else "?"
+        mine = [r for r in rows if r.pg == key]
+        root_ahead = p.classification == "root_ahead" and bool(p.ahead_ranks)
+        groups.append(
+            ProcessGroupState(
+                pg=key,
+                desc=p.pg_desc,
+                classification=p.classification,
+                reason=p.reason,
+                ranks=parse_ranges(p.ranks),
+                straggler_ranks=set(p.straggler_ranks),
+                reasons={int(k): v for k, v in p.straggler_reasons.items()},
+                detected_ranks={r.rank for r in mine if r.signal == "detected"},
+                observed_ranks={r.rank for r in mine if r.signal == "observed"},
+                first_to_dump_ranks={r.rank for r in mine if r.first_to_dump},
+                dump_signal_senders={r.dump_signal_from_rank for r in mine if r.dump_signal_from_rank is not None},
+                suspect_ranks=set(p.suspect_ranks),
+                root_rank=p.ahead_ranks[0] if root_ahead else None,
+                root_gap=p.ahead_by if root_ahead else None,
+            )
+        )
+    timed_out = any(r.signal == "detected" for r in rows)
+    waiting = {r.rank for r in rows if (r.pending or 0) > 0}
+    return NcclState(
+        table=table,
+        rows=rows,
+        groups=groups,
+        ranks_without_state=parse_ranges(table.ranks_without_nccl_state) if timed_out else set(),
+        job_stragglers={r for r in table.straggler_ranks if r not in waiting},
+        exited_with_error=_exited_with_error(table),
+        other_events=_other_events(worker),
+    )
+
+
+_EXIT_CODE = re.compile(r"^exitcode (\d+)$")
+
+
+def _exited_with_error(table: NcclTable) -> set[int]:
+    """Ranks whose ChildFailedError row says ``exitcode N`` with N > 0 (not a signal)."""
+    out: set[int] = set()
+    for f in table.rank_facts:
+        m = _EXIT_CODE.match(f.detail) if f.kind == "exit_signal" else None
+        if m and int(m.group(1)) > 0:
+            out |= parse_ranges(f.ranks)
+    return out
+
+
+def _other_events(worker: WorkerEvidence) -> list[NcclEvent]:
+    out = []
+    for fe in worker.nccl_files:
+        ranks = worker.ranks_of_file(fe.rel)
+        single = next(iter(ranks)) if len(ranks) == 1 else None
+        for h in fe.hits:
+            if isinstance(h.event, _STATE_EVENTS):
+                continue
+            wt = tn.wall_time(h.header)
+            when = None
+            if wt is not None:
+                month, day, hms = wt
+                when = _table_time(f"--{month:02d}-{day:02d}T{hms}", worker.year)
+            out.append(NcclEvent(h.rank if h.rank is not None else single, fe.rel, h.line, h.text, when, h.event))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# AIS evidence: the file index, counter spikes, notable error lines (analysis.ais_deltas), and the clock alignment
+
+
+def aligned_for(al: Alignment | None, daemon: str) -> bool:
+    """True when the alignment is verified and applies to ``daemon``'s clock."""
+    if al is None or not al.verified or al.offset_hours is None:
+        return False
+    d = next((x for x in al.daemons if x.daemon == daemon), None)
+    return d is not None and d.verified and d.offset_hours == al.offset_hours
+
+
+def ais_to_worker(al: Alignment | None, t: datetime | None) -> datetime | None:
+    """An AIS-clock time on the worker clock (None unless the offset is verified)."""
+    if t is None or al is None or not al.verified or al.offset_hours is None:
+        return None
+    return t + timedelta(hours=al.offset_hours)
+
+
+@dataclass
+class AisEvidence:
+    """What the AIS daemon logs show (one ``ais_deltas.collect`` pass) and how their clock relates to the workers'."""
+
+    root: Path
+    index: AisIndex
+    spikes: list[Spike]
+    notable: list[NotableLines]
+    """W/E line groups per daemon and named pattern, each event once (INFO and ERROR copies merged)."""
+    get_stops: list[GetStop]
+    restarts: list[Restart]
+    alignment: Alignment
+    """``analysis.alignment.align`` over the same scans (``offset_hours`` = worker clock minus AIS clock)."""
+
+    @property
+    def alignment_problem(self) -> str:
+        """Why the AIS and worker clocks cannot be related (empty when the offset is verified)."""
+        if self.alignment.verified:
+            return ""
+        return self.alignment.summary
+
+    def daemon_of(self, ref: str) -> str | None:
+        d = self.index.daemon_of(ref)
+        return d.key if d is not None else None
+
+    def daemon(self, key: str) -> AisDaemon | None:
+        return next((d for d in self.index.daemons if d.key == key), None)
+
+    def incident_lines(self) -> list[NotableLines]:
+        """Notable line groups that are not noise, oldest first."""
+        return sorted((n for n in self.notable if not n.noise), key=lambda n: (n.first or datetime.max, n.daemon))
+
+
+def gather_ais_evidence(ais_dir: Path, worker: WorkerEvidence, nccl: NcclState) -> AisEvidence:
+    """One pass over the AIS logs (index, stats deltas, W/E lines), then the clock alignment from the scans made."""
+    collection = collect(ais_dir)
+    index = collection.index
+    intervals: list[IntervalDelta] = []
+    restarts: list[Restart] = []
+    stops: list[GetStop] = []
+    for d in index.daemons:
+        series = collection.points.get(d.key, [])
+        intervals += interval_deltas(d.key, series, DEFAULT_COUNTERS)
+        restarts += find_restarts(d, series)
+        if d.role == "target":
+            stops += get_stops(d, series)
+    alignment = align(worker.root, ais_dir, worker=worker.clock, table=nccl.table, collection=collection)
+    return AisEvidence(
+        root=index.root,
+        index=index,
+        spikes=find_spikes(intervals, DEFAULT_COUNTERS),
+        notable=notable_lines(collection),
+        get_stops=sorted(stops, key=lambda g: g.last_increase_at),
+        restarts=restarts,
+        alignment=alignment,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# All the evidence
+
+
+@dataclass
+class JobEvidence:
+    """Everything a diagnosis or a verification rests on: worker evidence, NCCL state, AIS evidence."""
+
+    worker: WorkerEvidence
+    nccl: NcclState
+    ais: AisEvidence | None
+    step_jumps: list[SeriesJump]
+    """Ranks whose step time jumped (throughput collapse)."""
+    memory_creep: list[SeriesJump]
+    """Ranks whose allocated GPU memory kept growing."""
+    cache: dict[str, list[Trigger]] = field(default_factory=dict)
+    """Derived results computed once per evidence (the triggers), shared by the verdict and the verifier."""
+
+    @property
+    def coverage(self) -> Coverage:
+        return self.worker.coverage
+
+
+def gather_evidence(logs_dir: Path, ais_dir: Path | None = None) -> JobEvidence:
+    """The evidence of a job: one scan of the worker logs, the NCCL table, and one pass over the AIS logs if given."""
+    return evidence_from_scan(scan_worker_logs(logs_dir), ais_dir)
+
+
+def evidence_from_scan(job: JobScan, ais_dir: Path | None = None) -> JobEvidence:
+    """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass."""
+    worker = worker_evidence_from_scan(job)
+    nccl = nccl_state(worker)
+    ais = gather_ais_evidence(ais_dir, worker, nccl) if ais_dir is not None else None
+    return JobEvidence(
+        worker=worker,
+        nccl=nccl,
+        ais=ais,
+        step_jumps=series_jumps(worker.step_ms, STEP_JUMP_FACTOR),
+        memory_creep=memory_creep(worker.memory_mb),
+    )
+
+
+STEP_JUMP_FACTOR = 3.0
+"""A rank's step time "jumped" when it stays at least this many times its own early median."""
+SERIES_BASELINE_POINTS = 5
+"""How many early points make a rank's baseline."""
+SERIES_SUSTAIN_POINTS = 3
+"""How many consecutive points must stay high for a jump to count (one slow step is not a collapse)."""
+MEMORY_CREEP_FACTOR = 1.5
+"""Allocated memory at the end at least this many times the start, growing in most intervals, is a creep."""
+
+
+def series_jumps(series: Series, factor: float) -> list[SeriesJump]:
+    """Ranks whose series stays at ``factor`` x its own baseline for :data:`SERIES_SUSTAIN_POINTS` points."""
+    out: list[SeriesJump] = []
+    for rank, points in sorted(series.items()):
+        if len(points) < SERIES_BASELINE_POINTS + SERIES_SUSTAIN_POINTS:
+            continue
+        baseline = statistics.median(v for *_, v in points[:SERIES_BASELINE_POINTS])
+        if baseline <= 0:
+            continue
+        run = 0
+        for i, (*_, v) in enumerate(points[SERIES_BASELINE_POINTS:], start=SERIES_BASELINE_POINTS):
+            run = run + 1 if v >= factor * baseline else 0
+            if run == SERIES_SUSTAIN_POINTS:
+                rel, ln, t, _ = points[i - SERIES_SUSTAIN_POINTS + 1]
+                peak = max(v for *_, v in points[i - SERIES_SUSTAIN_POINTS + 1 :])
+                out.append(SeriesJump(rank, rel, baseline, peak, ln, t, f"{baseline:.0f} -> {peak:.0f}"))
+                break
+    return out
+
+
+def memory_creep(series: Series) -> list[SeriesJump]:
+    """Ranks whose allocated memory grew by :data:`MEMORY_CREEP_FACTOR` and rose in most intervals."""
+    out: list[SeriesJump] = []
+    for rank, points in sorted(series.items()):
+        if len(points) < SERIES_BASELINE_POINTS:
+            continue
+        values = [v for *_, v in points]
+        rises = sum(1 for a, b in pairwise(values) if b > a)
+        if values[0] > 0 and values[-1] >= MEMORY_CREEP_FACTOR * values[0] and rises >= 0.7 * (len(values) - 1):
+            rel, ln, t, _ = points[0]
+            out.append(SeriesJump(rank, rel, values[0], max(values), ln, t, f"{values[0]:.0f} -> {values[-1]:.0f} MB"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading given lines back (citations, and the time bounds of lines that carry no time)
+
+MAX_LINES_PAST = 2_000_000
+"""After the last wanted line of a file, read at most this many more lines looking for the next line with a time."""
+
+
+@dataclass(frozen=True, slots=True)
+class LineAt:
+    """One line read back from a file, with its own time or the times around it."""
+
+    file: str
+    line: int
+    text: str | None
+    """The line (ANSI colour removed), None when the file has fewer lines."""
+    time: datetime | None
+    after: datetime | None
+    """The time of the nearest earlier line that has one (a lower bound)."""
+    before: datetime | None
+    """The time of the nearest later line that has one (an upper bound)."""
+
+    @property
+    def earliest(self) -> datetime | None:
+        return self.time or self.after
+
+    @property
+    def latest(self) -> datetime | None:
+        return self.time or self.before
+
+
+def safe_path(root: Path, rel: str) -> Path | None:
+    """``root/rel`` when it stays inside ``root`` and is a file, else None (a citation may not point elsewhere)."""
+    try:
+        p = (root / rel).resolve()
+    except (OSError, RuntimeError):
+        return None
+    if not p.is_relative_to(root.resolve()) or not p.is_file():
+        return None
+    return p
+
+
+def read_lines(root: Path, wanted: dict[str, set[int]], year: int | None) -> dict[tuple[str, int], LineAt]:
+    """The wanted lines of each file under ``root`` with their worker-clock time, or the times of the nearest lines
+    before and after that state one. One read per file up to the last wanted line (and on to the next timestamp), at
+    scan speed: only chunks that hold a wanted line are split into lines (:data:`nearest_time.TIMESTAMP` finds the
+    neighbours). Files outside ``root`` or missing are left out of the answer (the caller reports them)."""
+    out: dict[tuple[str, int], LineAt] = {}
+    for rel, lines in wanted.items():
+        path = safe_path(root, rel)
+        if path is None or not lines:
+            continue
+        lf = LogFile(path, rel, path.stat().st_size, sniff_compression(path))
+        out.update(_read_file_lines(lf, lines, year or WORKER_FALLBACK_YEAR))
+        for m in lines:
+            out.setdefault((rel, m), LineAt(rel, m, None, None, None, None))
+    return out
+
+
+def _stamp(raw: bytes, year: int) -> datetime | None:
+    wt = parse_wall_time(strip_ansi(decode(raw[:MAX_LINE_CHARS])))
+    return with_year(wt, year) if wt is not None else None
+
+
+def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str, int], LineAt]:
+    found: dict[int, tuple[str, datetime | None]] = {}
+    lower: dict[int, datetime | None] = {}
+    upper: dict[int, datetime | None] = {}
+    carry: datetime | None = None  # the last timestamp of the chunks read so far
+    open_: list[int] = []  # wanted lines still waiting for the next timestamp
+    last = max(lines)
+    base = 0
+    for chunk in iter_chunks(lf, ReadProblems()):
+        lines_here = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+        targets = sorted(w for w in lines if base < w <= base + lines_here)
+        if open_ or targets:
+            raws = chunk.split(b"\n")[:lines_here]
+            stamped = [j for j, r in enumerate(raws) if TIMESTAMP.search(r) is not None]
+            if open_ and stamped:
+                t = _stamp(raws[stamped[0]], year)
+                for w in open_:
+                    upper[w] = t
+                open_ = []
+            for w in targets:
+                j = w - base - 1
+                text = strip_ansi(decode(raws[j][:MAX_LINE_CHARS])).rstrip("\r")
+                own = _stamp(raws[j], year) if TIMESTAMP.search(raws[j]) else None
+                found[w] = (text, own)
+                before = [k for k in stamped if k < j]
+                after = [k for k in stamped if k > j]
+                lower[w] = _stamp(raws[before[-1]], year) if before else carry
+                if after:
+                    upper[w] = _stamp(raws[after[0]], year)
+                else:
+                    open_.append(w)
+            if stamped:
+                carry = _stamp(raws[stamped[-1]], year)
+        else:
+            tail = chunk[-TAIL_BYTES:].split(b"\n")
+            for r in reversed(tail):
+                if TIMESTAMP.search(r) is not None:
+                    carry = _stamp(r, year)
+                    break
+        base += lines_here
+        if base >= last and not open_:
+            break
+        if base > last + MAX_LINES_PAST:
+            break
+    return {(lf.rel, w): LineAt(lf.rel, w, text, own, lower.get(w), upper.get(w)) for w, (text, own) in found.items()}
+
+
+def read_ais_lines(ais_root: Path, wanted: dict[str, set[int]]) -> dict[tuple[str, int], LineAt]:
+    """The wanted lines of AIS daemon logs, each record with its absolute time on the AIS daemon's clock.
+
+    A plain (or compressed) file is parsed alone; ``archive!member`` references need one pass over the archives.
+    A wanted line that is not a record (a header, a continuation line) comes back with its text and no time.
+    """
+    from debug_training_logs.analysis.ais_index import AisDirScan
+    from debug_training_logs.formats.ais import AisFileParser, parse_log_name
+    from debug_training_logs.logs.reader import iter_lines
+
+    out: dict[tuple[str, int], LineAt] = {}
+    in_archives = {ref: lines for ref, lines in wanted.items() if "!" in ref}
+    for ref, lines in wanted.items():
+        path = safe_path(ais_root, ref) if ref not in in_archives else None
+        if path is None:
+            continue
+        lf = LogFile(path, ref, path.stat().st_size, sniff_compression(path))
+        parser = AisFileParser(parse_log_name(path.name), datetime.fromtimestamp(path.stat().st_mtime).year)
+        for rec in parser.parse(iter_lines(lf, ReadProblems())):
+            if rec.line in lines and (ref, rec.line) not in out:
+                out[(ref, rec.line)] = LineAt(ref, rec.line, rec.text, rec.at, rec.at, rec.at)
+        missing = {m for m in lines if (ref, m) not in out}
+        if missing:
+            for key, at in read_lines(ais_root, {ref: missing}, None).items():
+                out[key] = LineAt(at.file, at.line, at.text, None, None, None)
+    if in_archives:
+        for source, rec in AisDirScan(ais_root).records():
+            member_lines = in_archives.get(source.ref)
+            if member_lines and rec.line in member_lines and (source.ref, rec.line) not in out:
+                out[(source.ref, rec.line)] = LineAt(source.ref, rec.line, rec.text, rec.at, rec.at, rec.at)
+    for ref, lines in wanted.items():
+        for m in lines:
+            out.setdefault((ref, m), LineAt(ref, m, None, None, None, None))
+    return out
+
+
+def refine_times(ev: WorkerEvidence, hits: Sequence[Hit]) -> list[Hit]:
+    """``hits`` with the time bounds of untimed lines narrowed to the nearest timed lines of their file (one read of
+    each file involved, up to the last line asked for)."""
+    wanted: dict[str, set[int]] = defaultdict(set)
+    for h in hits:
+        if h.time is None:
+            wanted[h.file].add(h.line)
+    if not wanted:
+        return list(hits)
+    found = read_lines(ev.root, wanted, ev.year)
+    out: list[Hit] = []
+    for h in hits:
+        at = found.get((h.file, h.line))
+        if h.time is None and at is not None and at.text is not None:
+            after = max((t for t in (h.after, at.after) if t is not None), default=None)
+            before = min((t for t in (h.before, at.before) if t is not None), default=None)
+            h = Hit(h.signal, h.file, h.line, h.text, h.rank, None, after, before)
+        out.append(h)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Candidate root-cause events, the first symptom, and the lines that rule out a clean run (shared by diagnose and
+# every verifier rule)
+
+CLOCK_SLACK = timedelta(seconds=2)
+"""Worker lines have one-second resolution and ranks enter a collective a little apart: orderings within this are
+treated as simultaneous."""
+
+CONSEQUENCE_MARKERS: tuple[str, ...] = (
+    "ChildFailedError",
+    "DistBackendError",
+    "Watchdog caught",
+    "watchdog thread terminated",
+    "ProcessGroupNCCL",
+    "SignalException",
+    "RayTaskError",
+    "NCCL",
+    "TCPStore",
+    "RendezvousClosedError",
+)
+"""Exception lines that are the consequence of another rank's failure (the watchdog abort, torchrun's summary, a
+peer's NCCL error), never a root cause on their own."""
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """A candidate root-cause event on one rank."""
+
+    category: str
+    """``cuda_oom``, ``cuda_error``, ``rank_crash``, ``watchdog_hang`` or ``data`` (a data-loading/storage error)."""
+    hit: Hit
+    what: str
+    """A few words for people: ``CUDA out of memory``, ``NaN loss``, ``port already in use``..."""
+
+
+@dataclass
+class KeyEvent:
+    """An event of the timeline / causal chain."""
+
+    event: str
+    file: str
+    line: int
+    text: str
+    ranks: set[int] = field(default_factory=set)
+    time: datetime | None = None
+    """Worker clock, when known exactly (AIS events converted through a verified alignment)."""
+    earliest: datetime | None = None
+    """For a line without a time: the time of the nearest earlier timed line (worker clock)."""
+    latest: datetime | None = None
+    """For a line without a time: the time of the nearest later timed line (worker clock)."""
+    ais_time: datetime | None = None
+    """AIS events: the daemon's own clock."""
+    daemon: str | None = None
+    kind: str = "worker"
+    """``worker`` or ``ais``."""
+    derived: bool = False
+    """The time is computed (a collective's start = timeout time - how long it ran), not the cited line's own."""
+
+    @property
+    def sort_time(self) -> datetime | None:
+        """The time to order by: exact, else the lower bound, else the upper bound."""
+        return self.time or self.earliest or self.latest
+
+    def cite(self) -> Evidence:
+        return Evidence(file=self.file, line=self.line, text=self.text)
+
+
+def hit_event(h: Hit, event: str, ranks: Iterable[int] | None = None) -> KeyEvent:
+    rk = set(ranks) if ranks is not None else ({h.rank} if h.rank is not None else set())
+    if h.time is not None:
+        return KeyEvent(event, h.file, h.line, h.text, rk, h.time)
+    return KeyEvent(event, h.file, h.line, h.text, rk, None, h.after, h.before)
+
+
+def is_consequence(text: str) -> bool:
+    """True for an exception line caused by another failure (watchdog abort, torchrun summary, peer NCCL error)."""
+    return any(m in text for m in CONSEQUENCE_MARKERS)
+
+
+_EXC_NAME = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt))(?::|$)")
+
+
+def _matches(signal: str, text: str) -> bool:
+    rx = _SIGNAL_RX[signal]
+    return rx.search(text) is not None
+
+
+_SIGNAL_RX = {s.name: re.compile(s.regex) for s in SIGNALS}
+
+
+def triggers(ev: JobEvidence) -> list[Trigger]:
+    """Every rank's first candidate root-cause event of each kind, with refined times, oldest first (computed once
+    per evidence: the verdict and the verifier share it)."""
+    cached = ev.cache.get("triggers")
+    if cached is None:
+        cached = ev.cache["triggers"] = _triggers(ev)
+    return list(cached)
+
+
+def _triggers(ev: JobEvidence) -> list[Trigger]:
+    w = ev.worker
+    firsts: list[tuple[str, Hit]] = []
+    for signal in ("cuda_oom", "cuda_error", "xid", "address_in_use", "nan", "exception", "data_error"):
+        firsts += [(signal, h) for h in w.first_by_rank.get(signal, {}).values()]
+        firsts += [(signal, h) for h in w.hits(signal) if h.rank is None][:20]
+    out: list[Trigger] = []
+    refined = refine_times(w, [h for _, h in firsts])
+    for (signal, _), h in zip(firsts, refined, strict=True):
+        t = _trigger_of(signal, h)
+        if t is not None:
+            out.append(t)
+    for e in ev.nccl.other_events:
+        if isinstance(e.event, tn.HeartbeatKill) and e.rank is not None:
+            h = Hit("heartbeat", e.file, e.line, e.text, e.rank, e.time)
+            out.append(Trigger("watchdog_hang", h, "the NCCL watchdog thread hung (heartbeat monitor)"))
+    return sorted(out, key=lambda t: (t.hit.earliest or datetime.max, t.hit.file, t.hit.line))
+
+
+def _trigger_of(signal: str, h: Hit) -> Trigger | None:
+    text = h.text
+    if signal == "exception" and is_consequence(text):
+        return None
+    if signal in ("cuda_oom",) or _matches("cuda_oom", text):
+        return Trigger("cuda_oom", h, "CUDA out of memory")
+    if signal in ("cuda_error", "xid") or _matches("cuda_error", text):
+        m = re.search(r"CUDA error: ([^.\n]+)|(Xid[^,]*,[^,]*)", text)
+        what = (m.group(1) or m.group(2)) if m else "CUDA error"
+        return Trigger("cuda_error", h, what.strip())
+    if signal == "data_error" or _matches("data_error", text) or _matches("retry_exhausted", text):
+        return Trigger("data", h, "data loading failed")
+    if signal == "address_in_use" or _matches("address_in_use", text):
+        return Trigger("rank_crash", h, "address already in use (port taken)")
+    if signal == "nan" or _matches("nan", text):
+        return Trigger("rank_crash", h, "NaN/Inf loss")
+    if signal == "exception":
+        m = _EXC_NAME.search(text)
+        return Trigger("rank_crash", h, m.group(1) if m else "Python exception")
+    return None
+
+
+def first_symptom(ev: JobEvidence) -> KeyEvent | None:
+    """The first sign of the failure itself: the first watchdog timeout, else the first process killer."""
+    row = ev.nccl.first_timeout()
+    if row is not None and row.timeout_time is not None:
+        return KeyEvent(
+            f"rank {row.rank}'s NCCL watchdog fires: {row.op_type} SeqNum {row.seq} timed out after "
+            f"{(row.ran_for_ms or row.timeout_ms or 0) / 60000:.0f} min",
+            row.file,
+            row.line,
+            row.text,
+            {row.rank},
+            row.timeout_time,
+        )
+    killers = [h for s in ("child_failed", "slurm_cancel", "srun_error") for h in ev.worker.hits(s)]
+    killers.sort(key=_order_key)
+    return hit_event(killers[0], "the job is taken down") if killers else None
+
+
+AIS_LOOKBACK = timedelta(minutes=15)
+"""AIS incident lines this long before the stuck collective started (worker clock) may belong to the chain."""
+
+
+_DATA_SIGNALS = ("data_error", "retry_exhausted", "io_timeout")
+
+
+def data_hits(ev: JobEvidence, ranks: Iterable[int], until: datetime | None) -> list[Hit]:
+    """Data-loading/storage error lines of ``ranks`` not proven to come after ``until`` (NCCL lines excluded)."""
+    out: list[Hit] = []
+    for r in ranks:
+        for s in _DATA_SIGNALS:
+            for h in ev.worker.hits(s, r):
+                if "NCCL" in h.text or "ProcessGroupNCCL" in h.text:
+                    continue
+                if until is not None and h.earliest is not None and h.earliest > until:
+                    continue
+                out.append(h)
+    return sorted(out, key=_order_key)
+
+
+PER_STEP_COLLECTIVES = 3
+"""NeMo's per-step collectives: PreemptionCallback broadcast + DDP allreduce + broadcast_buffers."""
+
+
+KILLER_SIGNALS = ("cuda_oom", "cuda_error", "xid", "slurm_cancel", "slurm_oom", "child_failed", "traceback")
+
+
+def killers(w: WorkerEvidence) -> list[Hit]:
+    """Lines that show a process was killed or crashed (any of them rules out a clean run)."""
+    out = [h for s in KILLER_SIGNALS for h in w.hits(s)]
+    out += [h for h in w.hits("signal") if any(x in h.text for x in ("SIGKILL", "SIGABRT", "SIGSEGV", "SIGBUS"))]
+    out += [h for h in w.hits("exception") if not _matches("conn_reset", h.text)]
+    return sorted(out, key=_order_key)

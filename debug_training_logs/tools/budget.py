@@ -1,0 +1,287 @@
+"""The token budget every tool result is held to, for MCP and the CLI alike (one place, not each tool's own caps).
+
+Why: an agent reads our results inside its context window. Claude Code warns above 10k tokens, cuts a result at
+``MAX_MCP_OUTPUT_TOKENS`` (25,000 by default) and replaces anything over 50,000 characters by a file path, so an
+answer that grows with the rank count is an answer the model never sees. Each result therefore gets a budget
+(:data:`DEFAULT_MAX_TOKENS`, settable per call with ``max_tokens``) measured on what a client hands the model: the
+compact JSON of the structured content (Claude Code sends exactly that; see ``server/app.py``).
+
+How: the tools first summarise their own lists (groups with rank ranges and counts, the outliers in full, the
+majority as one row); :func:`fit` then shortens whatever is still too long, generically. It repeatedly cuts the
+list that costs the most characters, keeping its head (every tool orders its lists most important first), and
+records each cut as an :class:`Omission` with the exact call that shows the rest: the tool's own paging or filter
+parameters when it says how (its ``follow_up`` hook), else the same call with a larger ``max_tokens``. The list's own
+``<name>_truncated`` counter (or ``truncated[name]``) grows by what was cut, so counts stay true.
+
+What it must not do: decide what is important (the tools order their lists), or change a value it keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, create_model
+
+DEFAULT_MAX_TOKENS = 6000
+"""Default budget per result: a quarter of Claude Code's 25k cap and well under its 10k-token warning."""
+MIN_MAX_TOKENS = 1000
+MAX_MAX_TOKENS = 25000
+"""Claude Code's default ``MAX_MCP_OUTPUT_TOKENS``: a larger result would be cut by the client anyway."""
+CHARS_PER_TOKEN = 3.5
+"""Characters of compact JSON per token, on the safe side: our JSON is dense in digits, keys and punctuation, which
+tokenise worse than prose (~4 characters per token)."""
+
+MaxTokens = Annotated[
+    int,
+    Field(
+        ge=MIN_MAX_TOKENS,
+        le=MAX_MAX_TOKENS,
+        description="Size budget of the answer in tokens (about 3.5 characters of JSON each). Lists that do not fit "
+        "are shortened, and `budget.omitted` names the exact call that shows what was left out.",
+    ),
+]
+
+
+class NextCall(BaseModel):
+    """A tool call, ready to make: the tool's name and its arguments."""
+
+    tool: str
+    arguments: dict[str, Any] = Field(description="Arguments as the tool takes them (defaults left out).")
+
+
+class Omission(BaseModel):
+    """One list the budget shortened, and how to see the rest."""
+
+    field: str = Field(description="Where in the result, e.g. 'rows' or 'process_groups[0].straggler_ranks'.")
+    shown: int = Field(description="Entries kept (the first ones: lists are ordered most important first).")
+    total: int = Field(description="Entries the list had before the budget cut it.")
+    next_call: NextCall | None = Field(description="The call that shows (the next part of) what was left out.")
+    how: str = Field(description="The same in words, with the alternatives (filters, paging).")
+
+
+class ResultBudget(BaseModel):
+    """How this result was held to its size budget."""
+
+    max_tokens: int = Field(description="The budget this answer was held to (the `max_tokens` argument).")
+    estimated_tokens: int = Field(description="This answer's size: characters of its compact JSON / 3.5.")
+    omitted: list[Omission] = Field(description="Lists shortened to fit, with the follow-up call for each.")
+
+
+@dataclass(frozen=True)
+class Cut:
+    """What a tool's ``follow_up`` hook is told about one shortened list."""
+
+    tool: str
+    field: str
+    """Path of the list, e.g. ``rows`` or ``daemons[2].files``."""
+    shown: int
+    total: int
+    omitted_items: list[Any]
+    """The entries that were cut (JSON form), e.g. to name their ranks or daemons in the follow-up."""
+    arguments: dict[str, Any]
+    """The call's arguments, defaults left out."""
+    result: Mapping[str, Any]
+    """The whole result before any cut (JSON form)."""
+
+
+FollowUp = Callable[[Cut], tuple[dict[str, Any], str] | None]
+"""A tool's hook: for a cut list, the arguments of the call that shows the rest and a sentence saying so (or None
+for the generic advice)."""
+
+
+def chars_for(max_tokens: int) -> int:
+    return int(max_tokens * CHARS_PER_TOKEN)
+
+
+def tokens_of(text: str) -> int:
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def compact_json(data: Any) -> str:
+    """The JSON a client hands a model (Claude Code: ``JSON.stringify(structuredContent)``)."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+@cache
+def budgeted_model(model: type[BaseModel]) -> type[BaseModel]:
+    """``model`` with a ``budget`` field: the type every tool result is returned as (MCP ``outputSchema``, CLI)."""
+    if "budget" in model.model_fields:
+        return model
+    fields: Any = {
+        "budget": (
+            ResultBudget,
+            Field(description="The size budget this answer was held to and what it left out (with follow-up calls)."),
+        )
+    }
+    return create_model(model.__name__, __base__=model, __module__=model.__module__, __doc__=model.__doc__, **fields)
+
+
+Path = tuple[str | int, ...]
+
+
+def path_text(path: Path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+    return out
+
+
+def _lists(value: Any, path: Path = ()) -> list[tuple[Path, list[Any] | dict[str, Any]]]:
+    """Every list (and every large dict, which is a list of keyed entries) in ``value``, with its path."""
+    found: list[tuple[Path, list[Any] | dict[str, Any]]] = []
+    if isinstance(value, dict):
+        if path and len(value) > 32:
+            found.append((path, value))
+        for k, v in value.items():
+            if isinstance(v, dict | list):
+                found += _lists(v, (*path, k))
+    elif isinstance(value, list):
+        if value:
+            found.append((path, value))
+        for i, v in enumerate(value):
+            if isinstance(v, dict | list):
+                found += _lists(v, (*path, i))
+    return found
+
+
+def _get(data: Any, path: Path) -> Any:
+    for p in path:
+        data = data[p]
+    return data
+
+
+def _bump_counter(data: dict[str, Any], path: Path, removed: int) -> None:
+    """Add ``removed`` to the list's own truncation counter: ``<name>_truncated`` or ``truncated[name]``."""
+    if not path or not isinstance(path[-1], str):
+        return
+    parent = _get(data, path[:-1])
+    name = path[-1]
+    if not isinstance(parent, dict):
+        return
+    if isinstance(parent.get(f"{name}_truncated"), int):
+        parent[f"{name}_truncated"] += removed
+    elif isinstance(parent.get("truncated"), dict) and isinstance(parent["truncated"].get(name), int):
+        parent["truncated"][name] += removed
+
+
+def _keep_count(items: list[Any], room: int, floor: int) -> int:
+    """How many leading entries fit in ``room`` characters (at least ``floor``)."""
+    used, keep = 0, 0
+    for item in items:
+        used += len(compact_json(item)) + 1
+        if used > room:
+            break
+        keep += 1
+    return max(floor, keep)
+
+
+@dataclass
+class _Shortened:
+    path: Path
+    total: int
+    shown: int
+    omitted: list[Any]
+
+
+def fit(
+    data: dict[str, Any],
+    *,
+    tool: str,
+    arguments: dict[str, Any],
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    follow_up: FollowUp | None = None,
+) -> dict[str, Any]:
+    """``data`` (a result's JSON form, not modified) held to ``max_tokens``, with its ``budget`` field."""
+    original = data
+    data = json.loads(json.dumps(data))
+    limit = chars_for(max_tokens)
+    cuts: dict[Path, _Shortened] = {}
+
+    def budget_for(current: dict[str, Any]) -> ResultBudget:
+        omitted = [_omission(tool, arguments, original, s, follow_up, current) for s in cuts.values()]
+        return ResultBudget(max_tokens=max_tokens, estimated_tokens=0, omitted=omitted)
+
+    def size(current: dict[str, Any]) -> int:
+        return len(compact_json({**current, "budget": budget_for(current).model_dump(mode="json")}))
+
+    for floor in (1, 0):
+        while (over := size(data) - limit) > 0:
+            candidates = [(p, v) for p, v in _lists(data) if len(v) > floor]
+            if not candidates:
+                break
+            sizes = [(len(compact_json(v)), p, v) for p, v in candidates]
+            cost, path, value = max(sizes, key=lambda t: t[0])
+            items = list(value.items()) if isinstance(value, dict) else value
+            keep = _keep_count(items, cost - over - 2, floor)
+            if keep >= len(items):
+                keep = len(items) - 1
+            kept, removed = items[:keep], items[keep:]
+            parent = _get(data, path[:-1])
+            parent[path[-1]] = dict(kept) if isinstance(value, dict) else kept
+            for inner in [q for q in cuts if len(q) > len(path) and q[: len(path)] == path]:
+                if isinstance(inner[len(path)], int) and int(inner[len(path)]) >= keep:
+                    del cuts[inner]  # that entry itself is gone now: its own cut is part of this one
+            _bump_counter(data, path, len(removed))
+            prior = cuts.get(path)
+            removed_json = [dict([r]) if isinstance(value, dict) else r for r in removed]
+            if prior is None:
+                cuts[path] = _Shortened(path, len(items), keep, removed_json)
+            else:
+                prior.shown = keep
+                prior.omitted = removed_json + prior.omitted
+        if size(data) <= limit:
+            break
+    if cuts and isinstance(data.get("summary"), str):
+        data["summary"] += (
+            f" [Shortened to fit {max_tokens:,} tokens: "
+            + ", ".join(_cut_words(s) for s in cuts.values())
+            + "; budget.omitted gives the call that shows the rest.]"
+        )
+    budget = budget_for(data)
+    data["budget"] = budget.model_dump(mode="json")
+    data["budget"]["estimated_tokens"] = tokens_of(compact_json(data))
+    return data
+
+
+def _cut_words(s: _Shortened) -> str:
+    return f"{path_text(s.path)} {s.shown} of {s.total}"
+
+
+def _omission(
+    tool: str,
+    arguments: dict[str, Any],
+    original: Mapping[str, Any],
+    s: _Shortened,
+    follow_up: FollowUp | None,
+    current: dict[str, Any],
+) -> Omission:
+    field = path_text(s.path)
+    cut = Cut(tool, field, s.shown, s.total, s.omitted, arguments, original)
+    hook = follow_up(cut) if follow_up is not None else None
+    if hook is not None:
+        args, how = hook
+        return Omission(
+            field=field, shown=s.shown, total=s.total, next_call=NextCall(tool=tool, arguments=args), how=how
+        )
+    need = tokens_of(compact_json(original)) + 500
+    if need <= MAX_MAX_TOKENS:
+        args = {**arguments, "max_tokens": max(need, DEFAULT_MAX_TOKENS)}
+        how = f"{s.total - s.shown} more entries: call again with max_tokens={args['max_tokens']} to see all of them."
+        return Omission(
+            field=field, shown=s.shown, total=s.total, next_call=NextCall(tool=tool, arguments=args), how=how
+        )
+    how = (
+        f"{s.total - s.shown} more entries; the whole answer (~{need:,} tokens) is larger than one result may be: "
+        "narrow the call with the tool's filters or a smaller limit."
+    )
+    return Omission(field=field, shown=s.shown, total=s.total, next_call=None, how=how)
+
+
+def non_default_arguments(arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments a caller would have to write: those that differ from their defaults."""
+    return {k: v for k, v in arguments.items() if k not in defaults or defaults[k] != v}
