@@ -174,7 +174,8 @@ SHAPES: dict[str, Shape] = {
         "rank_crash",
         [2],
         "rank 2 raises in its data loader in attempt 0; the agents restart the workers "
-        "(--max-restarts 3) and attempt 1 trains to the end: the job succeeds after one restart",
+        "(--max-restarts 3) and attempt 1 trains to the end: the job succeeds after one restart (a race: a rerun may "
+        "storm instead, see restart_storm)",
         worker_env={"FIX_SHAPE": "restart", "FIX_FAULT_RANK": "2"},
         torchrun_args=["--max-restarts", "3"],
         env={"LOGLEVEL": "INFO"},
@@ -182,6 +183,31 @@ SHAPES: dict[str, Shape] = {
         attempts=[
             {"attempt": 0, "outcome": "failed", "category": "rank_crash", "culprit_ranks": [2]},
             {"attempt": 1, "outcome": "succeeded", "category": "no_failure", "culprit_ranks": []},
+        ],
+    ),
+    "restart_storm": Shape(
+        "rank_crash",
+        [2],
+        "the restart shape as one real run went: rank 2 raises in its data loader in attempt 0; every restarted "
+        "group then fails in gloo connectFullMesh (Connection refused: the restarted workers reach for the previous "
+        "round's peers) until --max-restarts 3 is used up. Whether a restart recovers is a race: this truth is what "
+        "this run did, read from its logs",
+        worker_env={"FIX_SHAPE": "restart", "FIX_FAULT_RANK": "2"},
+        torchrun_args=["--max-restarts", "3"],
+        env={"LOGLEVEL": "INFO"},
+        suspect_nodes=["gpu-node-1"],
+        attempts=[
+            {"attempt": 0, "outcome": "failed", "category": "rank_crash", "culprit_ranks": [2]},
+            *(
+                {
+                    "attempt": i,
+                    "outcome": "failed",
+                    "category": "incomplete_evidence",
+                    "culprit_ranks": [],
+                    "note": "every rank fails in gloo connectFullMesh (a victim error): no rank failed on its own",
+                }
+                for i in (1, 2, 3)
+            ),
         ],
     ),
     "restart_exhausted": Shape(

@@ -32,6 +32,9 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 
+from debug_training_logs.analysis import attempts as attempts_mod
+from debug_training_logs.analysis import fr_dumps
+from debug_training_logs.analysis import launcher as launcher_scan
 from debug_training_logs.analysis.ais_deltas import (
     DEFAULT_COUNTERS,
     GetStop,
@@ -50,8 +53,9 @@ from debug_training_logs.analysis.ais_index import AisDaemon, AisIndex
 from debug_training_logs.analysis.alignment import WORKER_PATTERNS as ALIGNMENT_PATTERNS
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock, WorkerClockFacts, WorkerClockSink, align
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
-from debug_training_logs.analysis.inventory import JobScan, Marker, scan_job
+from debug_training_logs.analysis.inventory import JobScan, LineKeep, Marker, scan_job
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
+from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
@@ -534,10 +538,10 @@ def worker_patterns() -> tuple[str, ...]:
     return tuple(s.regex for s in SIGNALS) + NCCL_PATTERNS + ALIGNMENT_PATTERNS
 
 
-def scan_worker_logs(logs_dir: Path) -> JobScan:
+def scan_worker_logs(logs_dir: Path, keep: LineKeep | None = None) -> JobScan:
     """The one scan of every worker log under ``logs_dir`` the evidence is built from (:func:`worker_patterns`, one
-    :class:`EvidenceSink` per file)."""
-    return scan_job(logs_dir, worker_patterns(), EvidenceSink)
+    :class:`EvidenceSink` per file); ``keep`` restricts it to some lines (one attempt's)."""
+    return scan_job(logs_dir, worker_patterns(), EvidenceSink, keep=keep)
 
 
 def gather_worker_evidence(logs_dir: Path) -> WorkerEvidence:
@@ -867,19 +871,52 @@ class JobEvidence:
     """Ranks whose allocated GPU memory kept growing."""
     cache: dict[str, list[Trigger]] = field(default_factory=dict)
     """Derived results computed once per evidence (the triggers), shared by the verdict and the verifier."""
+    launcher: launcher_scan.LauncherFacts | None = None
+    """Per-rank fates from torchrun/elastic, gloo and DETAIL lines (exit codes, signals, victims, mismatches)."""
+    flight_recorder: fr_dumps.FlightRecorderFacts | None = None
+    """The flight-recorder dumps found in/next to the logs (or in ``fr_dir``), read safely and compared."""
+    attempts: attempts_mod.Attempts | None = None
+    """The job's attempts (elastic restarts, requeues); the evidence is about :attr:`attempt` when there are several."""
+    attempt: int | None = None
+    """The attempt this evidence covers (None: the job had one attempt, or the whole logs were read)."""
 
     @property
     def coverage(self) -> Coverage:
         return self.worker.coverage
 
 
-def gather_evidence(logs_dir: Path, ais_dir: Path | None = None) -> JobEvidence:
-    """The evidence of a job: one scan of the worker logs, the NCCL table, and one pass over the AIS logs if given."""
-    return evidence_from_scan(scan_worker_logs(logs_dir), ais_dir)
+def gather_evidence(
+    logs_dir: Path, ais_dir: Path | None = None, fr_dir: Path | None = None, attempt: int | None = None
+) -> JobEvidence:
+    """The evidence of a job: one scan of the worker logs, the NCCL table, and one pass over the AIS logs if given.
+
+    ``attempt``: which attempt of a restarted job (:mod:`~debug_training_logs.analysis.attempts`) the evidence is
+    about; default the first failed one when there are several. An attempt number the logs do not have is a
+    :class:`~debug_training_logs.errors.UserInputError`."""
+    whole = launcher_scan.gather(logs_dir)
+    split = attempts_mod.split(logs_dir, launcher_facts=whole)
+    chosen = attempt if attempt is not None else split.first_failed() if split.count > 1 else None
+    if chosen is not None and not 0 <= chosen < split.count:
+        raise UserInputError(
+            f"attempt {chosen} does not exist: the logs show {split.count} attempt(s) (0-{split.count - 1})."
+        )
+    keep = split.keeper(chosen) if chosen is not None and split.count > 1 else None
+    facts = whole if keep is None else launcher_scan.gather(logs_dir, keep=keep)
+    ev = evidence_from_scan(scan_worker_logs(logs_dir, keep), ais_dir, fr_dir, facts)
+    ev.attempts = split
+    ev.attempt = chosen if split.count > 1 else None
+    return ev
 
 
-def evidence_from_scan(job: JobScan, ais_dir: Path | None = None) -> JobEvidence:
-    """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass."""
+def evidence_from_scan(
+    job: JobScan,
+    ais_dir: Path | None = None,
+    fr_dir: Path | None = None,
+    launcher_facts: launcher_scan.LauncherFacts | None = None,
+) -> JobEvidence:
+    """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass, the
+    launcher pass (torchrun/gloo lines; a second, literal-prefiltered scan of the same files) and the
+    flight-recorder dumps."""
     worker = worker_evidence_from_scan(job)
     nccl = nccl_state(worker)
     ais = gather_ais_evidence(ais_dir, worker, nccl) if ais_dir is not None else None
@@ -889,6 +926,12 @@ def evidence_from_scan(job: JobScan, ais_dir: Path | None = None) -> JobEvidence
         ais=ais,
         step_jumps=series_jumps(worker.step_ms, STEP_JUMP_FACTOR),
         memory_creep=memory_creep(worker.memory_mb),
+        launcher=launcher_facts
+        if launcher_facts is not None
+        else launcher_scan.gather(job.root, files=[s.file for s in job.files])
+        if job.files
+        else None,
+        flight_recorder=fr_dumps.gather(job.root, fr_dir),
     )
 
 
@@ -1122,6 +1165,12 @@ CONSEQUENCE_MARKERS: tuple[str, ...] = (
     "NCCL",
     "TCPStore",
     "RendezvousClosedError",
+    # gloo: what a rank raises when a peer died, hung or disagreed (formats.gloo)
+    "Timed out waiting",
+    "Connection closed by peer",
+    "connectFullMesh failed",
+    "Detected mismatch between collectives",
+    "gloo/transport",
 )
 """Exception lines that are the consequence of another rank's failure (the watchdog abort, torchrun's summary, a
 peer's NCCL error), never a root cause on their own."""

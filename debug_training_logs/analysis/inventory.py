@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,8 +56,8 @@ MARKERS: tuple[Marker, ...] = (
     ),
     Marker(
         "world_size_kv",
-        r"(?:world_size|world size|World size|World Size|WORLD_SIZE)\s*[=:]\s*\d+",
-        "a line stating the world size",
+        r"(?:world_size|world size|World size|World Size|WORLD_SIZE)\s*[=:]\s*\d+|global_world_sizes=\[\d+",
+        "a line stating the world size (or torchrun's rendezvous result 'global_world_sizes=[N, ...]')",
         cap=None,
     ),
     Marker("child_failed", r"ChildFailedError|\(local_rank: \d+\)", "torchrun failure table", cap=None),
@@ -95,7 +95,9 @@ _NCCL_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL ")
 _CHILD_HOST = re.compile(r"^\s*host\s+: (?P<host>\S+)")
 _SRUN_HOST = re.compile(r"srun: error: (?P<host>[\w.\-\[\],]+): task")
 _MEMBER = re.compile(r"GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<m>\d+)/(?P<n>\d+)")
-_WS_KV = re.compile(r"(?:world_size|world size|World size|World Size|WORLD_SIZE)\s*[=:]\s*(?P<n>\d+)")
+_WS_KV = re.compile(
+    r"(?:world_size|world size|World size|World Size|WORLD_SIZE)\s*[=:]\s*(?P<n>\d+)|global_world_sizes=\[(?P<g>\d+)"
+)
 _CHILD_RANK = re.compile(r"rank\s+: (?P<rank>\d+) \(local_rank: \d+\)")
 _NCCL_VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+[\w.+\-]*)")
 _TORCH_VERSION = re.compile(r"(?:torch|Torch|PyTorch)(?: version|_version|==)[=: ]*v?(?P<v>2\.\d+(?:\.\d+)?)")
@@ -157,7 +159,7 @@ class InventorySink:
             elif name == "world_size_kv":
                 w = _WS_KV.search(text)
                 if w and len(f.world_size_lines) < MAX_EXAMPLES:
-                    f.world_size_lines.append((int(w.group("n")), line_no, text[:300]))
+                    f.world_size_lines.append((int(w.group("n") or w.group("g")), line_no, text[:300]))
             elif name == "child_failed":
                 c = _CHILD_RANK.search(text)
                 if c:
@@ -188,12 +190,16 @@ def _after_prefixes(text: str) -> str:
 class _JobSink:
     """Routes hits: the caller's pattern ids to the caller's sink, the inventory's to an :class:`InventorySink`."""
 
-    def __init__(self, lf: LogFile, caller: SinkFactory | None, k: int) -> None:
+    def __init__(self, lf: LogFile, caller: SinkFactory | None, k: int, keep: LineKeep | None = None) -> None:
         self.k = k
         self.caller: Sink | None = caller(lf) if caller is not None else None
         self.inventory = InventorySink(lf)
+        self.rel = lf.rel
+        self.keep = keep
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        if self.keep is not None and not self.keep(self.rel, line_no, line):
+            return  # another attempt's line
         mine = [i for i in pattern_ids if i < self.k]
         inv = [i - self.k for i in pattern_ids if i >= self.k]
         if mine and self.caller is not None:
@@ -205,8 +211,12 @@ class _JobSink:
         return (self.caller.finish() if self.caller is not None else None, self.inventory.finish())
 
 
-def _job_sink(caller: SinkFactory | None, k: int, lf: LogFile) -> _JobSink:
-    return _JobSink(lf, caller, k)
+LineKeep = Callable[[str, int, str], bool]
+"""Keeps a hit line (file, line number, text) or drops it (another attempt's line); must be picklable."""
+
+
+def _job_sink(caller: SinkFactory | None, k: int, keep: LineKeep | None, lf: LogFile) -> _JobSink:
+    return _JobSink(lf, caller, k, keep)
 
 
 @dataclass(frozen=True)
@@ -300,6 +310,7 @@ def scan_job(
     *,
     ignore_case: bool = False,
     files: Sequence[LogFile] | None = None,
+    keep: LineKeep | None = None,
 ) -> JobScan:
     """Scan every log file under ``logs_dir`` once for ``patterns`` (ids 0..k-1 for ``sink_factory``) and the
     inventory markers; return per-file results, the caller's sink results (in file order) and the inventory.
@@ -312,7 +323,7 @@ def scan_job(
     k = len(patterns)
     caps = (None,) * k + tuple(m.cap for m in MARKERS)
     spec = PatternSpec(tuple(patterns) + tuple(m.regex for m in MARKERS), ignore_case, max_hits=caps)
-    factory = functools.partial(_job_sink, sink_factory, k)
+    factory = functools.partial(_job_sink, sink_factory, k, keep)
     scans = scan_files(found, spec, factory, head_lines=HEAD_LINES, tail_lines=TAIL_LINES)
     caller_results = [s.sink_result[0] if s.sink_result is not None else None for s in scans]
     facts = [s.sink_result[1] if s.sink_result is not None else FileFacts(rel=s.file.rel) for s in scans]
@@ -329,6 +340,8 @@ def _file_ranks(scan: FileScan, facts: FileFacts, world_size: int | None) -> tup
         "[rankN]: prefixes": set(scan.ranks),
         "Ray [rank=N] prefixes": set(facts.ray_ranks),
         "Lightning GLOBAL_RANK lines": set(facts.member_ranks),
+        # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
+        "the torchrun agent's ChildFailedError table": set(facts.child_failed_ranks),
     }
     if world_size is not None:
         found["NCCL init 'rank R nranks N' of the world communicator"] = {

@@ -25,12 +25,14 @@ Pure and MCP-free; the one scan goes through :func:`~debug_training_logs.logs.sc
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from debug_training_logs.analysis.inventory import LineKeep
 from debug_training_logs.formats import gloo, torchrun
 from debug_training_logs.logs.attribution import strip_ansi
 from debug_training_logs.logs.discovery import LogFile, discover
@@ -56,11 +58,11 @@ PATTERNS: tuple[str, ...] = (
     *(re.escape(n) for n in _TABLE_LITERALS),
     _EXCEPTION,
     "|".join(b.regex for b in torchrun.BENIGN),
-    r"\[rank\d+\] ",  # a user format that puts [rankN] inside the line: its rank's first and last lines
 )
-"""What the launcher scan searches (RE2 syntax); the last two feed the benign count and inline-rank attribution."""
-_BENIGN_ID = len(PATTERNS) - 2
-_INLINE_ID = len(PATTERNS) - 1
+"""What the launcher scan searches (RE2 syntax); the last one feeds the benign count. The ranks a file names
+(``[rankN]:`` and a user format's inline ``[rankN] ``) come from the scan engine's rank collection, at memchr speed."""
+_BENIGN_ID = len(PATTERNS) - 1
+MAX_ERRORS_PER_RANK = 16
 MAX_LINES_PER_FILE = 20_000
 """Hit lines kept per file (a job whose every line is an exception is cut here and says so)."""
 
@@ -80,31 +82,29 @@ _VICTIM_EXCEPTIONS = re.compile(
 class _LineSink:
     """Keeps the hit lines of one file (bounded) and counts benign lines."""
 
-    def __init__(self, lf: LogFile) -> None:
+    def __init__(self, lf: LogFile, keep: LineKeep | None = None) -> None:
+        self.rel = lf.rel
+        self.keep = keep
         self.lines: list[tuple[int, str]] = []
         self.benign: Counter[str] = Counter()
         self.dropped = 0
-        self.inline_ranks: set[int] = set()
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
-        if _INLINE_ID in pattern_ids:
-            m = _INLINE_RANK.search(line)
-            if m:
-                self.inline_ranks.add(int(m.group(1)))
-            if len(pattern_ids) == 1:
-                return
+        if self.keep is not None and not self.keep(self.rel, line_no, line):
+            return
         if _BENIGN_ID in pattern_ids:
             b = torchrun.benign(line)
             if b is not None:
                 self.benign[b.name] += 1
-                return
+                if len(pattern_ids) == 1:
+                    return  # only benign: nothing else to learn from the line
         if len(self.lines) >= MAX_LINES_PER_FILE:
             self.dropped += 1
             return
         self.lines.append((line_no, strip_ansi(line)))
 
-    def finish(self) -> tuple[list[tuple[int, str]], dict[str, int], int, set[int]]:
-        return self.lines, dict(self.benign), self.dropped, self.inline_ranks
+    def finish(self) -> tuple[list[tuple[int, str]], dict[str, int], int]:
+        return self.lines, dict(self.benign), self.dropped
 
 
 @dataclass
@@ -129,6 +129,8 @@ class RankFate:
     timed_out: bool = False
     mismatch: gloo.CollectiveMismatch | None = None
     exit_evidence: Evidence | None = None
+    errors: list[Evidence] = field(default_factory=list)
+    """Every error line of the rank (own or communication), up to :data:`MAX_ERRORS_PER_RANK`, in file order."""
 
     @property
     def died_on_its_own(self) -> bool:
@@ -147,8 +149,12 @@ class AgentFacts:
     restart_counts: list[tuple[int, int]] = field(default_factory=list)  # (line, restart_count)
     rendezvous_errors: list[Evidence] = field(default_factory=list)
     listen_failures: list[Evidence] = field(default_factory=list)
+    unreachable: list[tuple[str, Evidence]] = field(default_factory=list)
+    """(host, line): store/rendezvous endpoints this agent could not reach."""
     succeeded: list[Evidence] = field(default_factory=list)
     worker_failed: list[tuple[int, torchrun.WorkerFailed]] = field(default_factory=list)
+    teardowns: list[int] = field(default_factory=list)
+    """Lines where the agent SIGTERMs its workers (a failure elsewhere, or a restart of the group)."""
 
 
 @dataclass
@@ -239,12 +245,13 @@ def _ev(rel: str, no: int, text: str) -> Evidence:
     return Evidence(file=rel, line=no, text=cut(text))
 
 
-def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> LauncherFacts:
-    """Scan every file under ``logs_dir`` once and build :class:`LauncherFacts`."""
+def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: LineKeep | None = None) -> LauncherFacts:
+    """Scan every file under ``logs_dir`` once and build :class:`LauncherFacts` (``keep``: only those lines, e.g.
+    one attempt's)."""
     if files is None:
         files, _ = discover(logs_dir)
     spec = PatternSpec(PATTERNS)
-    scans = scan_files(files, spec, _LineSink, collect_ranks=False)
+    scans = scan_files(files, spec, functools.partial(_LineSink, keep=keep))
     fates: dict[int, RankFate] = {}
     agents: list[AgentFacts] = []
     tables: list[tuple[str, torchrun.ChildFailedTable]] = []
@@ -259,7 +266,8 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
     for s in scans:
         if s.sink_result is None:
             continue
-        lines, b, dropped, inline_ranks = s.sink_result
+        lines, b, dropped = s.sink_result
+        inline_ranks = s.ranks
         benign.update(b)
         truncated += dropped
         rel = s.file.rel
@@ -271,6 +279,10 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
         agents.append(agent)
         local_to_global: dict[int, int] = {}
         torn_pids: set[int] = set()
+        for _no, text in lines:  # '[default1]:[rank3]: ...' pairs a tee prefix with its global rank
+            lm, gm = _LOCAL_PREFIX.match(text), _GLOBAL_RANK.search(text)
+            if lm and gm:
+                local_to_global.setdefault(int(lm.group(1)), int(gm.group(1)))
         for t in file_tables:
             tables.append((rel, t))
             for f in t.failures:
@@ -279,6 +291,7 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
             ev = torchrun.parse_line(text)
             if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
                 torn_pids.add(ev.pid)
+                agent.teardowns.append(no)
             elif isinstance(ev, torchrun.WorkerFailed):
                 agent.worker_failed.append((no, ev))
             elif isinstance(ev, torchrun.RestartDecision):
@@ -289,6 +302,8 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
                 agent.rendezvous_errors.append(_ev(rel, no, text))
             elif isinstance(ev, torchrun.StoreListenFailed):
                 agent.listen_failures.append(_ev(rel, no, text))
+            elif isinstance(ev, torchrun.StoreUnreachable) and len(agent.unreachable) < 8:
+                agent.unreachable.append((ev.host, _ev(rel, no, text)))
             elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
                 agent.succeeded.append(_ev(rel, no, text))
             rank = _rank_of(text, local_to_global)
@@ -301,6 +316,8 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
                 continue
             if isinstance(g, gloo.GlooError) and g.victim:
                 rf = fate(rank)
+                if len(rf.errors) < MAX_ERRORS_PER_RANK:
+                    rf.errors.append(_ev(rel, no, text))
                 if rf.comm_error is None or (g.kind == "timeout" and not rf.timed_out):
                     rf.comm_error, rf.comm_kind = _ev(rel, no, text), g.kind
                 rf.timed_out = rf.timed_out or g.kind == "timeout"
@@ -308,7 +325,14 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
             if _EXC_LINE.search(text) and not text.rstrip().endswith("Traceback (most recent call last):"):
                 if _VICTIM_EXCEPTIONS.search(text):
                     continue
-                fate(rank).own_error = _ev(rel, no, text)  # the last one wins: the outermost exception line
+                rf = fate(rank)
+                rf.own_error = _ev(rel, no, text)  # the last one wins: the outermost exception line
+                if len(rf.errors) < MAX_ERRORS_PER_RANK:
+                    rf.errors.append(rf.own_error)
+        text_at = dict(lines)
+        failed_line = {
+            local_to_global[w.local_rank]: (no, w) for no, w in agent.worker_failed if w.local_rank in local_to_global
+        }
         for t in file_tables:
             for f in t.failures:
                 rf = fate(f.rank)
@@ -317,9 +341,12 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
                     rf.exitcode, rf.signal = f.exitcode, f.signal
                     rf.torn_down = f.exitcode == -15 and (f.pid in torn_pids or not torn_pids)
                     rf.root_cause_entry = f.root_cause
-                    rf.exit_evidence = _ev(
-                        rel, f.line, f"rank {f.rank}: exitcode {f.exitcode} ({f.signal or 'no signal'})"
-                    )
+                    # the agent's own 'failed (exitcode: ...)' line carries a time; the table's field does not
+                    agent_line = failed_line.get(f.rank)
+                    if agent_line is not None and agent_line[1].exitcode == f.exitcode:
+                        rf.exit_evidence = _ev(rel, agent_line[0], text_at[agent_line[0]])
+                    elif f.exit_line in text_at:
+                        rf.exit_evidence = _ev(rel, f.exit_line, text_at[f.exit_line])
     return LauncherFacts(
         fates=dict(sorted(fates.items())),
         agents=agents,

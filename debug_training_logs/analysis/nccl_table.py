@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from debug_training_logs.analysis.inventory import Inventory, scan_job
+from debug_training_logs.analysis.inventory import Inventory, LineKeep, scan_job
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
@@ -836,10 +836,14 @@ def _ev_evidence(e: _Ev) -> EvidenceLine:
 
 
 def nccl_state_table(
-    logs_dir: str | Path, limit: int = DEFAULT_LIMIT, files: Sequence[LogFile] | None = None
+    logs_dir: str | Path,
+    limit: int = DEFAULT_LIMIT,
+    files: Sequence[LogFile] | None = None,
+    keep: LineKeep | None = None,
 ) -> NcclTable:
-    """Scan every worker log under ``logs_dir`` once and build the NCCL state table (see the module docstring)."""
-    job = scan_job(logs_dir, NCCL_PATTERNS, NcclSink, files=files)
+    """Scan every worker log under ``logs_dir`` once and build the NCCL state table (see the module docstring);
+    ``keep``: only those lines (one attempt's, :mod:`~debug_training_logs.analysis.attempts`)."""
+    job = scan_job(logs_dir, NCCL_PATTERNS, NcclSink, files=files, keep=keep)
     results: list[FileEvents] = [r if isinstance(r, FileEvents) else FileEvents(s.file.rel)
                                  for r, s in zip(job.caller_results, job.files, strict=True)]  # fmt: skip
     return build_table(results, job.inventory, job.coverage(), limit)

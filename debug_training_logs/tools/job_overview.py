@@ -6,10 +6,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from debug_training_logs.analysis import attempts, launcher
 from debug_training_logs.analysis.inventory import MARKERS, Inventory, TimePoint, scan_job, time_text
 from debug_training_logs.models import Coverage
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
+from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.registry import ToolSpec
 
 # Which torch versions each message family proves (worker_log_formats.md §1.9).
@@ -79,6 +81,16 @@ class JobOverview(BaseModel):
     job_end: TimeAt | None = Field(description="Latest wall-clock time at the end of any file.")
     data_sources: list[Hint] = Field(description="AIStore, Lhotse, or none seen (local files).")
     slurm: bool = Field(description="Whether SLURM (srun/slurmstepd) lines appear.")
+    attempts: list[AttemptSummary] = Field(
+        default_factory=list,
+        description="Runs of the workers when the job restarted (torchrun --max-restarts, attempt_N dirs, new "
+        "rendezvous): ranks, times and outcome each; one entry when nothing shows a restart.",
+    )
+    benign_lines: dict[str, int] = Field(
+        default_factory=dict,
+        description="Lines every healthy torch job writes that read like failures (c10d IPv6 fallbacks, store peers "
+        "closing, the OMP banner), by name and count: not failures.",
+    )
 
 
 def _hint(inv: Inventory, marker: str, name: str) -> Hint | None:
@@ -171,7 +183,15 @@ def job_overview(
     """
     root = input_dir(logs_dir)
     job = scan_job(root)
-    return build_overview(job.inventory, job.coverage(), limit)
+    overview = build_overview(job.inventory, job.coverage(), limit)
+    facts = launcher.gather(root, files=[s.file for s in job.files])
+    split = attempts.split(root, files=[s.file for s in job.files], launcher_facts=facts)
+    overview.attempts = summaries(split, limit)
+    overview.benign_lines = facts.benign
+    if split.count > 1:
+        each = "; ".join(f"{a.index} {a.outcome}" for a in split.attempts[:6])
+        overview.summary += f" {split.count} attempts ({split.method}): {each}."
+    return overview
 
 
 SPEC = ToolSpec(func=job_overview, cli_name="overview", title="Job overview", positional=("logs_dir",))
