@@ -57,6 +57,7 @@ class Shape:
     nodes: tuple[int, ...] = (0, 1)
     rendezvous: str = "c10d"  # c10d (dynamic) or static (--master-addr/--master-port, --node-rank)
     block_port: bool = False
+    one_file: bool = False  # sbatch's default: every node's stdout and stderr appended to one slurm-<jobid>.out
     fr: str = ""  # "", "pickle" or "json"
     attempts: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -86,6 +87,15 @@ SHAPES: dict[str, Shape] = {
         "lose their gloo peer (Connection closed by peer) or time out and are counted as failures too",
         worker_env={"FIX_SHAPE": "loader_exception", "FIX_FAULT_RANK": "3"},
         suspect_nodes=["gpu-node-1"],
+    ),
+    "sigkill_one_file": Shape(
+        "rank_crash",
+        [1],
+        "the sigkill shape with both nodes' stdout and stderr in one slurm-<jobid>.out (sbatch's default without "
+        "per-node --output): the agents' lines interleave",
+        worker_env={"FIX_SHAPE": "sigkill", "FIX_FAULT_RANK": "1"},
+        suspect_nodes=["gpu-node-0"],
+        one_file=True,
     ),
     "stall": Shape(
         "data_loading_stall",
@@ -296,8 +306,12 @@ def run_shape(name: str, shape: Shape, venv: Path, out_root: Path) -> dict[str, 
                  str(worker)]  # fmt: skip
         inner = f"mount --bind {hosts} /etc/hosts && hostname {node} && exec " + " ".join(args)
         commands.append(" ".join(args))
-        out = open(logs / f"train.{JOB_ID}.{node}.out", "wb")  # noqa: SIM115
-        err = open(logs / f"train.{JOB_ID}.{node}.err", "wb")  # noqa: SIM115
+        if shape.one_file:
+            out = open(logs / f"slurm-{JOB_ID}.out", "ab")  # noqa: SIM115 (O_APPEND: both agents interleave)
+            err = out
+        else:
+            out = open(logs / f"train.{JOB_ID}.{node}.out", "wb")  # noqa: SIM115
+            err = open(logs / f"train.{JOB_ID}.{node}.err", "wb")  # noqa: SIM115
         files += [out, err]
         procs.append(subprocess.Popen(["unshare", "-u", "-m", "sh", "-c", inner], stdout=out, stderr=err, env=env,
                                       start_new_session=True))  # fmt: skip
@@ -309,7 +323,7 @@ def run_shape(name: str, shape: Shape, venv: Path, out_root: Path) -> dict[str, 
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             codes.append(None)
-    for f in files:
+    for f in {id(f): f for f in files}.values():
         f.close()
     if blocker is not None:
         blocker.close()

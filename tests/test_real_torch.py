@@ -84,6 +84,11 @@ WRONG: dict[str, list[tuple[str, list[int], str]]] = {
     "mismatch_detail": [("collective_mismatch", [0], "the rank whose report names rank 3")],
     "mismatch": [("collective_mismatch", [0], "a rank the dumps show in the majority op")],
     "restart": [("rank_crash", [1], "a victim of attempt 0")],
+    "stall_info": [("data_loading_stall", [2], "a cause no line shows"), ("nccl_timeout_unattributed", [1], "victim")],
+    "clean": [("rank_crash", [0], "a healthy job's c10d warnings")],
+    "clean_info": [("rank_crash", [0], "INFO 'Remote peer closed the connection'")],
+    "port_in_use": [("rank_crash", [0], "a rank that never started")],
+    "mismatch_detail_": [("rank_crash", [3], "the mismatch error read as a crash")],
 }
 
 
@@ -91,6 +96,7 @@ WRONG: dict[str, list[tuple[str, list[int], str]]] = {
     ("name", "category", "culprits", "why"), [(n, c, r, w) for n, ws in WRONG.items() for c, r, w in ws]
 )
 def test_wrong_conclusions_are_rejected(name: str, category: str, culprits: list[int], why: str) -> None:
+    name = name.rstrip("_")
     d = run(name)
     wrong = _conclusion(d, category=category, culprit_ranks=culprits)
     from debug_training_logs.analysis.evidence import gather_evidence
@@ -222,3 +228,10 @@ def test_timeline_and_nccl_table_take_an_attempt() -> None:
         nccl_state_table(str(ROOT / "restart_storm" / "logs"), attempt=9)
     single = timeline(str(ROOT / "stall" / "logs"))
     assert single.attempt is None and single.attempts == []
+
+
+def test_one_file_with_two_agents_is_two_nodes_and_one_attempt() -> None:
+    o = job_overview(str(ROOT / "sigkill_one_file" / "logs"))
+    assert o.coverage.files_scanned == 1 and o.torchrun_agents == 2
+    assert "2 agents' output" in o.summary and len(o.attempts) == 1
+    assert attempts.split(ROOT / "sigkill_one_file" / "logs").count == 1

@@ -39,6 +39,7 @@ from debug_training_logs.models import Evidence, cut
 _ATTEMPT_DIR = re.compile(r"(?:^|/)attempt_(\d+)/")
 _WORKER_LINE = re.compile(r"^\[(?:default|[A-Za-z_][\w.\-]*)\d+\]:|\[rank\d+\][: ]")
 _AGENT_OWN = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |^\s*(?:Traceback|File |raise |\^)|ChildFailedError")
+_AGENT_PID = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) ")
 _STARTING = re.compile(r"\] (?:\[\w+\] )?Starting worker group")
 LOOKAHEAD_LINES = 400
 """Lines read after an agent stop to see whether workers started again (a new attempt)."""
@@ -134,6 +135,11 @@ class AttemptFilter:
         return self.attempt_of(rel, line_no, text) == self.index
 
 
+def _pid_of(text: str) -> str | None:
+    m = _AGENT_PID.match(text)
+    return m.group(1) if m else None
+
+
 def _time(text: str) -> datetime | None:
     t = parse_wall_time(text)
     return t.with_year(t.year or DEFAULT_YEAR) if t is not None else None
@@ -178,11 +184,18 @@ def split(
                 bursts.append((no, why))
         wanted = {n for b, _ in bursts for n in range(b, b + LOOKAHEAD_LINES + 1)}
         text = lines_at(by_rel[rel], wanted)
+        # several agents appending to one file (sbatch's single slurm-<jobid>.out): another node's workers go on
+        # logging after this agent stopped, so only the agent's own restart lines count there
+        agents = {m.group(1) for b, _ in bursts if (m := _AGENT_PID.match(text.get(b, "")))}
+        shared = len(agents) > 1
         found: list[Boundary] = []
         for b, why in bursts:
             after = [text[n] for n in range(b + 1, b + LOOKAHEAD_LINES + 1) if n in text]
+            pid = m.group(1) if (m := _AGENT_PID.match(text.get(b, ""))) else None
+            started = any(_STARTING.search(t) is not None and (not shared or _pid_of(t) == pid) for t in after)
+            workers = not shared and any(_WORKER_LINE.search(t) and not _AGENT_OWN.search(t) for t in after)
             # a decision to restart is not an attempt until workers run again (a closed rendezvous ends the job)
-            if any((_WORKER_LINE.search(t) and not _AGENT_OWN.search(t)) or _STARTING.search(t) for t in after):
+            if started or workers:
                 times = [t for n in range(b, 0, -1) if n in text and (t := _time(text[n])) is not None][:1]
                 found.append(Boundary(rel, b, len(found), times[0] if times else None, why, cut(text.get(b, ""))))
         if found:

@@ -70,7 +70,7 @@ _GLOBAL_RANK = re.compile(r"\[rank(\d+)\]:")
 _INLINE_RANK = re.compile(r"\[rank(\d+)\] ")
 _LOCAL_PREFIX = re.compile(r"^\[(?:default|\w+)(\d+)\]:")
 _EXC_LINE = re.compile(_EXCEPTION)
-_AGENT_TIME = re.compile(r"^[IWEF](\d{4} \d\d:\d\d:\d\d)\.\d+ +\d+ ")
+_AGENT_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) torch/distributed/")
 # Exceptions that are a communication symptom (raised because a peer died, hung or disagreed), not a cause.
 _VICTIM_EXCEPTIONS = re.compile(
     r"DistBackendError|DistNetworkError: Connection|Detected mismatch between collectives|gloo/transport"
@@ -154,6 +154,8 @@ class AgentFacts:
     succeeded: list[Evidence] = field(default_factory=list)
     worker_failed: list[tuple[int, torchrun.WorkerFailed]] = field(default_factory=list)
     teardowns: list[int] = field(default_factory=list)
+    pids: set[int] = field(default_factory=set)
+    """PIDs of the torchrun agents whose own lines are in this file (several when nodes share one file)."""
     """Lines where the agent SIGTERMs its workers (a failure elsewhere, or a restart of the group)."""
 
 
@@ -169,6 +171,10 @@ class LauncherFacts:
     files: int
     truncated_lines: int
     inline_rank_files: dict[str, set[int]]
+
+    def agent_count(self) -> int:
+        """Distinct torchrun agents (one per node) whose own lines were read, by PID."""
+        return len({p for a in self.agents for p in a.pids})
 
     def ranks_seen(self) -> set[int]:
         """Every global rank these lines name (fates and the inline ``[rankN]`` of user log formats)."""
@@ -288,6 +294,8 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: L
             for f in t.failures:
                 local_to_global[f.local_rank] = f.rank
         for no, text in lines:
+            if pm := _AGENT_LINE.match(text):
+                agent.pids.add(int(pm.group(1)))
             ev = torchrun.parse_line(text)
             if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
                 torn_pids.add(ev.pid)

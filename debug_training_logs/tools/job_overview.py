@@ -86,6 +86,9 @@ class JobOverview(BaseModel):
         description="Runs of the workers when the job restarted (torchrun --max-restarts, attempt_N dirs, new "
         "rendezvous): ranks, times and outcome each; one entry when nothing shows a restart.",
     )
+    torchrun_agents: int = Field(
+        default=0, description="torchrun agents (one per node) whose own lines were read, told apart by PID."
+    )
     benign_lines: dict[str, int] = Field(
         default_factory=dict,
         description="Lines every healthy torch job writes that read like failures (c10d IPv6 fallbacks, store peers "
@@ -188,6 +191,14 @@ def job_overview(
     split = attempts.split(root, files=[s.file for s in job.files], launcher_facts=facts)
     overview.attempts = summaries(split, limit)
     overview.benign_lines = facts.benign
+    overview.torchrun_agents = facts.agent_count()
+    shared = [a for a in facts.agents if len(a.pids) > 1]
+    if overview.torchrun_agents:
+        overview.summary += f" {overview.torchrun_agents} torchrun agent(s) (one per node) wrote to these logs" + (
+            f"; {shared[0].file} holds {len(shared[0].pids)} agents' output (several nodes in one file)."
+            if shared
+            else "."
+        )
     if split.count > 1:
         each = "; ".join(f"{a.index} {a.outcome}" for a in split.attempts[:6])
         overview.summary += f" {split.count} attempts ({split.method}): {each}."
