@@ -11,22 +11,46 @@ import argparse
 import inspect
 import json
 import logging
+import os
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError, validate_call
 from pydantic.fields import FieldInfo
 
-from debug_training_logs import __version__
+from debug_training_logs import __version__, progress
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.render import render_text
 from debug_training_logs.tools.registry import ToolSpec, all_tools, tool_by_name
 
 ANALYZE_TOOL = "diagnose"
-"""``analyze`` runs this tool (the whole protocol); until it exists, ``job_overview``."""
+"""``analyze`` runs this tool (the whole protocol); ``diagnose``, the tool's own name, is an alias of ``analyze``."""
+
+SHORT_HELP = {
+    "analyze": "The whole investigation: verdict, timeline, root-cause chain, verification (--html for a page).",
+    "overview": "Files, nodes, ranks per file, world size, missing ranks, framework, versions, start/end.",
+    "grep": "The tiered failure patterns over every file: counts, ranks with/without hits, templates.",
+    "nccl": "Every rank's NCCL watchdog state per process group, and the straggler.",
+    "fetch-ais": "Download every AIStore daemon's logs (current and rotated) and extract them safely.",
+    "ais-deltas": "Per AIS daemon and stats interval: counter deltas, restarts, spikes, notable errors.",
+    "align": "The offset between worker and AIS clocks, verified by two methods or not.",
+    "timeline": "One chronological list of key events from every source.",
+    "verify": "Accept or reject a conclusion, rule by rule, from the logs themselves.",
+}
+"""One complete sentence per command for ``--help``'s list (a docstring's first line is cut mid-sentence)."""
+
+DESCRIPTION = """\
+Find the root cause of a failed distributed training job (NeMo, Megatron, PyTorch) from every rank's logs and,
+when storage is involved, the AIStore daemon logs. Start with 'analyze LOGS_DIR [AIS_DIR]'; each other command
+is one MCP tool ('COMMAND --help' for its options, '--json' for the tool's result as MCP returns it)."""
+
+EPILOG = """\
+Exit status: 0 when the analysis ran (whatever it found), 2 for bad input (the reason on stderr).
+Progress of long scans is drawn on stderr when it is a terminal; -v logs each phase, -vv every step."""
 
 
 def _unwrap(annotation: Any) -> tuple[Any, FieldInfo | None, bool]:
@@ -84,19 +108,25 @@ def _add_param(
         parser.add_argument(flag, dest=name, **kwargs)
 
 
-def _build_tool_parser(sub: Any, spec: ToolSpec, name: str | None = None) -> None:
+def _build_tool_parser(
+    sub: Any, spec: ToolSpec, name: str | None = None, aliases: Sequence[str] = ()
+) -> argparse.ArgumentParser:
     doc = spec.description
-    p = sub.add_parser(
-        name or spec.cli_name,
-        help=doc.split("\n", 1)[0],
+    command = name or spec.cli_name
+    p: argparse.ArgumentParser = sub.add_parser(
+        command,
+        aliases=list(aliases),
+        help=SHORT_HELP.get(command, spec.title + "."),
         description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     hints = spec.hints
     for pname, param in spec.signature.parameters.items():
-        _add_param(p, pname, param, hints[pname], pname in spec.positional)
+        if pname not in spec.mcp_only:
+            _add_param(p, pname, param, hints[pname], pname in spec.positional)
     p.add_argument("--json", action="store_true", help="Print the result model as JSON (what MCP returns).")
     p.set_defaults(_tool=spec.name)
+    return p
 
 
 def _read_model_arg(value: str, model: type[BaseModel]) -> BaseModel:
@@ -118,8 +148,10 @@ def run_tool(spec: ToolSpec, ns: argparse.Namespace) -> BaseModel:
     """Call ``spec`` with the parsed CLI arguments, validated exactly as MCP validates them, held to the budget."""
     hints = spec.hints
     kwargs: dict[str, Any] = {}
-    for pname in spec.signature.parameters:
-        value = getattr(ns, pname)
+    for pname, param in spec.signature.parameters.items():
+        if pname in spec.mcp_only:
+            continue  # keeps its default
+        value = getattr(ns, pname, param.default)
         base, _, _ = _unwrap(hints[pname])
         if isinstance(base, type) and issubclass(base, BaseModel) and isinstance(value, str):
             value = _read_model_arg(value, base)
@@ -141,14 +173,27 @@ def run_tool(spec: ToolSpec, ns: argparse.Namespace) -> BaseModel:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="debug-training-logs",
-        description="Find the root cause of a failed distributed training job from every rank's logs.",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="More logging on stderr.")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="Log on stderr: -v each phase (files scanned, AIS files read, nodes fetched) with its time, -vv more.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     serve = sub.add_parser("serve", help="Run the MCP server (stdio by default).")
-    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    serve.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio (default: the client starts the server) or http (streamable HTTP at http://HOST:PORT/mcp).",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1).")
     serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765); endpoint /mcp.")
     serve.add_argument(
@@ -158,12 +203,63 @@ def build_parser() -> argparse.ArgumentParser:
         help="A directory tools may read (repeatable; default: the working directory). Paths outside are refused.",
     )
 
-    analyze_spec = tool_by_name(ANALYZE_TOOL) or tool_by_name("job_overview")
+    analyze_spec = tool_by_name(ANALYZE_TOOL)
     if analyze_spec is not None:
-        _build_tool_parser(sub, analyze_spec, name="analyze")
+        analyze = _build_tool_parser(sub, analyze_spec, name="analyze", aliases=[analyze_spec.cli_name])
+        analyze.add_argument(
+            "--html",
+            metavar="FILE",
+            help="Also write the HTML report (per-rank grid by node, timeline, AIS counters, step time/memory, "
+            "verification; one self-contained page that opens offline) to FILE. Refused inside the log directories.",
+        )
     for spec in all_tools():
-        _build_tool_parser(sub, spec)
+        if spec.name != ANALYZE_TOOL:
+            _build_tool_parser(sub, spec)
     return parser
+
+
+def _html_target(path: str, ns: argparse.Namespace) -> Path:
+    """Where ``--html`` may write: not inside a log directory, in an existing directory, not over a directory."""
+    target = Path(path).expanduser().resolve()
+    for d in (ns.logs_dir, getattr(ns, "ais_dir", None)):
+        if d and target.is_relative_to(Path(d).expanduser().resolve()):
+            raise UserInputError(
+                f"--html {path}: that is inside the log directory {d}; this tool never writes there. "
+                "Give a path elsewhere (e.g. ./report.html)."
+            )
+    if target.is_dir():
+        raise UserInputError(f"--html {path}: that is a directory; give a file name (e.g. {path}/report.html).")
+    if not target.parent.is_dir():
+        raise UserInputError(f"--html {path}: the directory {target.parent} does not exist.")
+    return target
+
+
+def _write_html(target: Path, page: str) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserInputError(f"--html {target}: cannot write it: {exc.strerror or exc}.") from exc
+
+
+@contextmanager
+def _cli_progress(verbose: int) -> Iterator[None]:
+    """Progress on stderr: logged phases with -v, else a live line when stderr is a terminal, else nothing."""
+    if verbose:
+        with progress.reporting_to(progress.LoggedProgress(logging.getLogger("debug_training_logs.progress"))):
+            yield
+        return
+    if not sys.stderr.isatty():
+        yield
+        return
+    line = progress.TerminalProgress(sys.stderr)
+    try:
+        with progress.reporting_to(line):
+            yield
+    finally:
+        line.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -183,7 +279,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     spec = tool_by_name(ns._tool)
     assert spec is not None
     try:
-        result = run_tool(spec, ns)
+        with _cli_progress(ns.verbose):
+            result = _analyze_with_html(ns) if getattr(ns, "html", None) else run_tool(spec, ns)
     except UserInputError as exc:
         print(f"debug-training-logs {ns.command}: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -194,6 +291,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(text)
     except BrokenPipeError:  # `... | head`: the reader left; not an error of the analysis
         sys.stdout = None  # keep the interpreter from flushing into the closed pipe
+
+
+def _analyze_with_html(ns: argparse.Namespace) -> BaseModel:
+    from debug_training_logs.tools.diagnose import diagnose_with_html
+
+    spec = tool_by_name(ANALYZE_TOOL)
+    assert spec is not None
+    target = _html_target(ns.html, ns)
+    diagnosis, page = diagnose_with_html(
+        ns.logs_dir, ns.ais_dir, getattr(ns, "attempt", None), getattr(ns, "fr_dir", None)
+    )
+    _write_html(target, page)
+    print(f"HTML report: {target} ({len(page.encode()):,} bytes)", file=sys.stderr)
+    return spec.fit(diagnosis, ns.max_tokens, logs_dir=ns.logs_dir, ais_dir=ns.ais_dir)
 
 
 if __name__ == "__main__":

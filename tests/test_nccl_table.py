@@ -30,11 +30,16 @@ def _rows(res: NcclTable) -> dict[tuple[int, str | None], dict[str, Any]]:
 
 def assert_matches_truth(res: NcclTable, truth: dict[str, Any]) -> None:
     got = _rows(res)
-    want = {(r["rank"], r["pg"]): r for r in truth["rows"]}
+    # The generator's per-row "first_to_dump" is the local line ('First PG on this rank to signal dumping'): the
+    # table calls that signalled_dump; its first_to_dump is the job's first_dump_rank, on the rows where it detected.
+    want = {(r["rank"], r["pg"]): {**r, "signalled_dump": r["first_to_dump"]} for r in truth["rows"]}
+    for row in want.values():
+        row["first_to_dump"] = row["rank"] == res.first_dump_rank and row["signal"] == "detected"
     assert sorted(got, key=str) == sorted(want, key=str)
     for key, row in want.items():
         diff = {f: (got[key][f], v) for f, v in row.items() if got[key][f] != v}
         assert not diff, (key, diff)
+    assert res.first_dump_rank is None or sum(r.first_to_dump for r in res.rows) <= len(res.process_groups)
     verdicts = {str(p.pg): (p.classification, p.straggler_ranks) for p in res.process_groups}
     for pg, exp in truth["process_groups"].items():
         assert verdicts[pg] == (exp["classification"], exp["straggler_ranks"]), pg
@@ -89,7 +94,11 @@ def test_fabric_and_root_ahead() -> None:
     fabric = nccl_state_table(FIXTURES / "nccl_fabric" / "logs")
     assert [p.classification for p in fabric.process_groups] == ["fabric"]
     assert fabric.outliers == [] and fabric.straggler_ranks == []
-    assert all(r.first_to_dump and r.signal == "detected" and r.pending == 1 for r in fabric.rows)
+    assert all(r.signalled_dump and r.signal == "detected" and r.pending == 1 for r in fabric.rows)
+    # first_to_dump agrees with first_dump_rank: one rank, never "every rank that timed out"
+    assert [r.rank for r in fabric.rows if r.first_to_dump] == (
+        [fabric.first_dump_rank] if fabric.first_dump_rank is not None else []
+    )
     ahead = nccl_state_table(FIXTURES / "nccl_root_ahead" / "logs")
     pg = ahead.process_groups[0]
     assert (pg.classification, pg.ahead_ranks, pg.ahead_by, pg.ahead_steps) == ("root_ahead", [0], 3, 1.0)
@@ -153,9 +162,10 @@ def test_wrap_at_80_columns_every_message(tmp_path: Path) -> None:
     got = _rows(res)
     assert set(got) == set(want)
     for key in ((2, "0"), (5, "0")):
-        for name in ("seq", "last_enqueued", "last_completed", "signal", "first_to_dump", "dump_signal_from_rank",
+        for name in ("seq", "last_enqueued", "last_completed", "signal", "dump_signal_from_rank",
                      "ran_for_ms", "timeout_time", "pg_rank"):  # fmt: skip
             assert got[key][name] == want[key][name], (key, name)
+        assert got[key]["signalled_dump"] == want[key]["first_to_dump"], key
     assert res.process_groups[0].straggler_ranks == [5]
 
 

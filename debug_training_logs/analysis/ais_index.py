@@ -283,6 +283,7 @@ class AisDirScan:
         files, skipped = discover(self.root, include_archives=True)
         self.skipped.extend(skipped)
         total = len(files)
+        progress.report(0, total, f"reading {total} AIS log file(s)")
         for i, lf in enumerate(files):
             self.bytes_scanned += lf.size
             if lf.rel.lower().endswith(ARCHIVE_SUFFIXES):

@@ -270,7 +270,7 @@ def _stall_onset(table: NcclTable | None, year_hint: int | None) -> tuple[dateti
         if r.collective_start_time
         and r.signal == "detected"
         and r.rank not in table.straggler_ranks
-        and not r.collective_start_time.startswith("--")
+        and r.collective_start_time[4:5] == "-"  # has a year (the table writes year-less times as MM-DD HH:MM:SS)
     ]
     if not starts:
         return None

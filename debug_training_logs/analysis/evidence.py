@@ -678,8 +678,10 @@ _STATE_EVENTS = (
 def _table_time(text: str | None, year: int) -> datetime | None:
     if not text:
         return None
+    if len(text) == 14 and text[2] == "-" and text[5] == " ":  # "MM-DD HH:MM:SS": no line stated the year
+        text = f"{year:04d}-{text[:5]}T{text[6:]}"
     try:
-        return datetime.fromisoformat(f"{year:04d}{text[1:]}" if text.startswith("--") else text)
+        return datetime.fromisoformat(text)
     except ValueError:
         return None
 
@@ -701,7 +703,7 @@ def nccl_state(worker: WorkerEvidence) -> NcclState:
             last_enqueued=r.last_enqueued,
             last_completed=r.last_completed,
             signal=r.signal,
-            first_to_dump=r.first_to_dump,
+            first_to_dump=r.signalled_dump,  # the local "First PG on this rank to signal dumping" line
             dump_signal_from_rank=r.dump_signal_from_rank,
             timeout_time=_table_time(r.timeout_time, year),
             collective_start_time=_table_time(r.collective_start_time, year),
@@ -772,7 +774,7 @@ def _other_events(worker: WorkerEvidence) -> list[NcclEvent]:
             when = None
             if wt is not None:
                 month, day, hms = wt
-                when = _table_time(f"--{month:02d}-{day:02d}T{hms}", worker.year)
+                when = _table_time(f"{month:02d}-{day:02d} {hms}", worker.year)
             out.append(NcclEvent(h.rank if h.rank is not None else single, fe.rel, h.line, h.text, when, h.event))
     return out
 

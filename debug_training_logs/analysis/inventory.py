@@ -56,8 +56,20 @@ MARKERS: tuple[Marker, ...] = (
     ),
     Marker(
         "world_size_kv",
-        r"(?:world_size|world size|World size|World Size|WORLD_SIZE)\s*[=:]\s*\d+|global_world_sizes=\[\d+",
-        "a line stating the world size (or torchrun's rendezvous result 'global_world_sizes=[N, ...]')",
+        r"(?:^|[^\w])(?:world_size|world size|World size|World Size|WORLD_SIZE)(?:\s*[=:]\s*| \.+ )\d+",
+        "a line stating the world size (not torchrun's group_world_size/local_world_size: nodes, ranks per node)",
+        cap=None,
+    ),
+    Marker(
+        "world_size_launcher",
+        r"global_world_sizes=\[\d+|SLURM_NTASKS=\d+|SLURM_NPROCS=\d+",
+        "launcher env: torchrun's global_world_sizes, SLURM's task count",
+        cap=None,
+    ),
+    Marker(
+        "default_pg_size",
+        r"ProcessGroupNCCL initialization options: .*size: \d+",
+        "torch's ProcessGroupNCCL init line (its size is the world size for PG 0 / default_pg)",
         cap=None,
     ),
     Marker("child_failed", r"ChildFailedError|\(local_rank: \d+\)", "torchrun failure table", cap=None),
@@ -96,8 +108,13 @@ _CHILD_HOST = re.compile(r"^\s*host\s+: (?P<host>\S+)")
 _SRUN_HOST = re.compile(r"srun: error: (?P<host>[\w.\-\[\],]+): task")
 _MEMBER = re.compile(r"GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<m>\d+)/(?P<n>\d+)")
 _WS_KV = re.compile(
-    r"(?:world_size|world size|World size|World Size|WORLD_SIZE)\s*[=:]\s*(?P<n>\d+)|global_world_sizes=\[(?P<g>\d+)"
+    r"(?:^|[^\w])(?:world_size|world size|World size|World Size|WORLD_SIZE)(?:\s*[=:]\s*| \.+ )(?P<n>\d+)"
 )
+_WS_LAUNCHER = re.compile(r"global_world_sizes=\[(?P<g>\d+)|SLURM_(?:NTASKS|NPROCS)=(?P<s>\d+)")
+_PG_INIT_SIZE = re.compile(r"ProcessGroupNCCL initialization options: .*?\bsize: (?P<n>\d+)")
+_DEFAULT_PG = re.compile(r"\[PG (?:ID 0 PG GUID 0\b|0 \(default_pg\) |0 )|\(default_pg\)")
+MAX_CREDIBLE_WORLD = 1 << 20
+"""A stated world size above this is not credible (a hostile or garbled line): it is ignored and said so."""
 _CHILD_RANK = re.compile(r"rank\s+: (?P<rank>\d+) \(local_rank: \d+\)")
 _NCCL_VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+[\w.+\-]*)")
 _TORCH_VERSION = re.compile(r"(?:torch|Torch|PyTorch)(?: version|_version|==)[=: ]*v?(?P<v>2\.\d+(?:\.\d+)?)")
@@ -116,8 +133,15 @@ class FileFacts:
     ray_ranks: set[int] = field(default_factory=set)
     member_ranks: dict[int, int] = field(default_factory=dict)  # global rank -> world size (Lightning)
     world_size_lines: list[tuple[int, int, str]] = field(default_factory=list)  # (n, line, text)
+    world_claims: list[tuple[int, str, int, str]] = field(default_factory=list)  # (n, kind, line, text)
+    """World-size statements other than Lightning's: 'stated', 'launcher', 'slurm', 'default_pg' (bounded)."""
+    nccl_split_lines: int = 0  # NCCL init lines of split (sub-)communicators
     child_failed_ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
+    """Hosts the file's own lines run on (NCCL init ``host:pid:tid``, torchrun's failure table ``host :``)."""
+    launcher_hosts: set[str] = field(default_factory=set)
+    """Hosts ``srun: error: <host>: task N`` lines name: srun prints every failed task's node into the file it
+    writes, so the first node's file names the others too; these label a file only when it has no own host."""
     nccl_versions: set[str] = field(default_factory=set)
     torch_versions: set[str] = field(default_factory=set)
     best_nranks: tuple[int, int, str] | None = None  # (nranks, line, text)
@@ -138,7 +162,9 @@ class InventorySink:
             f.first_marker_line.setdefault(name, (line_no, text[:300]))
             if name == "nccl_init":
                 m = NCCL_INIT_RANK.search(text)
-                if m:
+                if "ncclCommSplit" in text or " parent 0x" in text:
+                    f.nccl_split_lines += 1  # a communicator split off another: never the world
+                elif m:
                     r, n = int(m.group("rank")), int(m.group("nranks"))
                     if n >= f.nccl_ranks.get(r, 0):
                         f.nccl_ranks[r] = n
@@ -158,8 +184,17 @@ class InventorySink:
                     f.world_size_lines.append((int(mm.group("n")), line_no, text[:300]))
             elif name == "world_size_kv":
                 w = _WS_KV.search(text)
-                if w and len(f.world_size_lines) < MAX_EXAMPLES:
-                    f.world_size_lines.append((int(w.group("n") or w.group("g")), line_no, text[:300]))
+                if w and len(f.world_claims) < MAX_EXAMPLES:
+                    f.world_claims.append((int(w.group("n")), "stated", line_no, text[:300]))
+            elif name == "world_size_launcher":
+                wl = _WS_LAUNCHER.search(text)
+                if wl and len(f.world_claims) < MAX_EXAMPLES:
+                    kind = "launcher" if wl.group("g") is not None else "slurm"
+                    f.world_claims.append((int(wl.group("g") or wl.group("s")), kind, line_no, text[:300]))
+            elif name == "default_pg_size":
+                pz = _PG_INIT_SIZE.search(text)
+                if pz and _DEFAULT_PG.search(text) and len(f.world_claims) < MAX_EXAMPLES:
+                    f.world_claims.append((int(pz.group("n")), "default_pg", line_no, text[:300]))
             elif name == "child_failed":
                 c = _CHILD_RANK.search(text)
                 if c:
@@ -172,9 +207,12 @@ class InventorySink:
                 tv = _TORCH_VERSION.search(text)
                 if tv:
                     f.torch_versions.add(tv.group("v"))
-        h2 = _CHILD_HOST.search(text) or _SRUN_HOST.search(text)
+        h2 = _CHILD_HOST.search(text)
         if h2:
             f.hosts.add(h2.group("host"))
+        h3 = _SRUN_HOST.search(text)
+        if h3:
+            f.launcher_hosts.add(h3.group("host"))
 
     def finish(self) -> FileFacts:
         return self.facts
@@ -340,8 +378,6 @@ def _file_ranks(scan: FileScan, facts: FileFacts, world_size: int | None) -> tup
         "[rankN]: prefixes": set(scan.ranks),
         "Ray [rank=N] prefixes": set(facts.ray_ranks),
         "Lightning GLOBAL_RANK lines": set(facts.member_ranks),
-        # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
-        "the torchrun agent's ChildFailedError table": set(facts.child_failed_ranks),
     }
     if world_size is not None:
         found["NCCL init 'rank R nranks N' of the world communicator"] = {
@@ -369,23 +405,82 @@ def _srun_labels(lines: list[str]) -> set[int]:
     return tasks if lines and labelled >= max(3, len(lines) // 2) else set()
 
 
-def _world_size(facts: list[FileFacts]) -> tuple[int | None, str]:
-    member = [(n, f.rel, ln, t) for f in facts for (n, ln, t) in f.world_size_lines if "MEMBER" in t]
-    if member:
-        n, rel, ln, _ = max(member)
-        return n, f"{rel}:{ln} Lightning 'MEMBER: m/{n}'"
+_CLAIM_NAMES = {
+    "stated": "states world size {n}",
+    "launcher": "torchrun global_world_sizes [{n}, ...]",
+    "default_pg": "default PG (PG 0) size {n}",
+    "slurm": "SLURM task count {n} (the world size only with one task per GPU)",
+}
+
+
+def _world_size(facts: list[FileFacts], known: dict[str, set[int]]) -> tuple[int | None, str]:
+    """The world size from evidence about the world only, and which line says so; conflicting evidence is named.
+
+    Sources, most trusted first: Lightning ``MEMBER: m/N``; a line stating ``world_size``/``WORLD_SIZE``, torchrun's
+    ``global_world_sizes``, the default PG's ``ProcessGroupNCCL initialization options ... size: N``; SLURM's task
+    count; the NCCL communicator whose ``nranks`` is the world's (see :func:`_world_comm`). An NCCL ``nranks`` of any
+    other communicator (a 2-rank pipeline pair) says nothing about the world. ``known``: file -> global ranks named
+    by non-NCCL sources; a claim at or below a known rank is contradicted and dropped."""
+    top = max((r for rs in known.values() for r in rs), default=-1)
+    claims: list[tuple[int, int, str]] = []  # (priority, n, description)
+    for f in facts:
+        for n, ln, t in f.world_size_lines:
+            if "MEMBER" in t:
+                claims.append((0, n, f"{f.rel}:{ln} Lightning 'MEMBER: m/{n}'"))
+        for n, kind, ln, _t in f.world_claims:
+            claims.append((2 if kind == "slurm" else 1, n, f"{f.rel}:{ln} {_CLAIM_NAMES[kind].format(n=n)}"))
+    comm = _world_comm(facts, known)
+    if comm is not None:
+        claims.append((3, comm[0], comm[1]))
+    dropped = [c for c in claims if not 0 < c[1] <= MAX_CREDIBLE_WORLD or c[1] <= top]
+    claims = [c for c in claims if c not in dropped]
+    notes = [f"ignored {d} (contradicted: rank {top} is in the logs)" if 0 < dn <= top else
+             f"ignored {d} (not a credible world size)" for _p, dn, d in dropped[:2]]  # fmt: skip
+    if not claims:
+        why = "unknown: no line states the world size (Lightning MEMBER k/N, WORLD_SIZE, torchrun global_world_sizes, "
+        why += "SLURM_NTASKS, the default PG's size or the world communicator's nranks)"
+        return None, "; ".join([why, *notes])
+    best_p = min(p for p, _n, _d in claims)
+    n, desc = max((n, d) for p, n, d in claims if p == best_p)
+    others = sorted({f"{d2}" for _p, n2, d2 in claims if n2 != n})
+    text = desc
+    if others:
+        text += f"; CONFLICTING evidence: {'; '.join(others[:3])}" + (
+            f" (+{len(others) - 3} more)" if len(others) > 3 else ""
+        )
+    return n, "; ".join([text, *notes])
+
+
+def _world_comm(facts: list[FileFacts], known: dict[str, set[int]]) -> tuple[int, str] | None:
+    """(N, evidence) when the largest NCCL communicator is the world's. Every process joins the world communicator
+    with comm rank = global rank, so in each file whose global ranks other sources name, its comm ranks must be
+    exactly those ranks (a sub-communicator's restart at 0 and cover only some processes), and at least two ranks
+    must witness it so, unless every comm rank 0..N-1 is logged. Otherwise None: a sub-communicator never sets the
+    world size."""
     best: tuple[int, str, int, str] | None = None
     for f in facts:
         if f.best_nranks is not None and (best is None or f.best_nranks[0] > best[0]):
             best = (f.best_nranks[0], f.rel, f.best_nranks[1], f.best_nranks[2])
-    stated = [(n, f.rel, ln, t) for f in facts for (n, ln, t) in f.world_size_lines if "MEMBER" not in t]
-    if stated:
-        n, rel, ln, _ = max(stated)
-        if best is None or n >= best[0]:
-            return n, f"{rel}:{ln} states world size {n}"
-    if best is not None:
-        return best[0], f"{best[1]}:{best[2]} NCCL init 'nranks {best[0]}' (largest communicator)"
-    return None, "unknown: no line states the world size (NCCL_DEBUG=INFO logs 'nranks N'; torchrun/Lightning print it)"
+    if best is None or best[0] > MAX_CREDIBLE_WORLD:
+        return None
+    n = best[0]
+    comm_ranks = {r for f in facts for r, k in f.nccl_ranks.items() if k == n and 0 <= r < n}
+    witnesses = 0
+    witnessed: set[int] = set()
+    for f in facts:
+        mine = {r for r, k in f.nccl_ranks.items() if k == n}
+        glob = known.get(f.rel, set())
+        if mine and glob:
+            if mine != glob:
+                return None
+            witnesses += 1
+            witnessed |= mine
+    where = f"{best[1]}:{best[2]} NCCL init 'nranks {n}'"
+    if len(comm_ranks) == n:
+        return n, f"{where} (the world communicator: all {n} comm ranks logged)"
+    if len(witnessed) >= 2:  # one rank alone cannot tell "rank r of the world" from "rank r of a small sub-comm"
+        return n, f"{where} (the world communicator: its comm ranks are the global ranks of {witnesses} file(s))"
+    return None
 
 
 def _times(scans: list[FileScan], year_hint: int | None) -> tuple[TimePoint | None, TimePoint | None]:
@@ -424,7 +519,8 @@ def _year_hint(scans: list[FileScan]) -> int | None:
 
 
 def _build_inventory(scans: list[FileScan], facts: list[FileFacts], skipped: list[Skipped]) -> Inventory:
-    world_size, ws_evidence = _world_size(facts)
+    known = {f.rel: _file_ranks(s, f, None)[0] for s, f in zip(scans, facts, strict=True)}
+    world_size, ws_evidence = _world_size(facts, known)
     files: list[FileInventory] = []
     all_ranks: set[int] = set()
     hosts: set[str] = set()
@@ -432,14 +528,18 @@ def _build_inventory(scans: list[FileScan], facts: list[FileFacts], skipped: lis
     examples: dict[str, tuple[str, int, str]] = {}
     for s, f in zip(scans, facts, strict=True):
         ranks, source = _file_ranks(s, f, world_size)
-        if not ranks and f.child_failed_ranks:
-            ranks, source = set(f.child_failed_ranks), "torchrun failure table"
+        if f.child_failed_ranks - ranks:
+            # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
+            # (a rank that hung and was SIGTERMed may have no [rankN]: line of its own)
+            ranks = ranks | f.child_failed_ranks
+            source = f"{source}, torchrun failure table" if source != "none" else "torchrun failure table"
         all_ranks |= ranks
-        node = sorted(f.hosts)[0] if len(f.hosts) == 1 else file_name_node(s.file.rel)
+        own = f.hosts or f.launcher_hosts
+        node = sorted(own)[0] if len(own) == 1 else file_name_node(s.file.rel)
         files.append(
             FileInventory(s.file.rel, s.file.size, s.file.compression, ranks, source, node, s.lines, s.problem)
         )
-        hosts |= f.hosts
+        hosts |= f.hosts | f.launcher_hosts
         for name, n in f.markers.items():
             markers[name] = markers.get(name, 0) + n
             if name not in examples:

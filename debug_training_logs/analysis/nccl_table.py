@@ -38,7 +38,7 @@ from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import MAX_LINE_CHARS, lines_at, literal_pattern
 from debug_training_logs.models import TEXT_CUT, Coverage, cut
-from debug_training_logs.ranges import format_ranges
+from debug_training_logs.ranges import format_ranges, parse_ranges
 
 NCCL_PATTERNS: tuple[str, ...] = tuple(literal_pattern(n) for n in tn.NEEDLES)
 """The scan patterns: the parser's literal needles, escaped."""
@@ -51,8 +51,11 @@ DEFAULT_LIMIT = 64
 """Rows (and outliers) listed by default: all outlier/straggler rows first, then a sample of majority rows."""
 
 MAX_EVIDENCE = 16
-MAX_WRAP_PARTS = 4
-"""A hard-wrapped message is re-joined from at most this many physical lines."""
+MAX_WRAP_PARTS = 8
+"""A hard-wrapped message is re-joined from at most this many physical lines (a 450-character 2.5+ dump-signal line
+wrapped at 80 columns takes 6)."""
+MAX_UNPARSED_SAMPLES = 5
+"""Unparsed watchdog-like lines kept per file as a sample (file:line and text), so a format we miss is visible."""
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -65,14 +68,16 @@ class Hit:
     """One parsed candidate line, compact enough to cross the process boundary."""
 
     line: int
+    """1-based number of the physical line the record starts on (the first piece of a hard-wrapped message)."""
     rank: int | None
     """Global rank from ``[rankN]:``, a Ray ``[rank=N]`` or an ``srun --label`` prefix; None when the line has none."""
     header: tn.Header | None
     event: tn.Event
     text: str
-    """The line (joined when it was hard-wrapped), cut for citation."""
+    """The physical line ``line`` as the file has it (ANSI removed), cut for citation: a citation always quotes a
+    line that exists, also when the message was re-joined from several."""
     joined: int = 1
-    """Physical lines the message spanned (2+ for a hard-wrapped message)."""
+    """Physical lines the message spanned (2+ for a hard-wrapped message: lines ``line`` .. ``line + joined - 1``)."""
 
 
 @dataclass
@@ -82,11 +87,18 @@ class FileEvents:
     rel: str
     hits: list[Hit] = field(default_factory=list)
     unparsed: int = 0
-    """Candidate lines that held a needle but no complete message, even after re-joining neighbours."""
+    """Watchdog-like candidate lines that held no complete message of ours, even after re-joining neighbours."""
+    unparsed_samples: list[tuple[int, str]] = field(default_factory=list)
+    """(line, text) of the first few unparsed lines."""
     rejoined: int = 0
     """Messages re-joined from hard-wrapped pieces or re-read in full (over-long lines)."""
     deduplicated: int = 0
     """Watchdog lines Ray folded away (`` [repeated Nx across cluster]``: the sum of N)."""
+
+    def add_unparsed(self, line_no: int, text: str) -> None:
+        self.unparsed += 1
+        if len(self.unparsed_samples) < MAX_UNPARSED_SAMPLES:
+            self.unparsed_samples.append((line_no, cut(tn.strip_ansi(text))))
 
 
 RAY_REPEATED = re.compile(r"\[repeated (\d+)x across cluster\]")
@@ -100,9 +112,11 @@ class NcclSink:
         self.lf = lf
         self.out = FileEvents(lf.rel)
         self.pending: dict[int, str] = {}
-        """Line number -> why it needs its neighbours (``head``/``tail``) or its full text (``long``)."""
+        """Line number -> why it needs its neighbours (``head``/``tail``/``number``) or its full text (``long``)."""
         self.fragments: dict[int, Hit] = {}
-        """Lines that parsed but carry no rank and do not start a record: kept unless re-joining finds better."""
+        """Lines that parsed but may be a piece of a wrapped record: kept unless re-joining finds better."""
+        self.texts: dict[int, str] = {}
+        """Unparsed candidate lines (to sample them if re-joining fails too)."""
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
         if "[repeated " in line:
@@ -112,20 +126,25 @@ class NcclSink:
         p = tn.parse_line(line)
         if p is not None:
             hit = _hit(line_no, line, p)
-            if hit.rank is None and _needs_rank(p) and not tn.starts_new_record(line):
-                self.fragments[line_no] = hit  # maybe the tail of a wrapped record: its head has the rank
+            if not _stands_alone(p) and not tn.starts_new_record(line):
+                self.fragments[line_no] = hit  # maybe the tail of a wrapped record: its head has the start and rank
                 self.pending[line_no] = "tail"
+                return
+            if tn.maybe_cut_number(line, p):
+                self.fragments[line_no] = hit  # maybe "... completed work: 46" + "117" on the next line
+                self.pending[line_no] = "number"
                 return
             self.out.hits.append(hit)
             return
         if len(line) >= MAX_LINE_CHARS:
             self.pending[line_no] = "long"
+            self.texts[line_no] = line[:400]
             return
-        why = tn.looks_cut(line)
-        if why is not None:
-            self.pending[line_no] = why
-        else:
-            self.out.unparsed += 1
+        if tn.is_benign(line):
+            return
+        # a piece of one of our messages (a wrap cut it), or a watchdog line we do not know: try joining first
+        self.pending[line_no] = tn.looks_cut(line) or "head"
+        self.texts[line_no] = line[:400]
 
     def finish(self) -> FileEvents:
         if self.pending:
@@ -142,42 +161,45 @@ class NcclSink:
             else:
                 wanted.update(range(max(1, n - MAX_WRAP_PARTS + 1), n + MAX_WRAP_PARTS))
         texts = lines_at(self.lf, wanted, keep_tail=MAX_LINE_CHARS)
-        have = {h.line for h in self.out.hits}
+        covered: set[int] = set()
+        for h in self.out.hits:
+            covered.update(range(h.line, h.line + h.joined))
         for n, why in sorted(self.pending.items()):
-            if n in have:
+            if n in covered:
                 continue
             if why == "long":
                 p = tn.parse_line(texts.get(n, ""))
                 if p is not None:
                     self.out.hits.append(_hit(n, texts[n], p))
                     self.out.rejoined += 1
-                    have.add(n)
+                    covered.add(n)
                 else:
-                    self.out.unparsed += 1
+                    self.out.add_unparsed(n, self.texts.get(n, ""))
                 continue
-            found = _join_around(n, why, texts)
-            if found is None or (n in self.fragments and _rank_of(found) is None):
-                if n in self.fragments:
-                    self.out.hits.append(self.fragments[n])
-                    have.add(n)
-                else:
-                    self.out.unparsed += 1
+            found = _join_around(n, texts)
+            frag = self.fragments.get(n)
+            if found is None or (frag is not None and found[0] == n and _rank_of(found) is None):
+                if frag is not None:
+                    self.out.hits.append(frag)
+                    covered.add(n)
+                elif tn.is_watchdog_like(self.texts.get(n, "")) or tn.looks_cut(self.texts.get(n, "")):
+                    self.out.add_unparsed(n, self.texts.get(n, ""))
                 continue
             start, parts, p = found
-            if start in have:
+            if start in covered:
                 continue
-            self.out.hits.append(_hit(start, tn.join_wrapped(parts), p, joined=len(parts)))
+            if len(parts) == 1 and frag is not None:
+                self.out.hits.append(frag)  # nothing to join: the line stands alone
+                covered.add(n)
+                continue
+            self.out.hits.append(_hit(start, parts[0], p, joined=len(parts), rank_text=tn.join_wrapped(parts)))
             self.out.rejoined += 1
-            have.add(start)
+            covered.update(range(start, start + len(parts)))
 
 
-def _needs_rank(p: tn.Parsed) -> bool:
-    """Events that mean nothing without the rank that logged them (the ChildFailedError rows carry their own; the
-    ``what():`` copy repeats a line that had its rank)."""
-    ev = p.event
-    if isinstance(ev, tn.ChildFailureRank | tn.ChildFailureExit | tn.ChildFailureSignal):
-        return False
-    return not (isinstance(ev, tn.WatchdogTerminated) and ev.headerless)
+def _stands_alone(p: tn.Parsed) -> bool:
+    """The ChildFailedError table rows: indented lines of their own, never a wrapped piece of a watchdog record."""
+    return isinstance(p.event, tn.ChildFailureRank | tn.ChildFailureExit | tn.ChildFailureSignal)
 
 
 def _rank_of(found: tuple[int, list[str], tn.Parsed]) -> int | None:
@@ -185,32 +207,29 @@ def _rank_of(found: tuple[int, list[str], tn.Parsed]) -> int | None:
     return p.global_rank if p.global_rank is not None else line_rank(parts[0]).rank
 
 
-def _hit(line_no: int, line: str, p: tn.Parsed, joined: int = 1) -> Hit:
+def _hit(line_no: int, line: str, p: tn.Parsed, joined: int = 1, rank_text: str | None = None) -> Hit:
     rank = p.global_rank
     if rank is None and not isinstance(p.event, tn.ChildFailureRank | tn.ChildFailureExit | tn.ChildFailureSignal):
-        rank = line_rank(line).rank
+        rank = line_rank(rank_text if rank_text is not None else line).rank
     return Hit(line_no, rank, p.header, p.event, cut(tn.strip_ansi(line)), joined)
 
 
-def _join_around(n: int, why: str, texts: dict[int, str]) -> tuple[int, list[str], tn.Parsed] | None:
+def _join_around(n: int, texts: dict[int, str]) -> tuple[int, list[str], tn.Parsed] | None:
     """Re-join the hard-wrapped record holding line ``n``: (first line, pieces, parse), or None.
 
-    The record starts at the nearest line at or before ``n`` that begins a record of its own (a c10 header, a prefix)
-    with no other record start in between; it ends at the first following line that completes the message, without
-    crossing into the next record. ``why`` (``head``/``tail``) only says where the needle was seen.
+    The record starts at the nearest line at or before ``n`` that begins a record of its own (a c10 header, a
+    ``[rankN]:``/launcher prefix, a ``what():`` ...); it ends at the first following line that completes the message,
+    without crossing into the next record. When the parse ends in a number the next piece may continue (a wrap inside
+    the final number of a 2.6+ status line), a following piece of digits only is taken too.
     """
     a = n
     for k in range(n, max(0, n - MAX_WRAP_PARTS), -1):
         t = texts.get(k)
         if t is None:
             break
-        a = k
         if tn.starts_new_record(t):
+            a = k
             break
-    else:
-        a = n
-    if a != n and not tn.starts_new_record(texts.get(a, "")):
-        a = n  # no record start within reach: the needle line is the start
     parts: list[str] = []
     for k in range(a, a + MAX_WRAP_PARTS):
         t = texts.get(k)
@@ -219,10 +238,20 @@ def _join_around(n: int, why: str, texts: dict[int, str]) -> tuple[int, list[str
         parts.append(t)
         if k < n:
             continue
-        parsed = tn.parse_line(tn.join_wrapped(parts))
-        if parsed is not None:
-            return a, list(parts), parsed
+        joined = tn.join_wrapped(parts)
+        parsed = tn.parse_line(joined)
+        if parsed is None:
+            continue
+        nxt = texts.get(k + 1)
+        if tn.maybe_cut_number(joined, parsed) and nxt is not None and _DIGITS_ONLY.match(tn.strip_ansi(nxt)):
+            longer = tn.parse_line(tn.join_wrapped([*parts, nxt]))
+            if longer is not None:
+                return a, [*parts, nxt], longer
+        return a, list(parts), parsed
     return None
+
+
+_DIGITS_ONLY = re.compile(r"^\s*\d+\s*$")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -258,6 +287,10 @@ class Row:
     pending: int | None = None
     signal: str = "none"
     first_to_dump: bool = False
+    """This rank is the job's first_dump_rank (the one whose dump signal the others reacted to) and detected here."""
+    signalled_dump: bool = False
+    """The rank logged 'First PG on this rank to signal dumping' (2.7+) / 'First watchdog to set the dump signal'
+    (2.4) for this PG: its own watchdog raised the dump locally (every rank that timed out says so)."""
     dump_signal_from_rank: int | None = None
     timeout_time: str | None = None
     timeout_time_utc: str | None = None
@@ -338,6 +371,67 @@ class TimeBasis:
     year: int | None
     year_inferred: bool
     zone: str
+    year_evidence: str = ""
+    """Where the year comes from (a line that writes a full date), or why times are shown without one."""
+
+
+@dataclass
+class UnattributedTimeout:
+    """Timeouts whose global rank no line names (<= 2.2 output of several ranks in one file, no ``[rankN]:``)."""
+
+    seq: int | None
+    op_type: str
+    timeout_ms: int
+    pg_local_ranks: str
+    """The ``[Rank N]`` values the lines print: PG-local ranks, equal to global ranks only in a single-PG job."""
+    count: int
+    evidence: EvidenceLine
+
+
+def _add_unattributed(
+    acc: dict[tuple[int | None, str], UnattributedTimeout],
+    e: _Ev,
+    w: tn.WatchdogTimeout | tn.BlockingWaitTimeout,
+) -> None:
+    key = (w.work.seq, w.work.op_type)
+    u = acc.get(key)
+    if u is None:
+        u = acc[key] = UnattributedTimeout(
+            w.work.seq, w.work.op_type, w.work.timeout_ms, "", 0, EvidenceLine(e.file, e.hit.line, e.hit.text)
+        )
+    u.count += 1
+    if w.work_rank is not None:
+        ranks = parse_ranges(u.pg_local_ranks) | {w.work_rank}
+        u.pg_local_ranks = format_ranges(ranks)
+
+
+FRAGMENT_LINES = 40
+"""A file shorter than this is treated as a pasted excerpt: a rank missing from it proves nothing."""
+
+
+def _whole_log_ranks(inv: Inventory) -> set[int]:
+    """Ranks with at least one file that is more than an excerpt (their silence in it can be evidence)."""
+    out: set[int] = set()
+    for f in inv.files:
+        if f.lines >= FRAGMENT_LINES:
+            out |= f.ranks
+    return out
+
+
+def _time_basis(inv: Inventory) -> TimeBasis:
+    zone = "worker-local wall clock as written (no zone in the lines); UTC not known from worker logs alone"
+    if inv.year_hint is None:
+        return TimeBasis(
+            None,
+            False,
+            zone,
+            "no line states a year: c10 times are shown as written (MM-DD HH:MM:SS), without one",
+        )
+    where = next(
+        (f"{tp.file}:{tp.line}" for tp in (inv.start, inv.end) if tp is not None and tp.time.year == inv.year_hint),
+        "a full date in the logs",
+    )
+    return TimeBasis(inv.year_hint, True, zone, f"year {inv.year_hint} from the full date at {where}")
 
 
 @dataclass
@@ -361,6 +455,8 @@ class NcclTable:
     time_basis: TimeBasis
     message_families: list[str]
     unattributed_lines: int
+    unattributed_timeouts: list[UnattributedTimeout]
+    unparsed_samples: list[EvidenceLine]
     unparsed_lines: int
     rejoined_messages: int
     deduplicated_lines: int
@@ -401,28 +497,49 @@ class _RowBuild:
 
 
 class _TimeText:
+    """Times of c10 headers (month/day, no year): with the year other lines of the job state, else as written."""
+
+    LEAP = 2000
+    """Year used only for arithmetic on year-less times (a leap year, so Feb 29 works); never shown."""
+
     def __init__(self, year: int | None) -> None:
         self.year = year
 
     def dt(self, h: tn.Header | None) -> datetime | None:
-        wt = tn.wall_time(h)
-        if wt is None or self.year is None:
-            return None
-        month, day, hms = wt
-        try:
-            return datetime.fromisoformat(f"{self.year:04d}-{month:02d}-{day:02d}T{hms}")
-        except ValueError:
-            return None
-
-    def iso(self, h: tn.Header | None) -> str | None:
-        d = self.dt(h)
-        if d is not None:
-            return d.isoformat(timespec="seconds")
+        """A datetime for arithmetic (the LEAP year when the year is not known: format with :meth:`text`)."""
         wt = tn.wall_time(h)
         if wt is None:
             return None
         month, day, hms = wt
-        return f"--{month:02d}-{day:02d}T{hms}"
+        try:
+            return datetime.fromisoformat(f"{self.year or self.LEAP:04d}-{month:02d}-{day:02d}T{hms}")
+        except ValueError:
+            return None
+
+    def text(self, d: datetime | None) -> str | None:
+        """ISO 8601 with the known year, or ``MM-DD HH:MM:SS`` as the log wrote it when no line states the year."""
+        if d is None:
+            return None
+        if self.year is not None:
+            return d.isoformat(timespec="seconds")
+        return d.strftime("%m-%d %H:%M:%S")
+
+    def iso(self, h: tn.Header | None) -> str | None:
+        return self.text(self.dt(h))
+
+
+def _timeout_of(e: _Ev) -> tn.WatchdogTimeout | tn.BlockingWaitTimeout | None:
+    """The timeout an event reports: its own, or the one a watchdog-terminated / communicator-aborted line repeats."""
+    ev = e.ev
+    if isinstance(ev, tn.WatchdogTimeout | tn.BlockingWaitTimeout):
+        return ev
+    if isinstance(ev, tn.WatchdogTerminated):
+        return ev.embedded
+    return None
+
+
+def _work_key(w: tn.Work) -> tuple[int | None, str, int]:
+    return (w.seq, w.op_type, w.timeout_ms)
 
 
 def _rows_for_rank(rank: int, evs: list[_Ev], times: _TimeText) -> list[_RowBuild]:
@@ -445,7 +562,36 @@ def _rows_for_rank(rank: int, evs: list[_Ev], times: _TimeText) -> list[_RowBuil
             b.row.pg_desc = pg.pg_desc
         return b
 
-    statuses = [e for e in evs if isinstance(e.ev, tn.StatusLine)]
+    # What this rank's labelled lines say per PG: the SeqNums of its status lines, the works of labelled timeouts
+    # (2.14 WorkNCCL, or a 2.3+ "[PG ..] Process group watchdog thread terminated" wrapper): an unlabelled timeout
+    # joins the PG they match, and stays unlabelled when none or several do.
+    labelled_seqs: dict[str, set[int]] = defaultdict(set)
+    labelled_works: dict[str, set[tuple[int | None, str, int]]] = defaultdict(set)
+    for e in evs:
+        ev = e.ev
+        if isinstance(ev, tn.StatusLine) and _pg_key(ev.pg) is not None:
+            labelled_seqs[_pg_key(ev.pg) or ""].add(ev.seq)
+        w = _timeout_of(e)
+        pg = ev.pg if isinstance(ev, tn.WatchdogTerminated) else (w.pg if w is not None else None)
+        if w is not None and _pg_key(pg) is not None:
+            labelled_works[_pg_key(pg) or ""].add(_work_key(w.work))
+            if w.work.seq is not None:
+                labelled_seqs[_pg_key(pg) or ""].add(w.work.seq)
+    pg_of_key: dict[str, tn.PGPrefix] = {}
+    for e in evs:
+        pgp = getattr(e.ev, "pg", None)
+        if isinstance(pgp, tn.PGPrefix) and pgp.key is not None and pgp.style != "rank":
+            pg_of_key.setdefault(pgp.key, pgp)
+
+    def join_pg(w: tn.Work) -> tn.PGPrefix | None:
+        by_work = [k for k, ws in labelled_works.items() if _work_key(w) in ws]
+        if len(by_work) == 1:
+            return pg_of_key.get(by_work[0])
+        by_seq = [k for k, ss in labelled_seqs.items() if w.seq is not None and w.seq in ss]
+        if len(by_work) == 0 and len(by_seq) == 1:
+            return pg_of_key.get(by_seq[0])
+        return None
+
     # 1. state lines that carry their PG
     for e in evs:
         ev = e.ev
@@ -469,19 +615,21 @@ def _rows_for_rank(rank: int, evs: list[_Ev], times: _TimeText) -> list[_RowBuil
         elif isinstance(ev, tn.FirstToDump):
             b = build(ev.pg)
             b.first = b.first or e
-    # 2. timeouts: WorkNCCL prints no PG (2.0-2.13): the status line of the same rank and SeqNum names it
+    # 2. timeouts: WorkNCCL prints no PG (2.0-2.13): a labelled line of the same rank and work names it. The direct
+    # timeout line is preferred; the copy inside a watchdog-terminated / aborted message counts when it is the only one.
+    direct = {_work_key(d.work) for e in evs if isinstance(d := e.ev, tn.WatchdogTimeout)}
     for e in evs:
         ev = e.ev
-        if not isinstance(ev, tn.WatchdogTimeout | tn.BlockingWaitTimeout):
+        w = _timeout_of(e)
+        if w is None:
             continue
-        pg = ev.pg
-        if pg is None:
-            same = [s for s in statuses if s.ev.seq == ev.work.seq]  # type: ignore[union-attr]
-            if same:
-                near = min(same, key=lambda s: (s.file != e.file, abs(s.hit.line - e.hit.line)))
-                pg = near.ev.pg  # type: ignore[union-attr]
+        if isinstance(ev, tn.WatchdogTerminated) and _work_key(w.work) in direct:
+            continue
+        pg = ev.pg if isinstance(ev, tn.WatchdogTerminated) and _pg_key(ev.pg) is not None else w.pg
+        if _pg_key(pg) is None:
+            pg = join_pg(w.work)
         b = build(pg)
-        if isinstance(ev, tn.WatchdogTimeout):
+        if isinstance(w, tn.WatchdogTimeout):
             if b.timeout is None:
                 b.timeout = e
         elif b.blocking is None:
@@ -499,8 +647,8 @@ def _fill(b: _RowBuild, times: _TimeText) -> None:
     r = b.row
     work_ev = b.timeout or b.blocking
     if work_ev is not None:
-        w = work_ev.ev
-        assert isinstance(w, tn.WatchdogTimeout | tn.BlockingWaitTimeout)
+        w = _timeout_of(work_ev)
+        assert w is not None
         r.seq, r.op_type = w.work.seq, w.work.op_type
         r.numel_in, r.numel_out, r.timeout_ms = w.work.numel_in, w.work.numel_out, w.work.timeout_ms
         if isinstance(w, tn.WatchdogTimeout):
@@ -526,19 +674,19 @@ def _fill(b: _RowBuild, times: _TimeText) -> None:
         r.signal = "detected"
     elif b.observed_evidence:
         r.signal = "observed"
-    r.first_to_dump = b.first is not None
+    r.signalled_dump = b.first is not None
     if b.dump is not None and isinstance(b.dump.ev, tn.DumpSignal) and b.dump.ev.origin == "remote":
         r.dump_signal_from_rank = b.dump.ev.from_rank
     when = work_ev or b.status
     if when is not None and (r.signal == "detected"):
-        r.timeout_time = times.iso(when.hit.header)
-        r.timeout_time_year_inferred = r.timeout_time is not None
         start = times.dt(when.hit.header)
+        r.timeout_time = times.text(start)
+        r.timeout_time_year_inferred = r.timeout_time is not None and times.year is not None
         span = r.ran_for_ms if r.ran_for_ms is not None else r.timeout_ms
         if start is not None and span is not None:
             # the line says only the second: take its middle, subtract the span, round to the second
             began = start + timedelta(milliseconds=500) - timedelta(milliseconds=span)
-            r.collective_start_time = (began + timedelta(microseconds=500_000)).replace(microsecond=0).isoformat()
+            r.collective_start_time = times.text((began + timedelta(microseconds=500_000)).replace(microsecond=0))
     sig = b.observed or b.dump
     if sig is not None:
         r.signal_time = times.iso(sig.hit.header)
@@ -553,9 +701,7 @@ def _fill(b: _RowBuild, times: _TimeText) -> None:
 
 
 def _is_default(pg: str | None, desc: str | None, rows: list[Row]) -> bool:
-    if pg == "0" or desc == "default_pg":
-        return True
-    return pg is None and all(r.pg_rank is None or r.pg_rank == r.rank for r in rows)
+    return pg == "0" or desc == "default_pg"
 
 
 def _sig(r: Row) -> tuple[Any, ...]:
@@ -580,16 +726,42 @@ def _infer_members(rows: list[Row]) -> tuple[dict[int, int], list[int]]:
     return {}, gaps
 
 
+@dataclass(frozen=True)
+class _Coverage:
+    """What the job's coverage allows the classification to conclude."""
+
+    world: int | None
+    """World size from evidence about the world (never a sub-communicator), or None."""
+    inv_ranks: set[int]
+    missing: set[int]
+    silent: set[int]
+    """Ranks in the logs that logged no NCCL state at all."""
+    whole: set[int]
+    """Ranks with at least one log file longer than a pasted fragment: their silence can mean something."""
+    all_unlabelled: bool
+    """No row of the job names its PG (torch <= 2.2, or only PG-less lines in the excerpt)."""
+
+    @property
+    def complete(self) -> bool:
+        """Every rank of a known world is in the logs: only then can absence or 'everyone' be concluded."""
+        return self.world is not None and not self.missing
+
+    def why_not(self) -> str:
+        if self.world is None:
+            return (
+                "no line states the world size (Lightning MEMBER k/N, WORLD_SIZE, SLURM_NTASKS, torchrun "
+                "global_world_sizes, the world communicator's nranks), so ranks outside these logs could be members"
+            )
+        return f"ranks {format_ranges(self.missing)} of the {self.world} are missing from the logs (no file has them)"
+
+
 def _classify(
-    pg: str | None,
-    desc: str | None,
-    rows: list[Row],
-    inv_ranks: set[int],
-    missing: set[int],
-    silent: set[int],
-    world: int | None,
+    pg: str | None, desc: str | None, rows: list[Row], cov: _Coverage
 ) -> tuple[ProcessGroupResult, list[Outlier]]:
-    is_default = _is_default(pg, desc, rows)
+    unlabelled = pg is None
+    # A job whose rows name no PG at all and sit in one collective: that is the default PG (torch <= 2.2 logs it so).
+    one_collective = len({(r.seq, r.op_type) for r in rows if r.seq is not None}) <= 1
+    is_default = _is_default(pg, desc, rows) or (unlabelled and cov.all_unlabelled and one_collective)
     ranks_here = {r.rank for r in rows}
     counts = Counter(_sig(r) for r in rows)
     major_sig, major_n = max(counts.items(), key=lambda kv: (kv[1], kv[0][4] == "detected"))
@@ -598,20 +770,23 @@ def _classify(
     m_pending = (m_e - m_c) if m_e is not None and m_c is not None else None
     majority = Majority(m_seq, m_op, m_e, m_c, m_signal, format_ranges(r.rank for r in major_rows), major_n)
 
-    # who should be here but logged nothing for this PG
+    # Who should be here but logged nothing for this PG: only where membership is known, never for unlabelled rows.
     absent_pg: list[int] = []
-    if is_default:
-        expected = set(range(world)) if world else set(inv_ranks)
-        absent = (expected & inv_ranks) - ranks_here
-        absent_missing = (expected - ranks_here) & missing
-    else:
+    absent: set[int] = set()
+    absent_missing: set[int] = set()
+    if is_default and cov.world is not None:
+        expected = set(range(cov.world))
+        absent = (expected & cov.inv_ranks) - ranks_here
+        absent_missing = (expected - ranks_here) & cov.missing
+    elif not unlabelled and not is_default:
         inferred, absent_pg = _infer_members(rows)
-        absent = {g for g in inferred.values() if g in inv_ranks}
-        absent_missing = {g for g in inferred.values() if g not in inv_ranks}
+        absent = {g for g in inferred.values() if g in cov.inv_ranks}
+        absent_missing = {g for g in inferred.values() if g not in cov.inv_ranks}
 
     outliers: list[Outlier] = []
     behind: dict[int, list[str]] = defaultdict(list)
     ahead: dict[int, list[str]] = defaultdict(list)
+    elsewhere: dict[int, str] = {}
     names = ("seq", "last_enqueued", "last_completed", "op_type", "signal")
     for r in rows:
         s = _sig(r)
@@ -620,6 +795,9 @@ def _classify(
         differs = {n: [a, b] for n, a, b in zip(names, s, major_sig, strict=True) if a != b}
         how: list[str] = []
         pend = r.pending
+        same_work = (
+            r.seq is None or m_seq is None or (r.seq == m_seq and (r.op_type == m_op or None in (r.op_type, m_op)))
+        )
         if pend == 0 and (m_pending or 0) > 0:
             how.append(f"enqueued == completed ({r.last_enqueued}): never entered the collective the others wait in")
             behind[r.rank].append(how[-1])
@@ -627,22 +805,24 @@ def _classify(
             src = f" from rank {r.dump_signal_from_rank}" if r.dump_signal_from_rank is not None else ""
             how.append(f"{r.signal} the dump signal{src} instead of detecting a timeout of its own")
             behind[r.rank].append(how[-1])
-        if r.last_enqueued is not None and m_e is not None:
+        if r.last_enqueued is not None and m_e is not None and same_work:
             if r.last_enqueued < m_e and not (pend == 0 and (m_pending or 0) > 0):
                 how.append(f"behind: last enqueued {r.last_enqueued} < {m_e}")
                 behind[r.rank].append(how[-1])
             elif r.last_enqueued > m_e:
                 how.append(f"ahead: last enqueued {r.last_enqueued} > {m_e} by {r.last_enqueued - m_e}")
                 ahead[r.rank].append(how[-1])
-        elif r.seq is not None and m_seq is not None and r.seq != m_seq:
-            d = r.seq - m_seq
-            how.append(f"timed out at SeqNum {r.seq} vs {m_seq} ({'ahead' if d > 0 else 'behind'} by {abs(d)})")
-            (ahead if d > 0 else behind)[r.rank].append(how[-1])
-        if r.op_type != m_op and r.op_type is not None and m_op is not None:
-            how.append(f"different op {r.op_type} vs {m_op}")
+        elif not same_work:
+            d = (r.seq or 0) - (m_seq or 0)
+            where = f"SeqNum {r.seq} {r.op_type or ''}".strip()
+            how.append(f"in a different collective: {where} vs {m_seq} {m_op or ''}".rstrip())
+            elsewhere[r.rank] = where
+            if r.seq is not None and m_seq is not None and d > 0:
+                ahead[r.rank].append(f"ahead: timed out at SeqNum {r.seq} > {m_seq} by {d}")
         outliers.append(Outlier(r.rank, pg, differs, "; ".join(how) or "differs from the majority"))
-    for g in sorted(absent):
-        behind[g].append("logged no watchdog state for this PG while the others wait in it")
+    absent_usable = {g for g in absent if g in cov.whole} if cov.complete else set()
+    for g in sorted(absent_usable):
+        behind[g].append("logged no watchdog state for this PG while the others wait in it (its log is present)")
 
     res = ProcessGroupResult(
         straggler_reasons={str(g): ", ".join(why) for g, why in sorted(behind.items())},
@@ -656,7 +836,7 @@ def _classify(
         majority=majority,
         absent_ranks=format_ranges(absent | absent_missing),
         absent_pg_ranks=format_ranges(absent_pg),
-        missing_ranks=format_ranges(missing),
+        missing_ranks=format_ranges(cov.missing),
         pg_ids=sorted({r.pg_id for r in rows if r.pg_id is not None}),
     )
     label = f"PG {pg}" + (f" ({desc})" if desc else "") if pg is not None else "the process group"
@@ -666,30 +846,73 @@ def _classify(
     )
     n_members = len(ranks_here | absent | absent_missing) + len(absent_pg)
     few = max(1, n_members // 4)
+    root = [r for r in rows if r.rank in ahead and (r.pg_rank == 0 or (r.pg_rank is None and r.rank == 0))]
+    positive = {g for g in behind if g not in absent_usable}
 
-    if missing:
+    if unlabelled and not is_default:
         res.classification = "incomplete"
-        res.suspect_ranks = sorted(behind)
-        sus = f"; among the ranks seen, {format_ranges(behind)} look(s) behind" if behind else ""
+        res.suspect_ranks = sorted(positive)
+        diff = f"; they are in {len({(r.seq, r.op_type) for r in rows})} different collectives" if elsewhere else ""
         res.reason = (
-            f"ranks {format_ranges(missing)} are missing from the logs (no file has them)"
-            + (" and belong to this PG" if is_default else " and could be members of this PG")
-            + f": a straggler among them cannot be ruled out, so none is named{sus}. Ask for every node's log file."
+            f"{len(rows)} row(s) name no process group (the line has no PG prefix and no labelled line of the same "
+            f"rank and work says which){diff}: they are compared only among themselves and no rank is called absent "
+            "from a PG whose members are unknown."
+        )
+    elif not cov.complete:
+        res.classification = "incomplete"
+        res.suspect_ranks = sorted(positive)
+        sus = f"; among the ranks seen, {format_ranges(positive)} look(s) behind" if positive else ""
+        odd = "; ".join(sorted(set(elsewhere.values())))
+        mis = f"; ranks {format_ranges(elsewhere)} are in a different collective ({odd})" if elsewhere else ""
+        res.reason = (
+            f"{cov.why_not()}: a straggler among them cannot be ruled out, so none is named{sus}{mis}. "
+            "Ask for every rank's (every node's) log file."
         )
     elif absent_pg:
         res.classification = "incomplete"
-        res.suspect_ranks = sorted(behind)
+        res.suspect_ranks = sorted(positive)
         res.reason = (
             f"PG rank(s) {format_ranges(absent_pg)} of {label} logged no state and their global ranks cannot be "
             f"inferred from the {len(rows)} member(s) that did ({entered}, {state})."
         )
-    elif len(rows) == 1 and not is_default and not absent:
+    elif len(rows) == 1 and not absent_usable:
         r0 = rows[0]
         res.classification = "incomplete"
         res.reason = (
             f"only rank {r0.rank} (PG rank {r0.pg_rank}) logged state for {label} ({entered}, {state}, "
-            f"{r0.signal}); its peer(s) logged nothing for this PG and are not named by the logs. Compare with the "
-            "other PGs' tables."
+            f"{r0.signal}); its peer(s) logged nothing for this PG and are not named by the logs: one rank alone says "
+            "nothing about the others. Compare with the other PGs' tables."
+        )
+    elif ahead and len(ahead) == 1 and root and not (set(behind) - set(ahead)):
+        r0 = root[0]
+        k = (r0.last_enqueued - m_e) if r0.last_enqueued is not None and m_e is not None else None
+        if k is None and r0.seq is not None and m_seq is not None:
+            k = r0.seq - m_seq
+        res.classification = "root_ahead"
+        res.ahead_ranks = [r0.rank]
+        res.ahead_by = k
+        res.ahead_steps = round(k / PER_STEP_COLLECTIVES, 2) if k is not None else None
+        steps = (
+            f" = {res.ahead_steps:g} training step(s) at ~{PER_STEP_COLLECTIVES} collectives per step "
+            "(PreemptionCallback broadcast + DDP allreduce + broadcast_buffers)"
+            if k is not None
+            else ""
+        )
+        res.reason = (
+            f"rank {r0.rank} (PG rank 0, the broadcast root) is {k} op(s) ahead of the other {major_n} "
+            f"({r0.last_enqueued if r0.last_enqueued is not None else r0.seq} vs "
+            f"{m_e if m_e is not None else m_seq})"
+            f"{steps}: the root finished its side of collectives the others never reached."
+        )
+    elif elsewhere:
+        res.classification = "mismatch"
+        res.suspect_ranks = sorted(positive)
+        res.ahead_ranks = sorted(ahead)
+        res.reason = (
+            f"ranks of {label} timed out in different collectives: {majority.ranks} at {entered}, "
+            + "; ".join(f"rank {g} at {w}" for g, w in sorted(elsewhere.items()))
+            + ". The ranks did not issue the same collective sequence (a code-path divergence or a mislabelled PG),"
+            " not a fabric hang; look at what the odd rank(s) ran before."
         )
     elif behind and not ahead:
         if len(behind) <= few and len(behind) < n_members:
@@ -702,46 +925,29 @@ def _classify(
             res.classification = "mixed"
             res.suspect_ranks = sorted(behind)
             res.reason = f"{len(behind)} of {n_members} ranks differ from the majority: too many to call a straggler."
-    elif ahead and not behind:
-        root = [r for r in rows if r.rank in ahead and (r.pg_rank == 0 or (r.pg_rank is None and r.rank == 0))]
-        if len(ahead) == 1 and root:
-            r0 = root[0]
-            k = (r0.last_enqueued - m_e) if r0.last_enqueued is not None and m_e is not None else None
-            if k is None and r0.seq is not None and m_seq is not None:
-                k = r0.seq - m_seq
-            res.classification = "root_ahead"
-            res.ahead_ranks = [r0.rank]
-            res.ahead_by = k
-            res.ahead_steps = round(k / PER_STEP_COLLECTIVES, 2) if k is not None else None
-            steps = (
-                f" = {res.ahead_steps:g} training step(s) at ~{PER_STEP_COLLECTIVES} collectives per step "
-                "(PreemptionCallback broadcast + DDP allreduce + broadcast_buffers)"
-                if k is not None
-                else ""
-            )
-            res.reason = (
-                f"rank {r0.rank} (PG rank 0, the broadcast root) is {k} op(s) ahead of the other {major_n} "
-                f"({r0.last_enqueued if r0.last_enqueued is not None else r0.seq} vs "
-                f"{m_e if m_e is not None else m_seq})"
-                f"{steps}: the root finished its side of collectives the others never reached."
-            )
-        else:
-            res.classification = "mixed"
-            res.ahead_ranks = sorted(ahead)
-            res.reason = f"rank(s) {format_ranges(ahead)} are ahead of the majority ({entered}) but not the root alone."
     elif ahead and behind:
         res.classification = "mixed"
         res.ahead_ranks = sorted(ahead)
         res.suspect_ranks = sorted(behind)
         res.reason = f"ranks ahead ({format_ranges(ahead)}) and behind ({format_ranges(behind)}) the majority."
+    elif ahead:
+        res.classification = "mixed"
+        res.ahead_ranks = sorted(ahead)
+        res.reason = f"rank(s) {format_ranges(ahead)} are ahead of the majority ({entered}) but not the root alone."
     else:
-        if not is_default and silent:
+        if not is_default and cov.silent:
             res.classification = "incomplete"
             res.reason = (
                 f"every rank that logged state for {label} is at {entered} ({state}), but ranks "
-                f"{format_ranges(silent)} logged no NCCL state at all and could be members that never entered."
+                f"{format_ranges(cov.silent)} logged no NCCL state at all and could be members that never entered."
             )
-        elif m_signal == "detected" and (m_pending is None or m_pending > 0) and m_seq is not None:
+        elif absent or absent_missing:
+            res.classification = "incomplete"
+            res.reason = (
+                f"every rank that logged state for {label} is at {entered} ({state}), but member(s) "
+                f"{format_ranges(absent | absent_missing)} have no row and only short log excerpts."
+            )
+        elif m_signal == "detected" and (m_pending is None or m_pending > 0) and m_seq is not None and major_n >= 2:
             res.classification = "fabric"
             caveat = "" if m_pending is not None else " (this torch version does not log enqueued/completed)"
             res.reason = (
@@ -854,6 +1060,7 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
     times = _TimeText(inv.year_hint)
     by_rank: dict[int, list[_Ev]] = defaultdict(list)
     unattributed = 0
+    unattr: dict[tuple[int | None, str], UnattributedTimeout] = {}
     fact_map: dict[tuple[str, str], list[tuple[int, _Ev]]] = defaultdict(list)
     rank_tags: dict[int, list[str]] = defaultdict(list)
     all_hits: list[Hit] = []
@@ -864,13 +1071,22 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
         all_hits.extend(fe.hits)
         for exit_rank, detail, ev_line in _child_exits(file_evs):
             fact_map[("exit_signal", detail)].append((exit_rank, ev_line))
+        ranked_works = {_work_key(w.work) for e in file_evs if e.hit.rank is not None and (w := _timeout_of(e))}
         for e in file_evs:
             if isinstance(e.ev, tn.ChildFailureRank | tn.ChildFailureExit | tn.ChildFailureSignal):
                 continue
             rank: int | None = e.hit.rank if e.hit.rank is not None else single
             if rank is None:
-                if not (isinstance(e.ev, tn.WatchdogTerminated) and e.ev.headerless):
-                    unattributed += 1  # the what(): copy repeats a line that had its rank
+                w = _timeout_of(e)
+                if (
+                    isinstance(e.ev, tn.WatchdogTerminated)
+                    and e.ev.headerless
+                    and (w is None or _work_key(w.work) in ranked_works)
+                ):
+                    continue  # the what(): copy of a timeout a ranked line already reported
+                unattributed += 1
+                if w is not None:
+                    _add_unattributed(unattr, e, w)
                 continue
             by_rank[rank].append(e)
             kind = _FACT_KINDS.get(type(e.ev))
@@ -899,6 +1115,14 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
         )
     ranks_with_state = {r.rank for r in rows}
     silent = inv_ranks - ranks_with_state - missing
+    cov = _Coverage(
+        world=world,
+        inv_ranks=inv_ranks,
+        missing=missing,
+        silent=silent,
+        whole=_whole_log_ranks(inv),
+        all_unlabelled=bool(rows) and all(r.pg is None for r in rows),
+    )
 
     groups: dict[str | None, list[Row]] = defaultdict(list)
     for r in rows:
@@ -908,15 +1132,17 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
     for key in sorted(groups, key=lambda k: (k != "0", k is None, _natural(k))):
         grows = groups[key]
         desc = next((r.pg_desc for r in grows if r.pg_desc), None)
-        res, outs = _classify(key, desc, grows, inv_ranks, missing, silent, world)
+        res, outs = _classify(key, desc, grows, cov)
         pg_results.append(res)
         outliers.extend(outs)
     folded = sum(fe.deduplicated for fe in results)
     if folded:
         _mark_folded(pg_results, folded)
 
-    stragglers = [] if folded else _job_stragglers(pg_results, rows, missing)
+    stragglers = [] if folded or not cov.complete else _job_stragglers(pg_results, rows, missing)
     first_dump = _first_dump_rank(rows, by_rank)
+    for r in rows:  # one meaning for "first to dump": the job's first_dump_rank, on the row(s) where it detected
+        r.first_to_dump = first_dump is not None and r.rank == first_dump and r.signal == "detected"
     evidence = _evidence(builds, pg_results, stragglers, first_dump)
     facts = [
         RankFact(
@@ -926,6 +1152,16 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
     ]
     kept, truncated = _limit_rows(rows, pg_results, outliers, limit)
     summary = _summary(pg_results, rows, stragglers, first_dump, silent, missing, coverage, folded)
+    if unattr:
+        if not rows:
+            summary = summary.replace("(no collective timed out, or the logs stop before it)", "attributed to a rank")
+        summary += " " + _unattributed_text(list(unattr.values()))
+    unparsed_total = sum(fe.unparsed for fe in results)
+    if unparsed_total:
+        summary += (
+            f" {unparsed_total} watchdog-like line(s) match no wording this tool knows (see unparsed_samples): "
+            "read them before trusting the table."
+        )
     return NcclTable(
         summary=summary,
         coverage=coverage,
@@ -941,13 +1177,11 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
         first_dump_rank=first_dump,
         rank_facts=facts,
         evidence=evidence,
-        time_basis=TimeBasis(
-            year=inv.year_hint,
-            year_inferred=True,
-            zone="worker-local wall clock as written (no zone in the lines); UTC not known from worker logs alone",
-        ),
+        time_basis=_time_basis(inv),
         message_families=_families(all_hits),
         unattributed_lines=unattributed,
+        unattributed_timeouts=sorted(unattr.values(), key=lambda u: (-u.count, u.seq or 0)),
+        unparsed_samples=[EvidenceLine(fe.rel, n, t) for fe in results for n, t in fe.unparsed_samples][:MAX_EVIDENCE],
         unparsed_lines=sum(fe.unparsed for fe in results),
         rejoined_messages=sum(fe.rejoined for fe in results),
         deduplicated_lines=folded,
@@ -1058,9 +1292,21 @@ def _limit_rows(
     return kept, len(rows) - len(kept)
 
 
+def _unattributed_text(items: list[UnattributedTimeout]) -> str:
+    parts = [
+        f"{u.count} in {u.op_type} SeqNum {u.seq if u.seq is not None else '?'} ([Rank {u.pg_local_ranks}], PG-local)"
+        for u in sorted(items, key=lambda u: -u.count)[:3]
+    ]
+    return (
+        f"TIMEOUTS WITHOUT A GLOBAL RANK: {sum(u.count for u in items)} watchdog timeout line(s) name no global rank "
+        f"(several ranks in one file, no [rankN]: prefix): {'; '.join(parts)}. A collective did time out; split the "
+        "output per rank (torchrun --log-dir / --tee, srun --label) to attribute it."
+    )
+
+
 def _pg_label(p: ProcessGroupResult) -> str:
     if p.pg is None:
-        return "the process group (not named by this torch version)"
+        return "rows without a PG label"
     return f"PG {p.pg}" + (f" ({p.pg_desc})" if p.pg_desc else "")
 
 

@@ -318,11 +318,30 @@ def build_timeline(
     return Timeline(summary, coverage, kept, truncated, alignment, year_basis)
 
 
+def _span(timed: list[Event]) -> list[str]:
+    """First and last event on ONE clock: UTC when every timed event has it, else each source on its own clock
+    (worker and AIS times are never mixed in one sentence)."""
+    if not timed:
+        return []
+    if all(e.time_utc for e in timed):
+        first, last = timed[0], timed[-1]
+        return [f"From {first.time_utc}Z ({first.event[:80]}) to {last.time_utc}Z (UTC)."]
+    out = []
+    for clock, name in (("worker", "worker clock"), ("ais", "AIS clock")):
+        mine = [e for e in timed if e.clock == clock]
+        if mine:
+            first, last = mine[0], mine[-1]
+            out.append(
+                f"{clock.capitalize() if clock == 'worker' else 'AIS'} events from {first.time_local} "
+                f"({first.event[:80]}) to {last.time_local} ({name})."
+            )
+    return out
+
+
 def _summary(events: list[Event], truncated: int, alignment: Alignment | None, has_ais: bool) -> str:
     timed = [e for e in events if e.time_local]
     parts = [f"{len(events)} events" + (f" ({truncated} less important cut)" if truncated else "") + "."]
-    if timed:
-        parts.append(f"From {timed[0].time_local} ({timed[0].event[:80]}) to {timed[-1].time_local}.")
+    parts += _span(timed)
     if has_ais and alignment is not None:
         if alignment.verified:
             parts.append(

@@ -35,21 +35,36 @@ TIMEOUT_NEEDLES: Final = (
     "ollective operation timeout",  # "Watchdog caught collective operation timeout" / 2.0 "Caught collective ..."
     "milliseconds before timing out",  # the timeout line's tail (a wrap may cut the start)
     "timed out in blocking wait",
+    "WorkNCCL(",  # any WorkNCCL record: a narrow wrap can cut both phrases above, rarely this one as well
+    "Timeout(ms)=",
+    "was aborted on rank",  # <= 2.0 Python side: "NCCL communicator was aborted on rank N.  Original reason ..."
 )
+# Each message holds at least two short needles apart from each other, so that one hard wrap (which may cut any word)
+# leaves one of them whole on some piece; the sink then re-reads the neighbouring pieces.
 STATUS_NEEDLES: Final = (
     "detected by watchdog at work",  # 2.4-2.5 "Exception (...) detected by watchdog at work: S", 2.6+ "... sequence id"
+    "failure detected",  # 2.6+
+    "PG status",  # 2.6+
     "Timeout at NCCL work: ",  # 2.3-2.5
     "last completed work: ",  # 2.6+ status tail
+    "last enqueued",  # 2.3+ status lines and every dump-signal line
+    "NCCL work: ",  # 2.3-2.5 status lines and every dump-signal line
     "last completed NCCL work: ",  # 2.3-2.5 status tail and every dump-signal line's tail
 )
 SIGNAL_NEEDLES: Final = (
     "dump the debug info",  # every "Received a ... signal ... dump the debug info" (2.3-2.14)
     "dump signal",  # 2.5+ "Observed flight recorder dump signal", 2.4 "detecting the dump signal" / "First watchdog"
     "signal dumping",  # 2.7+ "First PG on this rank to signal dumping."
+    "First PG on this rank",  # 2.7+ "... to signal dumping", 2.4 "... detecting the dump signal through tcpstore"
+    "First watchdog to set",  # 2.4
+    "Observed flight recorder",  # 2.5+
+    "via TCPStore",  # 2.5+
+    "through tcpstore",  # 2.4
 )
 TEARDOWN_NEEDLES: Final = (
     "watchdog thread terminated",  # "NCCL watchdog thread terminated" (<= 2.2) / "Process group watchdog ..." (2.3+)
     "Terminating the process after attempting",  # 2.5+ FATAL line
+    "dump debug info, due to",  # its tail
     "watchdog got stuck for",  # heartbeat monitor, 2.3+
     "Heartbeat monitor timed out",  # 2.3-2.4
     "detects no heartbeat",  # 2.2
@@ -58,7 +73,12 @@ EXIT_NEEDLES: Final = (
     " (local_rank: ",  # ChildFailedError "rank      : 3 (local_rank: 3)" (the inventory's literal too: shared)
     "exitcode  : ",  # ChildFailedError "exitcode  : -6 (pid: 12345)"
 )
-NEEDLES: Final[tuple[str, ...]] = TIMEOUT_NEEDLES + STATUS_NEEDLES + SIGNAL_NEEDLES + TEARDOWN_NEEDLES + EXIT_NEEDLES
+WATCHDOG_LIKE_NEEDLES: Final = (
+    "atchdog",  # any other Watchdog/watchdog line: counted as unparsed when it is none of ours (a missed format)
+)
+NEEDLES: Final[tuple[str, ...]] = (
+    TIMEOUT_NEEDLES + STATUS_NEEDLES + SIGNAL_NEEDLES + TEARDOWN_NEEDLES + EXIT_NEEDLES + WATCHDOG_LIKE_NEEDLES
+)
 """Every literal that selects a candidate line for :func:`parse_line` (as in ``rg -F -e ... -e ...``)."""
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -67,10 +87,18 @@ NEEDLES: Final[tuple[str, ...]] = TIMEOUT_NEEDLES + STATUS_NEEDLES + SIGNAL_NEED
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
+
+def _ws(pattern: str) -> str:
+    r"""``pattern`` with every literal space made optional (``\s*``): a hard-wrapped paste loses or adds the blank
+    where it broke a line (``[Rank 0]`` + ``Watchdog`` on the next line, or an indented continuation), so the re-joined
+    text may have no space, or several, where the message had one."""
+    return pattern.replace(" ", r"\s*")
+
+
 _HEADER = re.compile(
-    r"(?:\[rank(?P<grank>\d+)\]:)?"
-    r"\[(?P<sev>[FEWIV])(?:(?P<mmdd>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<ns>\d{9}) | )"
-    r"(?P<src>[\w.\-]+):(?P<srcline>\d+)\] "
+    r"(?:\[?rank(?P<grank>\d+)\]:)?"  # "[" optional: pastes that cut the line's first character keep "rank7]:[E..."
+    r"\[(?P<sev>[FEWIV])(?:(?P<mmdd>\d{3,4})\s*(?P<hms>\d\d:\d\d:\d\d)\.(?P<ns>\d{9})\s*|\s*)"
+    r"(?P<src>[\w.\-]+):(?P<srcline>\d+)\]\s*"
 )
 _GLOG = re.compile(
     r"(?:^|[\s\]:])(?P<sev>[FEWI])(?P<mmdd>\d{4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<us>\d{6}) +\d+ "
@@ -79,49 +107,61 @@ _GLOG = re.compile(
 _GLOBAL_RANK = re.compile(r"\[rank(\d+)\]:")
 
 _PG_PREFIX = re.compile(
-    r"\[(?:"
-    r"PG ID (?P<id>\d+) PG GUID (?P<guid>[^\s(\[\]]+)(?:\((?P<desc5>.*?)\))? "
-    r"|PG (?P<name>[^\s(\[\]]+)(?: \((?P<desc4>.*?)\))? "
-    r"|)"
-    r"Rank (?P<rank>\d+)\]"
+    _ws(
+        r"\[(?:"
+        r"PG ID (?P<id>\d+) PG GUID (?P<guid>[^\s(\[\]]+?)(?:\((?P<desc5>.*?)\))? "
+        r"|PG (?P<name>[^\s(\[\]]+?)(?: \((?P<desc4>.*?)\))? "
+        r"|)"
+        r"Rank (?P<rank>\d+)\]"
+    )
 )
 
-_WORK = r"WorkNCCL\((?P<work>SeqNum=\d+.*?Timeout\(ms\)=\d+)\)"
+# <= 1.9 prints no SeqNum; <= 2.0 may print TensorShape; 2.1+ NumelIn/NumelOut.
+_WORK = r"WorkNCCL\((?P<work>(?:SeqNum=\d+,\s*)?OpType=.*?Timeout\(ms\)=\d+)\)"
 _WORK_FIELDS = re.compile(
-    r"SeqNum=(?P<seq>\d+), OpType=(?P<op>[A-Z_]+)"
-    r"(?:, NumelIn=(?P<nin>-?\d+), NumelOut=(?P<nout>-?\d+))?"
-    r"(?:, TensorShape=\[(?P<shape>[^\]]*)\])?"
-    r", Timeout\(ms\)=(?P<timeout>\d+)"
+    _ws(
+        r"(?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>[A-Z_]+)"
+        r"(?:, NumelIn=(?P<nin>-?\d+), NumelOut=(?P<nout>-?\d+))?"
+        r"(?:, TensorShape=\[(?P<shape>[^\]]*)\])?"
+        r", Timeout\(ms\)=(?P<timeout>\d+)"
+    )
 )
 
 _TIMEOUT = re.compile(
-    r"(?P<which>Watchdog caught|Caught) collective operation timeout: "
+    _ws(r"(?P<which>Watchdog caught|Caught) collective operation timeout: ")
     + _WORK
-    + r" ran for (?P<ran>\d+) milliseconds before timing out"
+    + _ws(r" ran for (?P<ran>\d+) milliseconds before timing out")
 )
-_BLOCKING = re.compile(r"Work " + _WORK + r" timed out in blocking wait")
+_BLOCKING = re.compile(_ws(r"Work ") + _WORK + _ws(r" timed out in blocking wait"))
 
 _STATUS: Final = (
     # (family, regex): the watchdog's per-PG state when it found the failed work.
     (
         "failure_detected",  # 2.6-2.14 (double space after the prefix, no final period)
         re.compile(
-            r"failure detected by watchdog at work sequence id: (?P<seq>-?\d+) PG status: "
-            r"last enqueued work: (?P<e>-?\d+), last completed work: (?P<c>-?\d+)(?!\d)"
+            _ws(
+                r"failure detected by watchdog at work sequence id: (?P<seq>-?\d+) PG status: "
+                r"last enqueued work: (?P<e>-?\d+), last completed work: (?P<c>-?\d+)"
+            )
+            + r"(?!\d)"
         ),
     ),
     (
         "exception_detected",  # 2.4-2.5
         re.compile(
-            r"Exception \(either an error or timeout\) detected by watchdog at work: (?P<seq>-?\d+), "
-            r"last enqueued NCCL work: (?P<e>-?\d+), last completed NCCL work: (?P<c>-?\d+)\."
+            _ws(
+                r"Exception \(either an error or timeout\) detected by watchdog at work: (?P<seq>-?\d+), "
+                r"last enqueued NCCL work: (?P<e>-?\d+), last completed NCCL work: (?P<c>-?\d+)\."
+            )
         ),
     ),
     (
         "timeout_at",  # 2.3-2.5
         re.compile(
-            r"Timeout at NCCL work: (?P<seq>-?\d+), "
-            r"last enqueued NCCL work: (?P<e>-?\d+), last completed NCCL work: (?P<c>-?\d+)\."
+            _ws(
+                r"Timeout at NCCL work: (?P<seq>-?\d+), "
+                r"last enqueued NCCL work: (?P<e>-?\d+), last completed NCCL work: (?P<c>-?\d+)\."
+            )
         ),
     ),
 )
@@ -132,74 +172,121 @@ _DUMP: Final = (
     (
         "local",
         "2.3",
-        re.compile(r"Received a timeout signal from this local rank and will start to dump the debug info\. " + _EC),
+        re.compile(
+            _ws(r"Received a timeout signal from this local rank and will start to dump the debug info\. " + _EC)
+        ),
     ),
     (
         "remote",
         "2.3",
-        re.compile(r"Received a global timeout from another rank and will start to dump the debug info\. " + _EC),
+        re.compile(_ws(r"Received a global timeout from another rank and will start to dump the debug info\. " + _EC)),
     ),
     (
         "local",
         "2.4",
-        re.compile(r"Received a dump signal from this local rank and will start to dump the debug info\. " + _EC),
+        re.compile(_ws(r"Received a dump signal from this local rank and will start to dump the debug info\. " + _EC)),
     ),
     (
         "remote",
         "2.4",
         re.compile(
-            r"Received a global dump signal from rank (?P<r>-?\d+), and will start to dump the debug info\. " + _EC
+            _ws(r"Received a global dump signal from rank (?P<r>-?\d+), and will start to dump the debug info\. " + _EC)
         ),
     ),
     (
         "local",
         "2.5+",
         re.compile(
-            r"Received a dump signal due to a collective timeout from this local rank and we will try our best to "
-            r"dump the debug info\. " + _EC
+            _ws(
+                r"Received a dump signal due to a collective timeout from this local rank and we will try our best to "
+                r"dump the debug info\. " + _EC
+            )
         ),
     ),
     (
         "remote",
         "2.5+",
         re.compile(
-            r"Received a dump signal due to a collective timeout from\s+rank (?P<r>-?\d+) and we will try our best "
-            r"to dump the debug info\. " + _EC
+            _ws(
+                r"Received a dump signal due to a collective timeout from rank (?P<r>-?\d+) and we will try our best "
+                r"to dump the debug info\. " + _EC
+            )
         ),
     ),
 )
+
+
+def _literal_ws(text: str) -> re.Pattern[str]:
+    return re.compile(_ws(re.escape(text).replace("\\ ", " ")))
+
+
 _OBSERVED: Final = (
-    ("2.5+", "Observed flight recorder dump signal from another rank via TCPStore."),
-    ("2.4", "First PG on this rank detecting the dump signal through tcpstore."),
+    ("2.5+", _literal_ws("Observed flight recorder dump signal from another rank via TCPStore.")),
+    ("2.4", _literal_ws("First PG on this rank detecting the dump signal through tcpstore.")),
 )
 _FIRST: Final = (
-    ("2.7+", "First PG on this rank to signal dumping."),
-    ("2.4", "First watchdog to set the dump signal."),
+    ("2.7+", _literal_ws("First PG on this rank to signal dumping.")),
+    ("2.4", _literal_ws("First watchdog to set the dump signal.")),
 )
-_TERMINATED = re.compile(r"(?P<which>NCCL|Process group) watchdog thread terminated with exception: (?P<what>.*)")
-_STUCK = re.compile(r"ProcessGroupNCCL's watchdog got stuck for (?P<s>\d+) seconds without making progress")
+_TERMINATED = re.compile(
+    _ws(r"(?P<which>NCCL|Process group) watchdog thread terminated with exception: ") + r"(?P<what>.*)"
+)
+# <= 2.0, Python side (the main thread found the communicator aborted by the watchdog): the timeout repeated.
+_ABORTED = re.compile(
+    _ws(r"NCCL communicator was aborted on rank (?P<r>\d+)\. ")
+    + r"\s*"
+    + _ws(r"Original reason for failure was: ")
+    + r"(?P<what>.*)"
+)
+_TIMEOUT_OPENINGS: Final = (
+    "Watchdogcaughtcollectiveoperationtimeout:WorkNCCL(",
+    "Caughtcollectiveoperationtimeout:WorkNCCL(",
+    "WorkWorkNCCL(",
+)
+_LEADING_BRACKETS = re.compile(r"^(?:\s*\[[^\]]*\]?)*\s*")
+
+
+def _cut_timeout(what: str) -> bool:
+    """True when a wrapper's exception text is a timeout message cut short (``[Rank 3] Watc``), not another
+    exception (``CUDA error: ...``): the wrapper must then be re-joined with the following line(s) first."""
+    rest = _LEADING_BRACKETS.sub("", what, count=1).replace(" ", "")
+    if not rest:
+        return True
+    return any(o.startswith(rest) or rest.startswith(o[:14]) for o in _TIMEOUT_OPENINGS)
+
+
+_STUCK = re.compile(_ws(r"ProcessGroupNCCL's watchdog got stuck for (?P<s>\d+) seconds without making progress"))
 _HEARTBEAT: Final = (
-    ("heartbeat_timed_out", "Heartbeat monitor timed out!"),  # 2.3-2.4
-    ("no_heartbeat", "monitoring thread detects no heartbeat and will finally kill the process!"),  # 2.2
-    ("monitor_timeout", "NCCL monitor thread timeout."),  # 2.2
+    ("heartbeat_timed_out", _literal_ws("Heartbeat monitor timed out!")),  # 2.3-2.4
+    ("no_heartbeat", _literal_ws("monitoring thread detects no heartbeat and will finally kill the process!")),  # 2.2
+    ("monitor_timeout", _literal_ws("NCCL monitor thread timeout.")),  # 2.2
 )
 _FATAL = re.compile(
-    r"Terminating the process after attempting to dump debug info, due to "
-    r"(?P<why>collective timeout or exception|ProcessGroupNCCL watchdog hang)"
+    _ws(
+        r"Terminating the process after attempting to dump debug info, due to "
+        r"(?P<why>collective timeout or exception|ProcessGroupNCCL watchdog hang)"
+    )
 )
 _TEARDOWN: Final = (
-    ("some_failed", "Some NCCL operations have failed or timed out."),
-    ("take_down", "To avoid data inconsistency, we are taking the entire process down."),
+    ("some_failed", _literal_ws("Some NCCL operations have failed or timed out.")),
+    ("take_down", _literal_ws("To avoid data inconsistency, we are taking the entire process down.")),
 )
-_EXIT_LOCAL = "ProcessGroupNCCL's watchdog detected an exception from the local rank."
-_EXIT_REMOTE = re.compile(r"ProcessGroupNCCL's watchdog detected a dump signal from rank (?P<r>-?\d+) and notified")
+_EXIT_LOCAL = _literal_ws("ProcessGroupNCCL's watchdog detected an exception from the local rank.")
+_EXIT_REMOTE = re.compile(
+    _ws(r"ProcessGroupNCCL's watchdog detected a dump signal from rank (?P<r>-?\d+) and notified")
+)
 _CHILD_RANK = re.compile(r"^\s*rank\s+: (?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
 _CHILD_EXIT = re.compile(r"^\s*exitcode\s+: (?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s+\((?P<sig>SIG\w+)\))?")
 _CHILD_SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\) received by PID (?P<pid>\d+)")
 
+# Known lines that mention the watchdog but are no state of ours (frames of the C++ stack, env-var advice ...).
+_WATCHDOG_BENIGN: Final = ("frame #", "Exception raised from", "Stack trace of the failed collective")
+
 # Message starts that, when the full message does not parse, mean the line was cut (hard wrap).
 _CUT_STARTS: Final = (
     "ollective operation timeout",
+    "Watchdog caught",
+    "WorkNCCL(",
     "detected by watchdog at work",
     "Timeout at NCCL work:",
     "Received a ",
@@ -209,6 +296,7 @@ _CUT_STARTS: Final = (
     "watchdog got stuck for",
     "Terminating the process after attempting",
     " timed out in blocking wait",
+    "was aborted on rank",
 )
 # Message tails: a line holding one of these without a header may be the second half of a wrapped message.
 _CUT_TAILS: Final = (
@@ -279,7 +367,8 @@ class PGPrefix:
 class Work:
     """The collective a WorkNCCL message describes."""
 
-    seq: int
+    seq: int | None
+    """None for torch <= 1.9, whose WorkNCCL has no SeqNum."""
     op_type: str
     numel_in: int | None
     numel_out: int | None
@@ -549,7 +638,7 @@ def _work(m: re.Match[str]) -> Work | None:
     if f is None:
         return None
     return Work(
-        seq=int(f.group("seq")),
+        seq=_int(f.group("seq")),
         op_type=f.group("op"),
         numel_in=_int(f.group("nin")),
         numel_out=_int(f.group("nout")),
@@ -577,23 +666,40 @@ def _timeout_event(text: str, start: int) -> WatchdogTimeout | None:
 
 
 def parse_message(text: str, start: int = 0) -> Event | None:
-    """The event in ``text[start:]`` (the message part of a line), or None when it is none of ours or is cut."""
+    """The event in ``text[start:]`` (the message part of a line), or None when it is none of ours or is cut.
+
+    The quick ``in`` checks use words without spaces: a re-joined hard wrap may have lost the blank at the break."""
     # The watchdog-terminated wrapper embeds a timeout message: recognise the wrapper first.
-    if "watchdog thread terminated with exception" in text:
+    if "terminated" in text:
         t = _TERMINATED.search(text, start)
         if t is not None:
+            embedded = _timeout_event(text, t.start("what"))
+            if embedded is None and _cut_timeout(t.group("what")):
+                return None  # the repeated timeout is cut (hard wrap): join the next line(s) first
             pfx = pg_prefix_before(text, t.start(), start)
             return WatchdogTerminated(
                 wording=t.group("which"),
-                embedded=_timeout_event(text, t.start("what")),
+                embedded=embedded,
                 pg=pfx,
                 headerless="what():" in text[: t.start()],
             )
-    if "ollective operation timeout" in text:
+    if "aborted" in text:
+        ab = _ABORTED.search(text, start)
+        if ab is not None:
+            embedded = _timeout_event(text, ab.start("what"))
+            if embedded is None and _cut_timeout(ab.group("what")):
+                return None
+            return WatchdogTerminated(
+                wording="communicator aborted",
+                embedded=embedded,
+                pg=None,
+                headerless=True,
+            )
+    if "timeout" in text:
         ev = _timeout_event(text, start)
         if ev is not None:
             return ev
-    if "timed out in blocking wait" in text:
+    if "blocking" in text:
         b = _BLOCKING.search(text, start)
         if b is not None:
             work = _work(b)
@@ -615,7 +721,7 @@ def parse_message(text: str, start: int = 0) -> Event | None:
                     last_completed=int(s.group("c")),
                     pg=_status_prefix(text, s.start(), start),
                 )
-    if "Received a " in text:
+    if "Received" in text:
         for origin, family, rx in _DUMP:
             d = rx.search(text, start)
             if d is not None:
@@ -627,30 +733,35 @@ def parse_message(text: str, start: int = 0) -> Event | None:
                     family=family,
                     pg=pg_prefix_before(text, d.start(), start),
                 )
-    for family, literal in _OBSERVED:
-        i = text.find(literal, start)
-        if i >= 0:
-            return DumpObserved(family=family, pg=pg_prefix_before(text, i, start))
-    for family, literal in _FIRST:
-        i = text.find(literal, start)
-        if i >= 0:
-            return FirstToDump(family=family, pg=pg_prefix_before(text, i, start))
-    st = _STUCK.search(text, start)
-    if st is not None:
-        return HeartbeatKill("stuck", int(st.group("s")), pg_prefix_before(text, st.start(), start))
-    for kind, literal in _HEARTBEAT:
-        i = text.find(literal, start)
-        if i >= 0:
-            return HeartbeatKill(kind, None, pg_prefix_before(text, i, start))
-    f = _FATAL.search(text, start)
-    if f is not None:
-        return FatalTerminate(reason=f.group("why"), pg=parse_pg_prefix(text[start : f.start()]))
-    for kind, literal in _TEARDOWN:
-        i = text.find(literal, start)
-        if i >= 0:
-            return Teardown(kind=kind, pg=pg_prefix_before(text, i, start))
-    if "watchdog detected" in text:
-        if _EXIT_LOCAL in text:
+    if "signal" in text:
+        for family, orx in _OBSERVED:
+            o = orx.search(text, start)
+            if o is not None:
+                return DumpObserved(family=family, pg=pg_prefix_before(text, o.start(), start))
+        for family, frx in _FIRST:
+            f1 = frx.search(text, start)
+            if f1 is not None:
+                return FirstToDump(family=family, pg=pg_prefix_before(text, f1.start(), start))
+    if "stuck" in text:
+        st = _STUCK.search(text, start)
+        if st is not None:
+            return HeartbeatKill("stuck", int(st.group("s")), pg_prefix_before(text, st.start(), start))
+    if "eartbeat" in text or "monitor" in text:
+        for kind, hrx in _HEARTBEAT:
+            h = hrx.search(text, start)
+            if h is not None:
+                return HeartbeatKill(kind, None, pg_prefix_before(text, h.start(), start))
+    if "Terminating" in text:
+        f = _FATAL.search(text, start)
+        if f is not None:
+            return FatalTerminate(reason=" ".join(f.group("why").split()), pg=parse_pg_prefix(text[start : f.start()]))
+    if "NCCL" in text or "inconsistency" in text:
+        for kind, trx in _TEARDOWN:
+            td = trx.search(text, start)
+            if td is not None:
+                return Teardown(kind=kind, pg=pg_prefix_before(text, td.start(), start))
+    if "detected" in text:
+        if _EXIT_LOCAL.search(text, start):
             return WatchdogExitMessage(from_rank=None)
         x = _EXIT_REMOTE.search(text, start)
         if x is not None:
@@ -732,20 +843,113 @@ def looks_cut(line: str) -> str | None:
     return None
 
 
+def maybe_cut_number(line: str, p: Parsed) -> bool:
+    """True when ``line`` parsed but may end inside a number a hard wrap cut: torch 2.6+ status lines end with the
+    last completed SeqNum and no period, so ``... last completed work: 46`` + ``117`` parses as 46. Suspect it when
+    the line ends with that number and it has fewer digits than the last enqueued one (C is normally E or E-1)."""
+    ev = p.event
+    if not isinstance(ev, StatusLine) or ev.family != "failure_detected":
+        return False
+    tail = strip_ansi(line).rstrip()
+    return tail.endswith(str(ev.last_completed)) and len(str(ev.last_completed)) < len(str(ev.last_enqueued))
+
+
+def is_benign(line: str) -> bool:
+    """A candidate line that is known noise: a C++ stack frame naming the watchdog, env-var advice."""
+    return any(b in line for b in _WATCHDOG_BENIGN)
+
+
+def is_watchdog_like(line: str) -> bool:
+    """A candidate line that talks about the NCCL watchdog but is none of our messages (a format we do not know),
+    as opposed to known noise (C++ stack frames, env-var advice) or another program's 'watchdog'."""
+    text = strip_ansi(line)
+    if any(b in text for b in _WATCHDOG_BENIGN):
+        return False
+    return "NCCL" in text or "WorkNCCL" in text or find_header(text)[0] is not None
+
+
+# Prefixes a collector, launcher or log viewer puts before a record. "Strong" ones are written once per physical
+# line by a program (a wrapped continuation never has one); a bare time or indentation may begin a wrapped piece.
+_STRONG_PREFIX = re.compile(
+    r"^(?:"
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"  # docker / collector timestamps
+    r"|\[\d{4}-\d\d-\d\d[^\]]{0,40}\]\s*"  # [2024-01-05 10:22:33,123]
+    r"|\[\d+\]\s+"  # log viewer line numbers: [51207]
+    r"|(?:P\d+ )?\d+: "  # srun --label
+    r"|\([^()]{0,200}?pid=\d+[^()]{0,100}\)\s*"  # Ray actor prefix
+    r"|\S+ \[(?:stderr|stdout)\]\s*"  # milabench
+    r"|\[[\w.\-]+:\d+\]:\s*"  # torchrun --tee [host:local_rank]:
+    r"|\[default\d+\]:\s*"  # torchrun/accelerate [default3]:
+    r")"
+)
+_WEAK_PREFIX = re.compile(r"^(?:\s+|\d\d:\d\d:\d\d(?:\.\d+)?\s+)")
+# A line that ends inside a record opener (a wrap cut "[rank1" | "2]:[E521 ..." or "[E ProcessGroupN" | "CCL.cpp...").
+_OPENER_CUT = re.compile(
+    r"^(?:\[rank\d+\]:)?\[(?:r(?:a(?:n(?:k(?:\d+(?:\](?::)?)?)?)?)?)?)?$"
+    r"|^(?:\[rank\d+\]:)?\[[FEWIV](?:\d{0,4}(?: [\d:.]*)?)?(?: ?[\w.\-]*(?::\d*)?)?$"
+    r"|^\([A-Za-z_][\w.]*(?:\[(?:r(?:a(?:n(?:k(?:=\d*)?)?)?)?)?)?$"  # a Ray actor prefix cut before its rank
+)
+# What a record (a log line of its own, not a wrapped piece) starts with once the prefixes are gone.
+_RECORD_STARTS: Final = (
+    "terminate called",
+    "what():",
+    "Exception raised from",
+    "frame #",
+    "Traceback",
+    'File "',
+    "[NeMo ",
+    "srun:",
+    "slurmstepd:",
+    "Epoch ",
+    "WARNING:",
+    "ERROR:",
+    "INFO:",
+    "RuntimeError",
+    "torch.",
+)
+_NCCL_LIB_LINE = re.compile(r"^[A-Za-z0-9][\w.\-]*:\d+:\d+ \[\d+\]")
+
+
+def strip_leading_prefixes(text: str) -> tuple[str, bool]:
+    """``text`` without the collector/launcher prefixes before its record (at most 6), and whether a strong one (a
+    launcher's or collector's, written once per physical line) was among them."""
+    strong = False
+    for _ in range(6):
+        m = _STRONG_PREFIX.match(text)
+        if m is not None and m.group(0):
+            strong = True
+        else:
+            m = _WEAK_PREFIX.match(text)
+            if m is None or not m.group(0):
+                break
+        text = text[m.end() :]
+    return text, strong
+
+
 def starts_new_record(line: str) -> bool:
-    """True when ``line`` begins a log record of its own (so it cannot be a wrapped continuation)."""
-    text = strip_ansi(line).lstrip()
-    if not text:
+    """True when ``line`` begins a log record of its own (so it cannot be a wrapped continuation).
+
+    Strict on purpose: a wrapped piece may begin with ``[PG ID ...`` or ``[Rank 3]`` (the break fell before it), so
+    a bare ``[`` is not a record start; a c10/glog header, ``[rankN]:``, a launcher prefix, a known record opening or a
+    line that ends inside such an opener is."""
+    text = strip_ansi(line)
+    if not text.strip():
         return True
-    header, _ = find_header(text)
-    if header is not None:
+    rest, strong = strip_leading_prefixes(text)
+    if strong or not rest:
         return True
-    return bool(_GLOBAL_RANK.match(text)) or text.startswith(("[NeMo ", "srun:", "slurmstepd:", "Traceback", "["))
+    if _GLOBAL_RANK.match(rest) or _HEADER.match(rest) or _GLOG.match(rest) or _NCCL_LIB_LINE.match(rest):
+        return True
+    return rest.startswith(_RECORD_STARTS) or _OPENER_CUT.match(rest.rstrip()) is not None
 
 
 def join_wrapped(parts: list[str]) -> str:
-    """Re-join the pieces of a hard-wrapped line (the wrap inserted line breaks only, no characters)."""
-    return "".join(p.rstrip("\r\n") for p in parts)
+    """Re-join the pieces of a hard-wrapped line: line breaks removed and a continuation's indentation dropped (a
+    paste often indents it). Whether a blank stood at the break cannot be known; the message regexes accept both."""
+    if not parts:
+        return ""
+    head = parts[0].rstrip("\r\n")
+    return head + "".join(p.rstrip("\r\n").lstrip() for p in parts[1:])
 
 
 def wall_time(header: Header | None) -> tuple[int, int, str] | None:

@@ -773,6 +773,7 @@ def scan_files(
     workers = _worker_count(files)
     total = len(files)
     results: list[FileScan | None] = [None] * total
+    progress.report(0, total, f"scanning {total} file(s), {sum(f.size for f in files):,} bytes, {workers} process(es)")
     if workers == 1:
         for i, lf in enumerate(files):
             results[i] = _scan_one(lf, spec, plan, sink_factory, head_lines, tail_lines, collect_ranks)

@@ -33,12 +33,13 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.types import CallToolResult, ContentBlock, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
 from debug_training_logs import __version__, paths, progress
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.printers import store
 from debug_training_logs.render import render_text
 from debug_training_logs.tools.registry import ToolSpec, all_tools
 
@@ -62,6 +63,8 @@ class _MonotoneProgress:
         self.last_raw = 0.0
 
     def __call__(self, done: float, total: float | None, message: str | None) -> None:
+        if done <= 0:  # a phase's "starting" notice: nothing done yet, and MCP wants every value above the last
+            return
         if done < self.last_raw:
             self.base += self.last_raw
         self.last_raw = done
@@ -74,10 +77,28 @@ class _MonotoneProgress:
             logger.debug("progress notification failed", exc_info=True)
 
 
+def _report_link(result: BaseModel) -> list[ContentBlock]:
+    """A result that made an HTML report (``html_report_uri``) also carries it as a resource link."""
+    uri = getattr(result, "html_report_uri", None)
+    if not uri:
+        return []
+    return [
+        ResourceLink(
+            type="resource_link",
+            uri=uri,
+            name=uri.rsplit("/", 1)[-1],
+            title="HTML report",
+            description="Per-rank state grid, timeline, AIS counters, step time/memory, verification (for a browser).",
+            mime_type="text/html",
+        )
+    ]
+
+
 def to_call_result(spec: ToolSpec, result: BaseModel) -> CallToolResult:
-    """The MCP result of a (budgeted) tool result: the readable text and the structured content (see above)."""
+    """The MCP result of a (budgeted) tool result: the readable text and the structured content (see above), plus a
+    resource link when the tool made an HTML report."""
     return CallToolResult(
-        content=[TextContent(type="text", text=render_text(spec, result))],
+        content=[TextContent(type="text", text=render_text(spec, result)), *_report_link(result)],
         structured_content=result.model_dump(mode="json"),
     )
 
@@ -134,8 +155,29 @@ def create_server(roots: Sequence[str | os.PathLike[str]] | None = None) -> MCPS
     return server
 
 
+def _register_reports(server: MCPServer) -> None:
+    """The HTML reports ``diagnose(html_report=true)`` made in this process, as ``text/html`` resources."""
+
+    @server.resource(
+        store.URI_PREFIX + "{name}",
+        name="html_report",
+        title="HTML report of a diagnosis",
+        description="A report diagnose made with html_report=true (kept in memory; the last few are kept).",
+        mime_type="text/html",
+    )
+    def html_report(name: str) -> str:
+        page = store.get(name)
+        if page is None:
+            raise ResourceError(
+                f"No report {name!r} in this server (reports are kept in memory, the last {store.REPORTS_KEPT}): "
+                "run diagnose with html_report=true again."
+            )
+        return page
+
+
 def _register_extras(server: MCPServer) -> None:
     """Prompts and resources beside the tools (the investigation protocol as an MCP prompt), when present."""
+    _register_reports(server)
     if importlib.util.find_spec("debug_training_logs.server.prompts") is None:
         return
     importlib.import_module("debug_training_logs.server.prompts").register(server)

@@ -114,6 +114,12 @@ class Diagnosis(BaseModel):
     attempt: int | None = Field(
         default=None, description="The attempt this diagnosis is about (default: the first failed one)."
     )
+    html_report_uri: str | None = Field(
+        default=None,
+        description="With html_report=true: the URI of the HTML report (a text/html resource this server serves; "
+        "the result also carries it as a resource link). A person opens it in a browser; do not read it into a "
+        "model's context.",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -326,6 +332,14 @@ def diagnose(
             "restricted unpickler: plain data only)."
         ),
     ] = None,
+    html_report: Annotated[
+        bool,
+        Field(
+            description="Also make the HTML report for a person (per-rank state grid by node, timeline, AIS counter "
+            "plots, step time/memory, verification) and return a link to it (html_report_uri); it is kept in the "
+            "server's memory, nothing is written to disk."
+        ),
+    ] = False,
 ) -> Diagnosis:
     """Find the root cause of a failed distributed training job, the whole protocol deterministically: job overview,
     tiered search of every rank's log, the NCCL state table (who never entered the collective), AIS counter deltas
@@ -337,10 +351,32 @@ def diagnose(
     evidence to collect) and the verification. When the evidence cannot decide (missing ranks, a timeout nothing
     attributes), the verdict says so (incomplete_evidence / nccl_timeout_unattributed) and what to fetch next.
     """
+    if not html_report:
+        logs_root = input_dir(logs_dir)
+        ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
+        fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
+        return build_diagnosis(gather_evidence(logs_root, ais_root, fr_root, attempt), logs_root, ais_root)
+    from debug_training_logs.printers import store
+
+    d, page = diagnose_with_html(logs_dir, ais_dir, attempt, fr_dir)
+    d.html_report_uri = store.keep(page)
+    return d
+
+
+def diagnose_with_html(
+    logs_dir: str, ais_dir: str | None = None, attempt: int | None = None, fr_dir: str | None = None
+) -> tuple[Diagnosis, str]:
+    """:func:`diagnose` plus the HTML report of the same evidence (one scan for both)."""
+    from debug_training_logs.printers.html import render_html
+    from debug_training_logs.printers.report_data import build_report_data
+
     logs_root = input_dir(logs_dir)
     ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
     fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-    return build_diagnosis(gather_evidence(logs_root, ais_root, fr_root, attempt), logs_root, ais_root)
+    ev = gather_evidence(logs_root, ais_root, fr_root, attempt)
+    d = build_diagnosis(ev, logs_root, ais_root)
+    source = str(logs_root) + (f" + {ais_root}" if ais_root is not None else "")
+    return d, render_html(build_report_data(d, ev), source)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -456,4 +492,5 @@ SPEC = ToolSpec(
     title="Diagnose a failed job",
     positional=("logs_dir", "ais_dir"),
     render=render_report,
+    mcp_only=("html_report",),
 )

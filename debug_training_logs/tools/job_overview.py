@@ -73,7 +73,10 @@ class JobOverview(BaseModel):
     files: list[FileEntry] = Field(description="Per file, up to `limit` (largest gaps first: files without ranks).")
     files_truncated: int = Field(description="Files not listed because of `limit`.")
     nodes: list[str] = Field(description="Host names seen (NCCL lines, torchrun failure tables, srun errors).")
-    framework: list[Hint] = Field(description="NeMo / Megatron-LM / Lightning / Ray / plain PyTorch.")
+    framework: list[Hint] = Field(
+        description="NeMo / Megatron-LM / Lightning / Ray / plain PyTorch (torch.distributed lines, no framework "
+        "marker) / unknown (no file, or nothing that shows the framework)."
+    )
     torch_version_hints: list[Hint] = Field(description="Message families seen and the torch versions they imply.")
     torch_versions_stated: list[str] = Field(description="Torch versions a line states explicitly.")
     nccl_versions: list[str] = Field(description="NCCL library versions from 'NCCL version x.y.z' lines.")
@@ -118,9 +121,15 @@ def build_overview(inv: Inventory, coverage: Coverage, limit: int) -> JobOvervie
         h = _hint(inv, m, name)
         if h is not None and name not in {f.name for f in frameworks}:
             frameworks.append(h)
-    if not frameworks:
-        frameworks = [Hint(name="plain PyTorch", lines=0, evidence="no NeMo/Megatron/Lightning/Ray markers seen")]
     families = [h for m, name in _FAMILY_VERSIONS.items() if (h := _hint(inv, m, name)) is not None]
+    if not frameworks and not inv.files:
+        frameworks = [Hint(name="unknown", lines=0, evidence="no log file was read")]
+    elif not frameworks and (inv.ranks or families or inv.torch_versions or inv.nccl_versions):
+        frameworks = [Hint(name="plain PyTorch", lines=0, evidence="no NeMo/Megatron/Lightning/Ray markers seen")]
+    elif not frameworks:
+        frameworks = [
+            Hint(name="unknown", lines=0, evidence="no framework, torch.distributed or NCCL line seen in the files")
+        ]
     sources = [h for m, name in _DATA_SOURCES.items() if (h := _hint(inv, m, name)) is not None]
     entries = sorted(inv.files, key=lambda f: (bool(f.ranks), f.rel))
     files = [

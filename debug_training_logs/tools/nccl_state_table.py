@@ -51,17 +51,22 @@ class NcclRow(_Model):
         "rank's dump signal; none: neither logged."
     )
     first_to_dump: bool = Field(
+        description="This rank is the job's first_dump_rank (whose dump signal the others reacted to) and detected "
+        "the timeout here: usually a victim that timed out first, not the cause."
+    )
+    signalled_dump: bool = Field(
         description="Logged 'First PG on this rank to signal dumping' (2.7+) / 'First watchdog to set the dump signal' "
-        "(2.4)."
+        "(2.4): this rank's own watchdog raised the dump (every rank that timed out logs it)."
     )
     dump_signal_from_rank: int | None = Field(
         description="R of 'dump signal ... from rank R': the global rank that set the TCPStore key first (usually a "
         "victim that timed out first, not the cause)."
     )
     timeout_time: str | None = Field(
-        description="When the watchdog logged the timeout: ISO 8601 worker-local time as written (no zone in the "
-        "lines), year inferred (see timeout_time_year_inferred); '--MM-DDTHH:MM:SS' when no year is known; null "
-        "before torch 2.4 (no time in the c10 header)."
+        description="When the watchdog logged the timeout, worker-local time (no zone in the lines): ISO 8601 with "
+        "the year another line of the job states (timeout_time_year_inferred, time_basis.year_evidence), or "
+        "'MM-DD HH:MM:SS' exactly as the c10 header wrote it when no line states a year; null before torch 2.4 (no "
+        "time in the header)."
     )
     timeout_time_utc: str | None = Field(
         description="timeout_time in UTC when the workers' offset is known, else null."
@@ -69,7 +74,8 @@ class NcclRow(_Model):
     timeout_time_year_inferred: bool = Field(description="True when the year is not in the line but inferred.")
     collective_start_time: str | None = Field(
         description="When the hung collective started: timeout_time - ran_for_ms (timeout_ms when ran_for is not "
-        "logged), rounded to the second; ran_for is used because it stays right when the watchdog itself was late."
+        "logged), rounded to the second, in the same form as timeout_time; ran_for is used because it stays right "
+        "when the watchdog itself was late."
     )
     signal_time: str | None = Field(description="When the rank logged the dump signal (worker-local, year inferred).")
     file: str | None = Field(description="File of the line cited for this row (status line, else timeout, else dump).")
@@ -110,8 +116,11 @@ class ProcessGroup(_Model):
     ranks: str = Field(description="Ranks that logged state for this PG (range string).")
     rank_count: int
     classification: str = Field(
-        description="straggler | fabric (every member entered, all detected, no straggler) | root_ahead (PG rank 0 "
-        "ahead by ahead_by ops) | mixed | incomplete (ranks missing or members unidentified: no straggler named)."
+        description="straggler (named only from a rank's own lines, or its absence while every rank of a known world "
+        "is in the logs) | fabric (every member, 2 or more, entered and detected, coverage complete) | root_ahead (PG "
+        "rank 0 ahead by ahead_by ops) | mismatch (ranks timed out in different collectives: SeqNum/OpType differ) | "
+        "mixed | incomplete (world size unknown, ranks missing, members unidentified or rows without a PG label: "
+        "nothing is concluded from a subset)."
     )
     reason: str = Field(description="The classification in words, with the numbers it rests on.")
     straggler_ranks: list[int] = Field(description="Global ranks that stalled this PG (only for 'straggler').")
@@ -157,6 +166,20 @@ class TimeBasis(_Model):
     year: int | None = Field(description="The year used for MMDD timestamps (from full dates elsewhere in the logs).")
     year_inferred: bool
     zone: str
+    year_evidence: str = Field(description="Which line the year comes from, or why times are shown without one.")
+
+
+class UnattributedTimeout(_Model):
+    """Timeouts no line attributes to a global rank (torch <= 2.2 output of several ranks in one file)."""
+
+    seq: int | None
+    op_type: str
+    timeout_ms: int
+    pg_local_ranks: str = Field(
+        description="The [Rank N] the lines print (range string): PG-local, the global rank only in a single-PG job."
+    )
+    count: int
+    evidence: _Evidence
 
 
 class FlightRecorderSummary(_Model):
@@ -202,6 +225,12 @@ class NcclStateTable(_Model):
     time_basis: TimeBasis
     message_families: list[str] = Field(description="Header/prefix/status wordings seen (which torch versions).")
     unattributed_lines: int = Field(description="Watchdog lines with no rank prefix in files holding several ranks.")
+    unattributed_timeouts: list[UnattributedTimeout] = Field(
+        description="Timeouts among those lines, per (SeqNum, OpType): they happened, but whose they are is unknown."
+    )
+    unparsed_samples: list[_Evidence] = Field(
+        description="A sample of the unparsed watchdog-like lines (file:line): a wording this tool does not know."
+    )
     unparsed_lines: int = Field(description="Candidate lines with a needle but no complete message (cut logs).")
     rejoined_messages: int = Field(description="Hard-wrapped or over-long messages re-joined from neighbouring lines.")
     deduplicated_lines: int = Field(
@@ -244,11 +273,14 @@ def nccl_state_table(
     timeout itself or only observed another rank's dump signal, first-to-dump, the timeout time and when the
     collective started. Each PG is classified: straggler (rank(s) with enqueued == completed, observed instead of
     detected, or absent while the others wait), fabric (everyone entered and timed out: no straggler), root_ahead
-    (rank 0 ahead by k ops ~ k/3 steps), mixed, or incomplete (ranks missing: no straggler is named from a subset).
+    (rank 0 ahead by k ops ~ k/3 steps), mismatch (ranks in different collectives), mixed, or incomplete (world size
+    unknown or ranks missing, e.g. one node's file or a pasted excerpt: no straggler is named from a subset).
 
-    Every torch wording 2.0-2.14 is read (three header styles, four PG-prefix styles, PG-local and stale [Rank N]
-    ignored for identity, hard-wrapped lines re-joined, gzip/zstd). Call it after job_overview whenever a watchdog
-    timeout appears; check `ranks_without_nccl_state` and `missing_ranks` before trusting a straggler.
+    Every torch wording 1.x-2.14 is read (three header styles, four PG-prefix styles, PG-local and stale [Rank N]
+    ignored for identity, timeouts repeated inside 'watchdog thread terminated' / what() / 'communicator was
+    aborted', hard-wrapped lines re-joined wherever they break, gzip/zstd). Call it after job_overview whenever a
+    watchdog timeout appears; check `ranks_without_nccl_state`, `missing_ranks`, `unattributed_timeouts` and
+    `unparsed_samples` before trusting a straggler.
     """
     root = input_dir(logs_dir)
     split, chosen = choose(root, attempt)
@@ -283,7 +315,7 @@ def add_dump_rows(table: NcclStateTable, facts: fr_dumps.FlightRecorderFacts, li
                     dump_signal_from_rank=None, timeout_time=None, timeout_time_utc=None,
                     timeout_time_year_inferred=False, collective_start_time=None, signal_time=None, file=st.file,
                     line=None, facts=["never joined the collective the others wait in"] if r in g.never_joined else [],
-                    stale_rank_label=None, source="dump",
+                    stale_rank_label=None, signalled_dump=False, source="dump",
                 )
             )  # fmt: skip
         mm = "; ".join(f"seq {m.seq} {m.field}: rank(s) {sorted(m.odd)} vs {m.majority}" for m in g.mismatches[:3])

@@ -53,6 +53,8 @@ class ToolSpec:
     destructive: bool = False
     render: Callable[[Any], str] | None = None
     """Human-readable CLI rendering of the result (default: the summary and an indented outline)."""
+    mcp_only: tuple[str, ...] = ()
+    """Parameters the CLI does not offer (it has its own way, e.g. ``analyze --html FILE``); they keep defaults."""
     follow_up: budget.FollowUp | None = None
     """For a list the budget shortened: the tool's own paging/filter arguments that show the rest."""
 
@@ -88,7 +90,10 @@ class ToolSpec:
 
     def call(self, max_tokens: int = budget.DEFAULT_MAX_TOKENS, **arguments: Any) -> BaseModel:
         """Run the tool and hold its result to ``max_tokens`` (arguments already validated)."""
-        result = self.func(**arguments)
+        return self.fit(self.func(**arguments), max_tokens, **arguments)
+
+    def fit(self, result: BaseModel, max_tokens: int = budget.DEFAULT_MAX_TOKENS, **arguments: Any) -> BaseModel:
+        """Hold a result this tool made (with ``arguments``) to ``max_tokens``, as :meth:`call` does."""
         defaults = {
             name: p.default
             for name, p in inspect.signature(self.func).parameters.items()

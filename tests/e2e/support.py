@@ -8,7 +8,9 @@ reason, never silently.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -158,13 +160,45 @@ def fill_arguments(schema: Mapping[str, Any], known: Mapping[str, Any], earlier:
     return args
 
 
+NODE_MIN = (20, 0)
+"""The oldest Node.js the pinned clients are tested on. Their package.json files declare more (Claude Code 2.1.330:
+>= 22.0.0; MCP Inspector 2.12.0: >= 22.19.0, so npm prints EBADENGINE warnings), but every e2e test passes on Node
+20.20.2, and the Claude Code tests also on Debian's 18.20.4; the Inspector was not run on 18 (Debian's build lacks
+a builtin it loads). Below 20 is untested, so it is refused."""
+
+
+def node_version() -> tuple[int, int, int] | None:
+    """``node --version`` as numbers, or None when node is not on PATH (or does not run)."""
+    node = shutil.which("node")
+    if node is None:
+        return None
+    try:
+        out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)\S*", out)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
 def node_tool(name: str) -> Path:
-    """``tests/e2e/node_modules/.bin/<name>``, or skip the test saying how to install it."""
-    if shutil.which("node") is None:
-        pytest.skip(f"node is not installed: the {name} end-to-end tests need Node.js 20+ and `{INSTALL_HINT}`")
+    """``tests/e2e/node_modules/.bin/<name>``, or skip the test saying how to install it.
+
+    No node, or no installed clients: skipped (the e2e tests are optional). Clients installed but a node older than
+    :data:`NODE_MIN`: failed, saying so: the README's install command ran ``npm install``, so a run that quietly
+    skipped them would look green while testing less (this is how ``.ci/run`` catches an old Node.js)."""
+    need = ".".join(map(str, NODE_MIN))
+    version = node_version()
+    if version is None:
+        pytest.skip(f"node is not installed: the {name} end-to-end tests need Node.js >= {need} and `{INSTALL_HINT}`")
     path = NODE_BIN / name
     if not path.exists():
         pytest.skip(f"{path.relative_to(REPO)} is missing: run `{INSTALL_HINT}` (pinned in tests/e2e/package.json)")
+    if version[:2] < NODE_MIN:
+        pytest.fail(
+            f"Node.js {'.'.join(map(str, version))} is too old for the {name} end-to-end tests: they need Node.js "
+            f">= {need} (tested on 20.20.2; the pinned packages declare >= 22). Install a newer Node.js, or remove "
+            "tests/e2e/node_modules to skip these tests."
+        )
     return path
 
 
