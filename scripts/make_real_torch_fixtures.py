@@ -17,6 +17,14 @@ Usage (torch lives in a separate venv, never in the project's):
 
     python3 -m venv /work/torchenv && /work/torchenv/bin/pip install torch==2.13.0 numpy
     python scripts/make_real_torch_fixtures.py --torch-venv /work/torchenv [--only stall,clean]
+    # the torch-family axis: the same shapes with another torch (fixtures/real_torch_2_14 was made this way)
+    python scripts/make_real_torch_fixtures.py --torch-venv /work/torchenv214 --out fixtures/real_torch_2_14 \
+        --only clean,sigkill,stall,stall_fr,mismatch_detail,loader_exception
+
+Runs are real, so details differ from run to run (pids, ports, times, which victim logs first). Whether an elastic
+restart recovers is a race between the two agents: ``restart`` recovered, ``restart_storm`` is a run of the same
+shape whose restarts never re-formed the gloo group; its truth was read from its logs. ``--retruth`` rewrites the
+stated part of every truth.json (category, culprits, story, attempts) without running torch.
 """
 
 from __future__ import annotations

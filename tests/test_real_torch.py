@@ -27,6 +27,9 @@ from debug_training_logs.verify.models import Conclusion
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures" / "real_torch"
 SHAPES = sorted(p.name for p in ROOT.iterdir() if (p / "truth.json").is_file())
+# the same shapes run with torch 2.14.1 (the CUDA wheel, on CPU): the torch-family axis of the matrix
+ROOT_2_14 = ROOT.parent / "real_torch_2_14"
+SHAPES_2_14 = sorted(p.name for p in ROOT_2_14.iterdir() if (p / "truth.json").is_file())
 _CACHE: dict[tuple[str, int | None], Diagnosis] = {}
 
 
@@ -65,6 +68,16 @@ def test_verdict_matches_truth_and_is_verified(name: str) -> None:
     assert (d.verdict.category, d.verdict.culprit_ranks) == (category, culprits), d.summary
     assert d.verification.accepted, failed
     assert "ACCEPTED" in render_report(d)
+
+
+@pytest.mark.parametrize("name", SHAPES_2_14)
+def test_torch_2_14_runs_get_the_same_verdicts(name: str) -> None:
+    t = json.loads((ROOT_2_14 / name / "truth.json").read_text(encoding="utf-8"))
+    assert t["torch_version"].startswith("2.14")
+    v = t.get("verdict_from_logs") or t
+    d = diagnose(str(ROOT_2_14 / name / "logs"))
+    assert (d.verdict.category, d.verdict.culprit_ranks) == (v["category"], v["culprit_ranks"]), d.summary
+    assert d.verification.accepted, [(c.rule, c.detail) for c in d.verification.checks if not c.passed]
 
 
 def _conclusion(d: Diagnosis, **change: Any) -> Conclusion:

@@ -31,12 +31,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from debug_training_logs.analysis.inventory import LineKeep
+from debug_training_logs.analysis.inventory import JobScan, LineKeep
 from debug_training_logs.formats import gloo, torchrun
 from debug_training_logs.logs.attribution import strip_ansi
 from debug_training_logs.logs.discovery import LogFile, discover
-from debug_training_logs.logs.scan import PatternSpec, scan_files
+from debug_training_logs.logs.scan import PatternSpec, SinkFactory, scan_files
 from debug_training_logs.models import Evidence, cut
 
 # Table lines are fixed-width (``f"{key:10}: "``): literal pieces select them without a per-line regex.
@@ -251,13 +252,29 @@ def _ev(rel: str, no: int, text: str) -> Evidence:
     return Evidence(file=rel, line=no, text=cut(text))
 
 
+def sink_factory(keep: LineKeep | None = None) -> SinkFactory:
+    """The per-file sink of the launcher scan, for a caller's own scan (``scan_job(root, PATTERNS, sink_factory())``
+    then :func:`from_job_scan`): the launcher facts ride in a scan the caller runs anyway."""
+    return functools.partial(_LineSink, keep=keep)
+
+
 def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: LineKeep | None = None) -> LauncherFacts:
     """Scan every file under ``logs_dir`` once and build :class:`LauncherFacts` (``keep``: only those lines, e.g.
     one attempt's)."""
     if files is None:
         files, _ = discover(logs_dir)
-    spec = PatternSpec(PATTERNS)
-    scans = scan_files(files, spec, functools.partial(_LineSink, keep=keep))
+    scans = scan_files(files, PatternSpec(PATTERNS), sink_factory(keep))
+    return _facts([(s.file.rel, s.sink_result, s.ranks) for s in scans], len(files))
+
+
+def from_job_scan(job: JobScan) -> LauncherFacts:
+    """The facts from a :func:`~debug_training_logs.analysis.inventory.scan_job` run with :data:`PATTERNS` and
+    :func:`sink_factory`."""
+    items = [(s.file.rel, r, s.ranks) for s, r in zip(job.files, job.caller_results, strict=True)]
+    return _facts(items, len(job.files))
+
+
+def _facts(items: list[tuple[str, Any, set[int]]], n_files: int) -> LauncherFacts:
     fates: dict[int, RankFate] = {}
     agents: list[AgentFacts] = []
     tables: list[tuple[str, torchrun.ChildFailedTable]] = []
@@ -269,14 +286,12 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: L
     def fate(r: int) -> RankFate:
         return fates.setdefault(r, RankFate(rank=r))
 
-    for s in scans:
-        if s.sink_result is None:
+    for rel, result, inline_ranks in items:
+        if result is None:
             continue
-        lines, b, dropped = s.sink_result
-        inline_ranks = s.ranks
+        lines, b, dropped = result
         benign.update(b)
         truncated += dropped
-        rel = s.file.rel
         if inline_ranks:
             inline[rel] = inline_ranks
         file_tables = torchrun.parse_child_failed_tables(lines)
@@ -361,7 +376,7 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: L
         tables=tables,
         mismatches=mismatches,
         benign=dict(benign),
-        files=len(files),
+        files=n_files,
         truncated_lines=truncated,
         inline_rank_files=inline,
     )

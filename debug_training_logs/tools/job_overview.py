@@ -194,9 +194,9 @@ def job_overview(
     not empty, ask the user for the missing node files before naming a culprit).
     """
     root = input_dir(logs_dir)
-    job = scan_job(root)
+    job = scan_job(root, launcher.PATTERNS, launcher.sink_factory())  # one scan: inventory and launcher facts
     overview = build_overview(job.inventory, job.coverage(), limit)
-    facts = launcher.gather(root, files=[s.file for s in job.files])
+    facts = launcher.from_job_scan(job)
     split = attempts.split(root, files=[s.file for s in job.files], launcher_facts=facts)
     overview.attempts = summaries(split, limit)
     overview.benign_lines = facts.benign
