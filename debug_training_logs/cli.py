@@ -2,7 +2,7 @@
 
 ``debug-training-logs TOOL ARGS --json`` prints exactly the tool's result model as JSON (what MCP returns as
 structured content); without ``--json`` a readable rendering. Exit status: 0 when the analysis ran (whatever it
-found), 2 for bad input with the reason on stderr.
+found), 2 for bad input with the reason on stderr, 1 when ``fetch-ais`` fetched nothing (the reason on stderr).
 """
 
 from __future__ import annotations
@@ -69,6 +69,19 @@ def _unwrap(annotation: Any) -> tuple[Any, FieldInfo | None, bool]:
     return annotation, info, optional
 
 
+def _number_list(item: type) -> Any:
+    """An argparse type reading ``1`` or ``1,2,3`` as a list of ``item``."""
+
+    def parse(text: str) -> list[Any]:
+        try:
+            return [item(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number or comma-separated numbers") from None
+
+    parse.__name__ = item.__name__
+    return parse
+
+
 def _add_param(
     parser: argparse.ArgumentParser, name: str, param: inspect.Parameter, hint: Any, positional: bool
 ) -> None:
@@ -83,8 +96,14 @@ def _add_param(
     elif base is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
     elif get_origin(base) is list:
+        # One value per flag, repeatable (``--patterns A --patterns B``): a flag taking several values would swallow
+        # the positional arguments after it. Numbers may also come comma-separated (``--tiers 1,2``).
         (item,) = get_args(base) or (str,)
-        kwargs.update(nargs="+", type=item if item in (int, float) else str)
+        if item in (int, float):
+            kwargs.update(action="extend", type=_number_list(item), metavar=item.__name__.upper())
+        else:
+            kwargs.update(action="append", type=str)
+        kwargs["help"] = (help_text + " (repeat the flag for several)").strip()
     elif get_origin(base) is Literal:
         kwargs.update(choices=list(get_args(base)))
     elif base in (int, float):
@@ -99,13 +118,16 @@ def _add_param(
         parser.add_argument(name, **kwargs)
     else:
         flag = "--" + name.replace("_", "-")
+        flags = [flag]
+        if get_origin(base) is list and flag.endswith("s"):
+            flags.append(flag[:-1])  # --pattern X --pattern Y reads naturally
         if has_default:
             kwargs["default"] = param.default
             if kwargs.get("help") and param.default not in (None, False, "") and base is not bool:
                 kwargs["help"] += f" (default: {param.default})"
         else:
             kwargs["required"] = True
-        parser.add_argument(flag, dest=name, **kwargs)
+        parser.add_argument(*flags, dest=name, **kwargs)
 
 
 def _build_tool_parser(
@@ -129,11 +151,31 @@ def _build_tool_parser(
     return p
 
 
+MAX_MODEL_ARG_BYTES = 16 << 20
+"""A JSON argument file (a conclusion to verify) larger than this is refused: ``/dev/zero`` must not be read forever."""
+
+
 def _read_model_arg(value: str, model: type[BaseModel]) -> BaseModel:
     try:
-        text = sys.stdin.read() if value == "-" else Path(value).read_text(encoding="utf-8")
+        if value == "-":
+            raw = sys.stdin.buffer.read(MAX_MODEL_ARG_BYTES + 1)
+        else:
+            with open(value, "rb") as fh:
+                raw = fh.read(MAX_MODEL_ARG_BYTES + 1)
     except OSError as exc:
         raise UserInputError(f"Cannot read {value!r}: {exc.strerror or exc}. Give the path of a JSON file.") from exc
+    if len(raw) > MAX_MODEL_ARG_BYTES:
+        raise UserInputError(
+            f"{value!r} is larger than {MAX_MODEL_ARG_BYTES >> 20} MiB: not a {model.__name__} JSON file. "
+            "Give the path of the JSON file you wrote."
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserInputError(
+            f"{value!r} is not UTF-8 text (byte {exc.start} is {raw[exc.start : exc.start + 1]!r}): not a JSON file. "
+            "Give the path of the JSON file you wrote."
+        ) from None
     try:
         return model.model_validate_json(text)
     except ValidationError as exc:
@@ -194,8 +236,34 @@ def build_parser() -> argparse.ArgumentParser:
         default="stdio",
         help="stdio (default: the client starts the server) or http (streamable HTTP at http://HOST:PORT/mcp).",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1).")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="HTTP bind address (default 127.0.0.1). Anything but loopback needs --allow-remote.",
+    )
     serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765); endpoint /mcp.")
+    serve.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="Allow --host beyond loopback (e.g. 0.0.0.0): prints a warning and requires a bearer token from "
+        "DEBUG_TRAINING_LOGS_HTTP_TOKEN or --token-file (else one is generated and printed on stderr).",
+    )
+    serve.add_argument("--token-file", metavar="FILE", help="File holding the bearer token HTTP clients must present.")
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="Another Host header value to accept (repeatable; 'name:*' for any port). Loopback and this "
+        "machine's names are accepted already.",
+    )
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="Another Origin header value to accept (repeatable), e.g. https://inspector.example:443.",
+    )
     serve.add_argument(
         "--root",
         action="append",
@@ -272,9 +340,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     if ns.command == "serve":
         from debug_training_logs.server.app import run
+        from debug_training_logs.server.http import http_policy
 
         transport = "stdio" if ns.transport == "stdio" else "streamable-http"
-        run(transport, ns.host, ns.port, ns.root)
+        policy = None
+        if transport != "stdio":
+            try:
+                policy = http_policy(
+                    ns.host,
+                    ns.port,
+                    allow_remote=ns.allow_remote,
+                    allowed_hosts=ns.allowed_host,
+                    allowed_origins=ns.allowed_origin,
+                    token_file=ns.token_file,
+                )
+            except UserInputError as exc:
+                print(f"debug-training-logs serve: {exc}", file=sys.stderr)
+                sys.exit(2)
+        run(transport, ns.host, ns.port, ns.root, policy)
         return
     spec = tool_by_name(ns._tool)
     assert spec is not None
@@ -291,6 +374,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(text)
     except BrokenPipeError:  # `... | head`: the reader left; not an error of the analysis
         sys.stdout = None  # keep the interpreter from flushing into the closed pipe
+    failure = _nothing_done(result)
+    if failure is not None:
+        print(f"debug-training-logs {ns.command}: {failure}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _nothing_done(result: BaseModel) -> str | None:
+    """Why a command that exists to produce files produced none (exit status 1), or None.
+
+    ``fetch-ais`` that fetched no node's logs has failed, whatever the reason (cluster unreachable, every node
+    failed): a script must not carry on as if ``DEST_DIR`` now held the AIS logs.
+    """
+    from debug_training_logs.ais_fetch.models import FetchAisLogsResult
+
+    if isinstance(result, FetchAisLogsResult) and result.nodes_ok + result.nodes_skipped == 0:
+        return f"nothing was fetched. {result.summary}"
+    return None
 
 
 def _analyze_with_html(ns: argparse.Namespace) -> BaseModel:

@@ -31,7 +31,13 @@ def restricted_to(roots: Sequence[str | os.PathLike[str]] | None) -> Iterator[No
 
 def check_allowed(path: str | os.PathLike[str]) -> Path:
     """``path`` resolved (symlinks followed), after checking it lies below an allowed root."""
-    resolved = Path(path).expanduser().resolve()
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop: Python 3.11 raises RuntimeError, later ones OSError
+        raise UserInputError(
+            f"The path {str(path)!r} cannot be resolved ({getattr(exc, 'strerror', None) or exc}; a symlink loop?). "
+            "Pass the real directory."
+        ) from None
     roots = _roots.get()
     if roots is not None and not any(resolved == r or resolved.is_relative_to(r) for r in roots):
         shown = ", ".join(str(r) for r in roots)

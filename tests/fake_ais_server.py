@@ -131,6 +131,8 @@ class Request:
     query: dict[str, str]
     node_id: str | None
     authorized: bool
+    sent_authorization: bool = False
+    """Whether the request carried any Authorization header (a stranger endpoint must never see one)."""
 
 
 @dataclass
@@ -201,7 +203,7 @@ def _handler(cluster: FakeAis) -> type[BaseHTTPRequestHandler]:
             auth = self.headers.get("Authorization", "")
             authorized = cluster.token is None or auth == f"Bearer {cluster.token}"
             with cluster.lock:
-                cluster.requests.append(Request(parts.path, query, node_id, authorized))
+                cluster.requests.append(Request(parts.path, query, node_id, authorized, bool(auth)))
             needs_token = parts.path != "/v1/daemon" or cluster.smap_requires_token
             if needs_token and not authorized:
                 msg = "token required" if not auth else "invalid token: signature is invalid"

@@ -341,9 +341,25 @@ def test_tool_function_json_window_and_limits() -> None:
         "client_write_failed": 2,
     }
     one = ais_counter_deltas_tool(str(DATA_STALL), limit=1)
-    assert one.truncated["intervals"] == 83
+    # Without a window only the intervals that matter are listed (the spike first); the rest is summed per daemon.
+    assert one.interval_selection == "notable" and one.intervals_total == 84
     assert [(iv.daemon, iv.start) for iv in one.intervals] == [(T2, INCIDENT_START)]
+    notable = 1 + one.truncated["intervals"]
+    assert notable == 4  # the spike on ais-target-2, and the interval in which each target's reads last grew
+    assert notable + sum(s.intervals for s in one.interval_summaries) == 84
+    assert [d.daemon for d in one.daemons] == [T2]  # the daemon with the spike is the one kept
+    assert len({s.daemon for s in one.interval_summaries}) == 4
     assert one.truncated["notable_lines"] == 10
+    # A window lists every interval in it; `daemon` narrows the lists (by host name here).
+    t2 = ais_counter_deltas_tool(
+        str(DATA_STALL), daemon=["ais-target-2"], start="2026-05-21T14:00:00", end="2026-05-21T15:00:00"
+    )
+    assert t2.interval_selection == "window" and t2.daemon_filter == [T2] and t2.interval_summaries == []
+    assert {iv.daemon for iv in t2.intervals} == {T2} and len(t2.intervals) == t2.intervals_total > 4
+    assert all(d.daemon == T2 for d in t2.daemons) and all(n.daemon == T2 for n in t2.notable_lines)
+    assert all(v != 0 for iv in t2.intervals for v in iv.deltas.values())  # counters that did not grow are left out
+    with pytest.raises(UserInputError, match="No AIS daemon matches 'ais-target-9'"):
+        ais_counter_deltas_tool(str(DATA_STALL), daemon=["ais-target-9"])
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_in_pty(*args: str, timeout: float = 120) -> tuple[int, str, str]:
+def run_in_pty(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """Run the CLI with stderr on a pseudo-terminal (stdout a pipe): (exit status, stdout, what the terminal got)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
@@ -37,7 +37,7 @@ def run_in_pty(*args: str, timeout: float = 120) -> tuple[int, str, str]:
         stdout=subprocess.PIPE,
         stderr=slave,
         stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
     )
     os.close(slave)
     got = b""
@@ -67,6 +67,22 @@ def test_progress_on_a_terminal_and_silence_in_a_pipe(tmp_path: Path) -> None:
     assert term.endswith("\r\x1b[K")  # the status line is erased before the report is read
     piped = cli("analyze", str(DATA_STALL / "logs"), str(DATA_STALL / "ais"))
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_fetch_ais_shows_progress_per_node_on_a_terminal(tmp_path: Path) -> None:
+    from fake_ais_server import FakeAis, FakeNode, serve
+
+    nodes = [FakeNode.typical(f"tgt{i}AbCd", "target", f"ais-target-{i}") for i in range(3)]
+    home = tmp_path / "home"
+    home.mkdir()
+    with serve(FakeAis([FakeNode.typical("prx0WxYz", "proxy", "ais-proxy-0"), *nodes])) as url:
+        rc, out, term = run_in_pty(
+            "fetch-ais", str(tmp_path / "dest"), "--endpoint", url, env={"HOME": str(home), "AIS_AUTHN_TOKEN": "t0k"}
+        )
+    assert rc == 0, term
+    assert "4 of 4 AIS nodes" in out
+    assert re.search(r"\[4/4\] ", term), term  # one redraw per finished node, the last one always drawn
+    assert term.endswith("\r\x1b[K")
 
 
 def test_verbose_logs_each_phase_with_its_time() -> None:

@@ -57,12 +57,15 @@ def _run(
     path = f"{VENV_BIN}:{env.pop('PATH', '/usr/local/bin:/usr/bin:/bin')}"
     # Claude Code connects MCP servers in the background by default, so under load a headless run's first request to
     # the model can go out before our server has answered `tools/list` (its tools are then missing from that turn).
-    # MCP_CONNECTION_NONBLOCKING=0 makes the client itself wait for each server's handshake, bounded by MCP_TIMEOUT:
-    # the test waits on readiness as a client does, never on a sleep.
+    # MCP_CONNECTION_NONBLOCKING=0 makes the client itself wait for each server's handshake before the first turn, and
+    # CLAUDE_CODE_MCP_STARTUP_WAIT_MS (read by the 2.1.330 binary) raises that wait's deadline: with the first alone a
+    # loaded machine (load average 12 on 2 cores) still lost the race 2 runs in 3. The test waits on readiness as a
+    # client does, never on a sleep.
+    wait = {"MCP_CONNECTION_NONBLOCKING": "0", "CLAUDE_CODE_MCP_STARTUP_WAIT_MS": "60000"}
     return subprocess.run(
         [str(claude), *args],
         cwd=cwd,
-        env=isolated_env(home, PATH=path, MCP_TIMEOUT="30000", MCP_CONNECTION_NONBLOCKING="0", **env),
+        env=isolated_env(home, PATH=path, MCP_TIMEOUT="30000", **wait, **env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -162,7 +165,7 @@ def _headless(
             *extra,
             cwd=project,
             home=tmp_path / "home",
-            timeout=150,
+            timeout=300,
             ANTHROPIC_BASE_URL=fake.url,
             ANTHROPIC_API_KEY="sk-ant-offline-dummy",
             ENABLE_TOOL_SEARCH="false",

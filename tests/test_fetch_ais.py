@@ -312,7 +312,7 @@ def test_unreachable_cluster_gives_the_manual_cli_commands(tmp_path: Path) -> No
     )
     assert time.monotonic() - t0 < 3.0
     assert not res.cluster_reachable and res.nodes == []
-    assert "cannot reach" in (res.error or "") and "Connection refused" in (res.error or "")
+    assert "cannot reach" in (res.error or "") and "connection refused" in (res.error or "")
     dest = str((tmp_path / "d").resolve())
     assert res.manual_fallback[0] == f"export AIS_ENDPOINT=http://127.0.0.1:{port}"
     assert res.manual_fallback[1].startswith("export AIS_AUTHN_TOKEN=<token>")
@@ -402,9 +402,8 @@ def test_the_token_never_appears_in_results_errors_logs_or_output(
     texts: list[str] = []
     with serve(cluster) as url:
         userinfo_url = url.replace("http://", "http://admin:hunter2secret@")
-        res = fetch_ais_logs(
-            tmp_path / "d", endpoint=userinfo_url, timeout_s=1.0, env=_env(None), home=_no_home(tmp_path)
-        )
+        allowed = {**_env(None), "DEBUG_TRAINING_LOGS_AIS_TOKEN_ENDPOINTS": url}  # the user allowed this endpoint
+        res = fetch_ais_logs(tmp_path / "d", endpoint=userinfo_url, timeout_s=1.0, env=allowed, home=_no_home(tmp_path))
         texts.append(res.model_dump_json())
         res_bad = fetch_ais_logs(tmp_path / "d2", env=_env(url, token="bad" + TOKEN), home=_no_home(tmp_path))
         texts.append(res_bad.model_dump_json())
@@ -412,7 +411,7 @@ def test_the_token_never_appears_in_results_errors_logs_or_output(
             fetch_ais_logs(tmp_path / "d3", timeout_s=1.0, env=_env(url), home=_no_home(tmp_path))
     leaky = next(n for n in res.nodes if n.node_id == "leaky001")
     assert leaky.status == "failed" and "<redacted>" in (leaky.reason or "")
-    assert res.nodes_ok == 3  # the token was sent: the endpoint came from the argument and AIS_ENDPOINT is unset
+    assert res.nodes_ok == 3  # the token was sent: the argument's endpoint is on the user's allow-list
     assert any("user:password part was ignored" in w for w in res.warnings)
     # exceptions: a token the HTTP layer cannot send, and a config repr
     with pytest.raises(UserInputError) as info:
@@ -445,18 +444,18 @@ def test_token_file_and_cli_token_file_are_read(tmp_path: Path) -> None:
     home = _no_home(tmp_path)
     (home / ".config/ais/cli").mkdir(parents=True)
     (home / ".config/ais/cli/auth.token").write_text(json.dumps({"token": TOKEN}))
-    cfg = resolve_config("http://h:1", env={}, home=home)
+    cfg = resolve_config(None, env={"AIS_ENDPOINT": "http://h:1"}, home=home)
     assert cfg.token is not None and cfg.token.reveal() == TOKEN and cfg.token_source.endswith("auth.token")
     f = tmp_path / "tok.json"
     f.write_text(json.dumps({"token": "other.tok.en"}))
-    cfg2 = resolve_config("http://h:1", env={"AIS_AUTHN_TOKEN_FILE": str(f)}, home=home)
+    cfg2 = resolve_config(None, env={"AIS_ENDPOINT": "http://h:1", "AIS_AUTHN_TOKEN_FILE": str(f)}, home=home)
     assert cfg2.token is not None and cfg2.token.reveal() == "other.tok.en"
     assert cfg2.token_source == "AIS_AUTHN_TOKEN_FILE"
     with pytest.raises(UserInputError, match="does not exist"):
         resolve_config("http://h:1", env={"AIS_AUTHN_TOKEN_FILE": str(tmp_path / "missing")}, home=home)
     f.write_text('{"tok": 1}')
     with pytest.raises(UserInputError, match="not JSON of the form"):
-        resolve_config("http://h:1", env={"AIS_AUTHN_TOKEN_FILE": str(f)}, home=home)
+        resolve_config(None, env={"AIS_ENDPOINT": "http://h:1", "AIS_AUTHN_TOKEN_FILE": str(f)}, home=home)
     assert "secret" not in repr(Secret("secret")) and "secret" not in str(Secret("secret"))
 
 
@@ -525,6 +524,7 @@ def test_cli_fetch_ais_prints_the_result_json_and_never_the_token(tmp_path: Path
     env.update(HOME=str(_no_home(tmp_path)), AIS_AUTHN_TOKEN=TOKEN)
     dest = tmp_path / "ais"
     with serve(cluster) as url:
+        env["AIS_ENDPOINT"] = url  # configured out of band: the token may go there
         proc = subprocess.run(
             [sys.executable, "-m", "debug_training_logs", "-vv", "fetch-ais", str(dest), "--endpoint", url, "--json"],
             capture_output=True,
@@ -568,6 +568,7 @@ async def test_mcp_tool_fetches_reports_progress_and_keeps_to_the_allowed_roots(
         seen.append(progress)
 
     with serve(cluster) as url:
+        monkeypatch.setenv("AIS_ENDPOINT", url)  # configured out of band: the token may go there
         async with Client(create_server([allowed])) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             ann = tools["fetch_ais_logs"].annotations
@@ -632,3 +633,95 @@ def test_tls_untrusted_certificate_then_client_ca_then_skip_verify(
             tmp_path / "e", endpoint=plain_url.replace("http://", "https://"), env={}, home=_no_home(tmp_path)
         )
         assert time.monotonic() - t0 < 5 and "TLS handshake" in (wrong.error or "")
+
+
+# --- the token never leaves for a stranger (issue 16) ---------------------------------------------------------------
+
+
+def test_token_is_withheld_from_an_argument_endpoint_when_nothing_is_configured(tmp_path: Path) -> None:
+    stranger = _cluster(token=TOKEN, smap_requires_token=False)
+    with serve(stranger) as url:
+        res = fetch_ais_logs(tmp_path / "d", endpoint=url, env=_env(None), home=_no_home(tmp_path))
+    assert stranger.requests and not any(r.sent_authorization for r in stranger.requests)
+    assert res.nodes_ok == 0 and "withheld" in res.auth
+    assert any("DEBUG_TRAINING_LOGS_AIS_TOKEN_ENDPOINTS" in w for w in res.warnings)
+
+
+def test_token_goes_to_the_configured_endpoints_only(tmp_path: Path) -> None:
+    home = _no_home(tmp_path)
+    mine, stranger = _cluster(token=TOKEN), _cluster(token=TOKEN, smap_requires_token=False)
+    with serve(mine) as my_url, serve(stranger) as other_url:
+        (home / ".config/ais/cli").mkdir(parents=True)
+        (home / ".config/ais/cli/cli.json").write_text(json.dumps({"cluster": {"url": my_url}}))
+        # the ais CLI config's cluster.url: the default endpoint, and the token may go there as an argument too
+        by_default = fetch_ais_logs(tmp_path / "a", env=_env(None), home=home)
+        as_argument = fetch_ais_logs(tmp_path / "b", endpoint=my_url, env=_env(None), home=home)
+        elsewhere = fetch_ais_logs(tmp_path / "c", endpoint=other_url, env=_env(None), home=home)
+        before_allowed = list(stranger.requests)
+        allowed = fetch_ais_logs(
+            tmp_path / "e",
+            endpoint=other_url,
+            env={**_env(None), "DEBUG_TRAINING_LOGS_AIS_TOKEN_ENDPOINTS": f"http://x:1, {other_url}"},
+            home=home,
+        )
+    assert by_default.endpoint_source == "ais CLI config (cluster.url)" and by_default.nodes_ok == 3
+    assert as_argument.nodes_ok == 3 and all(r.sent_authorization for r in mine.requests)
+    assert elsewhere.nodes_ok == 0 and "withheld" in elsewhere.auth
+    assert allowed.nodes_ok == 3  # the user listed that endpoint explicitly
+    assert before_allowed and not any(r.sent_authorization for r in before_allowed)
+
+
+@pytest.mark.anyio
+async def test_mcp_endpoint_from_log_text_never_gets_the_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp import Client
+
+    from debug_training_logs.server.app import create_server
+
+    monkeypatch.setenv("AIS_AUTHN_TOKEN", TOKEN)
+    monkeypatch.delenv("AIS_ENDPOINT", raising=False)
+    monkeypatch.delenv("DEBUG_TRAINING_LOGS_AIS_TOKEN_ENDPOINTS", raising=False)
+    monkeypatch.setenv("HOME", str(_no_home(tmp_path)))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    attacker = _cluster(token=TOKEN, smap_requires_token=False)
+    with serve(attacker) as url:
+        async with Client(create_server([tmp_path])) as client:
+            res = await client.call_tool("fetch_ais_logs", {"dest_dir": str(tmp_path / "ais"), "endpoint": url})
+    assert attacker.requests and not any(r.sent_authorization for r in attacker.requests)
+    assert res.structured_content is not None and "withheld" in res.structured_content["auth"]
+
+
+def test_refused_connection_fails_at_once_and_the_cli_exits_nonzero(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIS_")}
+    env["HOME"] = str(_no_home(tmp_path))
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "debug_training_logs",
+            "fetch-ais",
+            str(tmp_path / "d"),
+            "--endpoint",
+            f"http://127.0.0.1:{port}",
+            "--timeout-s",
+            "60",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert time.monotonic() - t0 < 30  # it spent the whole 60 s budget retrying before
+    assert proc.returncode == 1
+    assert "nothing was fetched" in proc.stderr and "connection refused" in proc.stderr
+    none = subprocess.run(
+        [sys.executable, "-m", "debug_training_logs", "fetch-ais", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert none.returncode == 2 and "--endpoint http://HOST:PORT" in none.stderr

@@ -82,7 +82,7 @@ def test_a_1024_rank_job_fits_in_8k_tokens(tmp_path: Path) -> None:
 
 def test_context_caller_patterns_and_tiers(data_stall: Path) -> None:
     res = grep_all_ranks(
-        str(data_stall), patterns=["loader=AISBatchLoaderError", "Observed flight recorder"], context=2
+        str(data_stall), patterns=["(?P<loader>AISBatchLoaderError)", "Observed flight recorder"], context=2
     )
     assert [p.name for p in res.patterns] == ["loader", "p2"] or {p.name for p in res.patterns} == {"loader", "p2"}
     assert res.context and all(len(b.lines) <= 5 for b in res.context)

@@ -124,11 +124,27 @@ def test_data_stall_page_sections() -> None:
     getbatch = next(plots for name, plots in data.ais_plots if name.startswith("t[hJkL0aBc]"))[1]
     assert max(y for _, y in getbatch.lines[0].points) == 40  # the +40 spike of the interval ending 14:33:08
     assert len({p.x_range for _, plots in data.ais_plots for p in plots}) == 1
+    assert page.count('class="mark-failure"') == 16 and 'class="mark-restart"' not in page  # aligned, no restart
     # Verification: one row per check.
     assert page.count("<tr><td>") >= len(data.diagnosis.verification.checks)
     for check in data.diagnosis.verification.checks:
         assert f"<td>{check.rule}</td>" in page
     assert "verification: ACCEPTED" in page
+
+
+def test_ais_restarts_are_marked_apart_from_the_failure() -> None:
+    logs = FIXTURES / "data_stall" / "logs"
+    ais = FIXTURES / "ais_target_restart" / "ais"
+    ev = gather_evidence(logs, ais)
+    data = build_report_data(build_diagnosis(ev, logs, ais), ev)
+    restarted = {r.daemon for r in ev.ais.restarts} if ev.ais else set()
+    assert restarted, "the fixture has a target restart"
+    for name, plots in data.ais_plots:
+        kinds = {label for p in plots for _, label in p.markers}
+        assert ("restart" in kinds) == (name.split(" ")[0] in restarted), (name, kinds)
+    page = render_html(data)
+    assert page.count('class="mark-restart"') == 4 * len(restarted)  # one per counter plot of each restarted daemon
+    assert 'class="mark-failure"' not in page  # the clocks are not aligned here: no failure time on the AIS axis
 
 
 def test_series_on_small_and_big_jobs() -> None:

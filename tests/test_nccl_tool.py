@@ -30,11 +30,16 @@ async def test_cli_json_equals_mcp_structured_content() -> None:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         schema = tools["nccl_state_table"].input_schema
         assert {"logs_dir", "limit", "max_tokens"} <= set(schema["properties"]) and schema["required"] == ["logs_dir"]
-        res = await client.call_tool("nccl_state_table", {"logs_dir": str(logs), "limit": 10})
+        res = await client.call_tool("nccl_state_table", {"logs_dir": str(logs), "limit": 10, "offset": 0})
         assert res.is_error is False, res.content
         via_mcp = res.structured_content
+        default = (await client.call_tool("nccl_state_table", {"logs_dir": str(logs)})).structured_content
+    # The default view: the deviating rank's row in full, the 15 others as the PG majority.
+    assert default is not None and default["rows_view"] == "deviating"
+    assert [r["rank"] for r in default["rows"]] == [5] and default["rows_truncated"] == 15
+    assert default["process_groups"][0]["majority"]["ranks"] == "0-4,6-15"
     cli = subprocess.run(
-        [sys.executable, "-m", "debug_training_logs", "nccl", str(logs), "--limit", "10", "--json"],
+        [sys.executable, "-m", "debug_training_logs", "nccl", str(logs), "--limit", "10", "--offset", "0", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -44,7 +49,7 @@ async def test_cli_json_equals_mcp_structured_content() -> None:
     assert via_mcp is not None and via_mcp["straggler_ranks"] == [5]
     assert via_mcp["process_groups"][0]["classification"] == "straggler"
     assert via_mcp["rows_total"] == 16 and via_mcp["rows_truncated"] == 6
-    assert any(r["rank"] == 5 for r in via_mcp["rows"])
+    assert [r["rank"] for r in via_mcp["rows"]] == list(range(10)) and via_mcp["next_offset"] == 10
 
 
 def test_cli_human_output_and_bad_dir(tmp_path: Path) -> None:

@@ -180,9 +180,9 @@ def test_invalid_and_backtracking_patterns_are_clear_errors(tmp_path: Path) -> N
 
 def test_fallback_timeout_during_the_scan_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "a.log").write_text("a" * 40 + "!\n")
-    monkeypatch.setattr(scan, "FALLBACK_TIMEOUT_S", 0.01)
+    monkeypatch.setattr(scan, "FALLBACK_BUDGET_S", 0.01)
     monkeypatch.setattr(scan, "compile_patterns", lambda spec: None)  # skip the probe: hit the scan-time guard
-    with pytest.raises(UserInputError, match="timed out"):
+    with pytest.raises(UserInputError, match="used up this search's budget"):
         scan_files(discover(tmp_path)[0], PatternSpec((r"(a|aa)+\1$",)))
 
 

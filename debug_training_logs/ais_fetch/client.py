@@ -24,6 +24,7 @@ import contextlib
 import http.client
 import json
 import os
+import socket
 import ssl
 import time
 from collections.abc import Mapping
@@ -201,6 +202,19 @@ class AisClient:
             raise AisRequestError(
                 f"TLS handshake with {ep.display} failed ({exc.reason or type(exc).__name__}); check that the "
                 "endpoint really is https:// and, for mTLS, AIS_CRT/AIS_CRT_KEY"
+            ) from None
+        except ConnectionRefusedError:
+            # Nothing listens there: a wrong host/port, or the proxy is down. A minute of retries would not help.
+            conn.close()
+            raise AisRequestError(
+                f"cannot reach {ep.display}: connection refused (nothing listens on that host and port; check the "
+                "endpoint: AIS proxies usually listen on port 51080 or 8080)",
+                retryable=False,
+            ) from None
+        except socket.gaierror as exc:
+            conn.close()
+            raise AisRequestError(
+                f"cannot reach {ep.display}: the host name does not resolve ({exc.strerror or exc})", retryable=False
             ) from None
         except (OSError, http.client.HTTPException) as exc:
             conn.close()

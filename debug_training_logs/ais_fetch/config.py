@@ -2,11 +2,14 @@
 
 Resolution follows the Go CLI/API (``api/authn/loadtoken.go``, ``cmn/client.go:EnvToTLS``):
 
-* endpoint: the ``endpoint`` argument, else ``AIS_ENDPOINT``;
+* endpoint: the ``endpoint`` argument, else ``AIS_ENDPOINT``, else ``cluster.url`` of the ais CLI config
+  (``~/.config/ais/cli/cli.json``, under ``$XDG_CONFIG_HOME`` when set);
 * token: ``AIS_AUTHN_TOKEN`` (raw JWT), else the file named by ``AIS_AUTHN_TOKEN_FILE``, else
   ``~/.config/ais/cli/auth.token``; a token file is JSON ``{"token": "<jwt>"}`` (a bare token line is accepted too);
-* the token is sent only to the endpoint the user configured: when an ``endpoint`` argument names another host than
-  ``AIS_ENDPOINT``, it is withheld (the argument may come from a model that read untrusted log text);
+* the token is sent only to an endpoint the user configured out of band: ``AIS_ENDPOINT``, the ais CLI config's
+  ``cluster.url``, or one listed in ``DEBUG_TRAINING_LOGS_AIS_TOKEN_ENDPOINTS`` (comma-separated URLs: the explicit
+  permission for other endpoints). An ``endpoint`` argument naming any other host:port gets no token, whether or
+  not ``AIS_ENDPOINT`` is set: over MCP the argument may come from a model that read attacker-written log text;
 * TLS: ``AIS_SKIP_VERIFY_CRT`` (y/yes/on/true/1/t), ``AIS_CLIENT_CA`` (PEM bundle added to the system CAs),
   ``AIS_CRT`` + ``AIS_CRT_KEY`` (client certificate for mTLS). ``AIS_SERVER_CRT`` is the AuthN *server*'s certificate,
   not a client setting, and is not read.
@@ -30,6 +33,11 @@ from urllib.parse import SplitResult, urlsplit
 from debug_training_logs.errors import UserInputError
 
 ENV_ENDPOINT = "AIS_ENDPOINT"
+ENV_TOKEN_ENDPOINTS = "DEBUG_TRAINING_LOGS_AIS_TOKEN_ENDPOINTS"
+"""Comma-separated endpoint URLs the user allows the token to go to besides AIS_ENDPOINT and the ais CLI config."""
+CLI_CONFIG = "ais/cli/cli.json"
+"""The ais CLI config below the config home (``$XDG_CONFIG_HOME`` or ``~/.config``); its ``cluster.url`` is an
+endpoint the user configured."""
 ENV_TOKEN = "AIS_AUTHN_TOKEN"
 ENV_TOKEN_FILE = "AIS_AUTHN_TOKEN_FILE"
 ENV_SKIP_VERIFY = "AIS_SKIP_VERIFY_CRT"
@@ -179,13 +187,17 @@ def resolve_config(
     """
     env = os.environ if env is None else env
     warnings: list[str] = []
+    cli_url = _cli_config_url(env, home, warnings)
     if endpoint and endpoint.strip():
         ep, ep_source = parse_endpoint(endpoint), "argument"
     elif env.get(ENV_ENDPOINT, "").strip():
         ep, ep_source = parse_endpoint(env[ENV_ENDPOINT]), ENV_ENDPOINT
+    elif cli_url is not None:
+        ep, ep_source = cli_url, "ais CLI config (cluster.url)"
     else:
         raise UserInputError(
-            f"No AIS endpoint: pass endpoint='http://HOST:PORT' (any proxy of the cluster) or set {ENV_ENDPOINT}."
+            "No AIS endpoint: pass --endpoint http://HOST:PORT on the command line (endpoint='http://HOST:PORT' as a "
+            f"tool argument; any proxy of the cluster), or set {ENV_ENDPOINT}."
         )
     if ep.userinfo:
         warnings.append(
@@ -193,19 +205,62 @@ def resolve_config(
             f"{TOKEN_SOURCES_TEXT})."
         )
     token, token_source = _resolve_token(env, home)
-    if token is not None and ep_source == "argument" and env.get(ENV_ENDPOINT, "").strip():
-        configured = parse_endpoint(env[ENV_ENDPOINT])
-        if (configured.scheme, configured.host.lower(), configured.port) != (ep.scheme, ep.host.lower(), ep.port):
+    if token is not None and ep_source == "argument":
+        trusted = _trusted_endpoints(env, cli_url, warnings)
+        if _key(ep) not in {_key(t) for t in trusted}:
             # The argument may come from a model reading untrusted log text: never hand the user's token to a host
-            # other than the one they configured.
+            # the user did not name themselves, out of band.
+            shown = ", ".join(t.display for t in trusted) or "none configured"
             warnings.append(
-                f"The AIS token was not sent: the endpoint argument ({ep.display}) is not the host in {ENV_ENDPOINT} "
-                f"({configured.display}), and the token is only sent there. Omit the endpoint argument or set "
-                f"{ENV_ENDPOINT} to it."
+                f"The AIS token was not sent: the endpoint argument ({ep.display}) is not an endpoint you configured "
+                f"({shown}). To send it there, set {ENV_ENDPOINT} to it or add it to {ENV_TOKEN_ENDPOINTS} "
+                "(comma-separated URLs) in the environment of this program."
             )
-            token, token_source = None, f"none (withheld from an endpoint other than {ENV_ENDPOINT})"
+            token, token_source = None, "none (withheld from an endpoint that was not configured out of band)"
     ctx, tls_text = _resolve_tls(ep, env, warnings)
     return AisConfig(ep, ep_source, token, token_source, ctx, tls_text, tuple(warnings))
+
+
+def _key(ep: Endpoint) -> tuple[str, str, int]:
+    return ep.scheme, ep.host.lower(), ep.port
+
+
+def _cli_config_url(env: Mapping[str, str], home: Path | None, warnings: list[str]) -> Endpoint | None:
+    """``cluster.url`` of the ais CLI config, or None (absent, unreadable or not a URL: said in ``warnings``)."""
+    xdg = env.get("XDG_CONFIG_HOME", "").strip()
+    if xdg:
+        path = Path(xdg) / CLI_CONFIG
+    else:
+        path = (home if home is not None else Path("~").expanduser()) / ".config" / CLI_CONFIG
+    try:
+        if not path.is_file() or path.stat().st_size > _MAX_TOKEN_FILE_BYTES:
+            return None
+        url = json.loads(path.read_text(encoding="utf-8")).get("cluster", {}).get("url")
+    except (OSError, ValueError, AttributeError):
+        warnings.append(f"The ais CLI config {path} could not be read as JSON; its cluster.url was not used.")
+        return None
+    if not isinstance(url, str) or not url.strip():
+        return None
+    try:
+        return parse_endpoint(url)
+    except UserInputError:
+        warnings.append(f"The ais CLI config {path} has a cluster.url that is not a URL; it was not used.")
+        return None
+
+
+def _trusted_endpoints(env: Mapping[str, str], cli_url: Endpoint | None, warnings: list[str]) -> list[Endpoint]:
+    """The endpoints the token may go to: AIS_ENDPOINT, the ais CLI config's cluster.url, and the allow-list."""
+    out: list[Endpoint] = [cli_url] if cli_url is not None else []
+    if env.get(ENV_ENDPOINT, "").strip():
+        out.append(parse_endpoint(env[ENV_ENDPOINT]))
+    for item in re.split(r"[,\s]+", env.get(ENV_TOKEN_ENDPOINTS, "")):
+        if not item:
+            continue
+        try:
+            out.append(parse_endpoint(item))
+        except UserInputError:
+            warnings.append(f"{ENV_TOKEN_ENDPOINTS} lists {_display_raw(item)!r}, which is not a URL; ignored.")
+    return out
 
 
 def _resolve_token(env: Mapping[str, str], home: Path | None) -> tuple[Secret | None, str]:

@@ -104,7 +104,9 @@ class FetchAisLogsResult(BaseModel):
     summary: str = Field(description="What happened, in one or two sentences.")
     dest_dir: str = Field(description="Absolute path of the directory the logs were written to.")
     endpoint: str = Field(description="The AIS endpoint used (scheme://host:port, never with user:password).")
-    endpoint_source: str = Field(description="'argument' or 'AIS_ENDPOINT'.")
+    endpoint_source: str = Field(
+        description="'argument', 'AIS_ENDPOINT' or 'ais CLI config (cluster.url)': where the endpoint came from."
+    )
     cluster_reachable: bool = Field(description="Whether the cluster map could be read.")
     error: str | None = Field(default=None, description="Why the cluster map could not be read, when it could not.")
     auth: str = Field(description="Where the bearer token came from (variable or file name only), or 'no token'.")

@@ -13,6 +13,7 @@ Pure and MCP-free; the tool module turns :class:`GrepAnalysis` into its pydantic
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,23 +225,65 @@ class GrepAnalysis:
 
 
 def parse_patterns(patterns: Sequence[str] | None, tiers: Sequence[int] | None) -> list[GrepPattern]:
-    """The patterns to search: the caller's (``regex`` or ``name=regex``) replace the defaults; ``tiers`` filters
-    the defaults."""
+    """The patterns to search: the caller's replace the defaults; ``tiers`` filters the defaults.
+
+    A caller's pattern is a regex, searched as written (``timeout=30`` searches ``timeout=30``). To name one, wrap
+    the whole regex in a named group, ``(?P<loader>AISBatchLoaderError|ReadTimeout)``: that is regex syntax, so a
+    name can never be mistaken for part of the text searched, and the group matches exactly what the bare regex does.
+    """
     if patterns:
         out: list[GrepPattern] = []
         for k, p in enumerate(patterns):
-            name, regex = f"p{k + 1}", p
-            head, eq, rest = p.partition("=")
-            if eq and head.isidentifier() and rest:
-                name, regex = head, rest
+            named = whole_named_group(p)
+            name, regex = named if named is not None else (f"p{k + 1}", p)
             out.append(GrepPattern(name, 0, regex, "caller's pattern"))
         if len({g.name for g in out}) != len(out):
-            raise UserInputError("Two patterns have the same name; give each name=regex a distinct name.")
+            raise UserInputError(
+                "Two patterns have the same name; give each (?P<name>regex) a distinct name "
+                "(unnamed patterns are called p1, p2, ... by position)."
+            )
         return out
     chosen = [g for g in DEFAULT_PATTERNS if not tiers or g.tier in set(tiers)]
     if not chosen:
         raise UserInputError(f"No default patterns in tiers {list(tiers or [])}; the tiers are 1, 2 and 3.")
     return chosen
+
+
+_NAMED_OPEN = re.compile(r"\(\?P<(?P<name>[A-Za-z_][A-Za-z0-9_]*)>")
+
+
+def whole_named_group(pattern: str) -> tuple[str, str] | None:
+    """``(name, pattern)`` when ``pattern`` is one named group spanning all of it, ``(?P<name>...)``, else None.
+
+    The closing parenthesis is found by walking the pattern (escapes and character classes skipped), so
+    ``(?P<a>x)|(?P<b>y)`` is not mistaken for a single group.
+    """
+    m = _NAMED_OPEN.match(pattern)
+    if m is None or not pattern.endswith(")"):
+        return None
+    depth, i, n, in_class = 0, 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "^":
+                i += 1
+            if pattern[i + 1 : i + 2] == "]":  # a leading ] is a literal
+                i += 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return (m.group("name"), pattern) if i == n - 1 else None
+        i += 1
+    return None
 
 
 @dataclass

@@ -300,17 +300,33 @@ class Inventory:
     year_hint: int | None
     facts: list[FileFacts]
 
+    _by_rel: dict[str, FileInventory] = field(default_factory=dict, init=False, repr=False)
+
     @property
     def missing_ranks(self) -> set[int]:
-        if self.world_size is None:
-            return set()
-        return set(range(self.world_size)) - self.ranks
+        """Ranks below the world size that no file shows, at most :data:`MISSING_SET_CAP` of them (the lowest):
+        ``missing_ranks_text`` and ``missing_count`` are exact whatever the world size."""
+        return missing_set(self.world_size, self.ranks)
+
+    @property
+    def missing_ranks_text(self) -> str:
+        """Every missing rank as a range string, computed from intervals (never one set entry per rank)."""
+        return missing_text(self.world_size, self.ranks)
+
+    @property
+    def missing_count(self) -> int:
+        return missing_count(self.world_size, self.ranks)
+
+    @property
+    def ranks_beyond_world(self) -> set[int]:
+        """Ranks seen at or above the world size: either the world size or those ranks are wrong."""
+        return set() if self.world_size is None else {r for r in self.ranks if r >= self.world_size}
 
     def ranks_of_file(self, rel: str) -> set[int]:
-        for f in self.files:
-            if f.rel == rel:
-                return f.ranks
-        return set()
+        if len(self._by_rel) != len(self.files):  # an index, built once: callers ask once per file
+            self._by_rel = {f.rel: f for f in self.files}
+        f = self._by_rel.get(rel)
+        return f.ranks if f is not None else set()
 
 
 @dataclass
@@ -331,10 +347,68 @@ class JobScan:
             bytes_scanned=sum(f.size for f in inv.files),
             ranks_found=format_ranges(inv.ranks),
             world_size=inv.world_size,
-            world_size_evidence=inv.world_size_evidence,
-            missing_ranks=format_ranges(inv.missing_ranks),
+            world_size_evidence=inv.world_size_evidence + _beyond_world_note(inv),
+            missing_ranks=inv.missing_ranks_text,
             unreadable_files=unreadable,
         )
+
+
+MISSING_SET_CAP = 65_536
+"""At most this many missing ranks are materialised as a set (verdicts, rules); the range string is always exact.
+A line stating ``world_size=99999999`` must not cost one set entry per rank."""
+
+
+def _missing_intervals(world_size: int | None, present: set[int]) -> list[tuple[int, int]]:
+    """``[lo, hi]`` intervals of ``range(world_size)`` no rank in ``present`` covers, in O(len(present) log)."""
+    if world_size is None or world_size <= 0:
+        return []
+    out: list[tuple[int, int]] = []
+    nxt = 0
+    for r in sorted(r for r in present if 0 <= r < world_size):
+        if r > nxt:
+            out.append((nxt, r - 1))
+        nxt = r + 1
+    if nxt < world_size:
+        out.append((nxt, world_size - 1))
+    return out
+
+
+def missing_text(world_size: int | None, present: set[int]) -> str:
+    """Missing ranks as a range string (``"8-99999998"``), exact and compact for any world size."""
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in _missing_intervals(world_size, present))
+
+
+def missing_count(world_size: int | None, present: set[int]) -> int:
+    """How many ranks below ``world_size`` are not in ``present``."""
+    return sum(b - a + 1 for a, b in _missing_intervals(world_size, present))
+
+
+def missing_set(world_size: int | None, present: set[int], cap: int = MISSING_SET_CAP) -> set[int]:
+    """The lowest ``cap`` missing ranks as a set (all of them when there are fewer)."""
+    out: set[int] = set()
+    for a, b in _missing_intervals(world_size, present):
+        out.update(range(a, min(b + 1, a + cap - len(out))))
+        if len(out) >= cap:
+            break
+    return out
+
+
+def _beyond_world_note(inv: Inventory) -> str:
+    beyond = inv.ranks_beyond_world
+    note = ""
+    if beyond:
+        note += (
+            f"; WARNING: rank(s) {format_ranges(sorted(beyond)[:1000])}"
+            f"{' (and more)' if len(beyond) > 1000 else ''} appear in the logs at or above this world size: the "
+            "world size or those ranks are wrong"
+        )
+    count = inv.missing_count
+    if count > MISSING_SET_CAP:
+        note += (
+            f"; {count:,} ranks missing: verdicts name only the lowest {MISSING_SET_CAP:,} of them "
+            "(missing_ranks lists them all as ranges)"
+        )
+    return note
 
 
 def _worth_reporting(s: Skipped) -> bool:

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from debug_training_logs.analysis.inventory import Inventory, LineKeep, scan_job
+from debug_training_logs.analysis.inventory import Inventory, LineKeep, missing_set, missing_text, scan_job
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
@@ -1108,10 +1108,10 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
     # Ranks the inventory attributed, plus every rank a candidate line of ours carried (srun labels, Ray prefixes).
     inv_ranks = set(inv.ranks) | set(by_rank) | {g for (_k, _d), items in fact_map.items() for g, _ in items}
     world = inv.world_size
-    missing = (set(range(world)) - inv_ranks) if world else set()
+    missing = missing_set(world, inv_ranks)  # bounded: a stated world size of 10^8 must not cost a set of 10^8
     if inv_ranks != set(inv.ranks):
         coverage = coverage.model_copy(
-            update={"ranks_found": format_ranges(inv_ranks), "missing_ranks": format_ranges(missing)}
+            update={"ranks_found": format_ranges(inv_ranks), "missing_ranks": missing_text(world, inv_ranks)}
         )
     ranks_with_state = {r.rank for r in rows}
     silent = inv_ranks - ranks_with_state - missing
@@ -1169,7 +1169,7 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
         rows_total=len(rows),
         rows_truncated=truncated,
         ranks_without_nccl_state=format_ranges(silent),
-        missing_ranks=format_ranges(missing),
+        missing_ranks=missing_text(world, inv_ranks),
         process_groups=pg_results,
         outliers=outliers[:limit],
         outliers_truncated=max(0, len(outliers) - limit),

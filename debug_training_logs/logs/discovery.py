@@ -1,14 +1,17 @@
 """Find the log files under a directory.
 
-Recursive, sorted, symlinks not followed out of the tree. Compression is detected from the magic bytes, not the name,
-so a rotated ``train.log.1`` that is really gzip still reads. Files that are clearly not logs (images, checkpoints,
-archives of other kinds) are skipped and listed with the reason, so nothing disappears silently.
+Recursive, sorted, symlinks never followed (each is listed with why it was passed over). Compression is detected
+from the magic bytes, not the name, so a rotated ``train.log.1`` that is really gzip still reads. Files that are
+clearly not logs (images, checkpoints, archives of other kinds), FIFOs, devices, links and unreadable directories are
+skipped and listed with the reason, so nothing disappears silently (and nothing blocks on a pipe).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,41 +97,103 @@ def sniff_compression(path: Path) -> str:
 def require_dir(path: str | os.PathLike[str], what: str = "logs directory") -> Path:
     """Resolve ``path`` and insist it is an existing directory, with a message that says what to pass instead."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise UserInputError(f"The {what} {str(path)!r} does not exist. Pass the directory that holds the log files.")
-    if not p.is_dir():
+    try:
+        resolved = p.resolve(strict=True)
+    except FileNotFoundError:
+        raise UserInputError(
+            f"The {what} {str(path)!r} does not exist. Pass the directory that holds the log files."
+        ) from None
+    except (OSError, RuntimeError) as exc:  # a symlink loop (ELOOP), a path through a file, permission denied
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise UserInputError(
+            f"The {what} {str(path)!r} cannot be resolved ({reason}; a symlink loop?). Pass the real directory."
+        ) from None
+    if not resolved.is_dir():
         raise UserInputError(f"The {what} {str(path)!r} is a file, not a directory. Pass the directory that holds it.")
-    return p.resolve()
+    return resolved
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def _symlink_reason(full: Path, base: Path) -> str:
+    """Why a symlink is passed over (every symlink is: a target inside the tree is read under its own name)."""
+    try:
+        target = Path(os.path.realpath(full, strict=True))
+        st = target.stat()
+    except (OSError, RuntimeError) as exc:
+        errno_ = getattr(exc, "errno", None)
+        if errno_ == errno.ELOOP or isinstance(exc, RuntimeError):
+            return "symlink loop (not followed)"
+        return f"broken symlink ({getattr(exc, 'strerror', None) or exc}; not followed)"
+    if not target.is_relative_to(base):
+        return "symlink to outside the directory (not followed)"
+    if stat.S_ISDIR(st.st_mode):
+        return "symlink to a directory (not followed; pass that directory itself to read it)"
+    if not stat.S_ISREG(st.st_mode):
+        return f"symlink to {_kind(st.st_mode)}, not a regular file (not read)"
+    # AIS keeps aistarget.INFO -> current file: the target is read under its own name, once.
+    return "symlink inside the directory (its target is read instead)"
 
 
 def discover(root: str | os.PathLike[str], *, include_archives: bool = False) -> tuple[list[LogFile], list[Skipped]]:
-    """All log files below ``root`` (recursive), and the files passed over with the reason.
+    """All log files below ``root`` (recursive), and everything passed over with the reason.
 
+    Nothing is followed: symlinked files and directories, loops, FIFOs, sockets, devices and unreadable
+    directories are listed in the skipped list with why, never dropped silently and never opened (a FIFO would block).
     ``include_archives``: keep ``.tar.gz``-style archives (the AIS tools read their members); worker tools skip them.
     """
     base = require_dir(root)
     files: list[LogFile] = []
     skipped: list[Skipped] = []
-    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+
+    def unreadable_dir(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else base
+        rel = where.relative_to(base).as_posix() if where.is_relative_to(base) else str(where)
+        skipped.append(Skipped(rel + "/", f"unreadable directory ({exc.strerror or exc}); its files were not read"))
+
+    for dirpath, dirnames, filenames in os.walk(base, onerror=unreadable_dir, followlinks=False):
+        here = Path(dirpath)
+        kept_dirs: list[str] = []
+        for d in sorted(dirnames):
+            if d in _SKIP_DIRS:
+                continue
+            if (here / d).is_symlink():
+                skipped.append(Skipped((here / d).relative_to(base).as_posix(), _symlink_reason(here / d, base)))
+                continue
+            kept_dirs.append(d)
+        dirnames[:] = kept_dirs
         for name in sorted(filenames):
-            full = Path(dirpath) / name
+            full = here / name
             rel = full.relative_to(base).as_posix()
             lower = name.lower()
-            if full.is_symlink():
-                target = full.resolve()
-                if not target.is_relative_to(base) or not target.is_file():
-                    skipped.append(Skipped(rel, "symlink to outside the directory (not followed)"))
-                    continue
-                # AIS keeps aistarget.INFO -> current file: the target is read under its own name, once.
-                skipped.append(Skipped(rel, "symlink inside the directory (its target is read instead)"))
+            try:
+                st = full.lstat()
+            except OSError as exc:
+                skipped.append(Skipped(rel, f"cannot stat: {exc.strerror or exc}"))
                 continue
-            if not full.is_file():
-                skipped.append(Skipped(rel, "not a regular file"))
+            if stat.S_ISLNK(st.st_mode):
+                skipped.append(Skipped(rel, _symlink_reason(full, base)))
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                skipped.append(Skipped(rel, f"{_kind(st.st_mode)}, not a regular file (not read)"))
                 continue
             if lower.endswith(_ARCHIVE_SUFFIXES):
                 if include_archives:
-                    files.append(LogFile(full, rel, full.stat().st_size, sniff_compression(full)))
+                    try:
+                        files.append(LogFile(full, rel, st.st_size, sniff_compression(full)))
+                    except OSError as exc:
+                        skipped.append(Skipped(rel, f"cannot open: {exc.strerror or exc}"))
                 else:
                     skipped.append(Skipped(rel, "archive (extract it first, or pass it to the AIS tools)"))
                 continue
@@ -139,10 +204,9 @@ def discover(root: str | os.PathLike[str], *, include_archives: bool = False) ->
                 skipped.append(Skipped(rel, FR_DUMP_REASON))
                 continue
             try:
-                size = full.stat().st_size
                 comp = sniff_compression(full)
             except OSError as exc:
                 skipped.append(Skipped(rel, f"cannot open: {exc.strerror or exc}"))
                 continue
-            files.append(LogFile(full, rel, size, comp))
+            files.append(LogFile(full, rel, st.st_size, comp))
     return files, skipped

@@ -29,11 +29,13 @@ Must not: know what a line means (that is ``formats/``), or hold more of a file 
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import re as std_re
 import re._constants as sre_c
 import re._parser as sre_parse
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -46,10 +48,52 @@ from re2 import _re2
 from debug_training_logs import progress
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.logs.reader import ReadProblems, decode, iter_chunks, looks_binary, open_binary
+from debug_training_logs.logs.reader import (
+    CHUNK,
+    LONG_LINE_KEEP,
+    LongLines,
+    ReadProblems,
+    binary_reason,
+    cut_marker,
+    decode,
+    iter_chunks,
+    open_binary,
+)
 
-FALLBACK_TIMEOUT_S = 5.0
-"""Seconds a fallback (``regex`` module) pattern may spend on one chunk before the search is abandoned as too costly."""
+FALLBACK_BUDGET_S = 20.0
+"""Seconds the fallback (``regex`` module, backtracking) patterns may spend in total over one whole search, across
+every file and worker process; when it runs out the search stops with a :class:`UserInputError`. One budget per
+search, not per chunk: 40 files that each cost just under a per-chunk limit must not add up to minutes."""
+
+FALLBACK_TIMEOUT_S = FALLBACK_BUDGET_S
+"""Upper bound for a single backtracking call (kept for callers; the search-wide budget is what binds)."""
+
+
+class _Budget:
+    """Seconds left for backtracking in this search, shared by the forked worker processes (a shared double)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.total = seconds
+        self._left = get_context("fork").Value("d", seconds)
+
+    def left(self) -> float:
+        return float(self._left.value)
+
+    def spend(self, seconds: float) -> None:
+        with self._left.get_lock():
+            self._left.value -= seconds
+
+
+_BUDGET: _Budget | None = None
+"""The budget of the search in progress (set by :func:`scan_files` before worker processes fork)."""
+
+
+def _budget() -> _Budget:
+    global _BUDGET
+    if _BUDGET is None:
+        _BUDGET = _Budget(FALLBACK_BUDGET_S)
+    return _BUDGET
+
 
 PROBE_TIMEOUT_S = 0.25
 """Seconds a fallback pattern may spend on each adversarial probe string when it is validated."""
@@ -490,10 +534,35 @@ def _matcher(spec: PatternSpec, plan: Plan, active: frozenset[int]) -> _Matcher:
 
 
 def _fallback_timeout(pat: Any) -> UserInputError:
+    text = pat.pattern.decode(errors="replace") if isinstance(pat.pattern, bytes) else str(pat.pattern)
     return UserInputError(
-        f"Pattern {pat.pattern!r} timed out after {FALLBACK_TIMEOUT_S:.0f} s on one chunk of a log (it backtracks); "
-        "rewrite it in RE2 syntax (no back-references or look-arounds)."
+        f"Pattern {text!r} needs a backtracking engine and used up this search's budget of "
+        f"{_budget().total:.0f} s for such patterns before every file was read; the search was stopped. Rewrite it "
+        "in RE2 syntax (no back-references or look-arounds), or search fewer files."
     )
+
+
+def _finditer(rx: Any, data: bytes, timeout: float) -> list[Any]:
+    return list(rx.finditer(data, timeout=timeout))
+
+
+def _search(rx: Any, data: bytes, timeout: float) -> Any:
+    return rx.search(data, timeout=timeout)
+
+
+def _run_fallback(pat: Any, call: Callable[[float], Any]) -> Any:
+    """``call(timeout)`` within what is left of the search's backtracking budget, charging the time it took."""
+    budget = _budget()
+    left = budget.left()
+    if left <= 0:
+        raise _fallback_timeout(pat)
+    t0 = time.monotonic()
+    try:
+        return call(left)
+    except TimeoutError as exc:
+        raise _fallback_timeout(pat) from exc
+    finally:
+        budget.spend(time.monotonic() - t0)
 
 
 def _hits_in_chunk(chunk: bytes, m: _Matcher) -> list[tuple[int, int, list[int]]]:
@@ -536,19 +605,17 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher) -> list[tuple[int, int, list[int]]
         if ids:
             found[ls] = ids
     for i, multi, single in m.fallback:
-        try:
-            for hit in multi.finditer(chunk, timeout=FALLBACK_TIMEOUT_S):
-                ls = rfind(b"\n", 0, hit.start()) + 1
-                if ls >= n:
-                    break
-                le = find(b"\n", ls)
-                line = chunk[ls : (n if le < 0 else le)]
-                if single.search(line, timeout=FALLBACK_TIMEOUT_S) is not None:
-                    ids = found.setdefault(ls, [])
-                    if i not in ids:
-                        ids.append(i)
-        except TimeoutError as exc:
-            raise _fallback_timeout(multi) from exc
+        hits = _run_fallback(multi, functools.partial(_finditer, multi, chunk))
+        for hit in hits:
+            ls = rfind(b"\n", 0, hit.start()) + 1
+            if ls >= n:
+                break
+            le = find(b"\n", ls)
+            line = chunk[ls : (n if le < 0 else le)]
+            if _run_fallback(single, functools.partial(_search, single, line)) is not None:
+                ids = found.setdefault(ls, [])
+                if i not in ids:
+                    ids.append(i)
     out: list[tuple[int, int, list[int]]] = []
     for ls in sorted(found):
         le = find(b"\n", ls)
@@ -615,10 +682,20 @@ def _collect_ranks(chunk: bytes, seen: set[str]) -> None:
 # Reading
 
 
-def _windows(lf: LogFile, problems: ReadProblems) -> Iterator[bytes]:
-    """Decompressed chunks of ``lf`` that end on a line boundary (the last may lack its newline)."""
+RELEASE_BYTES = 64 << 20
+"""After this many bytes of a memory-mapped file are searched, their pages leave the resident set."""
+
+
+def _windows(lf: LogFile, problems: ReadProblems, *, split_long_lines: bool = True) -> Iterator[bytes]:
+    """Decompressed chunks of ``lf`` that end on a line boundary (the last may lack its newline).
+
+    A line longer than :data:`~debug_training_logs.logs.reader.CHUNK` (a progress bar redrawn with ``\\r`` for
+    hours) never becomes one huge window: with ``split_long_lines`` (the search) it comes in windows cut after a
+    ``\\r``, so every record is searched and newlines alone still number the lines; without (reading lines back)
+    it is cut to its head and tail, the cut counted in ``problems``.
+    """
     if lf.compression != "none":
-        yield from iter_chunks(lf, problems)
+        yield from iter_chunks(lf, problems, split_long_lines=split_long_lines)
         return
     try:
         with open(lf.path, "rb") as fh:
@@ -630,21 +707,69 @@ def _windows(lf: LogFile, problems: ReadProblems) -> Iterator[bytes]:
         problems.add(lf.rel, f"read error ({type(exc).__name__}: {exc})")
         return
     with mm:
-        if looks_binary(mm[:8192]):
-            problems.add(lf.rel, "binary content (NUL bytes), not a text log; skipped")
+        why_binary = binary_reason(mm[:8192])
+        if why_binary is not None:
+            problems.add(lf.rel, why_binary)
             return
+        long_lines = LongLines()
         start = 0
+        released = 0
+        in_long = False
+
+        def release(upto: int) -> None:
+            # drop pages already read from our resident set (the page cache keeps them): one multi-GB file must not
+            # show as GBs of RSS
+            nonlocal released
+            upto -= upto % mmap.PAGESIZE
+            if upto - released >= RELEASE_BYTES and hasattr(mmap, "MADV_DONTNEED"):
+                mm.madvise(mmap.MADV_DONTNEED, released, upto - released)
+                released = upto
+
         while start < size:
+            release(start)
             end = start + WINDOW
             if end >= size:
                 end = size
             else:
                 nl = mm.rfind(b"\n", start, end)
                 if nl < 0:
-                    nl = mm.find(b"\n", end)
-                end = size if nl < 0 else nl + 1
+                    nl = mm.find(b"\n", end, start + CHUNK)
+                if nl >= 0:
+                    end = nl + 1
+                    in_long = False
+                else:  # a line longer than a chunk
+                    if not in_long:
+                        long_lines.lines += 1
+                        in_long = True
+                    if split_long_lines:
+                        cr = mm.rfind(b"\r", start, end)
+                        end = end if cr < 0 else cr + 1
+                    else:
+                        line_end = _line_end(mm, start + CHUNK, release)
+                        cut = line_end - start - 2 * LONG_LINE_KEEP
+                        long_lines.cut_bytes += cut
+                        head, tail = mm[start : start + LONG_LINE_KEEP], mm[line_end - LONG_LINE_KEEP : line_end]
+                        yield head + cut_marker(cut) + tail
+                        start = line_end
+                        in_long = False
+                        continue
             yield mm[start:end]
             start = end
+        if long_lines.cut_bytes:
+            problems.add(lf.rel, long_lines.note())
+
+
+def _line_end(mm: mmap.mmap, pos: int, release: Callable[[int], None]) -> int:
+    """Offset just past the newline at or after ``pos`` (the size when none), searched a chunk at a time so the
+    pages read can be released as it goes."""
+    size = len(mm)
+    while pos < size:
+        nl = mm.find(b"\n", pos, pos + CHUNK)
+        if nl >= 0:
+            return nl + 1
+        pos += CHUNK
+        release(pos)
+    return size
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -672,12 +797,17 @@ def _scan_one(
     line_base = 0  # lines before the current chunk
     tail: list[bytes] = []
     ends_with_newline = True
+    last_hit: tuple[int, list[int]] = (0, [])  # (line, ids) of the latest hit: a long line is searched in pieces
     for chunk in _windows(lf, problems):
         n = len(chunk)
         result.bytes_read += n
+        continues = not ends_with_newline  # this window starts inside the previous window's last line
         if head_n and len(result.head) < head_n:
-            for raw in chunk.split(b"\n", head_n)[: head_n - len(result.head)]:
-                result.head.append(decode(raw).rstrip("\r"))
+            heads = chunk.split(b"\n", head_n)
+            for raw in heads[1:] if continues else heads:
+                if len(result.head) >= head_n:
+                    break
+                result.head.append(decode(raw[:MAX_LINE_CHARS]).rstrip("\r"))
         if collect_ranks:
             _collect_ranks(chunk, seen_ranks)
         for piece in _pieces(chunk, CAPPED_PIECE_BYTES if any(caps[i] is not None for i in active) else n):
@@ -698,10 +828,17 @@ def _scan_one(
                                 deactivate.append(i)
                     if not kept:
                         continue
+                if last_hit[0] == line_at + 1:  # the same line, searched again in its next piece
+                    kept = [i for i in kept if i not in last_hit[1]]
+                    last_hit = (line_at + 1, last_hit[1] + kept)
+                    if not kept:
+                        continue
+                else:
+                    last_hit = (line_at + 1, kept)
                 for i in kept:
                     counts[i] += 1
                 if sink is not None:
-                    raw = piece[ls:le] if le - ls <= MAX_LINE_CHARS else piece[ls : ls + MAX_LINE_CHARS]
+                    raw = piece[ls:le] if le - ls <= MAX_LINE_CHARS else _shown_part(piece[ls:le], kept, matcher)
                     sink.on_hit(kept, line_at + 1, decode(raw).rstrip("\r"))
             line_base = line_at + piece.count(b"\n", counted_to, len(piece))
             if deactivate:
@@ -710,7 +847,9 @@ def _scan_one(
                 matcher = _matcher(spec, plan, active)
         ends_with_newline = chunk.endswith(b"\n")
         if tail_n:
-            pieces = chunk.rstrip(b"\n").rsplit(b"\n", tail_n)
+            pieces = [t[:MAX_LINE_CHARS] for t in chunk.rstrip(b"\n").rsplit(b"\n", tail_n)]
+            if continues and tail:
+                pieces = pieces[1:]  # the rest of a line whose head is already kept
             tail = (tail + pieces)[-tail_n:]
     result.lines = line_base + (0 if ends_with_newline else 1)
     result.tail = [decode(t).rstrip("\r") for t in tail]
@@ -719,6 +858,21 @@ def _scan_one(
     if sink is not None:
         result.sink_result = sink.finish()
     return result
+
+
+def _shown_part(line: bytes, ids: list[int], m: _Matcher) -> bytes:
+    """What a sink sees of a hit line longer than :data:`MAX_LINE_CHARS`: the first ``\\r`` record that matches
+    (a progress bar redrawn for hours holds the error as one of its records), else the line's head."""
+    if b"\r" in line:
+        checks = [m.verify[i] for i in ids if i in m.verify]
+        singles = [single for i, _multi, single in m.fallback if i in ids]
+        for record in line.split(b"\r"):
+            n = len(record)
+            if any(rx.Match(_UNANCHORED, record, 0, n)[0][0] >= 0 for rx in checks) or any(
+                _run_fallback(rx, functools.partial(_search, rx, record)) is not None for rx in singles
+            ):
+                return record[:MAX_LINE_CHARS]
+    return line[:MAX_LINE_CHARS]
 
 
 CAPPED_PIECE_BYTES = 64 << 10
@@ -770,6 +924,8 @@ def scan_files(
     compile_patterns(spec)
     if plan is None:
         plan = make_plan(spec, _sample(files))
+    global _BUDGET
+    _BUDGET = _Budget(FALLBACK_BUDGET_S) if plan.fallback else None  # one budget for this whole search
     workers = _worker_count(files)
     total = len(files)
     results: list[FileScan | None] = [None] * total
@@ -803,7 +959,7 @@ def lines_at(lf: LogFile, wanted: set[int], keep_tail: int = 0) -> dict[int, str
         return out
     last = max(wanted)
     base = 0
-    for chunk in _windows(lf, ReadProblems()):
+    for chunk in _windows(lf, ReadProblems(), split_long_lines=False):
         n_nl = chunk.count(b"\n")
         lines_here = n_nl + (0 if chunk.endswith(b"\n") else 1)
         if any(base < w <= base + lines_here for w in wanted):

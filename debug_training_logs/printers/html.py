@@ -28,7 +28,14 @@ import html
 from datetime import UTC, datetime
 
 from debug_training_logs import __version__
-from debug_training_logs.printers.report_data import STATE_MEANING, STATES, Plot, ReportData, TimelinePoint
+from debug_training_logs.printers.report_data import (
+    FAILURE_MARK,
+    STATE_MEANING,
+    STATES,
+    Plot,
+    ReportData,
+    TimelinePoint,
+)
 from debug_training_logs.ranges import format_ranges
 
 COLOURS = {
@@ -190,11 +197,15 @@ def plot_svg(plot: Plot, width: int = 270, height: int = 130, x_range: tuple[flo
     for x, label in plot.markers:
         if not x0 <= x <= x1:
             continue
-        colour = "#d62728" if "start" in label else "#000"
+        failure = label == FAILURE_MARK
+        colour = "#d62728" if failure else "#000"
         out.append(
             f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{top}" y2="{top + ph}" stroke="{colour}" '
-            f'stroke-dasharray="3,2"><title>{_e(label)} {_fmt_x(x, plot.x_is_time)}</title></line>'
+            f'stroke-dasharray="3,2" class="{"mark-failure" if failure else "mark-restart"}">'
+            f"<title>{_e(label)} {_fmt_x(x, plot.x_is_time)}</title></line>"
         )
+        if not failure:
+            out.append(f'<text x="{sx(x) + 2:.1f}" y="{top + 9}" style="fill:#000">{_e(label)}</text>')
     out.append("</svg>")
     return "".join(out)
 

@@ -50,6 +50,8 @@ SERIES_RANKS_DRAWN = 16
 """Up to this many ranks every rank is a line of its own; above, the spread across ranks plus the flagged ranks."""
 SERIES_BUCKETS = 160
 """Time buckets of the spread (min, median, max across ranks) on a big job."""
+FAILURE_MARK = "collective start"
+"""The marker label of the moment the stuck collective started (on the AIS clock)."""
 WINDOW_BEFORE = timedelta(minutes=45)
 WINDOW_AFTER = timedelta(minutes=15)
 """The AIS plots show this much before the first event of the failure and after the last."""
@@ -313,7 +315,7 @@ def ais_plots(d: Diagnosis, ev: JobEvidence) -> tuple[list[tuple[str, list[Plot]
         name = daemon.name if daemon is not None else key
         marks = [(ts(r.by), r.kind) for r in restarts.get(key, [])]
         if failure is not None:
-            marks.append((ts(failure), "collective start"))
+            marks.append((ts(failure), FAILURE_MARK))
         plots = []
         for counter in AIS_COUNTERS:
             pts: list[tuple[float, float]] = []
@@ -361,7 +363,7 @@ def timeline_points(d: Diagnosis) -> tuple[list[TimelinePoint], str]:
         when = (e.time_utc or "").rstrip("Z") if utc else e.time_local
         if not when:
             continue
-        lane = "AIS" if e.source.startswith("ais") or e.event.startswith("AIS ") else "workers"
+        lane = "AIS" if e.clock == "ais" else "workers"
         out.append(
             TimelinePoint(
                 ts(datetime.fromisoformat(when)), lane, f"{e.event} ({e.source})", chain.get((e.source, e.event))

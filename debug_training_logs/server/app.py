@@ -183,11 +183,15 @@ def _register_extras(server: MCPServer) -> None:
     importlib.import_module("debug_training_logs.server.prompts").register(server)
 
 
-def run(transport: str, host: str, port: int, roots: Sequence[str] | None) -> None:
-    """Serve over stdio (default) or streamable HTTP at ``http://HOST:PORT/mcp``."""
+def run(transport: str, host: str, port: int, roots: Sequence[str] | None, http_policy: Any | None = None) -> None:
+    """Serve over stdio (default) or streamable HTTP at ``http://HOST:PORT/mcp`` (``http_policy``: an
+    :class:`~debug_training_logs.server.http.HttpPolicy`; default the loopback one for ``host``)."""
+    from debug_training_logs.server import http
+
+    policy = http_policy if http_policy is not None else http.http_policy(host, port) if transport != "stdio" else None
     server = create_server(roots)
     logger.info("serving %d tools over %s; allowed roots: %s", len(all_tools()), transport, roots or [os.getcwd()])
-    if transport == "stdio":
+    if policy is None:
         server.run()
     else:
-        server.run("streamable-http", host=host, port=port)
+        http.serve(server, policy)

@@ -1,20 +1,36 @@
 """``ais_counter_deltas``: per AIStore daemon and stats interval, the deltas of cumulative counters and what they show.
 
-A thin shell over :func:`debug_training_logs.analysis.ais_deltas.ais_counter_deltas`; the models below are its
-result as MCP and the CLI show it (times as ISO 8601 text on the AIS daemons' own clock, to the millisecond).
+A shell over :func:`debug_training_logs.analysis.ais_deltas.ais_counter_deltas`; the models below are its result
+as MCP and the CLI show it (times as ISO 8601 text on the AIS daemons' own clock, to the millisecond).
+
+Drill-down instead of a dump: without a window (``start``/``end``) the answer lists only the intervals that matter
+(a spike or a restart in them, the one in which a daemon's reads last grew) and sums up the rest per daemon in
+``interval_summaries``; ``daemon``, ``counters`` and ``start``/``end`` narrow the answer, and
+with a window every interval inside it is listed.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 from debug_training_logs.analysis import ais_deltas
-from debug_training_logs.models import Coverage, Evidence, UnreadableFile
+from debug_training_logs.errors import UserInputError
+from debug_training_logs.models import Coverage, Evidence, UnreadableFile, cut
 from debug_training_logs.paths import input_dir
+from debug_training_logs.tools._cache import cached
+from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.registry import ToolSpec
+
+ALL = 10**9
+"""``limit`` for the analysis: the tool selects and bounds the lists itself."""
+STATS_TEXT_CUT = 120
+"""Stats lines cited by intervals and read stops are cut here: the deltas carry their numbers."""
+T = TypeVar("T")
 
 
 def _local_time_text(value: datetime) -> str:
@@ -81,7 +97,8 @@ class IntervalDelta(_FromAnalysis):
     minutes: float = Field(description="Length of the interval in minutes (3 when the node was busy throughout).")
     deltas: dict[str, int | None] = Field(
         description="Counter -> increase (events; nanoseconds for *.ns totals; bytes for *.size). Never negative: "
-        "after a reset it is the value since the reset. null when a 2 KiB-cut stats line hides the counter."
+        "after a reset it is the value since the reset. null when a 2 KiB-cut stats line hides the counter. "
+        "Counters that did not grow in the interval are left out (their delta is 0)."
     )
     reset: bool = Field(description="Counters were reset inside the interval (restart or reset-stats).")
     get_error_rate: float | None = Field(description="err.get.n delta / get.n delta; null when get.n did not grow.")
@@ -171,6 +188,20 @@ class NotableLines(_FromAnalysis):
     template: str = Field(description="For 'other': the line with numbers and ids replaced (what was grouped).")
 
 
+class IntervalSummary(BaseModel):
+    """One daemon's intervals that are not listed, summed up."""
+
+    daemon: str
+    intervals: int = Field(description="Stats intervals not listed in `intervals` (nothing notable in them).")
+    start: AisTime = Field(description="Start of the earliest of them.")
+    end: AisTime = Field(description="End of the latest of them.")
+    deltas: dict[str, int] = Field(
+        description="Counter -> its increases summed over them (hidden values skipped; counters that never grew "
+        "are left out)."
+    )
+    resets: int = Field(description="How many of them contain a counter reset.")
+
+
 class AisCounterDeltas(_FromAnalysis):
     """What the AIS daemons' stats lines and warnings say about the incident window."""
 
@@ -194,6 +225,20 @@ class AisCounterDeltas(_FromAnalysis):
         description="Files passed over on purpose (not AIS logs, identical copies, symlinks), with the reason."
     )
     truncated: dict[str, int] = Field(description="List name -> entries left out because of `limit`.")
+    interval_selection: str = Field(
+        default="all",
+        description="notable: `intervals` holds those with a spike or a restart, then each daemon's last growth of "
+        "reads, and `interval_summaries` sums up the rest (their error counts too); window: every interval in "
+        "start/end.",
+    )
+    intervals_total: int = Field(default=0, description="Intervals in the window (after the `daemon` filter).")
+    interval_summaries: list[IntervalSummary] = Field(
+        default_factory=list, description="Per daemon, the intervals not listed, summed up."
+    )
+    daemon_filter: list[str] = Field(
+        default_factory=list,
+        description="Daemons the lists were narrowed to (`daemon`); the summary and proxy_vs_target cover all.",
+    )
 
 
 def ais_counter_deltas(
@@ -218,6 +263,13 @@ def ais_counter_deltas(
     ] = None,
     end: Annotated[str | None, Field(description="Window end, same form as start.")] = None,
     limit: Annotated[int, Field(ge=1, le=10000, description="At most this many entries in each list.")] = 100,
+    daemon: Annotated[
+        list[str] | None,
+        Field(
+            description="Only these daemons: their key (t[hJkL0aBc]), node id, or host name (ais-target-2); the "
+            "summary and proxy_vs_target still cover every daemon."
+        ),
+    ] = None,
 ) -> AisCounterDeltas:
     """Per AIStore daemon (every proxy and target) and per stats interval (~3 min), the deltas of the cumulative
     counters (err.get.n, err.getbatch.n, err.http.write.n, get.n, getbatch.n, ...), error rates, restarts and stats
@@ -230,10 +282,155 @@ def ais_counter_deltas(
     file of every daemon, because the evidence is often in an EARLIER file than the latest one: `daemons[].
     window_files` lists the files covering the window. Times are the AIS daemons' local clock; run align_timezones
     before comparing them with worker times.
+
+    With no start/end it lists the intervals that matter (spikes, restarts, where reads last grew) and sums up the
+    rest per daemon (their errors too); `daemon` and `start`/`end` narrow it to every interval of a daemon or window.
     """
     root = input_dir(ais_dir, "AIS logs directory")
-    result = ais_deltas.ais_counter_deltas(root, counters=counters, start=start, end=end, limit=limit)
-    return AisCounterDeltas.model_validate(result)
+    key = (tuple(counters or ()), start, end)
+    full = cached(
+        "ais_counter_deltas",
+        root,
+        key,
+        lambda: ais_deltas.ais_counter_deltas(root, counters=counters, start=start, end=end, limit=ALL),
+        archives=True,
+    )
+    keys = _daemon_keys(full.daemons, daemon)
+
+    def mine(items: Sequence[T], key: Callable[[T], str]) -> list[T]:
+        return [x for x in items if keys is None or key(x) in keys]
+
+    window = start is not None or end is not None
+    intervals = mine(full.intervals, lambda iv: iv.daemon)
+    listed, rest = (intervals, []) if window else _notable_intervals(full, intervals)
+    truncated = {name: 0 for name in full.truncated}
+    bounded: dict[str, Any] = {}
+    for name, items in (
+        ("intervals", listed),
+        ("spikes", mine(full.spikes, lambda x: x.daemon)),
+        ("restarts", mine(full.restarts, lambda x: x.daemon)),
+        ("get_stops", mine(full.get_stops, lambda x: x.daemon)),
+        ("notable_lines", mine(full.notable_lines, lambda x: x.daemon)),
+        ("daemons", _spiky_first(full, mine(full.daemons, lambda x: x.daemon))),
+        ("skipped_files", list(full.skipped_files)),
+    ):
+        bounded[name] = items[:limit]
+        truncated[name] = max(0, len(items) - limit)
+    bounded["intervals"] = [
+        dataclasses.replace(_short_evidence(iv), deltas={k: v for k, v in iv.deltas.items() if v != 0})
+        for iv in bounded["intervals"]
+    ]
+    bounded["get_stops"] = [_short_evidence(g) for g in bounded["get_stops"]]
+    order = {d.daemon: i for i, d in enumerate(full.daemons)}
+    bounded["daemons"] = [
+        dataclasses.replace(d, files=d.files[:limit], files_truncated=d.files_truncated + max(0, len(d.files) - limit))
+        for d in sorted(bounded["daemons"], key=lambda d: order[d.daemon])
+    ]
+    summary = full.summary
+    if keys is not None:
+        summary += f" Lists below narrowed to {', '.join(sorted(keys))} (summary and proxy_vs_target: all daemons)."
+    result = AisCounterDeltas.model_validate(dataclasses.replace(full, summary=summary, truncated=truncated, **bounded))
+    return result.model_copy(
+        update={
+            "interval_selection": "window" if window else "notable",
+            "intervals_total": len(intervals),
+            "interval_summaries": _summaries(rest),
+            "daemon_filter": sorted(keys) if keys is not None else [],
+        }
+    )
 
 
-SPEC = ToolSpec(func=ais_counter_deltas, cli_name="ais-deltas", title="AIStore counter deltas", positional=("ais_dir",))
+def _daemon_keys(daemons: Sequence[ais_deltas.DaemonSummary], wanted: list[str] | None) -> set[str] | None:
+    """The daemon keys ``wanted`` names (key, node id, host or a part of the name); None for all."""
+    if not wanted:
+        return None
+    keys: set[str] = set()
+    for w in wanted:
+        hits = {d.daemon for d in daemons if w in (d.daemon, d.node_id) or w in d.hosts or w in d.name}
+        if not hits:
+            known = ", ".join(d.name for d in daemons) or "none"
+            raise UserInputError(f"No AIS daemon matches {w!r}. Daemons in these logs: {known}.")
+        keys |= hits
+    return keys
+
+
+def _spiky_first(
+    full: ais_deltas.AisCounterDeltasResult, daemons: list[ais_deltas.DaemonSummary]
+) -> list[ais_deltas.DaemonSummary]:
+    """Daemons with a spike or a restart first (kept when `limit` cuts), the others after, each in index order."""
+    spiky = {s.daemon for s in full.spikes} | {r.daemon for r in full.restarts}
+    return sorted(daemons, key=lambda d: d.daemon not in spiky)
+
+
+def _notable_intervals(
+    full: ais_deltas.AisCounterDeltasResult, intervals: list[ais_deltas.IntervalDelta]
+) -> tuple[list[ais_deltas.IntervalDelta], list[ais_deltas.IntervalDelta]]:
+    """(the intervals that matter, most important first; the rest)."""
+    flagged = {(s.daemon, s.start) for s in full.spikes} | {(r.daemon, r.after) for r in full.restarts}
+    stops = {(g.daemon, g.last_increase_at) for g in full.get_stops}
+
+    def rank(iv: ais_deltas.IntervalDelta) -> int:
+        if (iv.daemon, iv.start) in flagged or iv.reset:
+            return 0
+        return 1 if (iv.daemon, iv.end) in stops else 2
+
+    ranked = sorted(intervals, key=lambda iv: (rank(iv), iv.start, iv.daemon))
+    return [iv for iv in ranked if rank(iv) < 2], [iv for iv in intervals if rank(iv) == 2]
+
+
+def _summaries(rest: list[ais_deltas.IntervalDelta]) -> list[IntervalSummary]:
+    by_daemon: dict[str, list[ais_deltas.IntervalDelta]] = {}
+    for iv in rest:
+        by_daemon.setdefault(iv.daemon, []).append(iv)
+    out: list[IntervalSummary] = []
+    for name, ivs in by_daemon.items():
+        totals: dict[str, int] = {}
+        for iv in ivs:
+            for k, v in iv.deltas.items():
+                if v:
+                    totals[k] = totals.get(k, 0) + v
+        out.append(
+            IntervalSummary(
+                daemon=name,
+                intervals=len(ivs),
+                start=min(iv.start for iv in ivs),
+                end=max(iv.end for iv in ivs),
+                deltas=totals,
+                resets=sum(iv.reset for iv in ivs),
+            )
+        )
+    return out
+
+
+def _short_evidence(item: Any) -> Any:
+    """``item`` with its cited stats lines cut (the numbers are in its own fields)."""
+    fields = [f for f in ("start_evidence", "end_evidence", "evidence") if hasattr(item, f)]
+    changes = {f: _cut_evidence(getattr(item, f)) for f in fields}
+    return dataclasses.replace(item, **changes)
+
+
+def _cut_evidence(e: Evidence) -> Evidence:
+    return e.model_copy(update={"text": cut(e.text, STATS_TEXT_CUT)})
+
+
+def _follow_up(c: Cut) -> tuple[dict[str, Any], str] | None:
+    """Intervals the budget left out: the same call narrowed to the first omitted interval's daemon and times."""
+    if c.field != "intervals" or not c.omitted_items:
+        return None
+    first = c.omitted_items[0]
+    same = [iv for iv in c.omitted_items if iv["daemon"] == first["daemon"]]
+    args = {k: v for k, v in c.arguments.items() if k not in ("max_tokens", "daemon", "start", "end")}
+    nxt = {**args, "daemon": [first["daemon"]], "start": same[0]["start"], "end": max(iv["end"] for iv in same)}
+    return nxt, (
+        f"{c.total - c.shown} more intervals; each call narrowed by daemon and start/end lists every interval in "
+        f"that window (next: {first['daemon']} from {nxt['start']} to {nxt['end']})."
+    )
+
+
+SPEC = ToolSpec(
+    func=ais_counter_deltas,
+    cli_name="ais-deltas",
+    title="AIStore counter deltas",
+    positional=("ais_dir",),
+    follow_up=_follow_up,
+)

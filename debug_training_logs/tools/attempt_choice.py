@@ -6,11 +6,12 @@ from pathlib import Path
 
 from debug_training_logs.analysis import attempts
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.tools._cache import cached
 
 
 def choose(logs_root: Path, attempt: int | None) -> tuple[attempts.Attempts, int | None]:
     """The job's attempts and the one to look at (None when the job had a single attempt and none was asked for)."""
-    split = attempts.split(logs_root)
+    split = cached("attempts", logs_root, None, lambda: attempts.split(logs_root))  # pages reuse one split
     chosen = attempt if attempt is not None else split.first_failed() if split.count > 1 else None
     if chosen is not None and not 0 <= chosen < split.count:
         raise UserInputError(

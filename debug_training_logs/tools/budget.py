@@ -92,6 +92,13 @@ class Cut:
 FollowUp = Callable[[Cut], tuple[dict[str, Any], str] | None]
 """A tool's hook: for a cut list, the arguments of the call that shows the rest and a sentence saying so (or None
 for the generic advice)."""
+Amend = Callable[[dict[str, Any], Cut], None]
+"""A tool's hook, run on the fitted result once per cut list: bring fields that depend on the list's length in line
+(e.g. the offset of the next page)."""
+
+
+PROTECTED = frozenset({"verdict", "conclusion"})
+"""Fields never shortened: a verdict and the conclusion that verify_conclusion is meant to be given verbatim."""
 
 
 def chars_for(max_tokens: int) -> int:
@@ -195,6 +202,7 @@ def fit(
     arguments: dict[str, Any],
     max_tokens: int = DEFAULT_MAX_TOKENS,
     follow_up: FollowUp | None = None,
+    amend: Amend | None = None,
 ) -> dict[str, Any]:
     """``data`` (a result's JSON form, not modified) held to ``max_tokens``, with its ``budget`` field."""
     original = data
@@ -206,18 +214,34 @@ def fit(
         omitted = [_omission(tool, arguments, original, s, follow_up, current) for s in cuts.values()]
         return ResultBudget(max_tokens=max_tokens, estimated_tokens=0, omitted=omitted)
 
+    def finished(current: dict[str, Any]) -> dict[str, Any]:
+        """``current`` with the summary saying what was shortened and the budget field."""
+        out = dict(current)
+        if cuts and isinstance(out.get("summary"), str):
+            out["summary"] += (
+                f" [Shortened to fit {max_tokens:,} tokens: "
+                + ", ".join(_cut_words(s) for s in cuts.values())
+                + "; budget.omitted gives the call that shows the rest.]"
+            )
+        out["budget"] = budget_for(current).model_dump(mode="json")
+        return out
+
     def size(current: dict[str, Any]) -> int:
-        return len(compact_json({**current, "budget": budget_for(current).model_dump(mode="json")}))
+        return len(compact_json(finished(current)))
 
     for floor in (1, 0):
         while (over := size(data) - limit) > 0:
-            candidates = [(p, v) for p, v in _lists(data) if len(v) > floor]
+            candidates = [(p, v) for p, v in _lists(data) if len(v) > floor and not (set(p) & PROTECTED)]
             if not candidates:
                 break
-            sizes = [(len(compact_json(v)), p, v) for p, v in candidates]
-            cost, path, value = max(sizes, key=lambda t: t[0])
+            sizes = sorted(((len(compact_json(v)), p, v) for p, v in candidates), key=lambda t: -t[0])
+            cost, path, value = sizes[0]
+            # Water-filling: the costliest list gives up what is over, but never shrinks below the next costliest
+            # (other than lists inside it), so several long lists each keep their head instead of one losing all.
+            others = [c for c, p, _ in sizes[1:] if p[: len(path)] != path]
+            target = max(cost - over, others[0] if others else 0)
             items = list(value.items()) if isinstance(value, dict) else value
-            keep = _keep_count(items, cost - over - 2, floor)
+            keep = _keep_count(items, target - 2, floor)
             if keep >= len(items):
                 keep = len(items) - 1
             kept, removed = items[:keep], items[keep:]
@@ -236,14 +260,10 @@ def fit(
                 prior.omitted = removed_json + prior.omitted
         if size(data) <= limit:
             break
-    if cuts and isinstance(data.get("summary"), str):
-        data["summary"] += (
-            f" [Shortened to fit {max_tokens:,} tokens: "
-            + ", ".join(_cut_words(s) for s in cuts.values())
-            + "; budget.omitted gives the call that shows the rest.]"
-        )
-    budget = budget_for(data)
-    data["budget"] = budget.model_dump(mode="json")
+    if amend is not None:
+        for s in cuts.values():
+            amend(data, Cut(tool, path_text(s.path), s.shown, s.total, s.omitted, arguments, original))
+    data = finished(data)
     data["budget"]["estimated_tokens"] = tokens_of(compact_json(data))
     return data
 

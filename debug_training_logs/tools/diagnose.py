@@ -64,6 +64,9 @@ class TimelineEntry(BaseModel):
     )
     time_utc: str | None = Field(description="UTC, when the alignment established the workers' zone.")
     unaligned: bool = Field(description="An AIS event that could not be put on the worker clock (its AIS time shown).")
+    clock: Literal["worker", "ais"] = Field(
+        default="worker", description="Whose line it is: a worker log's or an AIS daemon log's."
+    )
     time_note: str = Field(description="How the time is known: exact, bounded by neighbouring lines, AIS clock.")
     source: str = Field(description="file:line (relative to logs_dir or ais_dir).")
     ranks: str = Field(description="Global ranks involved (range string).")
@@ -162,6 +165,7 @@ def _entry(e: KeyEvent, utc_offset: float | None) -> TimelineEntry:
             time_local=_iso(e.time),
             time_utc=f"{_iso(utc)}Z" if utc is not None else None,
             unaligned=False,
+            clock="ais" if e.kind == "ais" else "worker",
             time_note=note,
             source=f"{e.file}:{e.line}",
             ranks=format_ranges(e.ranks),
@@ -172,6 +176,7 @@ def _entry(e: KeyEvent, utc_offset: float | None) -> TimelineEntry:
         time_local=None,
         time_utc=None,
         unaligned=e.kind == "ais",
+        clock="ais" if e.kind == "ais" else "worker",
         time_note=note,
         source=f"{e.file}:{e.line}",
         ranks=format_ranges(e.ranks),

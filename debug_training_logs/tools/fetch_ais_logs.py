@@ -28,7 +28,8 @@ def fetch_ais_logs(
         str | None,
         Field(
             description="URL of any AIS proxy, e.g. http://10.0.0.5:51080. Default: the AIS_ENDPOINT environment "
-            "variable. The token is only sent to the AIS_ENDPOINT host when that is set."
+            "variable, else the ais CLI config. The token is sent only to an endpoint the user configured (those "
+            "two, or DEBUG_TRAINING_LOGS_AIS_TOKEN_ENDPOINTS), never to another one given here."
         ),
     ] = None,
     severity: Annotated[

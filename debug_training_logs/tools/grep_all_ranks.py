@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from debug_training_logs.analysis import grep as analysis
 from debug_training_logs.models import Coverage
 from debug_training_logs.paths import input_dir
+from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.registry import ToolSpec
 
 
@@ -110,8 +111,9 @@ def grep_all_ranks(
     patterns: Annotated[
         list[str] | None,
         Field(
-            description="Regexes (RE2 syntax; `name=regex` to name one) that replace the default tiered patterns. "
-            "Patterns RE2 cannot run fall back to a backtracking engine with a timeout."
+            description="Regexes (RE2 syntax, searched as written) that replace the default tiered patterns. To name "
+            "one, wrap all of it in a named group: `(?P<loader>AISBatchLoaderError)`; unnamed ones are p1, p2, .... "
+            "Patterns RE2 cannot run fall back to a backtracking engine with one time budget per search."
         ),
     ] = None,
     tiers: Annotated[
@@ -136,4 +138,27 @@ def grep_all_ranks(
     return GrepAllRanksResult.model_validate(result)
 
 
-SPEC = ToolSpec(func=grep_all_ranks, cli_name="grep", title="Grep all ranks", positional=("logs_dir",))
+def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:
+    """Templates or outliers the budget left out: the same search over the tiers they come from, which lists fewer."""
+    if cut.field not in ("templates", "outliers") or cut.arguments.get("patterns"):
+        return None
+    tier_of = {p["name"]: p["tier"] for p in cut.result.get("patterns", [])}
+    names = {n for item in cut.omitted_items for n in item.get("patterns", [])}
+    if cut.field == "outliers":
+        texts = {item["template"] for item in cut.omitted_items}
+        names = {n for t in cut.result.get("templates", []) if t["template"] in texts for n in t["patterns"]}
+    tiers = sorted({tier_of[n] for n in names if n in tier_of})
+    searched = sorted(set(tier_of.values()))
+    args = {k: v for k, v in cut.arguments.items() if k != "max_tokens"}
+    if tiers and tiers != searched:
+        nxt = {**args, "tiers": tiers}
+        return nxt, (
+            f"{cut.total - cut.shown} more {cut.field}, from tier(s) {', '.join(map(str, tiers))}: search only those "
+            "tiers (or name patterns) to list them."
+        )
+    return None  # the generic advice: the max_tokens that shows everything
+
+
+SPEC = ToolSpec(
+    func=grep_all_ranks, cli_name="grep", title="Grep all ranks", positional=("logs_dir",), follow_up=_follow_up
+)

@@ -1,8 +1,15 @@
-"""``job_overview``: the inventory of a worker-log directory (files, nodes, ranks, world size, framework, versions)."""
+"""``job_overview``: the inventory of a worker-log directory (files, nodes, ranks, world size, framework, versions).
+
+At thousands of ranks the per-file list is summarised: ``file_groups`` says in a few rows what the files are like
+(same rank source, compression and number of ranks per file), ``files`` lists the odd ones first (no ranks, a
+different rank count), and ``offset``/``limit`` page through every file.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from collections import defaultdict
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -12,6 +19,7 @@ from debug_training_logs.models import Coverage
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
+from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.registry import ToolSpec
 
 # Which torch versions each message family proves (worker_log_formats.md §1.9).
@@ -46,6 +54,19 @@ class FileEntry(BaseModel):
     node: str | None = Field(description="Host name or node index of the file, when the logs say.")
 
 
+class FileGroup(BaseModel):
+    """Files alike: the same rank source, compression and number of ranks per file."""
+
+    count: int = Field(description="Files in the group.")
+    ranks_per_file: int = Field(description="Global ranks in each file (0: none attributed).")
+    rank_source: str
+    compression: str
+    ranks: str = Field(description="Every rank the group's files hold (range string).")
+    bytes: int = Field(description="Their total size on disk in bytes.")
+    lines: int = Field(description="Their total lines.")
+    example: str = Field(description="The group's first file (path relative to logs_dir).")
+
+
 class Hint(BaseModel):
     """A fact with the line that shows it."""
 
@@ -70,9 +91,16 @@ class JobOverview(BaseModel):
 
     summary: str = Field(description="One paragraph a person would say after reading the inventory.")
     coverage: Coverage
-    files: list[FileEntry] = Field(description="Per file, up to `limit` (largest gaps first: files without ranks).")
-    files_truncated: int = Field(description="Files not listed because of `limit`.")
+    files: list[FileEntry] = Field(
+        description="Per file, up to `limit` from `offset`: files without ranks first, then files unlike the largest "
+        "group, then files less than half or more than twice the median size, then the rest by name."
+    )
+    files_truncated: int = Field(description="Files not listed (by `offset`/`limit` or the budget).")
+    file_groups: list[FileGroup] = Field(
+        default_factory=list, description="All files in a few rows: alike files grouped, largest group first."
+    )
     nodes: list[str] = Field(description="Host names seen (NCCL lines, torchrun failure tables, srun errors).")
+    nodes_total: int = Field(default=0, description="Host names seen in all (`nodes` lists up to `limit`).")
     framework: list[Hint] = Field(
         description="NeMo / Megatron-LM / Lightning / Ray / plain PyTorch (torch.distributed lines, no framework "
         "marker) / unknown (no file, or nothing that shows the framework)."
@@ -114,7 +142,7 @@ def _time_at(tp: TimePoint | None, inv: Inventory) -> TimeAt | None:
     return TimeAt(time=text, file=tp.file, line=tp.line, text=tp.text)
 
 
-def build_overview(inv: Inventory, coverage: Coverage, limit: int) -> JobOverview:
+def build_overview(inv: Inventory, coverage: Coverage, limit: int, offset: int = 0) -> JobOverview:
     """The overview model from an inventory (shared with ``diagnose``)."""
     frameworks: list[Hint] = []
     for m, name in _FRAMEWORKS.items():
@@ -131,7 +159,18 @@ def build_overview(inv: Inventory, coverage: Coverage, limit: int) -> JobOvervie
             Hint(name="unknown", lines=0, evidence="no framework, torch.distributed or NCCL line seen in the files")
         ]
     sources = [h for m, name in _DATA_SOURCES.items() if (h := _hint(inv, m, name)) is not None]
-    entries = sorted(inv.files, key=lambda f: (bool(f.ranks), f.rel))
+    groups, group_of = _file_groups(inv)
+    largest = (groups[0].ranks_per_file, groups[0].rank_source, groups[0].compression) if groups else None
+    sizes = sorted(f.size for f in inv.files)
+    median = sizes[len(sizes) // 2] if sizes else 0
+
+    def odd_size(size: int) -> bool:
+        return median > 0 and not median / 2 <= size <= median * 2
+
+    entries = sorted(
+        inv.files,
+        key=lambda f: (bool(f.ranks), group_of[f.rel] == largest, not odd_size(f.size), _natural(f.rel)),
+    )
     files = [
         FileEntry(
             file=f.rel,
@@ -142,7 +181,7 @@ def build_overview(inv: Inventory, coverage: Coverage, limit: int) -> JobOvervie
             rank_source=f.rank_source,
             node=f.node,
         )
-        for f in entries[:limit]
+        for f in entries[offset : offset + limit]
     ]
     start, end = _time_at(inv.start, inv), _time_at(inv.end, inv)
     fw = "/".join(h.name for h in frameworks)
@@ -167,8 +206,10 @@ def build_overview(inv: Inventory, coverage: Coverage, limit: int) -> JobOvervie
         summary=" ".join(parts),
         coverage=coverage,
         files=files,
-        files_truncated=max(0, len(entries) - limit),
+        files_truncated=len(entries) - len(files),
+        file_groups=groups,
         nodes=inv.nodes[:limit],
+        nodes_total=len(inv.nodes),
         framework=frameworks,
         torch_version_hints=families,
         torch_versions_stated=inv.torch_versions,
@@ -180,11 +221,41 @@ def build_overview(inv: Inventory, coverage: Coverage, limit: int) -> JobOvervie
     )
 
 
+def _natural(name: str) -> list[Any]:
+    """Sort key that puts error-2.out before error-10.out."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def _file_groups(inv: Inventory) -> tuple[list[FileGroup], dict[str, tuple[int, str, str]]]:
+    """Files grouped by (ranks per file, rank source, compression), largest group first; and each file's group."""
+    members: dict[tuple[int, str, str], list[Any]] = defaultdict(list)
+    group_of: dict[str, tuple[int, str, str]] = {}
+    for f in sorted(inv.files, key=lambda f: f.rel):
+        key = (len(f.ranks), f.rank_source, f.compression)
+        members[key].append(f)
+        group_of[f.rel] = key
+    groups = [
+        FileGroup(
+            count=len(fs),
+            ranks_per_file=key[0],
+            rank_source=key[1],
+            compression=key[2],
+            ranks=format_ranges(r for f in fs for r in f.ranks),
+            bytes=sum(f.size for f in fs),
+            lines=sum(f.lines for f in fs),
+            example=fs[0].rel,
+        )
+        for key, fs in sorted(members.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
+    return groups, group_of
+
+
 def job_overview(
     logs_dir: Annotated[
         str, Field(description="Directory with the workers' stderr/stdout logs (searched recursively).")
     ],
-    limit: Annotated[int, Field(ge=1, le=10000, description="At most this many files listed.")] = 50,
+    limit: Annotated[int, Field(ge=1, le=10000, description="At most this many files (and nodes) listed.")] = 20,
+    offset: Annotated[int, Field(ge=0, description="List files from this index on (to page through them).")] = 0,
 ) -> JobOverview:
     """Inventory of a training job's log directory: files, nodes, which global ranks each file holds, the world size
     and the line that proves it, missing ranks, framework (NeMo/Megatron/Lightning/Ray/PyTorch), torch version hints
@@ -192,10 +263,12 @@ def job_overview(
 
     Call it first on any failed job: it tells you whether you have every rank's logs (if `coverage.missing_ranks` is
     not empty, ask the user for the missing node files before naming a culprit).
+
+    `file_groups` sums up every file in a few rows; `files` lists the odd ones first, `offset` pages through all.
     """
     root = input_dir(logs_dir)
     job = scan_job(root, launcher.PATTERNS, launcher.sink_factory())  # one scan: inventory and launcher facts
-    overview = build_overview(job.inventory, job.coverage(), limit)
+    overview = build_overview(job.inventory, job.coverage(), limit, offset)
     facts = launcher.from_job_scan(job)
     split = attempts.split(root, files=[s.file for s in job.files], launcher_facts=facts)
     overview.attempts = summaries(split, limit)
@@ -214,6 +287,17 @@ def job_overview(
     return overview
 
 
-SPEC = ToolSpec(func=job_overview, cli_name="overview", title="Job overview", positional=("logs_dir",))
+def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:
+    """Files the budget left out: the next page."""
+    if cut.field != "files":
+        return None
+    args = {k: v for k, v in cut.arguments.items() if k != "max_tokens"}
+    nxt = {**args, "offset": int(args.get("offset", 0)) + cut.shown, "limit": max(1, cut.shown)}
+    return nxt, f"{cut.total - cut.shown} more files on this page: page on with offset={nxt['offset']}."
+
+
+SPEC = ToolSpec(
+    func=job_overview, cli_name="overview", title="Job overview", positional=("logs_dir",), follow_up=_follow_up
+)
 
 assert {m.name for m in MARKERS} >= set(_FAMILY_VERSIONS) | set(_FRAMEWORKS) | set(_DATA_SOURCES)

@@ -1,18 +1,34 @@
-"""``nccl_state_table``: every rank's NCCL watchdog state per process group, and who the straggler is."""
+"""``nccl_state_table``: every rank's NCCL watchdog state per process group, and who the straggler is.
+
+Drill-down instead of a dump (the classification always uses every row): by default the answer lists each PG's
+majority as one row (``process_groups[].majority``), every deviating rank (``outliers``, grouped in
+``outlier_groups``) and the full rows of the deviating ranks only. Every row is reachable by paging (``offset``/
+``limit`` over the rows in PG order, then rank order; ``next_offset`` says where the next page starts) or by
+naming ranks (``ranks="5,11"``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections import defaultdict
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis import nccl_table as analysis
+from debug_training_logs.errors import UserInputError
 from debug_training_logs.models import Coverage, Evidence
 from debug_training_logs.paths import input_dir
+from debug_training_logs.ranges import format_ranges, parse_ranges
+from debug_training_logs.tools._cache import cached
 from debug_training_logs.tools.attempt_choice import choose
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
+from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.registry import ToolSpec
+
+ALL = 10**9
+"""``limit`` for the analysis: the tool pages over every row itself."""
 
 
 class _Model(BaseModel):
@@ -147,6 +163,17 @@ class Outlier(_Model):
     how: str = Field(description="What the difference means.")
 
 
+class OutlierGroup(_Model):
+    """Deviating rows that differ from their PG's majority in the same way: one entry, with their ranks."""
+
+    pg: str | None
+    ranks: str = Field(description="Global ranks of the group (range string).")
+    count: int
+    fields: list[str] = Field(description="The fields that differ from the majority.")
+    how: str = Field(description="What the difference means (as for each outlier).")
+    example: Outlier = Field(description="The group's first outlier in full (values of this rank vs the majority).")
+
+
 class RankFact(_Model):
     """A neighbouring fact and the ranks that logged it."""
 
@@ -214,11 +241,27 @@ class NcclStateTable(_Model):
         "`limit` (the classification always uses ALL rows)."
     )
     rows_total: int
-    rows_truncated: int = Field(description="Rows not listed because of `limit`.")
+    rows_truncated: int = Field(description="Rows not listed (by the view, `ranks`, `offset`/`limit` or the budget).")
+    rows_view: str = Field(
+        default="deviating",
+        description="deviating: `rows` are the deviating ranks' rows (outliers, stragglers, suspects, ahead ranks), "
+        "the rest is each PG's majority; page: `rows` is a page of every row (PG order, then rank) from `rows_offset`.",
+    )
+    rows_offset: int = Field(default=0, description="Index of the first listed row in the paging order.")
+    rows_matching: int = Field(default=0, description="Rows in the view (after the `ranks` filter) before paging.")
+    next_offset: int | None = Field(
+        default=None, description="`offset` of the next page (null: this page reaches the end of the view)."
+    )
     outliers: list[Outlier] = Field(
         description="Rows whose (seq, enqueued, completed, op, signal) differ from the PG majority."
     )
     outliers_truncated: int
+    outlier_groups: list[OutlierGroup] = Field(
+        default_factory=list,
+        description="Outliers that differ from their PG's majority in the same way, grouped with rank ranges and "
+        "counts (every outlier counts, also those `limit` or the budget left out of `outliers`; single ones are only "
+        "in `outliers`).",
+    )
     first_dump_rank: int | None = Field(description="The rank whose dump signal others reacted to.")
     rank_facts: list[RankFact]
     evidence: list[_Evidence] = Field(description="Cited lines: stragglers' state, a majority row, the first to dump.")
@@ -267,6 +310,18 @@ def nccl_state_table(
         int | None,
         Field(ge=0, description="For a restarted job: which attempt's lines to read (default: the first failed one)."),
     ] = None,
+    offset: Annotated[
+        int | None,
+        Field(
+            ge=0,
+            description="Page through EVERY row (PG order, then rank) from this index, `limit` rows at a time "
+            "(`next_offset` gives the next page). Omit it for the default view: the deviating ranks' rows only.",
+        ),
+    ] = None,
+    ranks: Annotated[
+        str | None,
+        Field(description="Only rows of these global ranks, as a range string ('5', '0-7,64'); pages like offset."),
+    ] = None,
 ) -> NcclStateTable:
     """For an NCCL timeout: ALL ranks' watchdog state, one row per (global rank, process group): SeqNum, OpType,
     Numel, timeout and ran-for, last enqueued / last completed work and pending, whether the rank detected the
@@ -281,22 +336,57 @@ def nccl_state_table(
     aborted', hard-wrapped lines re-joined wherever they break, gzip/zstd). Call it after job_overview whenever a
     watchdog timeout appears; check `ranks_without_nccl_state`, `missing_ranks`, `unattributed_timeouts` and
     `unparsed_samples` before trusting a straggler.
+
+    The answer lists each PG's majority as one row and every deviating rank; the other rows are reached with
+    `ranks` (those ranks' rows) or `offset`/`limit` (every row, page by page).
     """
     root = input_dir(logs_dir)
     split, chosen = choose(root, attempt)
     keep = split.keeper(chosen) if chosen is not None else None
-    table = NcclStateTable.model_validate(analysis.nccl_state_table(root, limit=limit, keep=keep))
+    wanted = _parse_ranks(ranks)
+    # Pages and rank filters of the same logs reuse one scan (the table is computed from every row either way).
+    table = cached("nccl_state_table", root, chosen, lambda: analysis.nccl_state_table(root, limit=ALL, keep=keep))
+    order = {p.pg: i for i, p in enumerate(table.process_groups)}
+    rows = sorted(table.rows, key=lambda r: (order.get(r.pg, len(order)), r.rank))
+    if offset is None and wanted is None:
+        deviating = _deviating_keys(table)
+        view, start = [r for r in rows if (r.rank, r.pg) in deviating], 0
+    else:
+        view, start = [r for r in rows if wanted is None or r.rank in wanted], offset or 0
+    page = view[start : start + limit]
+    end = start + len(page)
+    paged = dataclasses.replace(
+        table, rows=page, rows_truncated=table.rows_total - len(page), outliers=table.outliers[:limit]
+    )
+    result = NcclStateTable.model_validate(paged)
+    result = result.model_copy(
+        update={
+            "rows_view": "deviating" if offset is None and wanted is None else "page",
+            "rows_offset": start,
+            "rows_matching": len(view),
+            "next_offset": end if end < len(view) else None,
+            "outliers_truncated": max(0, len(table.outliers) - limit),
+            "outlier_groups": _outlier_groups(result.outliers if len(table.outliers) <= limit else table.outliers),
+        }
+    )
     if chosen is not None:
-        table.attempts, table.attempt = summaries(split), chosen
-        table.summary += f" (attempt {chosen} of {split.count}; pass attempt=N for another)"
+        result.attempts, result.attempt = summaries(split), chosen
+        result.summary += f" (attempt {chosen} of {split.count}; pass attempt=N for another)"
     facts = fr_dumps.gather(root, input_dir(fr_dir, "flight-recorder directory") if fr_dir else None)
     if facts.files_found:
-        add_dump_rows(table, facts, limit)
-    return table
+        add_dump_rows(result, facts, limit, wanted, first_page=not offset)
+    return result
 
 
-def add_dump_rows(table: NcclStateTable, facts: fr_dumps.FlightRecorderFacts, limit: int) -> None:
-    """Rows from the flight-recorder dumps (``source='dump'``) and their summary, beside the log rows."""
+def add_dump_rows(
+    table: NcclStateTable,
+    facts: fr_dumps.FlightRecorderFacts,
+    limit: int,
+    wanted: set[int] | None = None,
+    first_page: bool = True,
+) -> None:
+    """Rows from the flight-recorder dumps (``source='dump'``, on the first page, only ``wanted`` ranks when given)
+    and their summary, beside the log rows."""
     rows: list[NcclRow] = []
     detail: list[str] = []
     for g in facts.groups:
@@ -325,6 +415,7 @@ def add_dump_rows(table: NcclStateTable, facts: fr_dumps.FlightRecorderFacts, li
             + (f", mismatches: {mm}" if mm else "")
             + (f"; stuck call: {' < '.join(g.stuck_frames[:3])}" if g.stuck_frames else "")
         )
+    rows = [r for r in rows if first_page and (wanted is None or r.rank in wanted)]
     room = max(0, limit - len(table.rows))
     table.rows.extend(rows[:room])
     table.rows_total += len(rows)
@@ -344,4 +435,74 @@ def add_dump_rows(table: NcclStateTable, facts: fr_dumps.FlightRecorderFacts, li
         )
 
 
-SPEC = ToolSpec(func=nccl_state_table, cli_name="nccl", title="NCCL state table", positional=("logs_dir",))
+def _parse_ranks(text: str | None) -> set[int] | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        return parse_ranges(text)
+    except ValueError as exc:
+        raise UserInputError(f"ranks={text!r} is not a range string: write ranks like '5', '0-7' or '0-7,64'.") from exc
+
+
+def _deviating_keys(table: analysis.NcclTable) -> set[tuple[int, str | None]]:
+    """(rank, PG) of every row that differs from its PG's majority or that the classification names."""
+    keys = {(o.rank, o.pg) for o in table.outliers}
+    for p in table.process_groups:
+        keys.update((g, p.pg) for g in p.straggler_ranks + p.ahead_ranks + p.suspect_ranks)
+    return keys
+
+
+def _outlier_groups(outliers: list[Any]) -> list[OutlierGroup]:
+    groups: dict[tuple[str | None, str, tuple[str, ...]], list[Any]] = defaultdict(list)
+    for o in outliers:
+        groups[(o.pg, o.how, tuple(sorted(o.differs)))].append(o)
+    return [
+        OutlierGroup(
+            pg=pg,
+            ranks=format_ranges(o.rank for o in members),
+            count=len(members),
+            fields=list(fields),
+            how=how,
+            example=Outlier.model_validate(members[0]),
+        )
+        for (pg, how, fields), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0].rank))
+        if len(members) > 1
+    ]
+
+
+def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:
+    """The call that shows rows or outliers the budget left out: their ranks, or the next page."""
+    args = {k: v for k, v in cut.arguments.items() if k != "max_tokens"}
+    if cut.field == "rows" and cut.result.get("rows_view") == "page":
+        nxt = {**args, "offset": int(cut.result.get("rows_offset", 0)) + cut.shown, "limit": max(1, cut.shown)}
+        return (
+            nxt,
+            f"{cut.total - cut.shown} more rows on this page: page on with offset={nxt['offset']}, "
+            f"limit={nxt['limit']}.",
+        )
+    if cut.field in ("rows", "outliers"):
+        omitted = format_ranges(int(item["rank"]) for item in cut.omitted_items)
+        nxt = {**args, "ranks": omitted, "offset": 0, "limit": max(1, cut.shown)}
+        what = "deviating rows" if cut.field == "rows" else "outliers (their rows)"
+        return (
+            nxt,
+            f"{cut.total - cut.shown} more {what}: ranks {omitted}; call with ranks='{omitted}' "
+            "(paged by offset/limit).",
+        )
+    return None
+
+
+def _amend(data: dict[str, Any], cut: Cut) -> None:
+    """A page the budget shortened ends earlier: the next page starts after its last listed row."""
+    if cut.field == "rows" and data.get("rows_view") == "page":
+        data["next_offset"] = int(data.get("rows_offset", 0)) + cut.shown
+
+
+SPEC = ToolSpec(
+    func=nccl_state_table,
+    cli_name="nccl",
+    title="NCCL state table",
+    positional=("logs_dir",),
+    follow_up=_follow_up,
+    amend=_amend,
+)

@@ -57,6 +57,8 @@ class ToolSpec:
     """Parameters the CLI does not offer (it has its own way, e.g. ``analyze --html FILE``); they keep defaults."""
     follow_up: budget.FollowUp | None = None
     """For a list the budget shortened: the tool's own paging/filter arguments that show the rest."""
+    amend: budget.Amend | None = None
+    """After the budget shortened a list: fix the fields that depend on its length (``next_offset`` ...)."""
 
     @property
     def name(self) -> str:
@@ -108,6 +110,7 @@ class ToolSpec:
             arguments=given,
             max_tokens=max_tokens,
             follow_up=self.follow_up,
+            amend=self.amend,
         )
         return self.result_model.model_validate(data)
 

@@ -1,0 +1,119 @@
+"""The token budget (tools/budget.py): what it keeps, what it says it left out, and that both front ends agree."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from debug_training_logs.server.app import create_server
+from debug_training_logs.tools.budget import DEFAULT_MAX_TOKENS, Cut, chars_for, compact_json, fit
+from debug_training_logs.tools.registry import all_tools
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def _result(rows: int, templates: int = 0) -> dict[str, Any]:
+    return {
+        "summary": "A job.",
+        "coverage": {"ranks_found": f"0-{rows - 1}", "unreadable_files": []},
+        "rows": [{"rank": r, "text": f"rank {r} waited in ALLREDUCE 4118 for 1800000 ms"} for r in range(rows)],
+        "rows_truncated": 0,
+        "templates": [{"template": f"template {t} " * 10, "ranks": "0-1023"} for t in range(templates)],
+        "truncated": {"templates": 0},
+        "verdict": {"culprit_ranks": list(range(500))},
+    }
+
+
+def test_a_result_within_budget_is_unchanged_and_says_so() -> None:
+    data = _result(3)
+    out = fit(data, tool="t", arguments={"logs_dir": "/x"})
+    assert {k: v for k, v in out.items() if k != "budget"} == data
+    assert out["budget"]["omitted"] == [] and out["budget"]["max_tokens"] == DEFAULT_MAX_TOKENS
+
+
+def test_long_lists_keep_their_head_and_counts_stay_true() -> None:
+    data = _result(600, templates=100)
+    out = fit(data, tool="t", arguments={"logs_dir": "/x"}, max_tokens=2000)
+    assert len(compact_json(out)) <= chars_for(2000)
+    shown_rows, shown_templates = len(out["rows"]), len(out["templates"])
+    assert 0 < shown_rows < 600 and 0 < shown_templates < 100  # both long lists keep their head (water-filling)
+    assert out["rows"] == data["rows"][:shown_rows] and out["templates"] == data["templates"][:shown_templates]
+    assert out["rows_truncated"] == 600 - shown_rows  # the list's own counter
+    assert out["truncated"]["templates"] == 100 - shown_templates  # or the shared truncated dict
+    assert out["verdict"] == data["verdict"]  # never shortened, whatever its size
+    omitted = {o["field"]: o for o in out["budget"]["omitted"]}
+    assert (omitted["rows"]["shown"], omitted["rows"]["total"]) == (shown_rows, 600)
+    # Without a hook, the same call with a budget that holds everything (under Claude Code's cap).
+    need = omitted["rows"]["next_call"]["arguments"]["max_tokens"]
+    assert omitted["rows"]["next_call"] == {"tool": "t", "arguments": {"logs_dir": "/x", "max_tokens": need}}
+    assert len(compact_json(fit(data, tool="t", arguments={}, max_tokens=need))) > len(compact_json(out))
+    assert fit(data, tool="t", arguments={}, max_tokens=need)["budget"]["omitted"] == []
+    assert "Shortened to fit 2,000 tokens: rows" in out["summary"]
+
+
+def test_a_tool_hook_names_the_follow_up_and_amends_dependent_fields() -> None:
+    seen: list[Cut] = []
+
+    def follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:
+        seen.append(cut)
+        if cut.field != "rows":
+            return None
+        ranks = [item["rank"] for item in cut.omitted_items]
+        return {"ranks": f"{ranks[0]}-{ranks[-1]}"}, "the other ranks"
+
+    def amend(data: dict[str, Any], cut: Cut) -> None:
+        data["next_offset"] = cut.shown
+
+    out = fit(_result(600), tool="t", arguments={}, max_tokens=1000, follow_up=follow_up, amend=amend)
+    shown = len(out["rows"])
+    (rows,) = [o for o in out["budget"]["omitted"] if o["field"] == "rows"]
+    assert rows["next_call"]["arguments"] == {"ranks": f"{shown}-599"} and rows["how"] == "the other ranks"
+    assert out["next_offset"] == shown
+    assert all(c.result["rows"][0]["rank"] == 0 and len(c.result["rows"]) == 600 for c in seen)  # the uncut result
+
+
+def test_every_tool_takes_max_tokens_and_publishes_the_budget_field() -> None:
+    for spec in all_tools():
+        assert "max_tokens" in spec.signature.parameters, spec.name
+        assert "budget" in spec.result_model.model_fields, spec.name
+
+
+@pytest.mark.anyio
+async def test_cli_json_is_the_mcp_structured_content_when_the_budget_cuts() -> None:
+    """STYLE.md: the CLI's --json is byte-for-byte what MCP returns, also for a result the budget shortened."""
+    logs = FIXTURES / "data_stall" / "logs"
+    async with Client(create_server([FIXTURES]), raise_exceptions=True) as client:
+        res = await client.call_tool("grep_all_ranks", {"logs_dir": str(logs), "max_tokens": 1000})
+    assert res.is_error is False, res.content
+    via_mcp = res.structured_content
+    assert via_mcp is not None and via_mcp["budget"]["omitted"], "the fixture should need a cut at 1,000 tokens"
+    cli = subprocess.run(
+        [sys.executable, "-m", "debug_training_logs", "grep", str(logs), "--max-tokens", "1000", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout) == via_mcp
+    assert cli.stdout.strip() == json.dumps(via_mcp, indent=2, ensure_ascii=False)
+    # The text block is the readable rendering, not the JSON again, and it ends with what was left out.
+    (block,) = res.content
+    text = getattr(block, "text", "")
+    assert text.startswith(via_mcp["summary"]) and "Left out to fit 1,000 tokens:" in text
+    assert not text.lstrip().startswith("{") and len(text) <= chars_for(1000)
+
+
+def test_bad_max_tokens_is_refused_with_the_bounds(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "debug_training_logs", "overview", str(tmp_path), "--max-tokens", "10"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2 and "max_tokens" in run.stderr and "1000" in run.stderr
