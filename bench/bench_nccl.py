@@ -75,6 +75,8 @@ def main() -> int:
 
     truth = json.loads((logs.parent / "worker_truth.json").read_text())
     got = {(r.rank, r.pg): asdict(r) for r in table.rows}
+    for g in got.values():  # the generator's per-row first_to_dump is the local line the table calls signalled_dump
+        g["first_to_dump"] = g["signalled_dump"]
     bad = [
         (row["rank"], row["pg"], f)
         for row in truth["rows"]

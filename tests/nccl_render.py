@@ -15,6 +15,8 @@ from typing import Any
 
 TORCH = ("2.0", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14")
 PREFIXES = ("none", "rank", "srun", "ray", "ansi", "docker")
+EXTRA_PREFIXES = ("viewer", "milabench", "tee")
+"""Seen in public reports too: a log viewer's line numbers, milabench's 'host [stderr] ', accelerate's '[default3]:'."""
 WRAPS = ("none", "mid_word", "first_number", "last_number", "space_lost", "indented", "cols80", "in_header")
 
 SEQ, ENQ, DONE, TIMEOUT_MS, RAN_MS, NUMEL = 73519, 73521, 73518, 1200000, 1200418, 52428800
@@ -264,6 +266,12 @@ def with_prefix(style: str, text: str, headered: bool, rank: int) -> tuple[str, 
         return f"\x1b[36m(TrainWorker pid={48000 + rank})\x1b[0m \x1b[1;31m{text}\x1b[0m", own
     if style == "docker":
         return f"2026-11-07T23:41:09.{rank:06d}123Z {text}", own
+    if style == "viewer":
+        return f"[{80211 + rank}] {text}", own
+    if style == "milabench":
+        return f"llm-nodes.cn-g0{rank:02d} [stderr] {text}", own
+    if style == "tee":  # the local rank, not the global one: the line names no global rank by it
+        return f"[default{rank % 8}]:{text}", own
     raise ValueError(style)
 
 

@@ -22,6 +22,7 @@ from debug_training_logs.models import cut
 from tests.nccl_render import (
     DONE,
     ENQ,
+    EXTRA_PREFIXES,
     NUMEL,
     PREFIXES,
     RAN_MS,
@@ -101,8 +102,8 @@ def test_matrix_size_and_every_family_covered() -> None:
     families = {m.family for v in TORCH for m in messages(v)}
     assert families >= {"timeout", "timeout_wait_path", "communicator_aborted", "blocking_wait", "terminated", "what",
                         "status", "status_exception", "dump_local", "dump_remote", "observed", "first"}  # fmt: skip
-    cells = sum(len(messages(v)) for v in TORCH) * len(PREFIXES) * len(WRAPS)
-    assert cells > 5000, cells
+    cells = sum(len(messages(v)) for v in TORCH) * len(PREFIXES + EXTRA_PREFIXES) * len(WRAPS)
+    assert cells == 119 * 9 * 8, cells
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -295,3 +295,16 @@ def test_needles_select_every_message_and_no_noise() -> None:
         assert not any(n in m for n in tn.NEEDLES), m
     # needles are plain literals (the scan escapes them)
     assert all(re.escape(n) and n == n.strip("\n") for n in tn.NEEDLES)
+
+
+def test_clean_shutdown_watchdog_lines_are_not_unparsed_noise() -> None:
+    line = (
+        "[rank0]:[I1107 23:59:01.000000001 ProcessGroupNCCL.cpp:1522] [PG ID 0 PG GUID 0(default_pg) Rank 0] Process "
+    )
+    line += "group watchdog thread terminated normally"
+    assert tn.parse_line(line) is None and tn.is_benign(line)
+    odd = (
+        "[rank0]:[E1107 23:59:01.000000001 ProcessGroupNCCL.cpp:1999] [PG ID 0 PG GUID 0(default_pg) Rank 0] watchdog "
+    )
+    odd += "saw something new"
+    assert not tn.is_benign(odd) and tn.is_watchdog_like(odd)

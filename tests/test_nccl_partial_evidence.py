@@ -162,3 +162,87 @@ def test_year_less_times_read_as_written(tmp_path: Path) -> None:
     )
     assert with_year.rows[0].timeout_time == "2025-06-26T16:48:25" and with_year.rows[0].timeout_time_year_inferred
     assert "rank-5.log:1" in with_year.time_basis.year_evidence
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Classification rules on complete evidence: unlabelled rows, different collectives, a single rank.
+
+H = "[rank{r}]:[E1107 23:41:09.{ns:09d} ProcessGroupNCCL.cpp:{src}] "
+STATUS = (
+    "[PG ID {pid} PG GUID {guid}({desc}) Rank {pr}]  failure detected by watchdog at work sequence id: {s} PG status: "
+)
+STATUS += "last enqueued work: {e}, last completed work: {c}"
+TIMEOUT = "[Rank {pr}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={s}, OpType={op}, NumelIn=8, "
+TIMEOUT += "NumelOut=8, Timeout(ms)={t}) ran for {ran} milliseconds before timing out."
+
+
+def _rank_file(d: Path, r: int, lines: list[str]) -> None:
+    pad = [f"[NeMo I 2026-11-07 23:{i // 60:02d}:{i % 60:02d} train:88] step {i}" for i in range(45)]
+    _write(d, f"rank-{r}.log", [f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4", *pad, *lines])
+
+
+def _status(r: int, s: int, e: int, c: int, pid: int = 0, guid: str = "0", desc: str = "default_pg") -> str:
+    return H.format(r=r, ns=r, src=2303) + STATUS.format(pid=pid, guid=guid, desc=desc, pr=r, s=s, e=e, c=c)
+
+
+def _timeout(r: int, s: int, op: str = "ALLREDUCE", t: int = 600000) -> str:
+    return H.format(r=r, ns=r, src=689) + TIMEOUT.format(pr=r, s=s, op=op, t=t, ran=t + 17)
+
+
+def test_an_unlabelled_timeout_joins_the_pg_its_work_matches(tmp_path: Path) -> None:
+    d = tmp_path / "job"
+    for r in range(4):
+        # every rank: a default-PG status at 900 and a DP-PG status at 71; the timeout (WorkNCCL names no PG) is 71
+        _rank_file(d, r, [_status(r, 900, 900, 899), _status(r, 71, 71, 70, 3, "8", "DATA_PARALLEL_GROUP"),
+                          _timeout(r, 71)])  # fmt: skip
+    res = nccl_state_table(d, limit=100)
+    dp = [row for row in res.rows if row.pg == "8"]
+    assert len(dp) == 4 and all(row.seq == 71 and row.op_type == "ALLREDUCE" for row in dp)
+    assert not [row for row in res.rows if row.pg is None]
+
+
+def test_an_ambiguous_unlabelled_timeout_stays_unlabelled_and_makes_no_absent_rank(tmp_path: Path) -> None:
+    d = tmp_path / "job"
+    for r in range(4):
+        lines = [_status(r, 57, 57, 56), _status(r, 57, 57, 56, 3, "8", "DATA_PARALLEL_GROUP")]
+        _rank_file(d, r, lines + ([_timeout(r, 57)] if r < 2 else []))
+    res = nccl_state_table(d, limit=100)
+    unlabelled = [p for p in res.process_groups if p.pg is None]
+    assert len(unlabelled) == 1 and unlabelled[0].classification == "incomplete"
+    assert unlabelled[0].absent_ranks == "" and unlabelled[0].straggler_ranks == [] and res.straggler_ranks == []
+
+
+def test_ranks_in_different_collectives_are_a_mismatch_not_fabric(tmp_path: Path) -> None:
+    d = tmp_path / "job"
+    for r in range(4):
+        seq, op = (310, "ALLREDUCE") if r != 2 else (305, "BROADCAST")
+        _rank_file(d, r, [_timeout(r, seq, op), _status(r, seq, seq, seq - 1)])
+    res = nccl_state_table(d, limit=100)
+    (pg,) = res.process_groups
+    assert pg.classification == "mismatch" and "rank 2 at SeqNum 305 BROADCAST" in pg.reason, pg.reason
+    assert res.straggler_ranks == []
+
+
+def test_one_rank_alone_is_never_fabric(tmp_path: Path) -> None:
+    d = tmp_path / "job"
+    _write(d, "rank-0.log", ["Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/1", _timeout(0, 12)])
+    res = nccl_state_table(d)
+    assert res.coverage.world_size == 1
+    assert [p.classification for p in res.process_groups] == ["incomplete"], res.summary
+
+
+def test_a_world_size_given_by_the_caller_completes_the_coverage(tmp_path: Path) -> None:
+    """Per-rank logs of a whole job that never state the world size: nothing is concluded until the caller says it."""
+    d = tmp_path / "job"
+    for r in range(4):
+        pad = [f"[rank{r}]:[W1107 23:00:{i:02d}.000000001 socket.cpp:412] noise {i}" for i in range(45)]
+        lines = pad + ([] if r == 3 else [_timeout(r, 57), _status(r, 57, 57, 56)])
+        _write(d, f"rank-{r}.log", lines)
+    unknown = nccl_state_table(d)
+    assert unknown.coverage.world_size is None and unknown.straggler_ranks == []
+    assert [p.classification for p in unknown.process_groups] == ["incomplete"]
+    given = nccl_state_table(d, world_size=4)
+    assert given.coverage.world_size == 4 and "given by the caller" in given.coverage.world_size_evidence
+    assert given.straggler_ranks == [3], given.summary
+    wrong = nccl_state_table(d, world_size=8)
+    assert wrong.missing_ranks == "4-7" and wrong.straggler_ranks == []

@@ -159,6 +159,10 @@ def _tail(ev: JobEvidence) -> list[KeyEvent]:
         for r in n.rows:
             if (r.pending or 0) > 0 and r.seq is not None:
                 groups[(r.pg, r.seq, r.op_type)].append(r)
+        # rows with no enqueued/completed (torch <= 2.2, timeout lines only) have no group: fall back to the timeouts
+        for r in n.rows if not groups else []:
+            if r.collective_start_time is not None:
+                groups[(r.pg, r.seq, r.op_type)].append(r)
         ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0][0], kv[0][1] or 0))
         (pg, seq, op), rows = ordered[0]
         first = min(rows, key=lambda r: (r.collective_start_time or datetime.max, r.rank))

@@ -2,22 +2,31 @@
 
 One scan of the job (:func:`~debug_training_logs.analysis.inventory.scan_job`) selects candidate lines with the
 literal needles of :mod:`debug_training_logs.formats.torch_nccl`; a :class:`NcclSink` in each worker parses only those
-lines (joining hard-wrapped messages, re-reading an over-long tqdm line's tail) and sends back compact events. Here
-the events become one row per (global rank, process group), then every PG is classified from ALL its rows:
+lines (re-joining hard-wrapped messages wherever the break fell, re-reading an over-long tqdm line's tail) and sends
+back compact events, each cited at the physical line where its record starts. Timeouts repeated inside a
+``watchdog thread terminated`` / ``what():`` / ``communicator was aborted`` message count when they are the only
+record of a rank's timeout. Here the events become one row per (global rank, process group); a row whose line names
+no PG (WorkNCCL before 2.14) joins the PG that a labelled line of the same rank and work names, or stays unlabelled.
+Every PG is then classified from ALL its rows:
 
-* ``straggler``: one or few ranks never entered the collective (enqueued == completed while the others have work
-  pending), or only observed another rank's dump signal while the others detected their own timeout, or logged no
-  state at all for the PG (absent) while the others wait in it;
-* ``fabric``: every member entered the same collective (enqueued > completed) and each detected its own timeout;
+* ``straggler``: a rank's own lines say it never entered the collective the others wait in (enqueued == completed,
+  or it only observed another rank's dump signal), or it logged no state for the PG while its whole log is present
+  and every rank of a known world is in the logs;
+* ``fabric``: two or more members, every member present, all entered the same collective and each detected its own
+  timeout;
 * ``root_ahead``: the PG's rank 0 (the broadcast root) is ahead of the others by k ops (compared with the ~3
   collectives a training step issues);
+* ``mismatch``: ranks of one PG timed out in different collectives (SeqNum or OpType differ): not a fabric hang;
 * ``mixed``: outliers in both directions or too many to call a straggler;
-* ``incomplete``: ranks are missing from the logs (or a member cannot be identified), so no straggler is named from a
-  subset: the missing ranks could hold it.
+* ``incomplete``: the world size is not stated by evidence about the world, ranks are missing from the logs, members
+  cannot be identified, or the rows name no PG: nothing is concluded from a subset (one node's file, a pasted
+  excerpt, one rank's log).
 
 SeqNums are compared only within one PG identity (GUID/name, else uid). The global rank comes from ``[rankN]:`` (or
-the line's other attribution), never from the PG-local, possibly stale ``[Rank N]``. Times are the workers' wall
-clock as written (no zone, year inferred); the nanosecond fraction is monotonic and ignored.
+the line's other attribution), never from the PG-local, possibly stale ``[Rank N]``; timeouts no line attributes are
+reported per (SeqNum, OpType) with their PG-local ranks. Times are the workers' wall clock as written (no zone); the
+year comes from a full date elsewhere in the logs, else the time is shown as ``MM-DD HH:MM:SS``; the nanosecond
+fraction is monotonic and ignored.
 
 Must not: open files other than through ``logs/`` (scan and the targeted re-read of wrapped lines), import ``mcp``.
 """
@@ -774,10 +783,9 @@ def _classify(
     absent_pg: list[int] = []
     absent: set[int] = set()
     absent_missing: set[int] = set()
-    if is_default and cov.world is not None:
-        expected = set(range(cov.world))
-        absent = (expected & cov.inv_ranks) - ranks_here
-        absent_missing = (expected - ranks_here) & cov.missing
+    if is_default and cov.world is not None:  # every rank of the world is a member (no set of range(world))
+        absent = {g for g in cov.inv_ranks if g < cov.world} - ranks_here
+        absent_missing = cov.missing - ranks_here
     elif not unlabelled and not is_default:
         inferred, absent_pg = _infer_members(rows)
         absent = {g for g in inferred.values() if g in cov.inv_ranks}
@@ -1045,18 +1053,27 @@ def nccl_state_table(
     logs_dir: str | Path,
     limit: int = DEFAULT_LIMIT,
     files: Sequence[LogFile] | None = None,
+    world_size: int | None = None,
     keep: LineKeep | None = None,
 ) -> NcclTable:
-    """Scan every worker log under ``logs_dir`` once and build the NCCL state table (see the module docstring);
+    """Scan every worker log under ``logs_dir`` once and build the NCCL state table (see the module docstring).
+
+    ``world_size``: the job's world size as the caller knows it (the launch command), for logs that do not state it.
     ``keep``: only those lines (one attempt's, :mod:`~debug_training_logs.analysis.attempts`)."""
     job = scan_job(logs_dir, NCCL_PATTERNS, NcclSink, files=files, keep=keep)
     results: list[FileEvents] = [r if isinstance(r, FileEvents) else FileEvents(s.file.rel)
                                  for r, s in zip(job.caller_results, job.files, strict=True)]  # fmt: skip
-    return build_table(results, job.inventory, job.coverage(), limit)
+    return build_table(results, job.inventory, job.coverage(), limit, world_size=world_size)
 
 
-def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, limit: int) -> NcclTable:
+def build_table(
+    results: list[FileEvents], inv: Inventory, coverage: Coverage, limit: int, world_size: int | None = None
+) -> NcclTable:
     """The table from the sinks' events and the job inventory (pure; used by the tool and by ``diagnose``)."""
+    if world_size is not None:
+        said = f"; the logs say {inv.world_size} ({inv.world_size_evidence})" if inv.world_size != world_size else ""
+        given = f"given by the caller: {world_size}{said}"
+        coverage = coverage.model_copy(update={"world_size": world_size, "world_size_evidence": given})
     times = _TimeText(inv.year_hint)
     by_rank: dict[int, list[_Ev]] = defaultdict(list)
     unattributed = 0
@@ -1107,9 +1124,9 @@ def build_table(results: list[FileEvents], inv: Inventory, coverage: Coverage, l
 
     # Ranks the inventory attributed, plus every rank a candidate line of ours carried (srun labels, Ray prefixes).
     inv_ranks = set(inv.ranks) | set(by_rank) | {g for (_k, _d), items in fact_map.items() for g, _ in items}
-    world = inv.world_size
+    world = world_size if world_size is not None else inv.world_size
     missing = missing_set(world, inv_ranks)  # bounded: a stated world size of 10^8 must not cost a set of 10^8
-    if inv_ranks != set(inv.ranks):
+    if inv_ranks != set(inv.ranks) or world_size is not None:
         coverage = coverage.model_copy(
             update={"ranks_found": format_ranges(inv_ranks), "missing_ranks": missing_text(world, inv_ranks)}
         )
@@ -1367,5 +1384,11 @@ def _summary(
     if first is not None:
         parts.append(f"Rank {first} set the dump signal first: usually a victim that timed out first, not the cause.")
     if silent and not stragglers:
-        parts.append(f"Ranks {format_ranges(silent)} appear in the logs but logged no NCCL state: prime suspects.")
+        if coverage.world_size is not None and not missing:
+            parts.append(f"Ranks {format_ranges(silent)} appear in the logs but logged no NCCL state: prime suspects.")
+        else:
+            parts.append(
+                f"Ranks {format_ranges(silent)} appear in these files but logged no NCCL state here (suspects only if "
+                "their whole logs are here)."
+            )
     return " ".join(parts)

@@ -88,8 +88,10 @@ def with_year(t: WallTime, year_hint: int | None) -> datetime | None:
 
 
 def iso(t: WallTime, year_hint: int | None) -> str:
-    """ISO 8601 text for ``t`` (no offset: worker logs do not say their zone); ``--MM-DDTHH:MM:SS`` without a year."""
+    """ISO 8601 text for ``t`` (no offset: worker logs do not say their zone) with the line's year or ``year_hint``
+    (a full date elsewhere in the logs); without either, ``MM-DD HH:MM:SS`` as the line wrote it, never an invented
+    year."""
     dt = with_year(t, year_hint)
     if dt is not None:
         return dt.isoformat(timespec="seconds")
-    return f"--{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+    return f"{t.month:02d}-{t.day:02d} {t.hour:02d}:{t.minute:02d}:{t.second:02d}"

@@ -280,7 +280,13 @@ _CHILD_EXIT = re.compile(r"^\s*exitcode\s+: (?P<code>-?\d+) \(pid: (?P<pid>\d+)\
 _CHILD_SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\) received by PID (?P<pid>\d+)")
 
 # Known lines that mention the watchdog but are no state of ours (frames of the C++ stack, env-var advice ...).
-_WATCHDOG_BENIGN: Final = ("frame #", "Exception raised from", "Stack trace of the failed collective")
+_WATCHDOG_BENIGN: Final = (
+    "frame #",
+    "Exception raised from",
+    "Stack trace of the failed collective",
+    "terminated normally",  # INFO at a clean shutdown (TORCH_CPP_LOG_LEVEL=INFO)
+    "thread started",
+)
 
 # Message starts that, when the full message does not parse, mean the line was cut (hard wrap).
 _CUT_STARTS: Final = (

@@ -310,6 +310,15 @@ def nccl_state_table(
         int | None,
         Field(ge=0, description="For a restarted job: which attempt's lines to read (default: the first failed one)."),
     ] = None,
+    world_size: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=1 << 20,
+            description="The job's world size when the logs do not state it (from the launch command: nodes x GPUs). "
+            "Without it and without a line stating it, nothing is concluded from absence.",
+        ),
+    ] = None,
     offset: Annotated[
         int | None,
         Field(
@@ -345,7 +354,12 @@ def nccl_state_table(
     keep = split.keeper(chosen) if chosen is not None else None
     wanted = _parse_ranks(ranks)
     # Pages and rank filters of the same logs reuse one scan (the table is computed from every row either way).
-    table = cached("nccl_state_table", root, chosen, lambda: analysis.nccl_state_table(root, limit=ALL, keep=keep))
+    table = cached(
+        "nccl_state_table",
+        root,
+        (world_size, chosen),
+        lambda: analysis.nccl_state_table(root, limit=ALL, world_size=world_size, keep=keep),
+    )
     order = {p.pg: i for i, p in enumerate(table.process_groups)}
     rows = sorted(table.rows, key=lambda r: (order.get(r.pg, len(order)), r.rank))
     if offset is None and wanted is None:
