@@ -399,7 +399,9 @@ def _analyze_with_html(ns: argparse.Namespace) -> BaseModel:
     spec = tool_by_name(ANALYZE_TOOL)
     assert spec is not None
     target = _html_target(ns.html, ns)
-    diagnosis, page = diagnose_with_html(ns.logs_dir, ns.ais_dir)
+    diagnosis, page = diagnose_with_html(
+        ns.logs_dir, ns.ais_dir, getattr(ns, "attempt", None), getattr(ns, "fr_dir", None)
+    )
     _write_html(target, page)
     print(f"HTML report: {target} ({len(page.encode()):,} bytes)", file=sys.stderr)
     return spec.fit(diagnosis, ns.max_tokens, logs_dir=ns.logs_dir, ais_dir=ns.ais_dir)

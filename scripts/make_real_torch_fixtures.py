@@ -17,6 +17,14 @@ Usage (torch lives in a separate venv, never in the project's):
 
     python3 -m venv /work/torchenv && /work/torchenv/bin/pip install torch==2.13.0 numpy
     python scripts/make_real_torch_fixtures.py --torch-venv /work/torchenv [--only stall,clean]
+    # the torch-family axis: the same shapes with another torch (fixtures/real_torch_2_14 was made this way)
+    python scripts/make_real_torch_fixtures.py --torch-venv /work/torchenv214 --out fixtures/real_torch_2_14 \
+        --only clean,sigkill,stall,stall_fr,mismatch_detail,loader_exception
+
+Runs are real, so details differ from run to run (pids, ports, times, which victim logs first). Whether an elastic
+restart recovers is a race between the two agents: ``restart`` recovered, ``restart_storm`` is a run of the same
+shape whose restarts never re-formed the gloo group; its truth was read from its logs. ``--retruth`` rewrites the
+stated part of every truth.json (category, culprits, story, attempts) without running torch.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ class Shape:
     nodes: tuple[int, ...] = (0, 1)
     rendezvous: str = "c10d"  # c10d (dynamic) or static (--master-addr/--master-port, --node-rank)
     block_port: bool = False
+    one_file: bool = False  # sbatch's default: every node's stdout and stderr appended to one slurm-<jobid>.out
     fr: str = ""  # "", "pickle" or "json"
     attempts: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -86,6 +95,15 @@ SHAPES: dict[str, Shape] = {
         "lose their gloo peer (Connection closed by peer) or time out and are counted as failures too",
         worker_env={"FIX_SHAPE": "loader_exception", "FIX_FAULT_RANK": "3"},
         suspect_nodes=["gpu-node-1"],
+    ),
+    "sigkill_one_file": Shape(
+        "rank_crash",
+        [1],
+        "the sigkill shape with both nodes' stdout and stderr in one slurm-<jobid>.out (sbatch's default without "
+        "per-node --output): the agents' lines interleave",
+        worker_env={"FIX_SHAPE": "sigkill", "FIX_FAULT_RANK": "1"},
+        suspect_nodes=["gpu-node-0"],
+        one_file=True,
     ),
     "stall": Shape(
         "data_loading_stall",
@@ -174,7 +192,8 @@ SHAPES: dict[str, Shape] = {
         "rank_crash",
         [2],
         "rank 2 raises in its data loader in attempt 0; the agents restart the workers "
-        "(--max-restarts 3) and attempt 1 trains to the end: the job succeeds after one restart",
+        "(--max-restarts 3) and attempt 1 trains to the end: the job succeeds after one restart (a race: a rerun may "
+        "storm instead, see restart_storm)",
         worker_env={"FIX_SHAPE": "restart", "FIX_FAULT_RANK": "2"},
         torchrun_args=["--max-restarts", "3"],
         env={"LOGLEVEL": "INFO"},
@@ -182,6 +201,31 @@ SHAPES: dict[str, Shape] = {
         attempts=[
             {"attempt": 0, "outcome": "failed", "category": "rank_crash", "culprit_ranks": [2]},
             {"attempt": 1, "outcome": "succeeded", "category": "no_failure", "culprit_ranks": []},
+        ],
+    ),
+    "restart_storm": Shape(
+        "rank_crash",
+        [2],
+        "the restart shape as one real run went: rank 2 raises in its data loader in attempt 0; every restarted "
+        "group then fails in gloo connectFullMesh (Connection refused: the restarted workers reach for the previous "
+        "round's peers) until --max-restarts 3 is used up. Whether a restart recovers is a race: this truth is what "
+        "this run did, read from its logs",
+        worker_env={"FIX_SHAPE": "restart", "FIX_FAULT_RANK": "2"},
+        torchrun_args=["--max-restarts", "3"],
+        env={"LOGLEVEL": "INFO"},
+        suspect_nodes=["gpu-node-1"],
+        attempts=[
+            {"attempt": 0, "outcome": "failed", "category": "rank_crash", "culprit_ranks": [2]},
+            *(
+                {
+                    "attempt": i,
+                    "outcome": "failed",
+                    "category": "incomplete_evidence",
+                    "culprit_ranks": [],
+                    "note": "every rank fails in gloo connectFullMesh (a victim error): no rank failed on its own",
+                }
+                for i in (1, 2, 3)
+            ),
         ],
     ),
     "restart_exhausted": Shape(
@@ -270,8 +314,12 @@ def run_shape(name: str, shape: Shape, venv: Path, out_root: Path) -> dict[str, 
                  str(worker)]  # fmt: skip
         inner = f"mount --bind {hosts} /etc/hosts && hostname {node} && exec " + " ".join(args)
         commands.append(" ".join(args))
-        out = open(logs / f"train.{JOB_ID}.{node}.out", "wb")  # noqa: SIM115
-        err = open(logs / f"train.{JOB_ID}.{node}.err", "wb")  # noqa: SIM115
+        if shape.one_file:
+            out = open(logs / f"slurm-{JOB_ID}.out", "ab")  # noqa: SIM115 (O_APPEND: both agents interleave)
+            err = out
+        else:
+            out = open(logs / f"train.{JOB_ID}.{node}.out", "wb")  # noqa: SIM115
+            err = open(logs / f"train.{JOB_ID}.{node}.err", "wb")  # noqa: SIM115
         files += [out, err]
         procs.append(subprocess.Popen(["unshare", "-u", "-m", "sh", "-c", inner], stdout=out, stderr=err, env=env,
                                       start_new_session=True))  # fmt: skip
@@ -283,7 +331,7 @@ def run_shape(name: str, shape: Shape, venv: Path, out_root: Path) -> dict[str, 
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             codes.append(None)
-    for f in files:
+    for f in {id(f): f for f in files}.values():
         f.close()
     if blocker is not None:
         blocker.close()

@@ -97,8 +97,9 @@ def main() -> int:
         format=f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s",
         stream=sys.stdout,
     )
-    log(f"host {os.uname().nodename} local_rank {os.environ.get('LOCAL_RANK')} world {world} "
-        f"restart {restart_count} torch {torch.__version__}")  # fmt: skip
+    # what many training scripts print first (torchrun's env: WORLD_SIZE, LOCAL_RANK, TORCHELASTIC_RESTART_COUNT)
+    log(f"host={os.uname().nodename} local_rank={os.environ.get('LOCAL_RANK')} world_size={world} "
+        f"restart_count={restart_count} torch={torch.__version__}")  # fmt: skip
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))
     log(f"process group ready: backend gloo, timeout {TIMEOUT_S:g}s")
     torch.manual_seed(0)

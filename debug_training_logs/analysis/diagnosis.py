@@ -44,6 +44,8 @@ from debug_training_logs.analysis.evidence import (
     refine_times,
     triggers,
 )
+from debug_training_logs.analysis.launcher_decision import LauncherCall, agent_failure
+from debug_training_logs.analysis.launcher_decision import decide as launcher_decide
 from debug_training_logs.formats.timestamps import show
 
 __all__ = ["JobEvidence", "KeyEvent", "Verdict", "conclude", "gather_evidence"]
@@ -124,7 +126,7 @@ def conclude(ev: JobEvidence) -> Verdict:
     """The verdict the evidence supports; when it cannot decide, the verdict says so and what to fetch next."""
     symptom = first_symptom(ev)
     ctx = _Ctx(ev, triggers(ev), symptom, ev.nccl.collective_start(), _tail(ev))
-    for decide in (_incomplete, _node_failure, _clean, _crash, _nccl, _time_limit):
+    for decide in (_agent_failure, _incomplete, _node_failure, _clean, _launcher, _crash, _nccl, _time_limit):
         verdict = decide(ctx)
         if verdict is not None:
             return _finish(ctx, verdict)
@@ -300,6 +302,42 @@ def _node_failure(ctx: _Ctx) -> Verdict | None:
         chain,
         nodes=nodes,
     )
+
+
+def _from_call(ctx: _Ctx, call: LauncherCall) -> Verdict:
+    chain = [KeyEvent(what, e.file, e.line, e.text, set(call.culprits)) for what, e in call.evidence]
+    return _verdict(
+        call.category,
+        call.culprits,
+        ctx,
+        call.explanation,
+        chain + ctx.tail,
+        call.confidence,
+        nodes=call.nodes,
+        next_steps=call.next_steps,
+        details={"decided_by": call.how, **call.details},
+    )
+
+
+def _agent_failure(ctx: _Ctx) -> Verdict | None:
+    """No worker ever ran and a torchrun agent says why (its store's port taken, the rendezvous unreachable)."""
+    call = agent_failure(ctx.ev.launcher, set(ctx.w.ranks))
+    return _from_call(ctx, call) if call is not None else None
+
+
+def _launcher(ctx: _Ctx) -> Verdict | None:
+    """Exit codes, signals, gloo victims, DETAIL fingerprints and flight-recorder dumps, when NCCL's table does not
+    decide (analysis.launcher_decision)."""
+    data = {h.rank for h in data_hits(ctx.ev, set(ctx.w.ranks), None) if h.rank is not None}
+    call = launcher_decide(
+        ctx.ev.launcher,
+        ctx.ev.flight_recorder,
+        set(ctx.w.ranks),
+        nccl_timed_out=ctx.nccl.timed_out,
+        slurm_cancelled=bool(ctx.w.hits("slurm_cancel")),
+        data_ranks=data,
+    )
+    return _from_call(ctx, call) if call is not None else None
 
 
 def _crash(ctx: _Ctx) -> Verdict | None:

@@ -13,10 +13,10 @@ What it holds:
   hits, each rank's first/last hit and counts, step-time and memory series, each file's last timed line, rank -> host.
 * ``nccl`` (:class:`NcclState`): the per-(rank, PG) NCCL state table and each process group's classification.
 * ``ais`` (:class:`AisEvidence`): the AIS file index, counter spikes, notable lines and the clock alignment.
-* ``launcher`` (:class:`LauncherEvent`) and ``flight_recorder`` (:class:`FlightRecorderFact`): extension points,
-  empty until ``formats/torchrun.py`` (exit codes, signals, SIGTERMs sent by the agent) and
-  ``formats/flight_recorder.py`` / ``formats/gloo.py`` (where each rank was, DETAIL mismatches) fill them; the
-  per-rank states already read ``launcher`` (an exit code > 0 makes a rank ``crashed``).
+* ``launcher`` (:class:`~debug_training_logs.analysis.launcher.LauncherFacts`: torchrun/elastic, gloo and DETAIL
+  lines: exit codes, signals, SIGTERMs sent by the agent, victims, mismatches), ``flight_recorder`` (the dumps),
+  ``attempts``/``attempt``; the per-rank states read the launcher's exits through :meth:`JobEvidence.launcher_events`
+  (an exit code > 0 makes a rank ``crashed``).
 
 Derived facts, computed once per evidence (``cache``) and shared: :func:`triggers` (each rank's candidate root
 causes), :func:`rank_states` (finished / crashed / watchdog_killed / waiting / stuck / torn_down / absent / unknown,
@@ -37,6 +37,7 @@ Nothing here imports the verifier or the decision procedure.
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 from bisect import bisect_right
@@ -48,6 +49,9 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from debug_training_logs.analysis import attempts as attempts_mod
+from debug_training_logs.analysis import fr_dumps
+from debug_training_logs.analysis import launcher as launcher_scan
 from debug_training_logs.analysis.ais_deltas import (
     DEFAULT_COUNTERS,
     GetStop,
@@ -69,12 +73,16 @@ from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
 from debug_training_logs.analysis.inventory import (
     FileInventory,
     JobScan,
+    LineKeep,
     Marker,
     consumer_for,
+    kept_sink,
     scan_consumers,
 )
+from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
 from debug_training_logs.analysis.scan_cache import Consumer
+from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, WallTime, parse_wall_time, with_year
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
@@ -559,16 +567,19 @@ def worker_patterns() -> tuple[str, ...]:
     return tuple(s.regex for s in SIGNALS) + NCCL_PATTERNS + ALIGNMENT_PATTERNS
 
 
-def evidence_consumer() -> Consumer:
+def evidence_consumer(keep: LineKeep | None = None) -> Consumer:
     """The evidence scan as a consumer of the shared job scan (progress and memory lines are dense: sampled, with
-    every rank's first and last ones, never one Python call per step line)."""
-    return consumer_for(worker_patterns(), EvidenceSink, dense=[i for i, s in enumerate(SIGNALS) if s.dense])
+    every rank's first and last ones, never one Python call per step line); ``keep`` restricts its sink to some
+    lines (one attempt's)."""
+    factory: Any = EvidenceSink if keep is None else functools.partial(kept_sink, keep, EvidenceSink)
+    return consumer_for(worker_patterns(), factory, dense=[i for i, s in enumerate(SIGNALS) if s.dense])
 
 
-def scan_worker_logs(logs_dir: Path) -> JobScan:
+def scan_worker_logs(logs_dir: Path, keep: LineKeep | None = None) -> JobScan:
     """The one scan of every worker log under ``logs_dir`` the evidence is built from (:func:`worker_patterns`, one
-    :class:`EvidenceSink` per file), shared with the other tools' questions through the scan cache."""
-    c = evidence_consumer()
+    :class:`EvidenceSink` per file), shared with the other tools' questions through the scan cache; ``keep``
+    restricts it to some lines (one attempt's)."""
+    c = evidence_consumer(keep)
     return scan_consumers(logs_dir, [c])[c.key]
 
 
@@ -900,26 +911,77 @@ class JobEvidence:
     """Ranks whose step time jumped (throughput collapse)."""
     memory_creep: list[SeriesJump]
     """Ranks whose allocated GPU memory kept growing."""
-    launcher: list[LauncherEvent] = field(default_factory=list)
-    """Extension point: per-rank exits, exit codes and signals the launcher (torchrun agent, srun, SLURM) reports;
-    :func:`rank_states` reads them."""
-    flight_recorder: list[FlightRecorderFact] = field(default_factory=list)
-    """Extension point: flight-recorder / gloo / DETAIL-mismatch facts (which rank was where in which collective)."""
     cache: dict[str, Any] = field(default_factory=dict)
     """Derived results computed once per evidence (triggers, rank states), shared by the verdict and the verifier."""
+    launcher: launcher_scan.LauncherFacts | None = None
+    """Per-rank fates from torchrun/elastic, gloo and DETAIL lines (exit codes, signals, victims, mismatches)."""
+    flight_recorder: fr_dumps.FlightRecorderFacts | None = None
+    """The flight-recorder dumps found in/next to the logs (or in ``fr_dir``), read safely and compared."""
+    attempts: attempts_mod.Attempts | None = None
+    """The job's attempts (elastic restarts, requeues); the evidence is about :attr:`attempt` when there are several."""
+    attempt: int | None = None
+    """The attempt this evidence covers (None: the job had one attempt, or the whole logs were read)."""
+
+    def launcher_events(self) -> list[LauncherEvent]:
+        """The launcher's per-rank exits as :func:`rank_states` reads them (from :attr:`launcher`'s fates)."""
+        if self.launcher is None:
+            return []
+        out = []
+        for f in self.launcher.fates.values():
+            if f.torn_down:
+                kind = "sigterm_sent"
+            elif f.exitcode is None:
+                continue
+            elif f.exitcode > 0:
+                kind = "exit"
+            elif f.signal in OWN_SIGNALS:
+                kind = "signal"
+            else:  # SIGABRT from NCCL's watchdog, SIGTERM from the agent or SLURM: not the rank's own failure
+                kind = "stopped"
+            cite = f.exit_evidence
+            event = LauncherEvent(f.rank, kind, f.exitcode, f.signal)
+            if cite is not None:
+                event.file, event.line, event.text = cite.file, cite.line, cite.text
+            out.append(event)
+        return out
 
     @property
     def coverage(self) -> Coverage:
         return self.worker.coverage
 
 
-def gather_evidence(logs_dir: Path, ais_dir: Path | None = None) -> JobEvidence:
-    """The evidence of a job: one scan of the worker logs, the NCCL table, and one pass over the AIS logs if given."""
-    return evidence_from_scan(scan_worker_logs(logs_dir), ais_dir)
+def gather_evidence(
+    logs_dir: Path, ais_dir: Path | None = None, fr_dir: Path | None = None, attempt: int | None = None
+) -> JobEvidence:
+    """The evidence of a job: one scan of the worker logs, the NCCL table, and one pass over the AIS logs if given.
+
+    ``attempt``: which attempt of a restarted job (:mod:`~debug_training_logs.analysis.attempts`) the evidence is
+    about; default the first failed one when there are several. An attempt number the logs do not have is a
+    :class:`~debug_training_logs.errors.UserInputError`."""
+    whole = launcher_scan.gather(logs_dir)
+    split = attempts_mod.split(logs_dir, launcher_facts=whole)
+    chosen = attempt if attempt is not None else split.first_failed() if split.count > 1 else None
+    if chosen is not None and not 0 <= chosen < split.count:
+        raise UserInputError(
+            f"attempt {chosen} does not exist: the logs show {split.count} attempt(s) (0-{split.count - 1})."
+        )
+    keep = split.keeper(chosen) if chosen is not None and split.count > 1 else None
+    facts = whole if keep is None else launcher_scan.gather(logs_dir, keep=keep)
+    ev = evidence_from_scan(scan_worker_logs(logs_dir, keep), ais_dir, fr_dir, facts)
+    ev.attempts = split
+    ev.attempt = chosen if split.count > 1 else None
+    return ev
 
 
-def evidence_from_scan(job: JobScan, ais_dir: Path | None = None) -> JobEvidence:
-    """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass."""
+def evidence_from_scan(
+    job: JobScan,
+    ais_dir: Path | None = None,
+    fr_dir: Path | None = None,
+    launcher_facts: launcher_scan.LauncherFacts | None = None,
+) -> JobEvidence:
+    """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass, the
+    launcher pass (torchrun/gloo lines; a second, literal-prefiltered scan of the same files) and the
+    flight-recorder dumps."""
     worker = worker_evidence_from_scan(job)
     nccl = nccl_state(worker)
     ais = gather_ais_evidence(ais_dir, worker, nccl) if ais_dir is not None else None
@@ -929,6 +991,12 @@ def evidence_from_scan(job: JobScan, ais_dir: Path | None = None) -> JobEvidence
         ais=ais,
         step_jumps=series_jumps(worker.step_ms, STEP_JUMP_FACTOR),
         memory_creep=memory_creep(worker.memory_mb),
+        launcher=launcher_facts
+        if launcher_facts is not None
+        else launcher_scan.gather(job.root, files=[s.file for s in job.files])
+        if job.files
+        else None,
+        flight_recorder=fr_dumps.gather(job.root, fr_dir),
     )
 
 
@@ -1195,6 +1263,12 @@ CONSEQUENCE_MARKERS: tuple[str, ...] = (
     "third_party/gloo",
     "Gloo ",
     "remote worker crash",
+    # gloo: what a rank raises when a peer died, hung or disagreed (formats.gloo)
+    "Timed out waiting",
+    "Connection closed by peer",
+    "connectFullMesh failed",
+    "Detected mismatch between collectives",
+    "gloo/transport",
 )
 """Exception lines that are the consequence of another rank's failure (the watchdog abort, torchrun's summary, a
 peer's NCCL error), never a root cause on their own."""
@@ -1441,35 +1515,20 @@ most this many lines above it in the same file (frames, chained exceptions)."""
 
 @dataclass
 class LauncherEvent:
-    """A launcher's report about one rank's process (extension point: torchrun agent exits, srun task exits, SLURM
-    signals; ``formats/torchrun.py`` plugs in here). ``exit_code`` > 0 is an error exit, < 0 a signal number."""
+    """A launcher's report about one rank's process (from :attr:`JobEvidence.launcher`'s fates). ``exit_code`` > 0 is
+    an error exit, < 0 a signal number."""
 
     rank: int | None
     kind: str
-    """``exit`` (the process exited with ``exit_code``), ``signal`` (killed by ``signal``), ``sigterm_sent`` (the
-    launcher stopped it because another worker failed)."""
+    """``exit`` (the process exited with ``exit_code``), ``signal`` (killed by a ``signal`` that ends a rank on its
+    own, :data:`~debug_training_logs.analysis.launcher_decision.OWN_SIGNALS`), ``stopped`` (SIGABRT/SIGTERM: the
+    watchdog, agent or SLURM ended it), ``sigterm_sent`` (the launcher stopped it because another worker failed)."""
     exit_code: int | None = None
     signal: str | None = None
     file: str = ""
     line: int = 0
     text: str = ""
     time: datetime | None = None
-
-
-@dataclass
-class FlightRecorderFact:
-    """One fact from a flight-recorder dump or a gloo/DETAIL mismatch report (extension point for
-    ``formats/flight_recorder.py`` and ``formats/gloo.py``): which rank was where in which collective."""
-
-    rank: int
-    pg: str
-    seq: int | None
-    op: str | None
-    state: str
-    """``scheduled``, ``started``, ``completed`` or ``mismatch`` (the rank disagreed on the collective)."""
-    file: str = ""
-    line: int = 0
-    text: str = ""
 
 
 @dataclass
@@ -1642,7 +1701,7 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
     for row in n.rows:
         rows[row.rank].append(row)
     fatal = crash_triggers(ev)
-    exits = {e.rank: e for e in ev.launcher if e.rank is not None and e.kind in ("exit", "signal")}
+    exits = {e.rank: e for e in ev.launcher_events() if e.rank is not None and e.kind in ("exit", "signal")}
     finished = job_finished(ev)
     crashed_files = set()
     out: dict[int, RankState] = {}

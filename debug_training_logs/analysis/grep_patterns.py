@@ -113,6 +113,31 @@ DEFAULT_PATTERNS: tuple[GrepPattern, ...] = (
         "The rendezvous/master port was taken (a previous run still alive, or two jobs on one port).",
     ),
     GrepPattern("nccl_warn", 2, r"NCCL WARN", "The NCCL library logged a warning (transport, IB, socket errors)."),
+    # gloo (CPU process groups) and the DETAIL collective check: formats.gloo reads these lines
+    GrepPattern(
+        "gloo_timeout",
+        1,
+        r"Timed out waiting \d+ms for (?:recv|send) operation",
+        "A gloo collective waited for a peer that never came (a symptom: find the rank that did not time out).",
+    ),
+    GrepPattern(
+        "gloo_peer_lost",
+        1,
+        r"Connection closed by peer|connectFullMesh failed",
+        "A gloo peer process went away or never connected (a symptom: find the rank that died first).",
+    ),
+    GrepPattern(
+        "collective_mismatch",
+        1,
+        r"Detected mismatch between collectives",
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL found ranks in different collectives: the odd rank is the cause.",
+    ),
+    GrepPattern(
+        "killed_by_signal",
+        1,
+        r"exitcode: -9\)|Signal 9 \(SIGKILL\) received by PID|exitcode  : -9 ",
+        "A worker was SIGKILLed (the kernel OOM killer, or a scheduler kill): no traceback of its own.",
+    ),
     # --- Tier 3: data loading / IO (original skill) ---
     GrepPattern(
         "connection_error",

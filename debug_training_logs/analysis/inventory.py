@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from debug_training_logs.logs.attribution import (
     strip_ansi,
 )
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
-from debug_training_logs.logs.scan import FileScan, PatternSpec, SinkFactory, scan_files
+from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFactory, scan_files
 from debug_training_logs.models import Coverage, UnreadableFile
 from debug_training_logs.ranges import format_ranges
 
@@ -260,6 +260,29 @@ def _composite_sink(
     return _CompositeSink(lf, parts, markers_at)
 
 
+LineKeep = Callable[[str, int, str], bool]
+"""Keeps a hit line (file, line number, text) or drops it (another attempt's line); must be picklable, and its repr
+must say what it keeps (it is part of the consumer's cache key)."""
+
+
+class _KeptSink:
+    """A consumer's sink that sees only the lines ``keep`` admits (one attempt's lines)."""
+
+    def __init__(self, inner: Sink, keep: LineKeep, rel: str) -> None:
+        self.inner, self.keep, self.rel = inner, keep, rel
+
+    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        if self.keep(self.rel, line_no, line):
+            self.inner.on_hit(pattern_ids, line_no, line)
+
+    def finish(self) -> Any:
+        return self.inner.finish()
+
+
+def kept_sink(keep: LineKeep, inner: SinkFactory, lf: LogFile) -> _KeptSink:
+    return _KeptSink(inner(lf), keep, lf.rel)
+
+
 @dataclass(frozen=True)
 class TimePoint:
     """A wall-clock time found in the logs, as written, with where."""
@@ -426,6 +449,7 @@ def scan_job(
     ignore_case: bool = False,
     files: Sequence[LogFile] | None = None,
     dense: Sequence[int] = (),
+    keep: LineKeep | None = None,
 ) -> JobScan:
     """Scan every log file under ``logs_dir`` once for ``patterns`` (ids 0..k-1 for ``sink_factory``) and the
     inventory markers; return per-file results, the caller's sink results (in file order) and the inventory.
@@ -433,7 +457,10 @@ def scan_job(
     ``dense``: ids of the caller's patterns whose lines occur once per step per rank; the sink receives a bounded
     sample of them (each file's first hits, one per stride, each rank's last ones), see ``PatternSpec.dense``.
     Results are shared through :mod:`~debug_training_logs.analysis.scan_cache` (see :func:`scan_consumers`).
+    ``keep``: the sink sees only the lines it admits (one attempt's); counts and the inventory stay the whole job's.
     """
+    if keep is not None and sink_factory is not None:
+        sink_factory = functools.partial(kept_sink, keep, sink_factory)
     me = consumer_for(patterns, sink_factory, dense=dense, ignore_case=ignore_case)
     return scan_consumers(logs_dir, [me], files=files)[me.key]
 
@@ -696,8 +723,11 @@ def _build_inventory(scans: list[FileScan], facts: list[FileFacts], skipped: lis
     examples: dict[str, tuple[str, int, str]] = {}
     for s, f in zip(scans, facts, strict=True):
         ranks, source = _file_ranks(s, f, world_size)
-        if not ranks and f.child_failed_ranks:
-            ranks, source = set(f.child_failed_ranks), "torchrun failure table"
+        if f.child_failed_ranks - ranks:
+            # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
+            # (a rank that hung and was SIGTERMed may have no [rankN]: line of its own)
+            ranks = ranks | f.child_failed_ranks
+            source = f"{source}, torchrun failure table" if source != "none" else "torchrun failure table"
         all_ranks |= ranks
         own = f.hosts or f.launcher_hosts
         node = sorted(own)[0] if len(own) == 1 else file_name_node(s.file.rel)

@@ -25,16 +25,19 @@ Pure and MCP-free; the one scan goes through :func:`~debug_training_logs.logs.sc
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from debug_training_logs.analysis.inventory import JobScan, LineKeep
 from debug_training_logs.formats import gloo, torchrun
 from debug_training_logs.logs.attribution import strip_ansi
 from debug_training_logs.logs.discovery import LogFile, discover
-from debug_training_logs.logs.scan import PatternSpec, scan_files
+from debug_training_logs.logs.scan import PatternSpec, SinkFactory, scan_files
 from debug_training_logs.models import Evidence, cut
 
 # Table lines are fixed-width (``f"{key:10}: "``): literal pieces select them without a per-line regex.
@@ -56,11 +59,11 @@ PATTERNS: tuple[str, ...] = (
     *(re.escape(n) for n in _TABLE_LITERALS),
     _EXCEPTION,
     "|".join(b.regex for b in torchrun.BENIGN),
-    r"\[rank\d+\] ",  # a user format that puts [rankN] inside the line: its rank's first and last lines
 )
-"""What the launcher scan searches (RE2 syntax); the last two feed the benign count and inline-rank attribution."""
-_BENIGN_ID = len(PATTERNS) - 2
-_INLINE_ID = len(PATTERNS) - 1
+"""What the launcher scan searches (RE2 syntax); the last one feeds the benign count. The ranks a file names
+(``[rankN]:`` and a user format's inline ``[rankN] ``) come from the scan engine's rank collection, at memchr speed."""
+_BENIGN_ID = len(PATTERNS) - 1
+MAX_ERRORS_PER_RANK = 16
 MAX_LINES_PER_FILE = 20_000
 """Hit lines kept per file (a job whose every line is an exception is cut here and says so)."""
 
@@ -68,7 +71,7 @@ _GLOBAL_RANK = re.compile(r"\[rank(\d+)\]:")
 _INLINE_RANK = re.compile(r"\[rank(\d+)\] ")
 _LOCAL_PREFIX = re.compile(r"^\[(?:default|\w+)(\d+)\]:")
 _EXC_LINE = re.compile(_EXCEPTION)
-_AGENT_TIME = re.compile(r"^[IWEF](\d{4} \d\d:\d\d:\d\d)\.\d+ +\d+ ")
+_AGENT_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) torch/distributed/")
 # Exceptions that are a communication symptom (raised because a peer died, hung or disagreed), not a cause.
 _VICTIM_EXCEPTIONS = re.compile(
     r"DistBackendError|DistNetworkError: Connection|Detected mismatch between collectives|gloo/transport"
@@ -80,31 +83,29 @@ _VICTIM_EXCEPTIONS = re.compile(
 class _LineSink:
     """Keeps the hit lines of one file (bounded) and counts benign lines."""
 
-    def __init__(self, lf: LogFile) -> None:
+    def __init__(self, lf: LogFile, keep: LineKeep | None = None) -> None:
+        self.rel = lf.rel
+        self.keep = keep
         self.lines: list[tuple[int, str]] = []
         self.benign: Counter[str] = Counter()
         self.dropped = 0
-        self.inline_ranks: set[int] = set()
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
-        if _INLINE_ID in pattern_ids:
-            m = _INLINE_RANK.search(line)
-            if m:
-                self.inline_ranks.add(int(m.group(1)))
-            if len(pattern_ids) == 1:
-                return
+        if self.keep is not None and not self.keep(self.rel, line_no, line):
+            return
         if _BENIGN_ID in pattern_ids:
             b = torchrun.benign(line)
             if b is not None:
                 self.benign[b.name] += 1
-                return
+                if len(pattern_ids) == 1:
+                    return  # only benign: nothing else to learn from the line
         if len(self.lines) >= MAX_LINES_PER_FILE:
             self.dropped += 1
             return
         self.lines.append((line_no, strip_ansi(line)))
 
-    def finish(self) -> tuple[list[tuple[int, str]], dict[str, int], int, set[int]]:
-        return self.lines, dict(self.benign), self.dropped, self.inline_ranks
+    def finish(self) -> tuple[list[tuple[int, str]], dict[str, int], int]:
+        return self.lines, dict(self.benign), self.dropped
 
 
 @dataclass
@@ -129,6 +130,8 @@ class RankFate:
     timed_out: bool = False
     mismatch: gloo.CollectiveMismatch | None = None
     exit_evidence: Evidence | None = None
+    errors: list[Evidence] = field(default_factory=list)
+    """Every error line of the rank (own or communication), up to :data:`MAX_ERRORS_PER_RANK`, in file order."""
 
     @property
     def died_on_its_own(self) -> bool:
@@ -147,8 +150,14 @@ class AgentFacts:
     restart_counts: list[tuple[int, int]] = field(default_factory=list)  # (line, restart_count)
     rendezvous_errors: list[Evidence] = field(default_factory=list)
     listen_failures: list[Evidence] = field(default_factory=list)
+    unreachable: list[tuple[str, Evidence]] = field(default_factory=list)
+    """(host, line): store/rendezvous endpoints this agent could not reach."""
     succeeded: list[Evidence] = field(default_factory=list)
     worker_failed: list[tuple[int, torchrun.WorkerFailed]] = field(default_factory=list)
+    teardowns: list[int] = field(default_factory=list)
+    pids: set[int] = field(default_factory=set)
+    """PIDs of the torchrun agents whose own lines are in this file (several when nodes share one file)."""
+    """Lines where the agent SIGTERMs its workers (a failure elsewhere, or a restart of the group)."""
 
 
 @dataclass
@@ -164,9 +173,20 @@ class LauncherFacts:
     truncated_lines: int
     inline_rank_files: dict[str, set[int]]
 
-    def culprits(self) -> tuple[set[int], str]:
+    def agent_count(self) -> int:
+        """Distinct torchrun agents (one per node) whose own lines were read, by PID."""
+        return len({p for a in self.agents for p in a.pids})
+
+    def ranks_seen(self) -> set[int]:
+        """Every global rank these lines name (fates and the inline ``[rankN]`` of user log formats)."""
+        return set(self.fates) | {r for rs in self.inline_rank_files.values() for r in rs}
+
+    def culprits(self, known_ranks: set[int] | None = None) -> tuple[set[int], str]:
         """The ranks the launcher/backend facts name as the cause, and how (``signal``, ``own_error``,
-        ``mismatch``, ``straggler``), or (empty, reason) when they do not decide."""
+        ``mismatch``, ``straggler``), or (empty, ``undecided``) when they do not decide.
+
+        ``known_ranks``: every rank of the job (coverage); default :meth:`ranks_seen`. A straggler is only named when
+        every failing rank timed out waiting and the quiet ranks are a minority of the known ones."""
         by_signal = {
             r for r, f in self.fates.items() if f.exitcode is not None and f.exitcode < 0 and f.exitcode != -15
         }
@@ -180,9 +200,14 @@ class LauncherFacts:
             return odd, "mismatch"
         timed = {r for r, f in self.fates.items() if f.timed_out}
         failed = {r for r, f in self.fates.items() if f.comm_error is not None or (f.exitcode or 0) > 0}
+        known = (known_ranks if known_ranks is not None else self.ranks_seen()) | set(self.fates)
         if timed and failed == timed:
-            quiet = {r for r, f in self.fates.items() if f.comm_error is None and (f.torn_down or f.exitcode is None)}
-            if quiet and len(quiet) < len(self.fates):
+            quiet = {
+                r
+                for r in known
+                if (f := self.fates.get(r)) is None or (f.comm_error is None and (f.torn_down or f.exitcode is None))
+            }
+            if quiet and len(quiet) < len(timed):
                 return quiet, "straggler"
         return set(), "undecided"
 
@@ -227,12 +252,29 @@ def _ev(rel: str, no: int, text: str) -> Evidence:
     return Evidence(file=rel, line=no, text=cut(text))
 
 
-def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> LauncherFacts:
-    """Scan every file under ``logs_dir`` once and build :class:`LauncherFacts`."""
+def sink_factory(keep: LineKeep | None = None) -> SinkFactory:
+    """The per-file sink of the launcher scan, for a caller's own scan (``scan_job(root, PATTERNS, sink_factory())``
+    then :func:`from_job_scan`): the launcher facts ride in a scan the caller runs anyway."""
+    return functools.partial(_LineSink, keep=keep)
+
+
+def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: LineKeep | None = None) -> LauncherFacts:
+    """Scan every file under ``logs_dir`` once and build :class:`LauncherFacts` (``keep``: only those lines, e.g.
+    one attempt's)."""
     if files is None:
         files, _ = discover(logs_dir)
-    spec = PatternSpec(PATTERNS)
-    scans = scan_files(files, spec, _LineSink, collect_ranks=False)
+    scans = scan_files(files, PatternSpec(PATTERNS), sink_factory(keep))
+    return _facts([(s.file.rel, s.sink_result, s.ranks) for s in scans], len(files))
+
+
+def from_job_scan(job: JobScan) -> LauncherFacts:
+    """The facts from a :func:`~debug_training_logs.analysis.inventory.scan_job` run with :data:`PATTERNS` and
+    :func:`sink_factory`."""
+    items = [(s.file.rel, r, s.ranks) for s, r in zip(job.files, job.caller_results, strict=True)]
+    return _facts(items, len(job.files))
+
+
+def _facts(items: list[tuple[str, Any, set[int]]], n_files: int) -> LauncherFacts:
     fates: dict[int, RankFate] = {}
     agents: list[AgentFacts] = []
     tables: list[tuple[str, torchrun.ChildFailedTable]] = []
@@ -244,13 +286,12 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
     def fate(r: int) -> RankFate:
         return fates.setdefault(r, RankFate(rank=r))
 
-    for s in scans:
-        if s.sink_result is None:
+    for rel, result, inline_ranks in items:
+        if result is None:
             continue
-        lines, b, dropped, inline_ranks = s.sink_result
+        lines, b, dropped = result
         benign.update(b)
         truncated += dropped
-        rel = s.file.rel
         if inline_ranks:
             inline[rel] = inline_ranks
         file_tables = torchrun.parse_child_failed_tables(lines)
@@ -259,14 +300,21 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
         agents.append(agent)
         local_to_global: dict[int, int] = {}
         torn_pids: set[int] = set()
+        for _no, text in lines:  # '[default1]:[rank3]: ...' pairs a tee prefix with its global rank
+            lm, gm = _LOCAL_PREFIX.match(text), _GLOBAL_RANK.search(text)
+            if lm and gm:
+                local_to_global.setdefault(int(lm.group(1)), int(gm.group(1)))
         for t in file_tables:
             tables.append((rel, t))
             for f in t.failures:
                 local_to_global[f.local_rank] = f.rank
         for no, text in lines:
+            if pm := _AGENT_LINE.match(text):
+                agent.pids.add(int(pm.group(1)))
             ev = torchrun.parse_line(text)
             if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
                 torn_pids.add(ev.pid)
+                agent.teardowns.append(no)
             elif isinstance(ev, torchrun.WorkerFailed):
                 agent.worker_failed.append((no, ev))
             elif isinstance(ev, torchrun.RestartDecision):
@@ -277,6 +325,8 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
                 agent.rendezvous_errors.append(_ev(rel, no, text))
             elif isinstance(ev, torchrun.StoreListenFailed):
                 agent.listen_failures.append(_ev(rel, no, text))
+            elif isinstance(ev, torchrun.StoreUnreachable) and len(agent.unreachable) < 8:
+                agent.unreachable.append((ev.host, _ev(rel, no, text)))
             elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
                 agent.succeeded.append(_ev(rel, no, text))
             rank = _rank_of(text, local_to_global)
@@ -289,6 +339,8 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
                 continue
             if isinstance(g, gloo.GlooError) and g.victim:
                 rf = fate(rank)
+                if len(rf.errors) < MAX_ERRORS_PER_RANK:
+                    rf.errors.append(_ev(rel, no, text))
                 if rf.comm_error is None or (g.kind == "timeout" and not rf.timed_out):
                     rf.comm_error, rf.comm_kind = _ev(rel, no, text), g.kind
                 rf.timed_out = rf.timed_out or g.kind == "timeout"
@@ -296,7 +348,14 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
             if _EXC_LINE.search(text) and not text.rstrip().endswith("Traceback (most recent call last):"):
                 if _VICTIM_EXCEPTIONS.search(text):
                     continue
-                fate(rank).own_error = _ev(rel, no, text)  # the last one wins: the outermost exception line
+                rf = fate(rank)
+                rf.own_error = _ev(rel, no, text)  # the last one wins: the outermost exception line
+                if len(rf.errors) < MAX_ERRORS_PER_RANK:
+                    rf.errors.append(rf.own_error)
+        text_at = dict(lines)
+        failed_line = {
+            local_to_global[w.local_rank]: (no, w) for no, w in agent.worker_failed if w.local_rank in local_to_global
+        }
         for t in file_tables:
             for f in t.failures:
                 rf = fate(f.rank)
@@ -305,16 +364,19 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None) -> Laun
                     rf.exitcode, rf.signal = f.exitcode, f.signal
                     rf.torn_down = f.exitcode == -15 and (f.pid in torn_pids or not torn_pids)
                     rf.root_cause_entry = f.root_cause
-                    rf.exit_evidence = _ev(
-                        rel, f.line, f"rank {f.rank}: exitcode {f.exitcode} ({f.signal or 'no signal'})"
-                    )
+                    # the agent's own 'failed (exitcode: ...)' line carries a time; the table's field does not
+                    agent_line = failed_line.get(f.rank)
+                    if agent_line is not None and agent_line[1].exitcode == f.exitcode:
+                        rf.exit_evidence = _ev(rel, agent_line[0], text_at[agent_line[0]])
+                    elif f.exit_line in text_at:
+                        rf.exit_evidence = _ev(rel, f.exit_line, text_at[f.exit_line])
     return LauncherFacts(
         fates=dict(sorted(fates.items())),
         agents=agents,
         tables=tables,
         mismatches=mismatches,
         benign=dict(benign),
-        files=len(files),
+        files=n_files,
         truncated_lines=truncated,
         inline_rank_files=inline,
     )

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 MAX_DUMP_BYTES: Final = 64 * 1024 * 1024
 """A dump larger than this is refused (torch's default ring buffer of 2,000 entries pickles to a few MB)."""
-MAX_VALUES: Final = 5_000_000
+MAX_VALUES: Final = 2_000_000
 """Total scalars and containers a dump may expand to (counting every reference of a shared value)."""
 MAX_DEPTH: Final = 64
 """Nesting depth a dump may have (a real one nests 5 deep: dict > list > entry > frames > frame)."""

@@ -41,7 +41,7 @@ _CLOSED = re.compile(r"Connection closed by peer \[(?P<addr>[^\]]*)\]:(?P<port>\
 _RESET = re.compile(r"Read error \[(?P<addr>[^\]]*)\]:(?P<port>\d+): Connection reset by peer|Connection reset by peer")
 _FULL_MESH = re.compile(r"Gloo connectFullMesh failed(?: with (?P<why>.*))?")
 _SIZE = re.compile(r"op\.preamble\.length <= op\.nbytes\.? ?(?P<sent>\d+) vs (?P<expected>\d+)")
-_SOURCE = re.compile(r"\[(?:[^\]\s]*/)?(?P<file>[\w.]+\.cc):(?P<line>\d+)\]")
+_SOURCE = re.compile(r"[\s\[](?:[^\]\s]*/)?(?P<file>[\w.]+\.(?:cc|cpp|h)):(?P<line>\d+)\]")
 
 _MISMATCH = re.compile(r"Detected mismatch between collectives on ranks\. Rank (?P<rank>\d+) is running collective: ")
 _PEER = re.compile(r", but Rank (?P<rank>\d+) is running collective: ")

@@ -17,6 +17,8 @@ What the agent writes, as real torch 2.13 runs show (fixtures/real_torch) and wh
   ``TORCHELASTIC_RESTART_COUNT``.
 * Rendezvous failures: ``RendezvousConnectionError`` / ``RendezvousTimeoutError`` / ``RendezvousClosedError``;
   the store's ``The server socket has failed to listen on any local network address. port: P, ... EADDRINUSE``.
+* ``The client socket has timed out after 8000ms while trying to connect to (host, port)`` / ``TCP client failed to
+  connect/validate to host h:p``: the store (the rendezvous endpoint) on ``host`` does not answer.
 * Success: ``worker group successfully finished`` / ``Local worker group finished (WorkerState.SUCCEEDED)``.
 
 :data:`BENIGN` lists lines healthy jobs write that read like failures (named data, like the grep tiers).
@@ -46,6 +48,8 @@ NEEDLES: Final[tuple[str, ...]] = (
     "WorkerState.SUCCEEDED",
     "Rendezvous",
     "failed to listen on any local network address",
+    "while trying to connect to (",
+    "failed to connect/validate to host ",
 )
 """Literals that select candidate lines (named data)."""
 
@@ -184,8 +188,23 @@ class StoreListenFailed:
     errno_name: str
 
 
+@dataclass(frozen=True)
+class StoreUnreachable:
+    """A TCPStore client (the agent's rendezvous, or a worker's store) could not reach ``host:port``."""
+
+    host: str
+    port: int
+
+
 LauncherEvent = (
-    WorkerFailed | SendingSignal | RestartDecision | RendezvousResult | GroupState | RendezvousError | StoreListenFailed
+    WorkerFailed
+    | SendingSignal
+    | RestartDecision
+    | RendezvousResult
+    | GroupState
+    | RendezvousError
+    | StoreListenFailed
+    | StoreUnreachable
 )
 
 _FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
@@ -199,6 +218,10 @@ _GROUP = re.compile(
 _RDZV_ERR = re.compile(
     r"(?:torch\.distributed\.elastic\.rendezvous\.api\.)?(?P<kind>Rendezvous(?:Connection|Timeout|Closed|State|Graceful"
     r"Exit)?Error)(?::\s*(?P<msg>.*))?$"
+)
+_UNREACHABLE = re.compile(
+    r"while trying to connect to \((?P<host>[^,()\s]+), (?P<port>\d+)\)"
+    r"|failed to connect/validate to host (?P<host2>[^\s:]+):(?P<port2>\d+)"
 )
 _LISTEN = re.compile(
     r"failed to listen on any local network address\. port: (?P<port>\d+), useIpv6: \w+, code: -?\d+, "
@@ -236,6 +259,8 @@ def parse_line(line: str) -> LauncherEvent | None:
         return RendezvousError(m.group("kind"), (m.group("msg") or "").strip())
     if m := _LISTEN.search(line):
         return StoreListenFailed(int(m.group("port")), m.group("name"))
+    if m := _UNREACHABLE.search(line):
+        return StoreUnreachable(m.group("host") or m.group("host2"), int(m.group("port") or m.group("port2")))
     return None
 
 
@@ -263,6 +288,8 @@ class ChildFailure:
     error_file: str | None = None
     traceback: str | None = None
     line: int = 0
+    exit_line: int = 0
+    """Line number of its ``exitcode`` field."""
 
     @property
     def torn_down(self) -> bool:
@@ -344,7 +371,7 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
         elif key == "rank" and (r := _RANK_FIELD.match(value)):
             entry.rank, entry.local_rank, entry.line = int(r.group("rank")), int(r.group("local")), no
         elif key == "exitcode" and (e := _EXIT_FIELD.match(value)):
-            entry.exitcode, entry.pid = int(e.group("code")), int(e.group("pid"))
+            entry.exitcode, entry.pid, entry.exit_line = int(e.group("code")), int(e.group("pid")), no
             entry.signal = e.group("sig") or signal_name(entry.exitcode)
         elif key == "error_file":
             entry.error_file = None if value == "<N/A>" else value

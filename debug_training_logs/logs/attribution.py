@@ -2,7 +2,8 @@
 
 Sources, most trusted first:
 
-1. ``[rankN]:`` anywhere in the line (PyTorch 2.2+ c10 prefix and the 2.4+ traceback excepthook): the GLOBAL rank.
+1. ``[rankN]:`` anywhere in the line (PyTorch 2.2+ c10 prefix and the 2.4+ traceback excepthook): the GLOBAL rank;
+   else ``[rankN] `` (a user logging format that puts it after the time).
 2. Ray actor prefixes ``(MegatronPolicyWorker[rank=12] pid=481552, ip=10.20.3.17)``.
 3. ``srun --label`` prefixes ``" 3: "``: the Slurm task id, equal to the global rank only with one task per GPU.
 4. The file name: ``rank-R.log``, ``rank_R``, ``slurm-%j_%t.out``-style task ids.
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 GLOBAL_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
+# A user logging format that writes the global rank inside the line (``2026-11-23 18:29:06,008 [rank3] INFO ...``).
+INLINE_RANK = re.compile(r"\[rank(\d+)\] ")
 RAY_PREFIX = re.compile(
     r"\((?P<actor>[A-Za-z_][\w.]*)?(?:\[rank=(?P<rank>\d+)\])? ?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:\-]+))?\)"
 )
@@ -45,7 +48,7 @@ class LineRank:
 
     rank: int | None
     source: str
-    """``rank_prefix``, ``ray``, ``srun_label``, or ``none``."""
+    """``rank_prefix``, ``inline_rank``, ``ray``, ``srun_label``, or ``none``."""
 
 
 def strip_ansi(text: str) -> str:
@@ -59,6 +62,9 @@ def line_rank(text: str) -> LineRank:
     m = GLOBAL_RANK_PREFIX.search(text)
     if m:
         return LineRank(int(m.group(1)), "rank_prefix")
+    i = INLINE_RANK.search(text)
+    if i:
+        return LineRank(int(i.group(1)), "inline_rank")
     if "pid=" in text:
         r = RAY_PREFIX.search(text)
         if r and r.group("rank") is not None:

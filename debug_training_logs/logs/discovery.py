@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,9 @@ _NOT_LOG_SUFFIXES = (
 )
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tar.bz2", ".tar.xz")
 _SKIP_DIRS = {".git", "__pycache__", ".ipynb_checkpoints", "node_modules"}
+# torch flight-recorder dumps (``<prefix><rank>``): read by the flight-recorder reader, never as log text.
+_FR_DUMP_NAME = re.compile(r"(?:comm_lib_trace_rank_|nccl_trace_rank_)\d+(?:\.json|\.pkl|\.pickle)?$")
+FR_DUMP_REASON = "flight-recorder dump (read by the flight-recorder reader, not as a log)"
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,9 @@ def discover(root: str | os.PathLike[str], *, include_archives: bool = False) ->
                 continue
             if lower.endswith(_NOT_LOG_SUFFIXES) or name.startswith("."):
                 skipped.append(Skipped(rel, "not a log file (by name)"))
+                continue
+            if _FR_DUMP_NAME.search(name):
+                skipped.append(Skipped(rel, FR_DUMP_REASON))
                 continue
             try:
                 comp = sniff_compression(full)

@@ -139,7 +139,7 @@ RE2_MAX_MEM = 64 << 20
 """RE2 memory budget per compiled regex (bytes); the default 8 MiB can exhaust the DFA cache on big alternations."""
 
 _UNANCHORED = re2._Anchor.UNANCHORED
-_RANK_PREFIX = std_re.compile(rb"\[rank(\d+)\]:")
+_RANK_PREFIX = std_re.compile(rb"\[rank(\d+)\](?::| )")  # the c10/excepthook prefix, or a user format's inline tag
 
 
 class Sink(Protocol):
@@ -839,7 +839,7 @@ def _not_in_regex(seen: frozenset[str]) -> str:
             alts.append("")
         return "|".join(alts)
 
-    return r"\[rank(?:" + comp(trie, 0) + r")\]:"
+    return r"\[rank(?:" + comp(trie, 0) + r")\](?::| )"
 
 
 _RANK_RX: dict[frozenset[str], Any] = {}

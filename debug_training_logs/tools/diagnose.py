@@ -27,6 +27,7 @@ from debug_training_logs.formats.timestamps import GUESSED_YEAR, show
 from debug_training_logs.models import Coverage
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
+from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.job_overview import build_overview
 from debug_training_logs.tools.registry import ToolSpec
 from debug_training_logs.verify import Conclusion, Verification, verify_with_evidence
@@ -140,6 +141,13 @@ class Diagnosis(BaseModel):
     rank_states: list[RankStateGroup] = Field(
         default_factory=list,
         description="Every rank's state at the end of the job, grouped (the facts the category follows from).",
+    )
+    attempts: list[AttemptSummary] = Field(
+        default_factory=list,
+        description="The job's attempts when it was restarted (elastic restarts, requeues); empty for one attempt.",
+    )
+    attempt: int | None = Field(
+        default=None, description="The attempt this diagnosis is about (default: the first failed one)."
     )
     html_report_uri: str | None = Field(
         default=None,
@@ -267,6 +275,14 @@ def _job(ev: JobEvidence) -> JobDetails:
     )
 
 
+def _attempt_note(ev: JobEvidence) -> str:
+    att = ev.attempts
+    if att is None or att.count < 2 or ev.attempt is None:
+        return ""
+    each = "; ".join(f"attempt {a.index}: {a.outcome}" for a in att.attempts[:6])
+    return f" [This is attempt {ev.attempt} of {att.count} ({each}); pass attempt=N for another.]"
+
+
 def _summary(v: Verdict, verification: Verification) -> str:
     who = f" (rank(s) {format_ranges(v.culprit_ranks)})" if v.culprit_ranks else ""
     state = "verified" if verification.accepted else "NOT verified"
@@ -348,7 +364,7 @@ def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> 
     utc_offset = _utc_offset(ev)
     entries = [_entry(e, utc_offset) for e in v.timeline]
     return Diagnosis(
-        summary=_summary(v, verification),
+        summary=_summary(v, verification) + _attempt_note(ev),
         job=_job(ev),
         verdict=VerdictModel(
             category=v.category,  # type: ignore[arg-type]
@@ -391,6 +407,8 @@ def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> 
             )
             for state, ranks, why, line in rank_state_groups(rank_states(ev))
         ],
+        attempts=summaries(ev.attempts) if ev.attempts is not None and ev.attempts.count > 1 else [],
+        attempt=ev.attempt,
     )
 
 
@@ -398,6 +416,21 @@ def diagnose(
     logs_dir: Annotated[str, Field(description="Directory with every rank's worker logs (searched recursively).")],
     ais_dir: Annotated[
         str | None, Field(description="Directory with the AIStore daemon logs (plain, rotated or .tar.gz), if any.")
+    ] = None,
+    attempt: Annotated[
+        int | None,
+        Field(
+            ge=0,
+            description="Which attempt of a restarted job to diagnose (0 = the first run); default: the first "
+            "failed one. The result lists every attempt.",
+        ),
+    ] = None,
+    fr_dir: Annotated[
+        str | None,
+        Field(
+            description="Directory of flight-recorder dumps when they are not in or next to logs_dir (read with a "
+            "restricted unpickler: plain data only)."
+        ),
     ] = None,
     html_report: Annotated[
         bool,
@@ -421,22 +454,26 @@ def diagnose(
     if not html_report:
         logs_root = input_dir(logs_dir)
         ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
-        return build_diagnosis(gather_evidence(logs_root, ais_root), logs_root, ais_root)
+        fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
+        return build_diagnosis(gather_evidence(logs_root, ais_root, fr_root, attempt), logs_root, ais_root)
     from debug_training_logs.printers import store
 
-    d, page = diagnose_with_html(logs_dir, ais_dir)
+    d, page = diagnose_with_html(logs_dir, ais_dir, attempt, fr_dir)
     d.html_report_uri = store.keep(page)
     return d
 
 
-def diagnose_with_html(logs_dir: str, ais_dir: str | None = None) -> tuple[Diagnosis, str]:
+def diagnose_with_html(
+    logs_dir: str, ais_dir: str | None = None, attempt: int | None = None, fr_dir: str | None = None
+) -> tuple[Diagnosis, str]:
     """:func:`diagnose` plus the HTML report of the same evidence (one scan for both)."""
     from debug_training_logs.printers.html import render_html
     from debug_training_logs.printers.report_data import build_report_data
 
     logs_root = input_dir(logs_dir)
     ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
-    ev = gather_evidence(logs_root, ais_root)
+    fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
+    ev = gather_evidence(logs_root, ais_root, fr_root, attempt)
     d = build_diagnosis(ev, logs_root, ais_root)
     source = str(logs_root) + (f" + {ais_root}" if ais_root is not None else "")
     return d, render_html(build_report_data(d, ev), source)
@@ -471,6 +508,15 @@ def _when(e: TimelineEntry | ChainLink) -> str:
     if e.time_local:
         return show(datetime.fromisoformat(e.time_local))
     return f"({e.time_note})"
+
+
+def _attempts_cell(d: Diagnosis) -> str:
+    parts = []
+    for a in d.attempts:
+        mark = "**" if a.attempt == d.attempt else ""
+        this = " (this report)" if a.attempt == d.attempt else ""
+        parts.append(f"{mark}attempt {a.attempt}{this}{mark}: {a.outcome}, ranks {a.ranks or '?'}, ends {a.end or '?'}")
+    return _cell("; ".join(parts), 600)
 
 
 def render_report(d: Diagnosis) -> str:
@@ -509,6 +555,7 @@ def render_report(d: Diagnosis) -> str:
         f"| Data source | {_cell(d.job.data_source)} |",
         f"| Torch | {_cell(d.job.torch, 200)} |",
         f"| Logs read | {_cell(d.job.logs, 200)} |",
+        *([f"| Attempts | {_attempts_cell(d)} |"] if d.attempts else []),
         f"| Coverage | ranks {d.coverage.ranks_found or 'none'} of world size {d.coverage.world_size or 'unknown'}"
         + (f"; **missing {d.coverage.missing_ranks}**" if d.coverage.missing_ranks else "; none missing")
         + " |",

@@ -13,10 +13,12 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
+from debug_training_logs.analysis import attempts, launcher
 from debug_training_logs.analysis.inventory import MARKERS, Inventory, TimePoint, scan_job, time_text
 from debug_training_logs.models import Coverage
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
+from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.registry import ToolSpec
 
@@ -110,6 +112,19 @@ class JobOverview(BaseModel):
     job_end: TimeAt | None = Field(description="Latest wall-clock time at the end of any file.")
     data_sources: list[Hint] = Field(description="AIStore, Lhotse, or none seen (local files).")
     slurm: bool = Field(description="Whether SLURM (srun/slurmstepd) lines appear.")
+    attempts: list[AttemptSummary] = Field(
+        default_factory=list,
+        description="Runs of the workers when the job restarted (torchrun --max-restarts, attempt_N dirs, new "
+        "rendezvous): ranks, times and outcome each; one entry when nothing shows a restart.",
+    )
+    torchrun_agents: int = Field(
+        default=0, description="torchrun agents (one per node) whose own lines were read, told apart by PID."
+    )
+    benign_lines: dict[str, int] = Field(
+        default_factory=dict,
+        description="Lines every healthy torch job writes that read like failures (c10d IPv6 fallbacks, store peers "
+        "closing, the OMP banner), by name and count: not failures.",
+    )
 
 
 def _hint(inv: Inventory, marker: str, name: str) -> Hint | None:
@@ -252,8 +267,24 @@ def job_overview(
     `file_groups` sums up every file in a few rows; `files` lists the odd ones first, `offset` pages through all.
     """
     root = input_dir(logs_dir)
-    job = scan_job(root)
-    return build_overview(job.inventory, job.coverage(), limit, offset)
+    job = scan_job(root, launcher.PATTERNS, launcher.sink_factory())  # one scan: inventory and launcher facts
+    overview = build_overview(job.inventory, job.coverage(), limit, offset)
+    facts = launcher.from_job_scan(job)
+    split = attempts.split(root, files=[s.file for s in job.files], launcher_facts=facts)
+    overview.attempts = summaries(split, limit)
+    overview.benign_lines = facts.benign
+    overview.torchrun_agents = facts.agent_count()
+    shared = [a for a in facts.agents if len(a.pids) > 1]
+    if overview.torchrun_agents:
+        overview.summary += f" {overview.torchrun_agents} torchrun agent(s) (one per node) wrote to these logs" + (
+            f"; {shared[0].file} holds {len(shared[0].pids)} agents' output (several nodes in one file)."
+            if shared
+            else "."
+        )
+    if split.count > 1:
+        each = "; ".join(f"{a.index} {a.outcome}" for a in split.attempts[:6])
+        overview.summary += f" {split.count} attempts ({split.method}): {each}."
+    return overview
 
 
 def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:

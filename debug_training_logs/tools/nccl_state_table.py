@@ -15,12 +15,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis import nccl_table as analysis
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.models import Coverage, Evidence
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges, parse_ranges
 from debug_training_logs.tools._cache import cached
+from debug_training_logs.tools.attempt_choice import choose
+from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.registry import ToolSpec
 
@@ -100,6 +103,11 @@ class NcclRow(_Model):
     stale_rank_label: int | None = Field(
         description="The [Rank N] WorkNCCL printed when it differs from pg_rank (a stale cached value, torch "
         "2.4-2.13); shown so it is not mistaken for a rank."
+    )
+    source: str = Field(
+        default="log",
+        description="Where the row comes from: 'log' (watchdog lines) or 'dump' (a flight-recorder dump: seq is "
+        "the collective the group waits in, or this rank's last scheduled one; file is the dump).",
     )
 
 
@@ -201,6 +209,19 @@ class UnattributedTimeout(_Model):
     evidence: _Evidence
 
 
+class FlightRecorderSummary(_Model):
+    """The flight-recorder dumps: read, refused, and what they single out."""
+
+    dumps: int = Field(description="Dumps read (one per rank).")
+    versions: list[str] = Field(description="Dump format versions ('2.10' for torch 2.13).")
+    refused: list[str] = Field(description="'file: reason' for each dump not read (hostile, over the cap, damaged).")
+    never_joined: list[int] = Field(
+        description="Ranks whose last scheduled collective is below the one others wait in."
+    )
+    mismatched: list[int] = Field(description="Ranks that scheduled a different op/size/dtype at the same seq.")
+    detail: list[str] = Field(description="Per process group, what the dumps show (waiting seq and op, frames).")
+
+
 class NcclStateTable(_Model):
     """Every rank's NCCL watchdog state per process group, the per-PG classification and the straggler."""
 
@@ -259,6 +280,15 @@ class NcclStateTable(_Model):
         description="Watchdog lines Ray folded away ('[repeated Nx across cluster]'); when > 0 every PG is "
         "incomplete: rerun with RAY_DEDUP_LOGS=0."
     )
+    flight_recorder: FlightRecorderSummary | None = Field(
+        default=None, description="What the flight-recorder dumps found in/next to logs_dir (or fr_dir) say."
+    )
+    attempts: list[AttemptSummary] = Field(
+        default_factory=list, description="The job's attempts when it was restarted; empty for one attempt."
+    )
+    attempt: int | None = Field(
+        default=None, description="The attempt whose lines the table is built from (default: the first failed one)."
+    )
 
 
 def nccl_state_table(
@@ -269,6 +299,17 @@ def nccl_state_table(
         int,
         Field(ge=1, le=100000, description="At most this many rows and outliers listed (classification uses all)."),
     ] = analysis.DEFAULT_LIMIT,
+    fr_dir: Annotated[
+        str | None,
+        Field(
+            description="Directory of flight-recorder dumps (<prefix><rank>, pickle or JSON) when they are not in or "
+            "next to logs_dir; dumps are read with a restricted unpickler (plain data only)."
+        ),
+    ] = None,
+    attempt: Annotated[
+        int | None,
+        Field(ge=0, description="For a restarted job: which attempt's lines to read (default: the first failed one)."),
+    ] = None,
     world_size: Annotated[
         int | None,
         Field(
@@ -309,10 +350,15 @@ def nccl_state_table(
     `ranks` (those ranks' rows) or `offset`/`limit` (every row, page by page).
     """
     root = input_dir(logs_dir)
+    split, chosen = choose(root, attempt)
+    keep = split.keeper(chosen) if chosen is not None else None
     wanted = _parse_ranks(ranks)
     # Pages and rank filters of the same logs reuse one scan (the table is computed from every row either way).
     table = cached(
-        "nccl_state_table", root, world_size, lambda: analysis.nccl_state_table(root, limit=ALL, world_size=world_size)
+        "nccl_state_table",
+        root,
+        (world_size, chosen),
+        lambda: analysis.nccl_state_table(root, limit=ALL, world_size=world_size, keep=keep),
     )
     order = {p.pg: i for i, p in enumerate(table.process_groups)}
     rows = sorted(table.rows, key=lambda r: (order.get(r.pg, len(order)), r.rank))
@@ -327,7 +373,7 @@ def nccl_state_table(
         table, rows=page, rows_truncated=table.rows_total - len(page), outliers=table.outliers[:limit]
     )
     result = NcclStateTable.model_validate(paged)
-    return result.model_copy(
+    result = result.model_copy(
         update={
             "rows_view": "deviating" if offset is None and wanted is None else "page",
             "rows_offset": start,
@@ -337,6 +383,70 @@ def nccl_state_table(
             "outlier_groups": _outlier_groups(result.outliers if len(table.outliers) <= limit else table.outliers),
         }
     )
+    if chosen is not None:
+        result.attempts, result.attempt = summaries(split), chosen
+        result.summary += f" (attempt {chosen} of {split.count}; pass attempt=N for another)"
+    facts = fr_dumps.gather(root, input_dir(fr_dir, "flight-recorder directory") if fr_dir else None)
+    if facts.files_found:
+        add_dump_rows(result, facts, limit, wanted, first_page=not offset)
+    return result
+
+
+def add_dump_rows(
+    table: NcclStateTable,
+    facts: fr_dumps.FlightRecorderFacts,
+    limit: int,
+    wanted: set[int] | None = None,
+    first_page: bool = True,
+) -> None:
+    """Rows from the flight-recorder dumps (``source='dump'``, on the first page, only ``wanted`` ranks when given)
+    and their summary, beside the log rows."""
+    rows: list[NcclRow] = []
+    detail: list[str] = []
+    for g in facts.groups:
+        for r, st in sorted(g.states.items()):
+            seq = g.waiting_seq if st.last_scheduled == g.waiting_seq else st.last_scheduled
+            pending = (
+                st.last_scheduled - st.last_completed
+                if st.last_scheduled is not None and st.last_completed is not None
+                else None
+            )
+            rows.append(
+                NcclRow(
+                    rank=r, pg=g.pg, pg_desc=g.desc or None, pg_rank=None, pg_id=None, seq=seq, op_type=st.last_op,
+                    numel_in=None, numel_out=None, timeout_ms=None, ran_for_ms=None, last_enqueued=st.last_scheduled,
+                    last_completed=st.last_completed, pending=pending, signal="none", first_to_dump=False,
+                    dump_signal_from_rank=None, timeout_time=None, timeout_time_utc=None,
+                    timeout_time_year_inferred=False, collective_start_time=None, signal_time=None, file=st.file,
+                    line=None, facts=["never joined the collective the others wait in"] if r in g.never_joined else [],
+                    stale_rank_label=None, signalled_dump=False, source="dump",
+                )
+            )  # fmt: skip
+        mm = "; ".join(f"seq {m.seq} {m.field}: rank(s) {sorted(m.odd)} vs {m.majority}" for m in g.mismatches[:3])
+        detail.append(
+            f"PG {g.pg} ({g.desc}): waiting in seq {g.waiting_seq} {g.waiting_op or ''} (ranks {g.waiting_ranks}), "
+            f"never joined: {g.never_joined or 'none'}, no dump: {g.no_dump or 'none'}"
+            + (f", mismatches: {mm}" if mm else "")
+            + (f"; stuck call: {' < '.join(g.stuck_frames[:3])}" if g.stuck_frames else "")
+        )
+    rows = [r for r in rows if first_page and (wanted is None or r.rank in wanted)]
+    room = max(0, limit - len(table.rows))
+    table.rows.extend(rows[:room])
+    table.rows_total += len(rows)
+    table.rows_truncated += len(rows) - min(len(rows), room)
+    named, how = facts.culprits
+    table.flight_recorder = FlightRecorderSummary(
+        dumps=len(facts.dumps),
+        versions=facts.versions,
+        refused=[f"{x.file}: {x.reason}" for x in facts.refused],
+        never_joined=sorted({r for g in facts.groups for r in g.never_joined}),
+        mismatched=sorted(named) if how == "mismatch" else [],
+        detail=detail,
+    )
+    if named:
+        table.summary += (
+            f" Flight-recorder dumps ({len(facts.dumps)}): rank(s) {sorted(named)} {how.replace('_', ' ')}."
+        )
 
 
 def _parse_ranks(text: str | None) -> set[int] | None:

@@ -6,9 +6,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from debug_training_logs.analysis.attempts import AttemptFilter
 from debug_training_logs.analysis.timeline import build_timeline
 from debug_training_logs.models import Coverage
 from debug_training_logs.paths import input_dir
+from debug_training_logs.tools.attempt_choice import choose
+from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.registry import ToolSpec
 
 
@@ -41,12 +44,22 @@ class Timeline(BaseModel):
     offset_hours: float | None = Field(description="Worker clock minus AIS clock used, when verified.")
     year_basis: str = Field(description="Where the year of worker times (which have none) comes from.")
     coverage: Coverage
+    attempts: list[AttemptSummary] = Field(
+        default_factory=list, description="The job's attempts when it was restarted; empty for one attempt."
+    )
+    attempt: int | None = Field(
+        default=None, description="The attempt whose worker events are listed (default: the first failed one)."
+    )
 
 
 def timeline(
     logs_dir: Annotated[str, Field(description="Directory with the workers' logs.")],
     ais_dir: Annotated[str | None, Field(description="Directory with AIStore daemon logs (optional).")] = None,
     limit: Annotated[int, Field(ge=5, le=500, description="At most this many events (least important cut).")] = 60,
+    attempt: Annotated[
+        int | None,
+        Field(ge=0, description="For a restarted job: whose worker events to list (default: the first failed one)."),
+    ] = None,
 ) -> Timeline:
     """One chronological list of the key events from every source: the first line of each error template per rank
     group, NCCL timeouts and the collective start they imply, teardown, SLURM cancels, and (with AIS logs) AIS error
@@ -57,11 +70,22 @@ def timeline(
     """
     logs = input_dir(logs_dir)
     ais = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
+    split, chosen = choose(logs, attempt)
     t = build_timeline(logs, ais, limit=limit)
+    events = t.events
+    summary = t.summary
+    if chosen is not None:
+        keep = split.keeper(chosen)
+        events = [e for e in events if e.clock != "worker" or _keep(keep, e.source, e.time_local)]
+        summary += (
+            f" Attempt {chosen} of {split.count}: {len(t.events) - len(events)} event(s) of other attempts left out."
+        )
     return Timeline(
-        summary=t.summary,
+        summary=summary,
+        attempts=summaries(split) if split.count > 1 else [],
+        attempt=chosen,
         events=[
-            TimelineEvent(**{k: v for k, v in e.__dict__.items() if k in TimelineEvent.model_fields}) for e in t.events
+            TimelineEvent(**{k: v for k, v in e.__dict__.items() if k in TimelineEvent.model_fields}) for e in events
         ],
         events_truncated=t.events_truncated,
         alignment_verified=t.alignment.verified if t.alignment is not None else None,
@@ -69,6 +93,13 @@ def timeline(
         year_basis=t.year_basis,
         coverage=t.coverage,
     )
+
+
+def _keep(keep: AttemptFilter, source: str, time_local: str | None) -> bool:
+    rel, _, line = source.rpartition(":")
+    if not line.isdigit():
+        return True
+    return keep(rel, int(line), time_local or "")
 
 
 SPEC = ToolSpec(func=timeline, cli_name="timeline", title="Merged timeline", positional=("logs_dir", "ais_dir"))

@@ -36,6 +36,8 @@ from debug_training_logs.formats.timestamps import show
 from debug_training_logs.models import Evidence, cut
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.verify.context import MAX_EVIDENCE, SLACK, Cited, RuleContext
+from debug_training_logs.verify.launcher_rules import launcher_fates
+from debug_training_logs.verify.launcher_rules import supports as launcher_supports
 from debug_training_logs.verify.models import Check, CheckStatus
 
 Rule = Callable[[RuleContext], Check]
@@ -230,6 +232,12 @@ def coverage(ctx: RuleContext) -> Check:
             f"establishes more: {established}.",
             ws_ev,
             "Name the category the evidence supports (run diagnose).",
+        )
+    if w.world_size is None and not ctx.culprits and not w.ranks and launcher_supports(ctx)[0]:
+        return _check(
+            "coverage",
+            "passed",
+            "No worker ever started (no rank wrote a line) and no rank is named: the agents' own lines decide.",
         )
     if w.world_size is None:
         return _check(
@@ -944,6 +952,10 @@ def rank0_ahead(ctx: RuleContext) -> Check:
     if c.category != "collective_mismatch" and c.rank0_seq_gap is None:
         return _check("rank0_ahead", "not_applicable", "The conclusion makes no claim about rank 0 being ahead.")
     groups = [g for g in ctx.ev.nccl.groups if g.classification == "root_ahead" and g.root_gap is not None]
+    if not groups and c.rank0_seq_gap is None:
+        ok, why, ev = launcher_supports(ctx)
+        if ok:
+            return _check("rank0_ahead", "passed", f"No rank-0 claim; the mismatch itself is shown: {why}.", ev)
     if not groups:
         classes = ", ".join(f"PG {g.pg}: {g.classification}" for g in ctx.ev.nccl.groups) or "no NCCL state"
         return _check(
@@ -1204,6 +1216,9 @@ def _cat_node_failure(ctx: RuleContext) -> Check:
     rule = "category_specific:node_failure"
     cancel, silent = node_failure_facts(ctx.ev)
     if cancel is None:
+        ok, why, ev = launcher_supports(ctx)
+        if ok:
+            return _check(rule, "passed", f"{why[:1].upper()}{why[1:]}.", ev)
         return _check(
             rule,
             "failed",
@@ -1251,6 +1266,9 @@ def _cat_rank_crash(ctx: RuleContext) -> Check:
     rule = "category_specific:rank_crash"
     check = _needs_line_on_culprits(ctx, "rank_crash", "Python exception")
     if check.status != "passed":
+        ok, why, ev = launcher_supports(ctx)
+        if ok:
+            return _check(rule, "passed", f"No Python exception is needed: {why}.", ev)
         return check
     w = ctx.ev.worker
     root_lines = [h for h in w.hits("exception") if "ChildFailedError" in h.text]
@@ -1322,6 +1340,9 @@ def _cat_unattributed(ctx: RuleContext) -> Check:
     rule = "category_specific:nccl_timeout_unattributed"
     nccl = ctx.ev.nccl
     if not nccl.timed_out:
+        ok, why, ev = launcher_supports(ctx)
+        if ok:
+            return _check(rule, "passed", f"A gloo collective timed out and nothing says why: {why}.", ev)
         return _check(rule, "failed", "No NCCL collective timed out.", next_step="Find the process killer.")
     established = established_conclusion(ctx, cautious_ok_for_fabric=True)
     if established is not None:
@@ -1404,5 +1425,6 @@ RULES: tuple[Rule, ...] = (
     all_daemon_files,
     rank0_ahead,
     category_specific,
+    launcher_fates,
 )
 """Every rule, in the order a person would check."""

@@ -1,0 +1,277 @@
+"""Attempts: where one run of the workers ends and the next begins (elastic restarts, requeues, new rendezvous).
+
+A job's logs can hold several attempts: torchrun ``--max-restarts`` restarts the worker group after a failure (or
+after another node's restart), SLURM requeues the job into the same files, and a new rendezvous starts the workers
+again. Diagnosing the last failure while the first one was the cause (or the other way round) is a classic mistake,
+so every line is given to one attempt.
+
+Boundaries, most direct first:
+
+1. ``attempt_N/`` in a file's path (torchrun ``--log-dir``): the whole file is attempt N.
+2. In a torchrun agent's output: the rendezvous result ``restart_count=N`` (INFO) starts attempt N; without INFO,
+   an agent stop (its ``Sending process P closing signal`` / ``failed (exitcode: ...)`` lines) that is followed by
+   more worker output (``[defaultN]:`` / ``[rankN]`` lines) or ``Starting worker group`` ends an attempt. A decision
+   to restart that no worker follows (the rendezvous was closed) is not an attempt. The agents' stops are numbered
+   across files by time (they cluster within seconds), since each agent may log a different number of rounds.
+
+Files without a boundary of their own (a node's stdout when the agent writes to stderr) are split by time: a line
+belongs to the attempt whose window (from the agents' boundary times) holds its time; an untimed line goes with the
+previous timed line of its file.
+
+Pure and MCP-free; reads only the lines it is pointed at (:func:`~debug_training_logs.logs.scan.lines_at`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from debug_training_logs.analysis.launcher import LauncherFacts
+from debug_training_logs.analysis.launcher import gather as gather_launcher
+from debug_training_logs.formats.timestamps import parse_wall_time
+from debug_training_logs.logs.discovery import LogFile, discover
+from debug_training_logs.logs.scan import lines_at
+from debug_training_logs.models import Evidence, cut
+
+_ATTEMPT_DIR = re.compile(r"(?:^|/)attempt_(\d+)/")
+_WORKER_LINE = re.compile(r"^\[(?:default|[A-Za-z_][\w.\-]*)\d+\]:|\[rank\d+\][: ]")
+_AGENT_OWN = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |^\s*(?:Traceback|File |raise |\^)|ChildFailedError")
+_AGENT_PID = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) ")
+_STARTING = re.compile(r"\] (?:\[\w+\] )?Starting worker group")
+LOOKAHEAD_LINES = 400
+"""Lines read after an agent stop to see whether workers started again (a new attempt)."""
+DEFAULT_YEAR = 2000
+
+
+@dataclass
+class Boundary:
+    """Where an attempt ends in one file: the last line of attempt ``index`` (inclusive) and its time."""
+
+    file: str
+    line: int
+    index: int
+    time: datetime | None
+    why: str
+    text: str
+
+
+@dataclass
+class Attempt:
+    """One run of the workers: its index, time window, the ranks seen in it, and how it ended."""
+
+    index: int
+    start: datetime | None
+    end: datetime | None
+    outcome: str
+    """``failed`` (a worker failed or the agent stopped it), ``succeeded`` (the agents said so), ``unknown``."""
+    ranks: set[int] = field(default_factory=set)
+    evidence: list[Evidence] = field(default_factory=list)
+    """The lines that end (or start) it."""
+
+
+@dataclass
+class Attempts:
+    """A job's attempts and how lines are assigned to them."""
+
+    attempts: list[Attempt]
+    boundaries: dict[str, list[Boundary]]
+    """Per file with boundaries of its own: where each attempt ends."""
+    dir_attempt: dict[str, int]
+    """Files whose path says their attempt (``attempt_N/``)."""
+    method: str
+
+    @property
+    def count(self) -> int:
+        return len(self.attempts)
+
+    def first_failed(self) -> int | None:
+        return next((a.index for a in self.attempts if a.outcome == "failed"), None)
+
+    def keeper(self, index: int) -> AttemptFilter:
+        """A picklable filter of (file, line, text) for attempt ``index``."""
+        windows = {a.index: (a.start, a.end) for a in self.attempts}
+        return AttemptFilter(
+            index,
+            {f: [(b.line, b.index) for b in bs] for f, bs in self.boundaries.items()},
+            dict(self.dir_attempt),
+            windows,
+        )
+
+
+@dataclass
+class AttemptFilter:
+    """Keeps the lines of one attempt: by the file's own boundaries, its ``attempt_N/`` path, or by time."""
+
+    index: int
+    ends: dict[str, list[tuple[int, int]]]
+    dir_attempt: dict[str, int]
+    windows: dict[int, tuple[datetime | None, datetime | None]]
+    _last: dict[str, int] = field(default_factory=dict)
+
+    def attempt_of(self, rel: str, line_no: int, text: str) -> int:
+        if rel in self.dir_attempt:
+            return self.dir_attempt[rel]
+        ends = self.ends.get(rel)
+        if ends is not None:
+            for end_line, idx in ends:
+                if line_no <= end_line:
+                    return idx
+            return ends[-1][1] + 1 if ends else 0
+        t = parse_wall_time(text)
+        if t is None:
+            return self._last.get(rel, 0)
+        when = t.with_year(t.year or DEFAULT_YEAR)
+        idx = 0
+        for i, (start, _end) in sorted(self.windows.items()):
+            if start is not None and when >= start.replace(year=when.year):
+                idx = i
+        self._last[rel] = idx
+        return idx
+
+    def __call__(self, rel: str, line_no: int, text: str) -> bool:
+        return self.attempt_of(rel, line_no, text) == self.index
+
+
+def _pid_of(text: str) -> str | None:
+    m = _AGENT_PID.match(text)
+    return m.group(1) if m else None
+
+
+def _time(text: str) -> datetime | None:
+    t = parse_wall_time(text)
+    return t.with_year(t.year or DEFAULT_YEAR) if t is not None else None
+
+
+def _stop_candidates(lf: LauncherFacts) -> dict[str, list[tuple[int, str, str]]]:
+    """Per agent file: lines where the agent stopped its workers or started a new round (line, why, text)."""
+    out: dict[str, list[tuple[int, str, str]]] = {}
+    for a in lf.agents:
+        cands: list[tuple[int, str, str]] = []
+        for no, n in a.restart_counts[1:]:  # every rendezvous after the first starts a new round of workers
+            cands.append((no - 1, f"a new rendezvous (restart_count={n})", ""))
+        for e in a.restarts:
+            cands.append((e.line, "the agent restarts the worker group", e.text))
+        for no, w in a.worker_failed:
+            cands.append((no, f"a worker failed (exitcode {w.exitcode})", ""))
+        for no in a.teardowns:
+            cands.append((no, "the agent stops its workers (SIGTERM)", ""))
+        out[a.file] = sorted(cands)
+    return out
+
+
+def split(
+    logs_dir: str | Path, files: Sequence[LogFile] | None = None, launcher_facts: LauncherFacts | None = None
+) -> Attempts:
+    """The attempts of the job under ``logs_dir`` (one attempt when nothing shows a restart)."""
+    if files is None:
+        files, _ = discover(logs_dir)
+    lf = launcher_facts if launcher_facts is not None else gather_launcher(logs_dir, files)
+    by_rel = {f.rel: f for f in files}
+    dir_attempt = {f.rel: int(m.group(1)) for f in files if (m := _ATTEMPT_DIR.search("/" + f.rel))}
+    boundaries: dict[str, list[Boundary]] = {}
+    for rel, cands in _stop_candidates(lf).items():
+        if rel in dir_attempt or rel not in by_rel or not cands:
+            continue
+        # collapse a burst (SIGTERMs, the failure line, 'will restart') into its last line
+        bursts: list[tuple[int, str]] = []
+        for no, why, _ in cands:
+            if bursts and no - bursts[-1][0] <= 8:
+                bursts[-1] = (no, bursts[-1][1] if "restart" in bursts[-1][1] else why)
+            else:
+                bursts.append((no, why))
+        wanted = {n for b, _ in bursts for n in range(b, b + LOOKAHEAD_LINES + 1)}
+        text = lines_at(by_rel[rel], wanted)
+        # several agents appending to one file (sbatch's single slurm-<jobid>.out): another node's workers go on
+        # logging after this agent stopped, so only the agent's own restart lines count there
+        agents = {m.group(1) for b, _ in bursts if (m := _AGENT_PID.match(text.get(b, "")))}
+        shared = len(agents) > 1
+        found: list[Boundary] = []
+        for b, why in bursts:
+            after = [text[n] for n in range(b + 1, b + LOOKAHEAD_LINES + 1) if n in text]
+            pid = m.group(1) if (m := _AGENT_PID.match(text.get(b, ""))) else None
+            started = any(_STARTING.search(t) is not None and (not shared or _pid_of(t) == pid) for t in after)
+            workers = not shared and any(_WORKER_LINE.search(t) and not _AGENT_OWN.search(t) for t in after)
+            # a decision to restart is not an attempt until workers run again (a closed rendezvous ends the job)
+            if started or workers:
+                times = [t for n in range(b, 0, -1) if n in text and (t := _time(text[n])) is not None][:1]
+                found.append(Boundary(rel, b, len(found), times[0] if times else None, why, cut(text.get(b, ""))))
+        if found:
+            boundaries[rel] = found
+    _number_by_time(boundaries)
+    n = max([b.index + 1 for bs in boundaries.values() for b in bs] + [i for i in dir_attempt.values()] + [0]) + 1
+    attempts = [Attempt(i, None, None, "unknown") for i in range(n)]
+    for bs in boundaries.values():
+        for bd in bs:
+            a = attempts[bd.index]
+            a.outcome = "failed"
+            a.evidence.append(Evidence(file=bd.file, line=bd.line, text=bd.text))
+            if bd.time is not None and (a.end is None or bd.time > a.end):
+                a.end = bd.time
+    for i in range(1, n):
+        attempts[i].start = attempts[i - 1].end
+    _outcomes(attempts, lf, boundaries, dir_attempt)
+    method = (
+        "attempt_N directories"
+        if dir_attempt and not boundaries
+        else "torchrun agent stops and restarts"
+        if boundaries
+        else "no restart seen"
+    )
+    return Attempts(attempts, boundaries, dir_attempt, method)
+
+
+CLUSTER_GAP_S = 5.0
+"""Agents of one job stop within seconds of each other; boundaries further apart than this are different attempts."""
+
+
+def _number_by_time(boundaries: dict[str, list[Boundary]]) -> None:
+    """Give every boundary the index of its attempt across all files: the agents' stops cluster in time (each agent
+    may log a different number of rounds); without times, each file's own order is used."""
+    timed = sorted((b for bs in boundaries.values() for b in bs if b.time is not None), key=lambda b: b.time or 0)
+    if len(timed) != sum(len(bs) for bs in boundaries.values()):
+        return  # some boundary has no time: keep the per-file order
+    cluster, last = -1, None
+    for b in timed:
+        assert b.time is not None
+        if last is None or (b.time - last).total_seconds() > CLUSTER_GAP_S:
+            cluster += 1
+        b.index, last = cluster, b.time
+    for rel, bs in boundaries.items():  # one boundary per attempt and file: the last line of the burst
+        keep: dict[int, Boundary] = {}
+        for b in sorted(bs, key=lambda x: x.line):
+            keep[b.index] = b
+        boundaries[rel] = sorted(keep.values(), key=lambda x: x.line)
+
+
+def _outcomes(
+    attempts: list[Attempt], lf: LauncherFacts, boundaries: dict[str, list[Boundary]], dir_attempt: dict[str, int]
+) -> None:
+    last = attempts[-1]
+    succeeded = [e for a in lf.agents for e in a.succeeded]
+    failed_at_end = [
+        (a.file, no)
+        for a in lf.agents
+        for no, _ in a.worker_failed
+        if not any(b.line >= no for b in boundaries.get(a.file, []))
+    ]
+    tables = bool(lf.tables)
+    if succeeded and not failed_at_end:
+        last.outcome = "succeeded"
+        last.evidence.append(succeeded[-1])
+    elif failed_at_end or tables:
+        last.outcome = "failed"
+    keep = [AttemptFilter(a.index, {f: [(b.line, b.index) for b in bs] for f, bs in boundaries.items()},
+                          dir_attempt, {x.index: (x.start, x.end) for x in attempts}) for a in attempts]  # fmt: skip
+    if len(attempts) == 1:
+        attempts[0].ranks = lf.ranks_seen()
+        return
+    for r, f in lf.fates.items():
+        for ev in (*f.errors, f.exit_evidence):
+            if ev is None:
+                continue
+            for a, k in zip(attempts, keep, strict=True):
+                if k(ev.file, ev.line, ev.text):
+                    a.ranks.add(r)
