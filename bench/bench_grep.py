@@ -1,12 +1,13 @@
-"""Benchmark: ``grep_all_ranks`` against ``rg -n -j2`` on a generated corpus (not a test; run by hand).
+"""Benchmark: ``grep LOGS`` (``grep_all_ranks``) against one ``rg`` tier pass on the realistic job (run by hand).
 
-    python bench/bench_grep.py [--bytes 2200000000] [--nodes 256] [--out bench/out/corpus]
+    python bench/bench_grep.py [--ranks 1024] [--bytes 1000000000] [--rounds 3] [--skip-check]
 
-Writes (once) a data_stall job of ``--nodes`` x 8 ranks, one file per node, about ``--bytes`` in total, with the
-fixture generator; then times ``grep_all_ranks`` (the whole tool: one scan pass with the inventory markers, templates,
-outliers) and ``rg -n -j2`` with the same patterns as one alternation, output piped to ``wc`` (ripgrep goes quiet
-when its output is /dev/null); checks that every pattern's per-file counts equal ``rg -c`` for that pattern alone;
-prints both wall times, the ratio and the peak RSS of our process tree.
+The corpus is ``bench/realistic.py``'s (one file per node of 8 ranks, half of all lines per-step metrics, NCCL INFO
+init blocks, data-loader debug, the data_stall incident). With the page cache warm it alternates ``rg -n -j2 -z``
+with the original skill's 21-alternative tier regex (output piped to ``wc -l``: ripgrep goes quiet into /dev/null)
+and ``debug-training-logs grep LOGS --json`` (a fresh process: imports, discovery, the one scan with the inventory
+markers, templates, outliers, coverage), ``--rounds`` pairs, and prints the median per-pair ratio and our peak RSS.
+Then it checks, in-process, that every default pattern's per-file counts equal ``rg -c`` for that pattern alone.
 """
 
 from __future__ import annotations
@@ -16,17 +17,20 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-from corpus import corpus, peak_rss_mb  # noqa: E402  (bench/ is on sys.path when run as a script)
+from corpus import paired, ratio_line, rg_tier_cmd  # noqa: E402
+from realistic import realistic_corpus  # noqa: E402
 
 from debug_training_logs.analysis import grep as grep_mod  # noqa: E402
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS  # noqa: E402
-from debug_training_logs.logs import scan  # noqa: E402
+
+CLI = str(Path(sys.executable).parent / "debug-training-logs")
+GOAL = 0.5
 
 
 def rg_counts(pattern: str, logs: Path) -> dict[str, int]:
@@ -40,51 +44,37 @@ def rg_counts(pattern: str, logs: Path) -> dict[str, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bytes", type=int, default=2_200_000_000)
-    ap.add_argument("--nodes", type=int, default=256)
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "corpus")
+    ap.add_argument("--ranks", type=int, default=1024)
+    ap.add_argument("--bytes", type=int, default=1_000_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-check", action="store_true", help="do not compare per-pattern counts with rg -c")
     args = ap.parse_args()
     if shutil.which("rg") is None:
         print("ripgrep not installed (apt-get install -y ripgrep)", file=sys.stderr)
         return 2
-    logs = corpus(args.out, args.bytes, args.nodes)
-    files = sorted(p for p in logs.rglob("*") if p.is_file())
+    logs, _ais = realistic_corpus(REPO / "bench" / "out" / f"real_{args.ranks}", args.ranks, args.bytes)
+    files = sorted(p for p in logs.iterdir() if p.is_file())
     size = sum(p.stat().st_size for p in files)
-    print(f"corpus: {len(files)} files, {size / 1e9:.2f} GB in {logs}")
+    print(f"corpus: {len(files)} files, {size / 1e9:.2f} GB, {args.ranks} ranks in {logs}")
     subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
-
-    combined = "|".join(f"(?:{g.regex})" for g in DEFAULT_PATTERNS)
-    t = time.perf_counter()
-    rg = subprocess.run(f"rg -n -j2 -e '{combined}' '{logs}' | wc -l", shell=True, capture_output=True, text=True)
-    rg_s = time.perf_counter() - t
-    print(f"rg -n -j2: {rg_s:.2f} s, {int(rg.stdout)} lines, {size / rg_s / 1e6:.0f} MB/s")
-
+    mine, ref, rss, _ = paired([CLI, "grep", str(logs), "--json"], rg_tier_cmd(logs), args.rounds)
+    print(ratio_line("grep", mine, ref, GOAL))
+    print(f"peak RSS (grep, whole process tree): {rss:.0f} MB")
+    if args.skip_check:
+        return 0
     grep_mod.PER_FILE_LIMIT = 10**9  # the check needs every file's count
-    plan = scan.make_plan(scan.PatternSpec(tuple(g.regex for g in DEFAULT_PATTERNS)), scan._sample([]))
-    t = time.perf_counter()
     res = grep_mod.grep_all_ranks(logs)
-    ours_s = time.perf_counter() - t
-    rss_mb = max(peak_rss_mb()) * 1024
-    print(
-        f"grep_all_ranks: {ours_s:.2f} s, {size / ours_s / 1e6:.0f} MB/s, peak RSS {rss_mb / 1024:.0f} MiB "
-        f"(largest of parent and any worker), prefilter: {'yes' if plan.literals else 'no (RE2 DFA)'}"
-    )
-    print(f"ratio ours/rg: {ours_s / rg_s:.2f}  (goal <= 0.5)")
-    print(f"summary: {res.summary[:300]}")
-    if not args.skip_check:
-        by = {p.name: {f.file: f.count for f in p.per_file} for p in res.patterns}
-        bad = 0
-        for g in DEFAULT_PATTERNS:
-            want = rg_counts(g.regex, logs)
-            got = by.get(g.name, {})
-            if got != want:
-                bad += 1
-                diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
-                print(f"MISMATCH {g.name}: {len(diff)} files, e.g. {list(diff.items())[:3]}")
-        print("per-file counts equal rg -c for every pattern" if not bad else f"{bad} patterns differ from rg -c")
-        return 1 if bad else 0
-    return 0
+    by = {p.name: {f.file: f.count for f in p.per_file} for p in res.patterns}
+    bad = 0
+    for g in DEFAULT_PATTERNS:
+        want = rg_counts(g.regex, logs)
+        got = by.get(g.name, {})
+        if got != want:
+            bad += 1
+            diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
+            print(f"MISMATCH {g.name}: {len(diff)} files, e.g. {list(diff.items())[:3]}")
+    print("per-file counts equal rg -c for every pattern" if not bad else f"{bad} patterns differ from rg -c")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -13,6 +13,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_scan_cache() -> None:
+    """Each test starts with an empty scan-result cache (a test that counts file reads must see its own)."""
+    from debug_training_logs.analysis.scan_cache import CACHE, set_default_companions
+
+    CACHE.clear()
+    set_default_companions(())
+
+
 def write_small_job(root: Path, nodes: int = 2, gpus: int = 4, *, skip_nodes: tuple[int, ...] = ()) -> Path:
     """A NeMo job of ``nodes`` x ``gpus`` ranks, torch 2.10-style headers, one file per node (error-777-N.out).
 

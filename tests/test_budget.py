@@ -13,7 +13,7 @@ from mcp import Client
 
 from debug_training_logs.server.app import create_server
 from debug_training_logs.tools.budget import DEFAULT_MAX_TOKENS, Cut, chars_for, compact_json, fit
-from debug_training_logs.tools.registry import all_tools
+from debug_training_logs.tools.registry import all_tools, tool_by_name
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -117,3 +117,25 @@ def test_bad_max_tokens_is_refused_with_the_bounds(tmp_path: Path) -> None:
         timeout=60,
     )
     assert run.returncode == 2 and "max_tokens" in run.stderr and "1000" in run.stderr
+
+
+def test_overview_groups_files_and_pages_through_all_of_them(tmp_path: Path) -> None:
+    from conftest import write_small_job
+
+    logs = write_small_job(tmp_path / "logs", nodes=12, gpus=4)
+    (logs / "error-777-3.out").write_text("no rank in here\n" * 5, encoding="utf-8")  # one odd file
+    spec = tool_by_name("job_overview")
+    assert spec is not None
+    first = spec.call(logs_dir=str(logs), limit=5).model_dump(mode="json")
+    groups = first["file_groups"]
+    assert sum(g["count"] for g in groups) == first["coverage"]["files_scanned"] == 12
+    assert (groups[0]["count"], groups[0]["ranks_per_file"]) == (11, 4)
+    assert first["files"][0]["file"] == "error-777-3.out"  # the odd one (no ranks) comes first
+    seen = [f["file"] for f in first["files"]]
+    offset = 5
+    while len(seen) < 12:
+        page = spec.call(logs_dir=str(logs), limit=5, offset=offset).model_dump(mode="json")
+        assert page["files_truncated"] == 12 - len(page["files"])
+        seen += [f["file"] for f in page["files"]]
+        offset += 5
+    assert sorted(seen) == sorted(p.name for p in logs.iterdir()) and len(set(seen)) == 12

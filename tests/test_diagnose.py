@@ -25,7 +25,7 @@ NCCL_SETS: dict[str, tuple[str, list[int]]] = {
     "data_stall": ("data_loading_stall", [5]),
     "nccl_fabric": ("gpu_fabric", []),
     "nccl_root_ahead": ("collective_mismatch", [0]),
-    "nccl_missing_node": ("incomplete_evidence", list(range(8, 16))),
+    "nccl_missing_node": ("incomplete_evidence", []),
     **{f"nccl_styles/{s}": ("data_loading_stall", [5]) for s in STYLES},
 }
 SECTIONS = ("## Job Details", "## Timeline Table", "## Root Cause Chain", "## Key Files", "## Recommendations",
@@ -121,6 +121,8 @@ def test_incomplete_evidence_says_what_to_fetch() -> None:
     assert d.verdict.confidence == "low" and d.verdict.next_steps
     assert "8-15" in d.verdict.explanation and "rank(s) 5 never entered" in d.verdict.explanation
     assert "a culprit is never named from a subset" in d.verdict.explanation.lower()
+    assert d.verdict.culprit_ranks == [] and d.verdict.missing_ranks == list(range(8, 16))
+    assert d.conclusion.missing_ranks == list(range(8, 16)) and 5 in d.verdict.suspect_ranks
 
 
 def test_timeline_marks_untimed_lines_with_their_bounds() -> None:
@@ -178,3 +180,65 @@ def test_fixtures_are_regenerated_byte_for_byte(tmp_path: Path) -> None:
         assert (tmp_path / name / "truth.json").read_text() == (FIXTURES / name / "truth.json").read_text()
         size = sum(p.stat().st_size for p in (FIXTURES / name).rglob("*") if p.is_file())
         assert size < 200_000, (name, size)
+
+
+def test_diagnose_degrades_to_the_strongest_verdict_that_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first verdict its verifier rejects (here: the old gpu_fabric on torch 2.2, which logs no counters) is never
+    presented: the strongest weaker verdict that passes is, and the result says what blocked the stronger one."""
+    from debug_training_logs.analysis import diagnosis
+    from debug_training_logs.analysis.evidence import gather_evidence
+    from debug_training_logs.tools import diagnose as tool
+
+    logs = FIXTURES / "fabric_old_torch" / "logs"
+    ev = gather_evidence(logs)
+    honest = diagnosis.conclude(ev)
+    overclaim = diagnosis.Verdict(
+        category="gpu_fabric",
+        culprit_ranks=[],
+        suspect_nodes=["gpu-a02"],
+        confidence="high",
+        explanation="every rank timed out: the fabric",
+        root=honest.root,
+        chain=honest.chain,
+        timeline=honest.timeline,
+        key_files=honest.key_files,
+        next_steps=[],
+    )
+    monkeypatch.setattr(tool, "conclude", lambda _ev: overclaim)
+    d = tool.build_diagnosis(ev, logs, None)
+    assert d.verdict.category == "nccl_timeout_unattributed" and d.verification.accepted
+    assert d.verdict.blocked and d.verdict.blocked[0].startswith("gpu_fabric")
+    assert "positive evidence" in d.verdict.blocked[0]
+    assert "points to gpu_fabric but does not prove it" in d.verdict.explanation
+    assert "Stronger verdict(s) not presented" in render_report(d)
+
+
+def test_rank_states_are_in_the_result() -> None:
+    d = run("cuda_oom")
+    states = {g.state: g for g in d.rank_states}
+    assert states["crashed"].ranks == "3" and "CUDA out of memory" in states["crashed"].why
+    assert states["waiting"].ranks == "8-15" and states["torn_down"].ranks == "0-2,4-7"
+    assert sum(g.count for g in d.rank_states) == 16
+    assert "**Rank states:** " in render_report(d)
+
+
+def test_diagnose_never_presents_the_overclaim_even_when_nothing_weaker_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If no weaker verdict passes either (here the evidence establishes rank 3's OOM, which contradicts every
+    cautious verdict too), the most cautious one is shown as not verified, with what blocked each: never the
+    rejected overclaim."""
+    from debug_training_logs.analysis import diagnosis
+    from debug_training_logs.analysis.evidence import gather_evidence
+    from debug_training_logs.tools import diagnose as tool
+
+    logs = FIXTURES / "cuda_oom" / "logs"
+    ev = gather_evidence(logs)
+    honest = diagnosis.conclude(ev)
+    wrong = diagnosis.Verdict(
+        category="rank_crash", culprit_ranks=[8], suspect_nodes=[], confidence="high", explanation="rank 8 crashed",
+        root=honest.root, chain=honest.chain, timeline=honest.timeline, key_files=honest.key_files, next_steps=[],
+    )  # fmt: skip
+    monkeypatch.setattr(tool, "conclude", lambda _ev: wrong)
+    d = tool.build_diagnosis(ev, logs, None)
+    assert d.verdict.category == "incomplete_evidence" and d.verdict.culprit_ranks == []
+    assert not d.verification.accepted and "NOT verified" in d.summary
+    assert [b.split(":")[0] for b in d.verdict.blocked] == ["rank_crash (ranks 8)", "nccl_timeout_unattributed"]

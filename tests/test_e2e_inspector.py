@@ -53,7 +53,10 @@ class Workspace:
             roots += ["--root", str(REPO / "fixtures")]
         server = [sys.executable, "-m", "debug_training_logs", "serve", *roots]
         era_args = ["--protocol-era", era] if era else []
-        cmd = [str(self.inspector), "--cli", *server, "--", *era_args, "--format", "json", "-q", *args]
+        # The Inspector gives a server 15 s to connect by default; a loaded 2-core machine (CI beside other work) can
+        # take longer just to import Python, so the bound is generous: it waits on the handshake, not on a clock.
+        wait = ["--connect-timeout", "120000"]
+        cmd = [str(self.inspector), "--cli", *server, "--", *wait, *era_args, "--format", "json", "-q", *args]
         return subprocess.run(
             cmd, capture_output=True, text=True, timeout=120, env=isolated_env(self.home), stdin=subprocess.DEVNULL
         )

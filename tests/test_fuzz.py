@@ -74,7 +74,16 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-START_RSS = _rss_mb()
+START_RSS = 0.0
+"""Peak RSS when this module's first test starts (set by :func:`_rss_baseline`). Taken then, not at import: pytest
+imports every module before running any, and ru_maxrss is a high-water mark, so a baseline from import time would
+charge this module with whatever the tests run between import and here allocated."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _rss_baseline() -> None:
+    global START_RSS
+    START_RSS = _rss_mb()
 
 
 @lru_cache(maxsize=1)

@@ -223,3 +223,45 @@ def test_counts_equal_ripgrep(tmp_path: Path) -> None:
         got = {r.file.rel: r.counts[pid] for r in results if r.counts[pid]}
         assert got == want, pat
         assert out.returncode in (0, 1)
+
+
+def _step_job(path: Path, ranks: int, steps: int, stop: dict[int, int], gz: bool) -> list[str]:
+    """A node file of ``ranks`` ranks, one metric line and one loader line per rank per step, rare errors; rank r
+    stops logging after step ``stop[r]`` (a stalled rank)."""
+    lines = [f"[rank{r}]: NCCL INFO comm 0x1 rank {r} nranks {ranks} - Init COMPLETE" for r in range(ranks)]
+    for s in range(steps):
+        for r in range(ranks):
+            if s > stop.get(r, steps):
+                continue
+            lines.append(f"[rank{r}]: Epoch 0: {s}/{steps} [00:01<1:00, 2.0it/s, loss={3 - s / 1e4:.4f}] step={s}")
+            lines.append(f"[rank{r}]: DEBUG:lhotse.dataset: rank {r} took 64 cuts from shard-{(r * 7 + s) % 997:06d}")
+            if (s * ranks + r) % 5003 == 0:
+                lines.append(f"[rank{r}]: Connection reset by peer at step {s}")
+    lines.append("slurmstepd: error: *** STEP 1.0 ON node-1 CANCELLED AT 2026-05-21T08:02:45 ***")
+    data = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return lines
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_dense_patterns_are_sampled_with_every_ranks_first_and_last_hit(tmp_path: Path, gz: bool) -> None:
+    ranks, steps, stalled = 8, 6000, 5
+    lines = _step_job(tmp_path / ("node.log.gz" if gz else "node.log"), ranks, steps, {stalled: steps - 3}, gz)
+    spec = PatternSpec((r"Epoch \d+: \d+/", "Connection reset"), dense=(True, False))
+    (res,) = scan_files(discover(tmp_path)[0], spec, _Lines)
+    seen: list[tuple[list[int], int]] = res.sink_result
+    want_reset = [i + 1 for i, ln in enumerate(lines) if "Connection reset" in ln]
+    want_metric = [i + 1 for i, ln in enumerate(lines) if "Epoch 0:" in ln]
+    got_metric = [n for ids, n in seen if 0 in ids]
+    # rare lines: every one, exact counts; dense lines: a bounded sample, marked as such
+    assert [n for ids, n in seen if 1 in ids] == want_reset and res.counts[1] == len(want_reset)
+    assert res.sampled == {0} and res.counts[0] == len(got_metric) < len(want_metric) // 20
+    assert got_metric == sorted(got_metric) and set(got_metric) <= set(want_metric)
+    assert got_metric[: scan.DENSE_HEAD_HITS] == want_metric[: scan.DENSE_HEAD_HITS]
+    for r in range(ranks):  # every rank's last metric line is delivered, the stalled rank's included
+        last = max(i + 1 for i, ln in enumerate(lines) if ln.startswith(f"[rank{r}]: Epoch"))
+        assert last in got_metric, r
+    # one per stride in between: the middle of the file is represented
+    middle = [n for n in got_metric if len(lines) // 3 < n < 2 * len(lines) // 3]
+    assert len(middle) >= (len(lines) * 60 // 3) // scan.DENSE_STRIDE // 2
+    assert res.lines == len(lines)

@@ -81,7 +81,18 @@ def test_every_rule_reports_and_never_passes_silently() -> None:
 def test_coverage_accepts_all_ranks_and_incomplete_evidence_naming_the_missing() -> None:
     assert check(run(DATA_STALL / "logs", "data_loading_stall", [5]), "coverage").status == "passed"
     missing = FIXTURES / "nccl_missing_node" / "logs"
-    assert check(run(missing, "incomplete_evidence", list(range(8, 16))), "coverage").status == "passed"
+    assert check(run(missing, "incomplete_evidence", []), "coverage").status == "passed"
+    named = run(missing, "incomplete_evidence", [], missing_ranks=list(range(8, 16)), suspect_ranks=[5, *range(8, 16)])
+    assert check(named, "coverage").status == "passed" and named.accepted
+
+
+def test_coverage_rejects_missing_ranks_named_as_culprits() -> None:
+    """A rank whose log is missing is not an established culprit: it goes in missing_ranks / suspect_ranks."""
+    missing = FIXTURES / "nccl_missing_node" / "logs"
+    c = check(run(missing, "incomplete_evidence", list(range(8, 16))), "coverage")
+    assert c.status == "failed" and "missing_ranks" in c.next_step
+    c = check(run(missing, "incomplete_evidence", [], missing_ranks=[8, 9]), "coverage")
+    assert c.status == "failed" and "8-15" in c.detail
 
 
 def test_coverage_rejects_a_straggler_named_with_ranks_missing() -> None:
@@ -95,7 +106,7 @@ def test_coverage_rejects_a_straggler_named_with_ranks_missing() -> None:
 
 def test_coverage_rejects_incomplete_evidence_when_everything_is_there() -> None:
     c = check(run(DATA_STALL / "logs", "incomplete_evidence", []), "coverage")
-    assert c.status == "failed" and "decide" in c.detail
+    assert c.status == "failed" and "establishes more" in c.detail and "rank(s) 5" in c.detail
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -384,3 +395,55 @@ def test_category_specific_rejects_the_wrong_evidence(scenario: str, category: s
                                                        says: str) -> None:  # fmt: skip
     c = check(run(FIXTURES / scenario / "logs", category, culprits), "category_specific")
     assert c.status == "failed" and says in c.detail, c.detail
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Honest categories: what the evidence establishes decides, cautious conclusions pass unless contradicted
+
+
+def test_old_torch_without_counters_accepts_unattributed_and_rejects_fabric() -> None:
+    logs = FIXTURES / "fabric_old_torch" / "logs"
+    assert run(logs, "nccl_timeout_unattributed", []).accepted
+    c = check(run(logs, "gpu_fabric", []), "fabric_vs_straggler")
+    assert c.status == "failed" and "counters" in c.detail and "positive evidence" in c.detail
+
+
+def test_fabric_pattern_accepts_fabric_and_the_cautious_unattributed() -> None:
+    logs = FIXTURES / "nccl_fabric" / "logs"
+    assert run(logs, "gpu_fabric", []).accepted
+    assert run(logs, "nccl_timeout_unattributed", []).accepted
+
+
+def test_a_visible_desync_rejects_unattributed() -> None:
+    logs = FIXTURES / "rank0_step_ahead" / "logs"
+    assert run(logs, "collective_mismatch", [0], rank0_seq_gap=3).accepted
+    c = check(run(logs, "nccl_timeout_unattributed", []), "category_specific")
+    assert c.status == "failed" and "desync" in c.detail and "rank 0 is 3 collective(s) ahead" in c.detail
+
+
+def test_a_crash_in_the_data_loader_is_a_crash_not_a_stall(tmp_path: Path) -> None:
+    """srun --label attribution: the verifier reads rank 6's exception where diagnose does."""
+    from fixtures.failure_scenarios import write_variant
+
+    write_variant("dataloader_crash", tmp_path, {"launcher": "srun", "torch": "2.5"})
+    logs = tmp_path / "logs"
+    assert run(logs, "rank_crash", [6]).accepted
+    c = check(run(logs, "data_loading_stall", [6]), "category_specific")
+    assert c.status == "failed" and "a crash, not a stall" in c.detail
+
+
+def test_an_oom_that_is_the_last_untimed_output_of_a_rank_is_ordered_by_its_state() -> None:
+    logs = FIXTURES / "oom_untimed_tail" / "logs"
+    v = run(logs, "cuda_oom", [3])
+    assert v.accepted, [(c.rule, c.detail) for c in v.checks if not c.passed]
+    assert "which crashed" in check(v, "category_specific").detail
+    assert not run(logs, "nccl_timeout_unattributed", []).accepted
+
+
+def test_a_finished_run_with_noisy_warnings_is_no_failure() -> None:
+    logs = FIXTURES / "clean_noisy_warnings" / "logs"
+    assert run(logs, "no_failure", []).accepted
+    # a handled traceback; a RuntimeError named inside a NeMo warning; an OOM the run skipped (a warning)
+    for category, rank in (("rank_crash", 6), ("rank_crash", 9), ("rank_crash", 12), ("cuda_oom", 12)):
+        c = check(run(logs, category, [rank]), "category_specific")
+        assert c.status == "failed", c.detail

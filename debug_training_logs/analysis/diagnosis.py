@@ -30,11 +30,16 @@ from debug_training_logs.analysis.evidence import (
     WorkerEvidence,
     ais_to_worker,
     aligned_for,
+    counters_known,
     data_hits,
+    fabric_evidence,
     first_symptom,
     gather_evidence,
     hit_event,
-    killers,
+    job_finished,
+    node_failure_facts,
+    precedes_symptom,
+    rank_states,
     read_lines,
     refine_times,
     triggers,
@@ -47,8 +52,6 @@ __all__ = ["JobEvidence", "KeyEvent", "Verdict", "conclude", "gather_evidence"]
 
 TIE_WINDOW = timedelta(seconds=5)
 """Triggers on several ranks within this much of the first are reported together (they failed at the same time)."""
-SILENT_NODE_GAP = timedelta(seconds=60)
-"""A node whose log ends this long before the job was cancelled for NODE FAILURE went silent (it is the one)."""
 
 
 @dataclass
@@ -69,6 +72,12 @@ class Verdict:
     next_steps: list[str]
     tz_offset_hours: float | None = None
     rank0_seq_gap: int | None = None
+    missing_ranks: list[int] = field(default_factory=list)
+    """Ranks of the world whose logs are missing (never culprits: nothing is established about them)."""
+    suspect_ranks: list[int] = field(default_factory=list)
+    """Ranks that look behind or silent but are not established culprits."""
+    blocked: list[str] = field(default_factory=list)
+    """When a stronger verdict was not presented: what blocked it (the verifier's failed checks)."""
     details: dict[str, Any] = field(default_factory=dict)
     """Facts the recommendations key on (``memory_creep``, ``nan``, ``port``, ``resets_retried``...)."""
 
@@ -114,7 +123,7 @@ def conclude(ev: JobEvidence) -> Verdict:
     """The verdict the evidence supports; when it cannot decide, the verdict says so and what to fetch next."""
     symptom = first_symptom(ev)
     ctx = _Ctx(ev, triggers(ev), symptom, ev.nccl.collective_start(), _tail(ev))
-    for decide in (_incomplete, _node_failure, _crash, _nccl, _time_limit, _clean):
+    for decide in (_incomplete, _node_failure, _clean, _crash, _nccl, _time_limit):
         verdict = decide(ctx)
         if verdict is not None:
             return _finish(ctx, verdict)
@@ -224,8 +233,18 @@ def _incomplete(ctx: _Ctx) -> Verdict | None:
             f"Fetch the log files of ranks {_fmt(missing)} (every error-<JOBID>-<N>.out, e.g. scp "
             "<cluster>:/path/to/slurm/logs/error-<JOBID>-*.out ./training_logs/) and run again."
         ]
+    behind = _root_stragglers(ctx.nccl) or {r for g in ctx.nccl.groups for r in g.suspect_ranks}
     return _verdict(
-        "incomplete_evidence", missing, ctx, f"{why} {seen}".strip(), ctx.tail, "low", nodes=[], next_steps=steps
+        "incomplete_evidence",
+        [],
+        ctx,
+        f"{why} {seen}".strip(),
+        ctx.tail,
+        "low",
+        nodes=[],
+        next_steps=steps,
+        missing_ranks=sorted(missing),
+        suspect_ranks=sorted(set(missing) | (behind - set(missing))),
     )
 
 
@@ -243,26 +262,16 @@ def _what_present_ranks_show(ctx: _Ctx) -> str:
 
 
 def _node_failure(ctx: _Ctx) -> Verdict | None:
-    cancels = [h for h in ctx.w.hits("slurm_cancel") if "NODE FAILURE" in h.text]
-    if not cancels:
+    cancel, silent = node_failure_facts(ctx.ev)
+    if cancel is None:
         return None
-    cancel = cancels[0]
-    with_cancel = {h.file for h in cancels}
     at = cancel.when
-    silent = []
-    for f in ctx.w.job.inventory.files:
-        if f.rel in with_cancel:
-            continue
-        end = ctx.w.file_end.get(f.rel)
-        if at is None or end is None or end.time is None or end.time <= at - SILENT_NODE_GAP:
-            silent.append(f)
-    ranks = {r for f in silent for r in f.ranks}
-    nodes = [f.node for f in silent if f.node]
+    ranks = {r for n in silent for r in n.ranks}
+    nodes = [n.node for n in silent if n.node]
     chain: list[KeyEvent] = []
-    for f in silent:
-        end = ctx.w.file_end.get(f.rel)
-        if end is not None:
-            chain.append(hit_event(end, f"last line from node {f.node or f.rel}: it goes silent", f.ranks))
+    for n in silent:
+        if n.last is not None:
+            chain.append(hit_event(n.last, f"last line from node {n.node or n.last.file}: it goes silent", n.ranks))
     chain += [e for e in ctx.tail if e.file != cancel.file or e.line != cancel.line]
     chain.append(hit_event(cancel, "SLURM cancels the job DUE TO NODE FAILURE", ranks=()))
     if not silent:
@@ -295,36 +304,48 @@ def _node_failure(ctx: _Ctx) -> Verdict | None:
 def _crash(ctx: _Ctx) -> Verdict | None:
     """A rank failed (OOM, CUDA error, exception, hung watchdog) before anything else went wrong."""
     nccl = ctx.nccl
-    alive_waiting = {r.rank for r in nccl.rows if (r.pending or 0) > 0}
-    observers = {r.rank for r in nccl.rows if r.signal == "observed"}
-    limit = ctx.symptom.time if ctx.symptom is not None else None
-    cands: list[Trigger] = []
-    for t in ctx.trig:
-        if t.category == "data" and (t.hit.rank in observers or t.hit.rank not in nccl.exited_with_error):
-            continue  # a data error on a rank that did not die of it is a stall (decided from the NCCL table)
-        if nccl.timed_out and t.hit.rank in alive_waiting and t.category != "watchdog_hang":
-            continue  # it was waiting inside the collective: its own error came with or after the hang
-        latest = t.hit.latest
-        if limit is not None and (latest is None or latest > limit + CLOCK_SLACK):
-            continue
-        cands.append(t)
-    # A trigger with a rank names the culprit; one without (a node-level Xid, rank 0's progress bar showing a NaN
-    # loss) is context, unless it is all there is.
-    cands = [t for t in cands if t.hit.rank is not None] or cands
+    states = rank_states(ctx.ev)
+    # The culprits are the ranks whose state is crashed / killed by the watchdog, by their first failure, when it did
+    # not come after the first symptom (a crash of a rank that never entered the collective comes before it).
+    crashed = {r: st for r, st in states.items() if st.state in ("crashed", "watchdog_killed") and st.crash}
+    cands: list[Trigger] = [
+        st.crash for st in crashed.values() if st.crash is not None and precedes_symptom(ctx.ev, st.crash.hit)
+    ]
+    if not cands and not nccl.timed_out and not crashed:
+        # A failure no rank can be named for (a node-level Xid, rank 0's progress bar showing a NaN loss) is all
+        # there is.
+        limit = ctx.symptom.time if ctx.symptom is not None else None
+        cands = [
+            t
+            for t in ctx.trig
+            if t.hit.rank is None
+            and t.category in ("cuda_oom", "cuda_error")
+            and limit is not None
+            and t.hit.latest is not None
+            and t.hit.latest <= limit + CLOCK_SLACK
+        ]
     if not cands:
         return None
+    cands.sort(key=lambda t: (t.hit.earliest or datetime.max, t.hit.file, t.hit.line))
     first = cands[0]
     t0 = first.hit.earliest
     group = [
         t for t in cands if t.category == first.category and (t0 is None or (t.hit.earliest or t0) <= t0 + TIE_WINDOW)
     ]
     ranks = {t.hit.rank for t in group if t.hit.rank is not None}
-    category = "storage_errors" if first.category == "data" else first.category
+    category = "rank_crash" if first.category == "data" else first.category
+    st0 = states.get(first.hit.rank) if first.hit.rank is not None else None
+    module = st0.module if st0 is not None else None
     head = [hit_event(t.hit, f"rank {t.hit.rank}: {t.what}") for t in group[:4]]
+    exc = st0.exception if st0 is not None else None
+    if exc is not None and exc.hit != first.hit and first.hit.rank is not None:
+        head.insert(len(group[:4]), hit_event(exc.hit, f"rank {first.hit.rank}: {exc.what} reaches the top"))
     exits = [h for h in ctx.w.hits("child_failed") if "exitcode: 1" in h.text or "exitcode: 1)" in h.text]
     if exits:
         head.append(hit_event(exits[0], "torchrun sees the worker exit with an error (exitcode 1)", ranks=ranks))
     details: dict[str, Any] = {"trigger": first.what}
+    if module is not None:
+        details["module"] = module
     creep = [c for c in ctx.ev.memory_creep if c.rank in ranks]
     if category == "cuda_oom" and creep:
         details["memory_creep"] = True
@@ -362,7 +383,13 @@ def _crash(ctx: _Ctx) -> Verdict | None:
         if details.get("memory_creep")
         else ""
     )
-    expl = f"{who.capitalize()} failed first: {first.what} ({first.hit.file}:{first.hit.line}).{leak}{after}"
+    where = ""
+    if module == "the data loader":
+        name = exc.what if exc is not None else first.what
+        where = f" It is a crash in the data loader ({name} reached the top and the process ended), not a stall."
+    elif module is not None:
+        where = f" The exception came from {module}."
+    expl = f"{who.capitalize()} failed first: {first.what} ({first.hit.file}:{first.hit.line}).{where}{leak}{after}"
     return _verdict(category, ranks, ctx, expl, head, details=details)
 
 
@@ -431,7 +458,27 @@ def _nccl(ctx: _Ctx) -> Verdict | None:
             ],
         )
     detected_groups = [g for g in nccl.groups if g.detected_ranks]
-    if detected_groups and all(g.classification == "fabric" for g in detected_groups) and not nccl.ranks_without_state:
+    fabric_shown, fabric_why = fabric_evidence(ctx.ev)
+    all_inside = (
+        bool(detected_groups)
+        and all(g.classification == "fabric" for g in detected_groups)
+        and not nccl.ranks_without_state
+    )
+    if all_inside and not fabric_shown:
+        old = not counters_known(ctx.ev)
+        expl = f"NCCL collectives timed out on every rank, but the cause cannot be attributed: {fabric_why}." + (
+            "" if old else " Fabric suspected."
+        )
+        steps = [
+            "Upgrade to torch >= 2.3 (its watchdog logs last enqueued/completed per rank) or enable the flight "
+            "recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1), and run with NCCL_DEBUG=INFO."
+            if old
+            else "Check the fabric on the nodes involved (ibstat, NCCL_DEBUG=INFO for NCCL WARN/NET/IB lines, dmesg "
+            "for Xid) and enable the flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000)."
+        ]
+        details = {"no_counters": True} if old else {"fabric_suspected": True}
+        return _verdict("nccl_timeout_unattributed", [], ctx, expl, ctx.tail, "low", next_steps=steps, details=details)
+    if all_inside:
         warns = ctx.w.hits("net_error")
         nodes = sorted({n for h in warns if (n := _node_of_hit(ctx, h)) is not None})
         head = [hit_event(h, "NCCL transport error", ranks=()) for h in warns[:2]]
@@ -618,9 +665,11 @@ def _time_limit(ctx: _Ctx) -> Verdict | None:
 
 
 def _clean(ctx: _Ctx) -> Verdict | None:
-    ends = ctx.w.hits("clean_end")
-    if not ends or killers(ctx.w):
+    """Every rank finished: no_failure, whatever warnings (retried resets, handled exceptions) the run logged."""
+    end = job_finished(ctx.ev)
+    if end is None:
         return None
+    ends = [end]
     resets = ctx.w.counts.get("conn_reset", 0)
     expl = "The training loop ended normally and no process killer appears in any rank's log."
     details: dict[str, Any] = {}

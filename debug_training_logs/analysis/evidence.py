@@ -1,22 +1,36 @@
 """The evidence model of a job: every fact a diagnosis or a verification rests on, gathered once.
 
-:class:`JobEvidence` is built once per job, from the shared scan of the worker logs (:func:`evidence_from_scan` takes
-the scan's results, :func:`gather_evidence` runs the scan and the AIS pass), and read by both the decision procedure
+:class:`JobEvidence` is built once per job from the shared scan of the worker logs (:func:`evidence_from_scan` takes
+a finished :class:`~debug_training_logs.analysis.inventory.JobScan` whose per-file results are :class:`EvidenceSink`'s;
+:func:`gather_evidence` runs that scan and the AIS pass), and it is read by both the decision procedure
 (:mod:`debug_training_logs.analysis.diagnosis`) and every verifier rule (:mod:`debug_training_logs.verify`): the two
 can never disagree about which rank a line belongs to or when it happened.
 
 What it holds:
 
-* ``worker`` (:class:`WorkerEvidence`): the inventory and coverage, the named failure signals of :data:`SIGNALS`
-  (process killers, crashes, data-loading and storage errors, progress and clean-end markers) with their hits, per
-  rank first/last hits and counts, step-time and memory series, each file's last timed line, rank -> host.
+* ``worker`` (:class:`WorkerEvidence`): inventory and coverage, the named signals of :data:`SIGNALS` (process
+  killers, exceptions and tracebacks, data-loading and storage errors, progress and clean-end markers) with their
+  hits, each rank's first/last hit and counts, step-time and memory series, each file's last timed line, rank -> host.
 * ``nccl`` (:class:`NcclState`): the per-(rank, PG) NCCL state table and each process group's classification.
 * ``ais`` (:class:`AisEvidence`): the AIS file index, counter spikes, notable lines and the clock alignment.
+* ``launcher`` (:class:`LauncherEvent`) and ``flight_recorder`` (:class:`FlightRecorderFact`): extension points,
+  empty until ``formats/torchrun.py`` (exit codes, signals, SIGTERMs sent by the agent) and
+  ``formats/flight_recorder.py`` / ``formats/gloo.py`` (where each rank was, DETAIL mismatches) fill them; the
+  per-rank states already read ``launcher`` (an exit code > 0 makes a rank ``crashed``).
+
+Derived facts, computed once per evidence (``cache``) and shared: :func:`triggers` (each rank's candidate root
+causes), :func:`rank_states` (finished / crashed / watchdog_killed / waiting / stuck / torn_down / absent / unknown,
+with the deciding line, exit code, signal, the exception that reached the top and the module it came from),
+:func:`first_symptom`, :func:`precedes_symptom` (time bounds first, then the causal order of states),
+:func:`job_finished`, :func:`fabric_evidence`, :func:`counters_known`, :func:`node_failure_facts`.
 
 Time: worker times are naive datetimes on the workers' clock (their zone is never written); AIS times are naive
 datetimes on the AIS daemons' clock; the two are only compared through a verified clock alignment (``offset_hours``
-= worker clock minus AIS clock). A line without a time of its own is an interval: ``after`` (the last timed line
-before it in the same file) and ``before`` (the first timed line after it, or the end of the file's output).
+= worker clock minus AIS clock). A line without a time of its own is an interval: ``after`` (the nearest earlier
+timed line of its file) and ``before`` (the nearest later one; None when none follows: the end of that output).
+Within one file lines are in write order, so these per-file bounds also bound the line on its rank. When the bounds
+cannot order a line against the first symptom, the states can: the last output of a rank that crashed (or stalled)
+and never entered the collective the others waited in came before their timeout.
 
 Nothing here imports the verifier or the decision procedure.
 """
@@ -25,12 +39,14 @@ from __future__ import annotations
 
 import re
 import statistics
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from pathlib import Path
+from typing import Any, Literal, get_args
 
 from debug_training_logs.analysis.ais_deltas import (
     DEFAULT_COUNTERS,
@@ -50,8 +66,15 @@ from debug_training_logs.analysis.ais_index import AisDaemon, AisIndex
 from debug_training_logs.analysis.alignment import WORKER_PATTERNS as ALIGNMENT_PATTERNS
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock, WorkerClockFacts, WorkerClockSink, align
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
-from debug_training_logs.analysis.inventory import JobScan, Marker, scan_job
+from debug_training_logs.analysis.inventory import (
+    FileInventory,
+    JobScan,
+    Marker,
+    consumer_for,
+    scan_consumers,
+)
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
+from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
@@ -100,7 +123,8 @@ SIGNALS: tuple[Signal, ...] = (
     _same_as_grep("traceback", "traceback"),
     Signal(
         "exception",
-        r"(?:^|[\s:\]])(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*Error|[A-Z]\w*Exception|KeyboardInterrupt)(?:: |:$|$)",
+        r"(?:^|[\s:\]])(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Timeout|Interrupt)|StopIteration|SystemExit)"
+        r"(?:: |:$|$)",
         "a Python exception line (the last line of a traceback)",
     ),
     Signal(
@@ -153,12 +177,13 @@ SIGNALS: tuple[Signal, ...] = (
         "progress",
         r" iteration +\d+/ *\d+ \||train_step_timing|Epoch \d+:|global_step[=: ]|\bstep[ =:]\s*\d+",
         "training progress (an iteration or step line)",
+        dense=True,
     ),
-    Signal("memory", r"memory \(MB\) \| allocated: [\d.]+", "a GPU memory report (Megatron report_memory)"),
+    Signal("memory", r"memory \(MB\) \| allocated: [\d.]+", "a GPU memory report (Megatron report_memory)", dense=True),
     Signal(
         "clean_end",
         r"`Trainer\.fit` stopped|[Tt]raining (?:finished|completed|complete|done)\b|after training is done"
-        r"|[Ff]inished training|exiting program at iteration",
+        r"|[Ff]inished training|exiting program at iteration|worker group successfully finished",
         "the training loop ended normally",
     ),
 )
@@ -534,10 +559,17 @@ def worker_patterns() -> tuple[str, ...]:
     return tuple(s.regex for s in SIGNALS) + NCCL_PATTERNS + ALIGNMENT_PATTERNS
 
 
+def evidence_consumer() -> Consumer:
+    """The evidence scan as a consumer of the shared job scan (progress and memory lines are dense: sampled, with
+    every rank's first and last ones, never one Python call per step line)."""
+    return consumer_for(worker_patterns(), EvidenceSink, dense=[i for i, s in enumerate(SIGNALS) if s.dense])
+
+
 def scan_worker_logs(logs_dir: Path) -> JobScan:
     """The one scan of every worker log under ``logs_dir`` the evidence is built from (:func:`worker_patterns`, one
-    :class:`EvidenceSink` per file)."""
-    return scan_job(logs_dir, worker_patterns(), EvidenceSink)
+    :class:`EvidenceSink` per file), shared with the other tools' questions through the scan cache."""
+    c = evidence_consumer()
+    return scan_consumers(logs_dir, [c])[c.key]
 
 
 def gather_worker_evidence(logs_dir: Path) -> WorkerEvidence:
@@ -589,7 +621,8 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
                     first_by_rank[name][h.rank] = h
             for raw in t.last_by_rank.values():
                 h = hit(name, rel, raw)
-                if h.rank is not None and not _before(h, last_by_rank[name].get(h.rank)):
+                prev = last_by_rank[name].get(h.rank) if h.rank is not None else None
+                if h.rank is not None and (prev is None or _before(prev, h)):
                     last_by_rank[name][h.rank] = h
             for r, n in t.count_by_rank.items():
                 rr = rank_of(rel, r)
@@ -867,8 +900,13 @@ class JobEvidence:
     """Ranks whose step time jumped (throughput collapse)."""
     memory_creep: list[SeriesJump]
     """Ranks whose allocated GPU memory kept growing."""
-    cache: dict[str, list[Trigger]] = field(default_factory=dict)
-    """Derived results computed once per evidence (the triggers), shared by the verdict and the verifier."""
+    launcher: list[LauncherEvent] = field(default_factory=list)
+    """Extension point: per-rank exits, exit codes and signals the launcher (torchrun agent, srun, SLURM) reports;
+    :func:`rank_states` reads them."""
+    flight_recorder: list[FlightRecorderFact] = field(default_factory=list)
+    """Extension point: flight-recorder / gloo / DETAIL-mismatch facts (which rank was where in which collective)."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Derived results computed once per evidence (triggers, rank states), shared by the verdict and the verifier."""
 
     @property
     def coverage(self) -> Coverage:
@@ -1013,10 +1051,13 @@ def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str,
         lines_here = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
         targets = sorted(w for w in lines if base < w <= base + lines_here)
         if open_ or targets:
+            # the timestamped lines next to each target, found by searching the chunk's bytes from the target
+            # (TIMESTAMP never spans a newline), not by testing every line of the chunk
             raws = chunk.split(b"\n")[:lines_here]
-            stamped = [j for j, r in enumerate(raws) if TIMESTAMP.search(r) is not None]
-            if open_ and stamped:
-                t = _stamp(raws[stamped[0]], year)
+            starts = [0, *accumulate(len(r) + 1 for r in raws)]  # byte offset of each line
+            first = _next_stamped(chunk, 0, starts)
+            if open_ and first is not None:
+                t = _stamp(raws[first], year)
                 for w in open_:
                     upper[w] = t
                 open_ = []
@@ -1025,15 +1066,16 @@ def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str,
                 text = strip_ansi(decode(raws[j][:MAX_LINE_CHARS])).rstrip("\r")
                 own = _stamp(raws[j], year) if TIMESTAMP.search(raws[j]) else None
                 found[w] = (text, own)
-                before = [k for k in stamped if k < j]
-                after = [k for k in stamped if k > j]
-                lower[w] = _stamp(raws[before[-1]], year) if before else carry
-                if after:
-                    upper[w] = _stamp(raws[after[0]], year)
+                before = _last_stamped(chunk, starts[j], starts)
+                after = _next_stamped(chunk, starts[j + 1], starts)
+                lower[w] = _stamp(raws[before], year) if before is not None else carry
+                if after is not None:
+                    upper[w] = _stamp(raws[after], year)
                 else:
                     open_.append(w)
-            if stamped:
-                carry = _stamp(raws[stamped[-1]], year)
+            last_line = _last_stamped(chunk, len(chunk), starts)
+            if last_line is not None:
+                carry = _stamp(raws[last_line], year)
         else:
             tail = chunk[-TAIL_BYTES:].split(b"\n")
             for r in reversed(tail):
@@ -1046,6 +1088,32 @@ def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str,
         if base > last + MAX_LINES_PAST:
             break
     return {(lf.rel, w): LineAt(lf.rel, w, text, own, lower.get(w), upper.get(w)) for w, (text, own) in found.items()}
+
+
+def _next_stamped(chunk: bytes, pos: int, starts: list[int]) -> int | None:
+    """Index of the first line starting at or after byte ``pos`` of ``chunk`` that holds a timestamp, or None."""
+    if pos >= len(chunk):
+        return None
+    m = TIMESTAMP.search(chunk, pos)
+    return None if m is None else bisect_right(starts, m.start()) - 1
+
+
+def _last_stamped(chunk: bytes, end: int, starts: list[int]) -> int | None:
+    """Index of the last line ending before byte ``end`` (a line start) of ``chunk`` that holds a timestamp, or None;
+    searched in windows growing backwards from ``end``."""
+    width = 4096
+    hi = end
+    while hi > 0:
+        lo = max(0, hi - width)
+        lo = chunk.rfind(b"\n", 0, lo) + 1 if lo > 0 else 0  # a window starts on a line start
+        last = None
+        for m in TIMESTAMP.finditer(chunk, lo, hi):
+            last = m.start()
+        if last is not None:
+            return bisect_right(starts, last) - 1
+        hi = lo
+        width *= 8
+    return None
 
 
 def read_ais_lines(ais_root: Path, wanted: dict[str, set[int]]) -> dict[tuple[str, int], LineAt]:
@@ -1124,6 +1192,9 @@ CONSEQUENCE_MARKERS: tuple[str, ...] = (
     "NCCL",
     "TCPStore",
     "RendezvousClosedError",
+    "third_party/gloo",
+    "Gloo ",
+    "remote worker crash",
 )
 """Exception lines that are the consequence of another rank's failure (the watchdog abort, torchrun's summary, a
 peer's NCCL error), never a root cause on their own."""
@@ -1179,12 +1250,42 @@ def hit_event(h: Hit, event: str, ranks: Iterable[int] | None = None) -> KeyEven
     return KeyEvent(event, h.file, h.line, h.text, rk, None, h.after, h.before)
 
 
+_WARNING_LEVEL = re.compile(
+    r"^(?:\[?[\d\-/:,. T]+\]?\s*(?:[-|]\s*)?)?(?:[a-z][\w.]*\s*[-|]\s*)?\[?WARN(?:ING)?\]?(?:[:\s]|$)"
+    r"|^\[NeMo W |^\[?W\d{3,4} \d\d:\d\d|^Warning: "
+)
+"""A warning's log level where loggers put it (``WARNING:name:``, ``<time> - name - WARNING -``, ``[NeMo W``, glog
+``W0521``): at the start of what the process wrote, never inside an exception's message."""
+_RETRY_LINE = re.compile(
+    r"Retrying \(Retry\(|Retrying \S+ in [\d.]+ seconds|[Rr]etrying \d+/\d+|[Rr]etry \d+/\d+|[Rr]etrying after"
+    r"|\bwarnings\.warn\("
+)
+"""A retry (urllib3, tenacity, loaders' own 'retrying N/M'): the request was tried again, the process went on."""
+
+
+def is_warning(text: str) -> bool:
+    """True for a warning/retry line (``WARNING:urllib3...Retrying (...ConnectionResetError...)``): an exception
+    name inside it is not a crash."""
+    own = strip_rank_prefix(text)
+    return _WARNING_LEVEL.search(own) is not None or _RETRY_LINE.search(own) is not None
+
+
+def strip_rank_prefix(text: str) -> str:
+    """``text`` without its leading srun ``N:`` label, Ray actor prefix and ``[rankN]:`` (what the process wrote)."""
+    return _LEAD_PREFIX.sub("", text, count=1)
+
+
+_LEAD_PREFIX = re.compile(r"^(?:\s*\d+: )?(?:\([^()]*pid=\d+[^()]*\)\s*)?(?:\[rank\d+\]:\s*)?")
+
+
 def is_consequence(text: str) -> bool:
     """True for an exception line caused by another failure (watchdog abort, torchrun summary, peer NCCL error)."""
     return any(m in text for m in CONSEQUENCE_MARKERS)
 
 
-_EXC_NAME = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt))(?::|$)")
+_EXC_NAME = re.compile(
+    r"((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Timeout|Interrupt)|StopIteration|SystemExit))(?::|$)"
+)
 
 
 def _matches(signal: str, text: str) -> bool:
@@ -1209,7 +1310,14 @@ def _triggers(ev: JobEvidence) -> list[Trigger]:
     firsts: list[tuple[str, Hit]] = []
     for signal in ("cuda_oom", "cuda_error", "xid", "address_in_use", "nan", "exception", "data_error"):
         firsts += [(signal, h) for h in w.first_by_rank.get(signal, {}).values()]
+        if signal == "exception":  # a rank's first and last own exceptions (not a consequence, not a warning)
+            own: dict[int, list[Hit]] = defaultdict(list)
+            for h in w.hits(signal):
+                if h.rank is not None and not is_consequence(h.text) and not is_warning(h.text):
+                    own[h.rank].append(h)
+            firsts += [(signal, h) for hs in own.values() for h in {hs[0], hs[-1]}]
         firsts += [(signal, h) for h in w.hits(signal) if h.rank is None][:20]
+    firsts = list(dict.fromkeys(firsts))
     out: list[Trigger] = []
     refined = refine_times(w, [h for _, h in firsts])
     for (signal, _), h in zip(firsts, refined, strict=True):
@@ -1227,6 +1335,8 @@ def _trigger_of(signal: str, h: Hit) -> Trigger | None:
     text = h.text
     if signal == "exception" and is_consequence(text):
         return None
+    if signal in ("exception", "cuda_oom", "data_error") and is_warning(text):
+        return None  # logged at warning level or retried: handled, the process went on
     if signal in ("cuda_oom",) or _matches("cuda_oom", text):
         return Trigger("cuda_oom", h, "CUDA out of memory")
     if signal in ("cuda_error", "xid") or _matches("cuda_error", text):
@@ -1234,7 +1344,8 @@ def _trigger_of(signal: str, h: Hit) -> Trigger | None:
         what = (m.group(1) or m.group(2)) if m else "CUDA error"
         return Trigger("cuda_error", h, what.strip())
     if signal == "data_error" or _matches("data_error", text) or _matches("retry_exhausted", text):
-        return Trigger("data", h, "data loading failed")
+        m = _EXC_NAME.search(text) if _matches("exception", text) else None
+        return Trigger("data", h, m.group(1) if m else "data loading failed")
     if signal == "address_in_use" or _matches("address_in_use", text):
         return Trigger("rank_crash", h, "address already in use (port taken)")
     if signal == "nan" or _matches("nan", text):
@@ -1291,9 +1402,419 @@ PER_STEP_COLLECTIVES = 3
 KILLER_SIGNALS = ("cuda_oom", "cuda_error", "xid", "slurm_cancel", "slurm_oom", "child_failed", "traceback")
 
 
-def killers(w: WorkerEvidence) -> list[Hit]:
-    """Lines that show a process was killed or crashed (any of them rules out a clean run)."""
-    out = [h for s in KILLER_SIGNALS for h in w.hits(s)]
+def killers(w: WorkerEvidence, ev: JobEvidence | None = None, *, exceptions: bool = True) -> list[Hit]:
+    """Lines that show a process was killed or crashed (any of them rules out a clean run).
+
+    With the job's evidence, an exception counts only when it is a rank's unhandled failure (not inside a warning or
+    retry line, no progress of the rank after it), and a traceback alone does not count (a handled, logged one);
+    without it, every exception and traceback line counts."""
+    hard = KILLER_SIGNALS if ev is None else tuple(s for s in KILLER_SIGNALS if s != "traceback")
+    out = [h for s in hard for h in w.hits(s) if ev is None or s != "cuda_oom" or not is_warning(h.text)]
     out += [h for h in w.hits("signal") if any(x in h.text for x in ("SIGKILL", "SIGABRT", "SIGSEGV", "SIGBUS"))]
-    out += [h for h in w.hits("exception") if not _matches("conn_reset", h.text)]
-    return sorted(out, key=_order_key)
+    out += [h for h in w.hits("srun_error") if _SRUN_BAD_EXIT.search(h.text)]
+    if ev is None:
+        out += [h for h in w.hits("exception") if not _matches("conn_reset", h.text)]
+    elif exceptions:
+        out += [t.hit for ts in crash_triggers(ev).values() for t in ts if t.category != "data"]
+    return sorted(set(out), key=_order_key)
+
+
+_SRUN_BAD_EXIT = re.compile(r"Exited with exit code [1-9]|: Killed|: Aborted|Segmentation fault")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Per-rank states: what each rank was doing when the job ended (read by the verdict, every verifier rule, the report)
+
+RankStateName = Literal["finished", "crashed", "watchdog_killed", "waiting", "stuck", "torn_down", "absent", "unknown"]
+RANK_STATES: tuple[str, ...] = get_args(RankStateName)
+"""``finished`` (the run ended normally), ``crashed`` (an exception reached the top / an error exit code / a fatal
+CUDA error, and the process logged nothing alive afterwards), ``watchdog_killed`` (the NCCL heartbeat monitor killed
+it), ``waiting`` (inside a collective: enqueued > completed), ``stuck`` (alive but outside the stuck collective: no
+NCCL work pending, only observed the dump, or no NCCL state while the others timed out), ``torn_down`` (stopped
+by its launcher because another rank failed), ``absent`` (no log file), ``unknown`` (its log says nothing of its
+end)."""
+
+TRACEBACK_SPAN_LINES = 400
+"""An exception line ends a traceback of its rank when that rank's ``Traceback (most recent call last):`` line is at
+most this many lines above it in the same file (frames, chained exceptions)."""
+
+
+@dataclass
+class LauncherEvent:
+    """A launcher's report about one rank's process (extension point: torchrun agent exits, srun task exits, SLURM
+    signals; ``formats/torchrun.py`` plugs in here). ``exit_code`` > 0 is an error exit, < 0 a signal number."""
+
+    rank: int | None
+    kind: str
+    """``exit`` (the process exited with ``exit_code``), ``signal`` (killed by ``signal``), ``sigterm_sent`` (the
+    launcher stopped it because another worker failed)."""
+    exit_code: int | None = None
+    signal: str | None = None
+    file: str = ""
+    line: int = 0
+    text: str = ""
+    time: datetime | None = None
+
+
+@dataclass
+class FlightRecorderFact:
+    """One fact from a flight-recorder dump or a gloo/DETAIL mismatch report (extension point for
+    ``formats/flight_recorder.py`` and ``formats/gloo.py``): which rank was where in which collective."""
+
+    rank: int
+    pg: str
+    seq: int | None
+    op: str | None
+    state: str
+    """``scheduled``, ``started``, ``completed`` or ``mismatch`` (the rank disagreed on the collective)."""
+    file: str = ""
+    line: int = 0
+    text: str = ""
+
+
+@dataclass
+class RankState:
+    """One rank's state at the end of the job, and the line that decides it."""
+
+    rank: int
+    state: str
+    """One of :data:`RANK_STATES`."""
+    why: str
+    """The deciding fact, in a few words."""
+    line: Hit | None = None
+    """The line that decides it (the crash line, the NCCL state line), for citing."""
+    crash: Trigger | None = None
+    """For ``crashed`` / ``watchdog_killed``: the rank's first failure (its root-cause candidate)."""
+    module: str | None = None
+    """For ``crashed``: where the exception came from, for people ("the data loader", "torch.distributed")."""
+    exit_code: int | None = None
+    """Exit code reported by the launcher (> 0 error, < 0 signal), when known."""
+    signal: str | None = None
+    exception: Trigger | None = None
+    """For ``crashed``: the exception that reached the top (ended the process), when logged."""
+    last: Hit | None = None
+    """The rank's last activity seen (:func:`last_activity`)."""
+
+
+def last_activity(ev: JobEvidence) -> dict[int, Hit]:
+    """Per rank, the latest line seen of it: its last hit of any signal, or the last timed line of its own file."""
+    cached = ev.cache.get("last_activity")
+    if cached is None:
+        w = ev.worker
+        out: dict[int, Hit] = {}
+        cands = [h for per in w.last_by_rank.values() for h in per.values()]
+        cands += [h for h in w.file_end.values() if h.rank is not None]
+        for h in cands:
+            if h.rank is not None and (h.rank not in out or _order_key(out[h.rank]) < _order_key(h)):
+                out[h.rank] = h
+        cached = ev.cache["last_activity"] = out
+    result: dict[int, Hit] = cached
+    return result
+
+
+def counters_known(ev: JobEvidence) -> bool:
+    """True when the NCCL state carries last-enqueued/completed counters (torch 2.3+): only then can a rank inside
+    the collective be told from one that never entered it by its own numbers."""
+    return any(r.last_enqueued is not None and r.last_completed is not None for r in ev.nccl.rows)
+
+
+def fabric_evidence(ev: JobEvidence) -> tuple[bool, str]:
+    """Whether a fabric hang is positively shown, and why (or why not).
+
+    Shown: the timed-out process groups all have the fabric pattern, no rank lacks NCCL state, the counters are
+    known, and either every rank is pending AND was first to dump on its own, or NCCL WARN / IB / Xid errors are
+    logged on the hosts involved. Anything less is at most "fabric suspected"."""
+    n = ev.nccl
+    groups = [g for g in n.groups if g.detected_ranks]
+    if not n.timed_out or not groups:
+        return False, "no NCCL collective timed out"
+    if n.ranks_without_state or any(g.classification != "fabric" for g in groups):
+        return False, "not every rank was inside the collective"
+    if not counters_known(ev):
+        return False, (
+            "every rank timed out, but this torch logs no enqueued/completed counters (torch <= 2.2): a rank that "
+            "never entered the collective cannot be told from one waiting inside it, so straggler and fabric cannot "
+            "be told apart"
+        )
+    warns = [h for s in ("net_error", "xid") for h in ev.worker.hits(s)]
+    if warns:
+        return True, f"NCCL/IB/Xid errors are logged ({warns[0].file}:{warns[0].line})"
+    members = {r for g in groups for r in g.ranks}
+    firsts = {r for g in groups for r in g.first_to_dump_ranks}
+    if members and members <= firsts:
+        return True, "every rank was inside the collective and its own watchdog fired first (first to dump on each)"
+    return False, (
+        "every rank waited inside the collective, but neither did every rank's own watchdog fire first nor is any "
+        "NCCL WARN / IB / Xid error logged: fabric suspected, not shown"
+    )
+
+
+def _ends_traceback(w: WorkerEvidence, h: Hit) -> bool:
+    """True when ``h`` (an exception line) closes a traceback of its rank: the exception reached the top."""
+    return any(tb.file == h.file and 0 < h.line - tb.line <= TRACEBACK_SPAN_LINES for tb in w.hits("traceback", h.rank))
+
+
+WORKING_SIGNALS = ("progress", "memory", "retry", "conn_reset")
+"""Signals of a rank at work (training progress, memory reports, requests retried): one of them written by the
+rank after an error shows the error did not end it."""
+HANDLED_AFTER = timedelta(seconds=60)
+"""Training progress logged this long after an error (on any rank) shows the error did not end a rank: synchronous
+training cannot go on for a minute while one rank is dead (the next collective would block)."""
+
+
+def _handled(w: WorkerEvidence, t: Trigger) -> bool:
+    """True when training went on after ``t``: a later line of the rank at work (:data:`WORKING_SIGNALS`), the
+    run's clean end later in the same file or after it, or progress on any rank :data:`HANDLED_AFTER` after it."""
+    h = t.hit
+    if h.rank is not None:
+        for signal in WORKING_SIGNALS:
+            own = w.last_by_rank.get(signal, {}).get(h.rank)
+            if own is not None and own.file == h.file and own.line > h.line:
+                return True
+            if own is not None and _after(own, h, CLOCK_SLACK):
+                return True
+    for end in w.hits("clean_end"):
+        if (end.file == h.file and end.line > h.line) or _after(end, h, CLOCK_SLACK):
+            return True
+    return any(_after(p, h, HANDLED_AFTER) for p in w.hits("progress"))
+
+
+def _after(later: Hit, h: Hit, gap: timedelta) -> bool:
+    lo, hi = later.earliest, h.latest
+    return lo is not None and hi is not None and lo > hi + gap
+
+
+def _module_of(t: Trigger) -> str | None:
+    if t.category == "data":
+        return "the data loader"
+    m = _EXC_NAME.search(t.hit.text)
+    if m and "." in m.group(1):
+        return m.group(1).rsplit(".", 1)[0]
+    return None
+
+
+FATAL_KINDS = ("cuda_oom", "cuda_error", "rank_crash", "data", "watchdog_hang")
+
+
+def crash_triggers(ev: JobEvidence) -> dict[int, list[Trigger]]:
+    """Per rank, its failure candidates that were not handled (no progress of the rank after them), oldest first."""
+    out: dict[int, list[Trigger]] = defaultdict(list)
+    for t in triggers(ev):
+        if t.hit.rank is not None and t.category in FATAL_KINDS and not _handled(ev.worker, t):
+            out[t.hit.rank].append(t)
+    return dict(out)
+
+
+def job_finished(ev: JobEvidence) -> Hit | None:
+    """The clean-end line when every rank finished: a clean-end marker, no NCCL timeout, no error exit and no process
+    killer (OOM, CUDA error, SLURM cancellation, fatal signal, srun error exit), and no unhandled exception written
+    after the end. Exceptions before it were survived: synchronous training cannot end normally without every rank
+    (warnings, retried requests and handled tracebacks do not make a failure)."""
+    w = ev.worker
+    ends = w.hits("clean_end")
+    if not ends or ev.nccl.timed_out or ev.nccl.exited_with_error:
+        return None
+    if killers(w, ev, exceptions=False):
+        return None
+    end = ends[-1]
+    for ts in crash_triggers(ev).values():
+        for t in ts:
+            if (t.hit.file == end.file and t.hit.line > end.line) or _after(t.hit, end, CLOCK_SLACK):
+                return None
+    return end
+
+
+def rank_states(ev: JobEvidence) -> dict[int, RankState]:
+    """Every rank's state (computed once per evidence; see :data:`RANK_STATES`)."""
+    cached = ev.cache.get("rank_states")
+    if cached is None:
+        cached = ev.cache["rank_states"] = _rank_states(ev)
+    states: dict[int, RankState] = cached
+    return states
+
+
+def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
+    w, n = ev.worker, ev.nccl
+    world = set(w.ranks) | set(w.missing_ranks)
+    if w.world_size is not None:
+        world |= set(range(w.world_size))
+    rows: dict[int, list[NcclRow]] = defaultdict(list)
+    for row in n.rows:
+        rows[row.rank].append(row)
+    fatal = crash_triggers(ev)
+    exits = {e.rank: e for e in ev.launcher if e.rank is not None and e.kind in ("exit", "signal")}
+    finished = job_finished(ev)
+    crashed_files = set()
+    out: dict[int, RankState] = {}
+    for r in sorted(world):
+        mine = rows.get(r, [])
+        trig = fatal.get(r, [])
+        pending = [x for x in mine if (x.pending or 0) > 0]
+        hb = next((t for t in trig if t.category == "watchdog_hang"), None)
+        top = next(
+            (
+                t
+                for t in trig
+                if t.category in ("cuda_oom", "cuda_error")
+                or (_matches("exception", t.hit.text) and _ends_traceback(w, t.hit))
+            ),
+            None,
+        )
+        ex = exits.get(r)
+        code = ex.exit_code if ex is not None else None
+        if r in n.exited_with_error and code is None:
+            code = 1
+        if r in w.missing_ranks:
+            out[r] = RankState(r, "absent", "no log file of this rank was found")
+        elif finished is not None:
+            out[r] = RankState(r, "finished", "the run ended normally", finished)
+        elif hb is not None:
+            out[r] = RankState(r, "watchdog_killed", "the NCCL heartbeat monitor killed it", hb.hit, hb, exit_code=code)
+            crashed_files.add(hb.hit.file)
+        elif pending:
+            x = pending[0]
+            out[r] = RankState(
+                r,
+                "waiting",
+                f"inside {x.op_type or 'a collective'} SeqNum {x.seq} (PG {x.pg}): enqueued {x.last_enqueued} > "
+                f"completed {x.last_completed}",
+                _row_hit(x),
+            )
+        elif top is None and not trig and code and (peer := _peer_error(w, r)) is not None:
+            out[r] = RankState(
+                r,
+                "torn_down",
+                f"exited ({code}) on a communication error after a peer failed: {cut(peer.text, 100)}",
+                peer,
+                exit_code=code,
+            )
+        elif (top is not None and not mine) or (code is not None and code != 0 and not pending):
+            first = trig[0] if trig else top
+            why = (
+                f"{first.what} ({'reached the top' if top is not None else 'logged'}), then nothing more"
+                if first is not None
+                else f"the launcher reports exit code {code}; no exception in its own log"
+            )
+            out[r] = RankState(
+                r,
+                "crashed",
+                why,
+                first.hit if first is not None else None,
+                first,
+                _module_of(first) if first is not None else None,
+                code,
+                ex.signal if ex is not None else None,
+                top,
+            )
+            if first is not None:
+                crashed_files.add(first.hit.file)
+        elif n.timed_out and (r in n.job_stragglers or (mine and not pending and r in n.straggler_ranks)):
+            x0 = mine[0] if mine else None
+            out[r] = RankState(
+                r,
+                "stuck",
+                "alive but not inside the stuck collective (no NCCL work pending / only observed the dump)",
+                _row_hit(x0) if x0 is not None else None,
+            )
+        else:
+            out[r] = RankState(r, "unknown", "its log says nothing of how it ended")
+    last = last_activity(ev)
+    for r, st in out.items():
+        st.last = last.get(r)
+        if st.state != "unknown" or not n.timed_out:
+            continue
+        files = set(w.files_of_rank(r))
+        if files & crashed_files or w.hits("signal", r):
+            st.state, st.why = "torn_down", "stopped by its launcher after another rank failed (no NCCL state)"
+        elif r in n.ranks_without_state:
+            st.state, st.why = "stuck", "no NCCL state while the others timed out: it never entered the collective"
+    return out
+
+
+def _peer_error(w: WorkerEvidence, rank: int) -> Hit | None:
+    """The rank's last exception when it is a consequence of a peer's failure (gloo/NCCL/store errors)."""
+    own = [h for h in w.hits("exception", rank) if not is_warning(h.text)]
+    return own[-1] if own and is_consequence(own[-1].text) else None
+
+
+def _row_hit(x: NcclRow) -> Hit:
+    return Hit("nccl", x.file, x.line, x.text, x.rank, x.timeout_time)
+
+
+def precedes_symptom(ev: JobEvidence, h: Hit) -> bool | None:
+    """Whether ``h`` happened before the failure's first symptom: True/False when the time bounds decide it, or when
+    the causal order does (the line is the last output of a rank that crashed or stalled and never entered the
+    collective the others were waiting in: the others could only wait for it after it stopped); None when neither.
+    """
+    sym = first_symptom(ev)
+    t = sym.time if sym is not None else None
+    if t is None:
+        return True
+    if h.latest is not None and h.latest <= t + CLOCK_SLACK:
+        return True
+    if h.earliest is not None and h.earliest > t + CLOCK_SLACK:
+        return False
+    if h.rank is not None:
+        st = rank_states(ev).get(h.rank)
+        if st is not None and (
+            st.state in ("crashed", "watchdog_killed") or (st.state == "stuck" and ev.nccl.timed_out)
+        ):
+            return True
+    return None
+
+
+def rank_state_groups(states: dict[int, RankState]) -> list[tuple[str, list[int], str, Hit | None]]:
+    """States grouped: (state, ranks, why of the first rank, its deciding line), in rank order of first appearance."""
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    first: dict[tuple[str, str], RankState] = {}
+    for r in sorted(states):
+        st = states[r]
+        key = (st.state, st.why if st.state in ("crashed", "watchdog_killed") else "")
+        groups[key].append(r)
+        first.setdefault(key, st)
+    return [(k[0], rs, first[k].why, first[k].line) for k, rs in groups.items()]
+
+
+SILENT_NODE_GAP = timedelta(seconds=60)
+"""A node whose logs end this long before the job was cancelled for NODE FAILURE went silent (it is the one)."""
+
+
+@dataclass
+class SilentNode:
+    """A node whose every log file stopped well before SLURM's NODE FAILURE cancellation, with no error."""
+
+    node: str
+    ranks: set[int]
+    last: Hit | None
+    """Its last timed line (the moment it went silent)."""
+
+
+def node_failure_facts(ev: JobEvidence) -> tuple[Hit | None, list[SilentNode]]:
+    """SLURM's ``CANCELLED ... DUE TO NODE FAILURE`` line and the nodes that went silent before it.
+
+    Files are grouped by node (the host slurmstepd names in the file, else the one host of its ranks from the NCCL
+    init lines, else the file's node), so a node's per-rank files and its launcher file are judged together: a node
+    is silent when none of its files holds the cancellation and each ends :data:`SILENT_NODE_GAP` before it."""
+    w = ev.worker
+    cancels = [h for h in w.hits("slurm_cancel") if "NODE FAILURE" in h.text]
+    if not cancels:
+        return None, []
+    cancel = cancels[0]
+    at = cancel.when
+    with_cancel = {h.file for h in cancels}
+    groups: dict[str, list[FileInventory]] = defaultdict(list)
+    for f in w.job.inventory.files:
+        hosts = {w.rank_host.get(r) for r in f.ranks}
+        by_rank = next(iter(hosts)) if len(hosts) == 1 else None
+        node = w.file_host.get(f.rel) or by_rank or f.node or f.rel
+        groups[node].append(f)
+    out: list[SilentNode] = []
+    for node, files in sorted(groups.items()):
+        if any(f.rel in with_cancel for f in files):
+            continue
+        ends = [e for f in files if (e := w.file_end.get(f.rel)) is not None and e.time is not None]
+        if at is None or all(e.time is not None and e.time <= at - SILENT_NODE_GAP for e in ends):
+            ranks = {r for f in files for r in f.ranks}
+            last = max(ends, key=lambda e: e.time or datetime.min) if ends else None
+            out.append(SilentNode(node if node not in {f.rel for f in files} else "", ranks, last))
+    return cancel, [s for s in out if s.ranks]

@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
 from debug_training_logs.logs.attribution import (
     NCCL_INIT_RANK,
@@ -24,7 +25,7 @@ from debug_training_logs.logs.attribution import (
     strip_ansi,
 )
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
-from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFactory, scan_files
+from debug_training_logs.logs.scan import FileScan, PatternSpec, SinkFactory, scan_files
 from debug_training_logs.models import Coverage, UnreadableFile
 from debug_training_logs.ranges import format_ranges
 
@@ -42,6 +43,9 @@ class Marker:
     meaning: str
     cap: int | None = PRESENCE_CAP
     """Hits per file delivered (None: every hit, for markers whose every line carries a fact such as a rank)."""
+    dense: bool = False
+    """Lines that occur once per step per rank (progress, metrics): sampled by the scan, never one call per line
+    (see :attr:`~debug_training_logs.logs.scan.PatternSpec.dense`)."""
 
 
 # The inventory's own patterns (named data; order does not matter).
@@ -225,28 +229,35 @@ def _after_prefixes(text: str) -> str:
     return re.sub(r"^\[rank\d+\]:", "", text)
 
 
-class _JobSink:
-    """Routes hits: the caller's pattern ids to the caller's sink, the inventory's to an :class:`InventorySink`."""
+class _CompositeSink:
+    """Routes one file's hits: each consumer's pattern ids (shifted back to its own 0..k-1) to its sink, the
+    inventory markers' to an :class:`InventorySink` (one scan, every consumer)."""
 
-    def __init__(self, lf: LogFile, caller: SinkFactory | None, k: int) -> None:
-        self.k = k
-        self.caller: Sink | None = caller(lf) if caller is not None else None
+    def __init__(self, lf: LogFile, parts: tuple[tuple[SinkFactory | None, int, int], ...], markers_at: int) -> None:
+        self.parts = [(f(lf) if f is not None else None, off, k) for f, off, k in parts]
+        self.markers_at = markers_at
         self.inventory = InventorySink(lf)
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
-        mine = [i for i in pattern_ids if i < self.k]
-        inv = [i - self.k for i in pattern_ids if i >= self.k]
-        if mine and self.caller is not None:
-            self.caller.on_hit(mine, line_no, line)
-        if inv:
+        if pattern_ids[-1] >= self.markers_at:
+            inv = [i - self.markers_at for i in pattern_ids if i >= self.markers_at]
             self.inventory.on_hit(inv, line_no, line)
+            if pattern_ids[0] >= self.markers_at:
+                return
+        for sink, off, k in self.parts:
+            if sink is not None:
+                mine = [i - off for i in pattern_ids if off <= i < off + k]
+                if mine:
+                    sink.on_hit(mine, line_no, line)
 
-    def finish(self) -> tuple[Any, FileFacts]:
-        return (self.caller.finish() if self.caller is not None else None, self.inventory.finish())
+    def finish(self) -> tuple[list[Any], FileFacts]:
+        return [s.finish() if s is not None else None for s, _o, _k in self.parts], self.inventory.finish()
 
 
-def _job_sink(caller: SinkFactory | None, k: int, lf: LogFile) -> _JobSink:
-    return _JobSink(lf, caller, k)
+def _composite_sink(
+    parts: tuple[tuple[SinkFactory | None, int, int], ...], markers_at: int, lf: LogFile
+) -> _CompositeSink:
+    return _CompositeSink(lf, parts, markers_at)
 
 
 @dataclass(frozen=True)
@@ -414,26 +425,118 @@ def scan_job(
     *,
     ignore_case: bool = False,
     files: Sequence[LogFile] | None = None,
+    dense: Sequence[int] = (),
 ) -> JobScan:
     """Scan every log file under ``logs_dir`` once for ``patterns`` (ids 0..k-1 for ``sink_factory``) and the
     inventory markers; return per-file results, the caller's sink results (in file order) and the inventory.
+
+    ``dense``: ids of the caller's patterns whose lines occur once per step per rank; the sink receives a bounded
+    sample of them (each file's first hits, one per stride, each rank's last ones), see ``PatternSpec.dense``.
+    Results are shared through :mod:`~debug_training_logs.analysis.scan_cache` (see :func:`scan_consumers`).
     """
+    me = consumer_for(patterns, sink_factory, dense=dense, ignore_case=ignore_case)
+    return scan_consumers(logs_dir, [me], files=files)[me.key]
+
+
+def consumer_for(
+    patterns: Sequence[str], sink_factory: SinkFactory | None, *, dense: Sequence[int] = (), ignore_case: bool = False
+) -> Consumer:
+    """The :class:`Consumer` that :func:`scan_job` makes of these arguments (for declaring companions)."""
+    return Consumer(_factory_name(sink_factory), tuple(patterns), sink_factory, frozenset(dense), ignore_case)
+
+
+def _factory_name(f: SinkFactory | None) -> str:
+    if f is None:
+        return "none"
+    if isinstance(f, functools.partial):
+        return f"{_factory_name(f.func)}{f.args!r}{sorted(f.keywords.items())!r}"
+    return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
+
+
+_BASE = "inventory"
+"""Cache key of a file's own facts (lines, ranks, head, tail, problem, inventory markers)."""
+
+
+def scan_consumers(
+    logs_dir: str | Path, consumers: Sequence[Consumer], *, files: Sequence[LogFile] | None = None
+) -> dict[str, JobScan]:
+    """One scan of every file under ``logs_dir`` for all ``consumers`` (and the companions in force, see
+    :mod:`~debug_training_logs.analysis.scan_cache`), skipping files whose results are all cached; one
+    :class:`JobScan` per consumer key, sharing the inventory."""
     if files is None:
         found, skipped = discover(logs_dir)
     else:
         found, skipped = list(files), []
     root = Path(logs_dir).resolve()
-    k = len(patterns)
-    caps = (None,) * k + tuple(m.cap for m in MARKERS)
-    spec = PatternSpec(tuple(patterns) + tuple(m.regex for m in MARKERS), ignore_case, max_hits=caps)
-    factory = functools.partial(_job_sink, sink_factory, k)
-    scans = scan_files(found, spec, factory, head_lines=HEAD_LINES, tail_lines=TAIL_LINES)
-    caller_results = [s.sink_result[0] if s.sink_result is not None else None for s in scans]
-    facts = [s.sink_result[1] if s.sink_result is not None else FileFacts(rel=s.file.rel) for s in scans]
-    for s in scans:  # callers see their own counts only
-        s.counts = s.counts[:k]
-    inventory = _build_inventory(scans, facts, skipped)
-    return JobScan(root=root, files=scans, caller_results=caller_results, inventory=inventory)
+    ignore_case = consumers[0].ignore_case if consumers else False
+    wanted: dict[str, Consumer] = {}
+    for c in [*consumers, *(c for c in companions() if c.ignore_case == ignore_case)]:
+        if c.ignore_case != ignore_case:
+            raise ValueError("consumers of one scan share one case mode")
+        wanted.setdefault(c.key, c)
+    fkeys = [file_key(lf) for lf in found]
+
+    def ckey(c: Consumer | None, lf: LogFile) -> str:
+        return f"{c.key if c is not None else _BASE}|{lf.rel}"
+
+    def missing(j: int, c: Consumer | None) -> bool:
+        return CACHE.get(fkeys[j], ckey(c, found[j])) is None
+
+    need = [j for j in range(len(found)) if missing(j, None) or any(missing(j, c) for c in consumers)]
+    fresh: dict[tuple[int, str], Any] = {}
+    if need:
+        run = [c for c in wanted.values() if any(missing(j, c) for j in need)]
+        offsets: list[int] = []
+        pats: list[str] = []
+        dense_flags: list[bool] = []
+        for c in run:
+            offsets.append(len(pats))
+            dense_flags += [i in c.dense for i in range(len(c.patterns))]
+            pats += c.patterns
+        k = len(pats)
+        caps = (None,) * k + tuple(m.cap for m in MARKERS)
+        dense_flags += [m.dense for m in MARKERS]
+        spec = PatternSpec(
+            tuple(pats) + tuple(m.regex for m in MARKERS),
+            ignore_case,
+            max_hits=caps,
+            dense=tuple(dense_flags) if any(dense_flags) else None,
+        )
+        parts = tuple((c.sink, off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
+        factory = functools.partial(_composite_sink, parts, k)
+        scans = scan_files([found[j] for j in need], spec, factory, head_lines=HEAD_LINES, tail_lines=TAIL_LINES)
+        for j, s in zip(need, scans, strict=True):
+            results, facts = s.sink_result if s.sink_result is not None else ([None] * len(run), None)
+            base = (replace(s, counts=[], sink_result=None, sampled=set()), facts or FileFacts(rel=s.file.rel))
+            fresh[(j, _BASE)] = base
+            CACHE.put(fkeys[j], ckey(None, found[j]), base)
+            for c, off, res in zip(run, offsets, results, strict=True):
+                fr = FileResult(
+                    counts=s.counts[off : off + len(c.patterns)],
+                    sink_result=res,
+                    sampled={i - off for i in s.sampled if off <= i < off + len(c.patterns)},
+                )
+                fresh[(j, c.key)] = fr
+                CACHE.put(fkeys[j], ckey(c, found[j]), fr)
+
+    def lookup(j: int, c: Consumer | None) -> Any:
+        got = fresh.get((j, c.key if c is not None else _BASE))
+        return got if got is not None else CACHE.get(fkeys[j], ckey(c, found[j]))
+
+    bases = [lookup(j, None) for j in range(len(found))]
+    base_scans = [replace(b[0], file=lf) for b, lf in zip(bases, found, strict=True)]
+    inventory = _build_inventory(base_scans, [b[1] for b in bases], skipped)
+    out: dict[str, JobScan] = {}
+    for c in consumers:
+        per_file = [lookup(j, c) for j in range(len(found))]
+        fscans = [
+            replace(b, counts=list(r.counts), sink_result=r.sink_result, sampled=set(r.sampled))
+            for b, r in zip(base_scans, per_file, strict=True)
+        ]
+        out[c.key] = JobScan(
+            root=root, files=fscans, caller_results=[r.sink_result for r in per_file], inventory=inventory
+        )
+    return out
 
 
 def _file_ranks(scan: FileScan, facts: FileFacts, world_size: int | None) -> tuple[set[int], str]:

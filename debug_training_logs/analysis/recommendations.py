@@ -153,6 +153,16 @@ RECOMMENDATIONS: tuple[Recommendation, ...] = (
         lambda f: f.detail("nan"),
     ),
     Recommendation(
+        "dataloader_crash",
+        "client",
+        "The data loader raised and the exception ended the rank (the job then hung on the others): make the "
+        "dataset's failures bounded and explicit (per-object timeouts and retry limits, skip or quarantine a sample "
+        "that keeps failing and log it, validate manifests before training) instead of letting one bad read kill a "
+        "rank.",
+        "an exception from the data loader reached the top of a rank and it exited",
+        lambda f: f.verdict.details.get("module") == "the data loader",
+    ),
+    Recommendation(
         "port_in_use",
         "operations",
         "The rendezvous/master port was already taken: pick a free MASTER_PORT per job (e.g. derived from the job "
@@ -234,6 +244,16 @@ RECOMMENDATIONS: tuple[Recommendation, ...] = (
         "communicator ('rank R nranks N') and transport errors.",
         "the logs could not establish the world size or attribute the timeout",
         lambda f: f.ev.worker.world_size is None or f.category in ("nccl_timeout_unattributed", "gpu_fabric"),
+    ),
+    Recommendation(
+        "counters",
+        "evidence",
+        "This torch logs no last-enqueued/last-completed counters in its watchdog messages (torch <= 2.2), so a rank "
+        "that never entered the collective cannot be told from one waiting in it: run a newer torch (2.3+) or enable "
+        "the flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1) to attribute the next "
+        "timeout.",
+        "every rank timed out and the watchdog logged no enqueued/completed counters",
+        lambda f: f.detail("no_counters"),
     ),
     Recommendation(
         "stacks_of_straggler",

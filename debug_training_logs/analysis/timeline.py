@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from debug_training_logs.analysis import ais_deltas
+from debug_training_logs.analysis import ais_deltas, scan_cache
 from debug_training_logs.analysis.alignment import Alignment, align, scan_worker_clock, to_utc
 from debug_training_logs.analysis.grep import GrepAnalysis, TemplateSummary, grep_all_ranks
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
@@ -258,10 +258,11 @@ def build_timeline(
 ) -> Timeline:
     """The merged timeline (see module docstring); ``limit`` bounds the events (the least important are cut)."""
     root = Path(logs_dir)
-    grep = grep_all_ranks(root, limit=200)
-    table = nccl_state_table(root)
+    with scan_cache.together(*scan_cache.standard_consumers()[:3]):  # grep, NCCL and clock: one read of the files
+        grep = grep_all_ranks(root, limit=200)
+        table = nccl_state_table(root)
+        worker = scan_worker_clock(root)
     coverage = grep.coverage
-    worker = scan_worker_clock(root)
     year = worker.inventory.year_hint
     year_basis = (
         f"year {year} from the job's full-date lines (NeMo/SLURM/torchrun timestamps)"

@@ -419,7 +419,7 @@ def _follow_up(c: Cut) -> tuple[dict[str, Any], str] | None:
         return None
     first = c.omitted_items[0]
     same = [iv for iv in c.omitted_items if iv["daemon"] == first["daemon"]]
-    args = {k: v for k, v in c.arguments.items() if k not in ("max_tokens", "daemon", "start", "end")}
+    args = {k: v for k, v in c.arguments.items() if k not in ("daemon", "start", "end")}
     nxt = {**args, "daemon": [first["daemon"]], "start": same[0]["start"], "end": max(iv["end"] for iv in same)}
     return nxt, (
         f"{c.total - c.shown} more intervals; each call narrowed by daemon and start/end lists every interval in "

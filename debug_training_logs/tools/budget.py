@@ -128,19 +128,20 @@ def budgeted_model(model: type[BaseModel]) -> type[BaseModel]:
     return create_model(model.__name__, __base__=model, __module__=model.__module__, __doc__=model.__doc__, **fields)
 
 
-Path = tuple[str | int, ...]
+JsonPath = tuple[str | int, ...]
+"""Where a value sits in a result: keys and list indices from the top."""
 
 
-def path_text(path: Path) -> str:
+def path_text(path: JsonPath) -> str:
     out = ""
     for p in path:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
     return out
 
 
-def _lists(value: Any, path: Path = ()) -> list[tuple[Path, list[Any] | dict[str, Any]]]:
+def _lists(value: Any, path: JsonPath = ()) -> list[tuple[JsonPath, list[Any] | dict[str, Any]]]:
     """Every list (and every large dict, which is a list of keyed entries) in ``value``, with its path."""
-    found: list[tuple[Path, list[Any] | dict[str, Any]]] = []
+    found: list[tuple[JsonPath, list[Any] | dict[str, Any]]] = []
     if isinstance(value, dict):
         if path and len(value) > 32:
             found.append((path, value))
@@ -156,13 +157,13 @@ def _lists(value: Any, path: Path = ()) -> list[tuple[Path, list[Any] | dict[str
     return found
 
 
-def _get(data: Any, path: Path) -> Any:
+def _get(data: Any, path: JsonPath) -> Any:
     for p in path:
         data = data[p]
     return data
 
 
-def _bump_counter(data: dict[str, Any], path: Path, removed: int) -> None:
+def _bump_counter(data: dict[str, Any], path: JsonPath, removed: int) -> None:
     """Add ``removed`` to the list's own truncation counter: ``<name>_truncated`` or ``truncated[name]``."""
     if not path or not isinstance(path[-1], str):
         return
@@ -189,7 +190,7 @@ def _keep_count(items: list[Any], room: int, floor: int) -> int:
 
 @dataclass
 class _Shortened:
-    path: Path
+    path: JsonPath
     total: int
     shown: int
     omitted: list[Any]
@@ -208,7 +209,7 @@ def fit(
     original = data
     data = json.loads(json.dumps(data))
     limit = chars_for(max_tokens)
-    cuts: dict[Path, _Shortened] = {}
+    cuts: dict[JsonPath, _Shortened] = {}
 
     def budget_for(current: dict[str, Any]) -> ResultBudget:
         omitted = [_omission(tool, arguments, original, s, follow_up, current) for s in cuts.values()]
@@ -268,6 +269,11 @@ def fit(
     return data
 
 
+def _more(s: _Shortened) -> str:
+    n = s.total - s.shown
+    return f"{n} more {'entry' if n == 1 else 'entries'}"
+
+
 def _cut_words(s: _Shortened) -> str:
     return f"{path_text(s.path)} {s.shown} of {s.total}"
 
@@ -291,12 +297,12 @@ def _omission(
     need = tokens_of(compact_json(original)) + 500
     if need <= MAX_MAX_TOKENS:
         args = {**arguments, "max_tokens": max(need, DEFAULT_MAX_TOKENS)}
-        how = f"{s.total - s.shown} more entries: call again with max_tokens={args['max_tokens']} to see all of them."
+        how = f"{_more(s)}: call again with max_tokens={args['max_tokens']} to see all of them."
         return Omission(
             field=field, shown=s.shown, total=s.total, next_call=NextCall(tool=tool, arguments=args), how=how
         )
     how = (
-        f"{s.total - s.shown} more entries; the whole answer (~{need:,} tokens) is larger than one result may be: "
+        f"{_more(s)}; the whole answer (~{need:,} tokens) is larger than one result may be: "
         "narrow the call with the tool's filters or a smaller limit."
     )
     return Omission(field=field, shown=s.shown, total=s.total, next_call=None, how=how)

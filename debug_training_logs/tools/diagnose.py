@@ -15,7 +15,13 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from debug_training_logs.analysis.diagnosis import Verdict, conclude
-from debug_training_logs.analysis.evidence import JobEvidence, KeyEvent, gather_evidence
+from debug_training_logs.analysis.evidence import (
+    JobEvidence,
+    KeyEvent,
+    gather_evidence,
+    rank_state_groups,
+    rank_states,
+)
 from debug_training_logs.analysis.recommendations import recommend
 from debug_training_logs.models import Coverage
 from debug_training_logs.paths import input_dir
@@ -47,11 +53,32 @@ class VerdictModel(BaseModel):
     """The root cause (contract)."""
 
     category: Category
-    culprit_ranks: list[int] = Field(description="Global ranks that caused the failure.")
+    culprit_ranks: list[int] = Field(description="Global ranks established as the cause of the failure.")
     suspect_nodes: list[str]
     confidence: Literal["high", "medium", "low"]
     explanation: str = Field(description="Why, in a paragraph a person can check against the cited lines.")
     next_steps: list[str] = Field(description="What to fetch or look at next when the evidence cannot decide.")
+    missing_ranks: list[int] = Field(default_factory=list, description="Ranks of the world whose logs are missing.")
+    suspect_ranks: list[int] = Field(
+        default_factory=list, description="Ranks that look behind or silent but are not established culprits."
+    )
+    blocked: list[str] = Field(
+        default_factory=list,
+        description="When a stronger verdict was not presented: the verdict and the verifier check that blocked it.",
+    )
+
+
+class RankStateGroup(BaseModel):
+    """Ranks in the same state at the end of the job (one row per state; crashed ranks grouped by cause)."""
+
+    state: str = Field(
+        description="finished, crashed, watchdog_killed, waiting (inside a collective), stuck (alive, outside the "
+        "stuck collective), torn_down (stopped by the launcher/SLURM after another failure), absent (no log), unknown."
+    )
+    ranks: str = Field(description="Global ranks (range string, e.g. '0-4,6-15').")
+    count: int
+    why: str = Field(description="The deciding fact for the first rank of the group.")
+    source: str | None = Field(default=None, description="file:line of the deciding line, when there is one.")
 
 
 class TimelineEntry(BaseModel):
@@ -109,6 +136,10 @@ class Diagnosis(BaseModel):
     conclusion: Conclusion = Field(description="The verdict as a conclusion (what verify_conclusion was given).")
     verification: Verification
     coverage: Coverage
+    rank_states: list[RankStateGroup] = Field(
+        default_factory=list,
+        description="Every rank's state at the end of the job, grouped (the facts the category follows from).",
+    )
     html_report_uri: str | None = Field(
         default=None,
         description="With html_report=true: the URI of the HTML report (a text/html resource this server serves; "
@@ -196,6 +227,8 @@ def to_conclusion(v: Verdict, logs_dir: str, ais_dir: str | None) -> Conclusion:
         chain=[ChainStep(event=e.event, file=e.file, line=e.line, time=when(e)) for e in real],
         tz_offset_hours=v.tz_offset_hours,
         rank0_seq_gap=v.rank0_seq_gap,
+        missing_ranks=v.missing_ranks,
+        suspect_ranks=v.suspect_ranks,
     )
 
 
@@ -231,38 +264,78 @@ def _summary(v: Verdict, verification: Verification) -> str:
     return f"{v.category}{who}, confidence {v.confidence}, {state}: {v.explanation}"
 
 
-def _downgrade(v: Verdict, ev: JobEvidence, verification: Verification) -> Verdict:
-    """A verdict the verifier rejected becomes the undecided one, with the failed checks as the next steps."""
+def _blocked(v: Verdict, verification: Verification) -> str:
     failed = [c for c in verification.checks if not c.passed]
-    category = "nccl_timeout_unattributed" if ev.nccl.timed_out else "incomplete_evidence"
-    why = "; ".join(f"{c.rule}: {c.detail}" for c in failed[:3])
+    who = f" (ranks {format_ranges(v.culprit_ranks)})" if v.culprit_ranks else ""
+    return f"{v.category}{who}: " + "; ".join(f"{c.rule}: {c.detail}" for c in failed[:2])
+
+
+def fallbacks(v: Verdict, ev: JobEvidence) -> list[Verdict]:
+    """Weaker verdicts to try, strongest first, when the verifier rejects ``v``: the timeout left unattributed (the
+    culprits kept as suspects), then the evidence declared incomplete."""
+    out: list[Verdict] = []
+    suspects = sorted(set(v.culprit_ranks) | set(v.suspect_ranks))
+    missing = sorted(ev.worker.missing_ranks)
+    if ev.nccl.timed_out and v.category != "nccl_timeout_unattributed":
+        out.append(_weaker(v, "nccl_timeout_unattributed", suspects, missing))
+    if v.category != "incomplete_evidence":
+        out.append(_weaker(v, "incomplete_evidence", suspects, missing))
+    return out
+
+
+def _weaker(v: Verdict, category: str, suspects: list[int], missing: list[int]) -> Verdict:
     return Verdict(
         category=category,
-        culprit_ranks=sorted(ev.worker.missing_ranks) if category == "incomplete_evidence" else [],
+        culprit_ranks=[],
         suspect_nodes=[],
         confidence="low",
-        explanation=f"The evidence points to {v.category} but does not prove it ({why}).",
+        explanation=v.explanation,
         root=v.root,
         chain=v.chain,
         timeline=v.timeline,
         key_files=v.key_files,
-        next_steps=[c.next_step for c in failed if c.next_step] + v.next_steps,
+        next_steps=list(v.next_steps),
+        missing_ranks=missing,
+        suspect_ranks=suspects,
         details=v.details,
     )
 
 
 def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> Diagnosis:
-    """Verdict, its verification and the report pieces from gathered evidence (no further scan of the logs)."""
+    """Verdict, its verification and the report pieces from gathered evidence (no further scan of the logs).
+
+    diagnose never presents a verdict its own verifier rejects: when it does, the strongest weaker verdict that
+    passes is presented (:func:`fallbacks`) and ``verdict.blocked`` says what blocked the stronger one."""
     logs_dir, ais_dir = str(logs_root), (str(ais_root) if ais_root is not None else None)
-    v = conclude(ev)
+    first = conclude(ev)
+    v = first
     conclusion = to_conclusion(v, logs_dir, ais_dir)
     verification = verify_with_evidence(conclusion, ev, logs_root, ais_root)
+    blocked: list[str] = []
     if not verification.accepted:
-        alt = _downgrade(v, ev, verification)
-        alt_conclusion = to_conclusion(alt, logs_dir, ais_dir)
-        alt_verification = verify_with_evidence(alt_conclusion, ev, logs_root, ais_root)
-        if alt_verification.accepted:
-            v, conclusion, verification = alt, alt_conclusion, alt_verification
+        blocked.append(_blocked(v, verification))
+        failed = [c for c in verification.checks if not c.passed]
+        tried: list[tuple[Verdict, Conclusion, Verification]] = []
+        for alt in fallbacks(first, ev):
+            alt.explanation = (
+                f"The evidence points to {first.category}"
+                + (f" (rank(s) {format_ranges(first.culprit_ranks)})" if first.culprit_ranks else "")
+                + f" but does not prove it ({'; '.join(f'{c.rule}: {c.detail}' for c in failed[:2])}). "
+                + first.explanation
+            )
+            alt.next_steps = [c.next_step for c in failed if c.next_step] + alt.next_steps
+            alt_conclusion = to_conclusion(alt, logs_dir, ais_dir)
+            alt_verification = verify_with_evidence(alt_conclusion, ev, logs_root, ais_root)
+            tried.append((alt, alt_conclusion, alt_verification))
+            if alt_verification.accepted:
+                break
+            blocked.append(_blocked(alt, alt_verification))
+        if tried:
+            # The strongest weaker verdict that passes; if none does, the most cautious one (never the overclaim),
+            # shown as not verified.
+            v, conclusion, verification = next(((a, c, x) for a, c, x in tried if x.accepted), tried[-1])
+            blocked = [b for b in blocked if not b.startswith(f"{v.category}:")]
+    v.blocked = blocked if v is not first else []
     utc_offset = _utc_offset(ev)
     entries = [_entry(e, utc_offset) for e in v.timeline]
     return Diagnosis(
@@ -275,6 +348,9 @@ def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> 
             confidence=v.confidence,  # type: ignore[arg-type]
             explanation=v.explanation,
             next_steps=v.next_steps,
+            missing_ranks=v.missing_ranks,
+            suspect_ranks=v.suspect_ranks,
+            blocked=v.blocked,
         ),
         timeline=entries[:TIMELINE_LIMIT],
         timeline_truncated=max(0, len(entries) - TIMELINE_LIMIT),
@@ -296,6 +372,16 @@ def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> 
         conclusion=conclusion,
         verification=verification,
         coverage=ev.coverage,
+        rank_states=[
+            RankStateGroup(
+                state=state,
+                ranks=format_ranges(ranks),
+                count=len(ranks),
+                why=why,
+                source=f"{line.file}:{line.line}" if line is not None and line.line > 0 else None,
+            )
+            for state, ranks, why, line in rank_state_groups(rank_states(ev))
+        ],
     )
 
 
@@ -390,6 +476,19 @@ def render_report(d: Diagnosis) -> str:
         f"**Category:** `{v.category}` · **Confidence:** {v.confidence} · **Verification:** {status}",
         "",
         v.explanation,
+        "",
+        *([f"**Missing ranks:** {format_ranges(v.missing_ranks)}", ""] if v.missing_ranks else []),
+        *([f"**Suspect ranks (not established):** {format_ranges(v.suspect_ranks)}", ""] if v.suspect_ranks else []),
+        *(
+            [
+                "**Stronger verdict(s) not presented (the verifier rejected them):**",
+                *[f"- {_cell(b, 300)}" for b in v.blocked],
+                "",
+            ]
+            if v.blocked
+            else []
+        ),
+        "**Rank states:** " + ("; ".join(f"{g.state} {g.ranks}" for g in d.rank_states) or "none"),
         "",
         "## Job Details",
         "",

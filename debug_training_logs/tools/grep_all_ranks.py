@@ -149,7 +149,7 @@ def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:
         names = {n for t in cut.result.get("templates", []) if t["template"] in texts for n in t["patterns"]}
     tiers = sorted({tier_of[n] for n in names if n in tier_of})
     searched = sorted(set(tier_of.values()))
-    args = {k: v for k, v in cut.arguments.items() if k != "max_tokens"}
+    args = dict(cut.arguments)  # a max_tokens the caller chose stays: the next call is sized for it
     if tiers and tiers != searched:
         nxt = {**args, "tiers": tiers}
         return nxt, (

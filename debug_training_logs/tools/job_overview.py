@@ -260,7 +260,7 @@ def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:
     """Files the budget left out: the next page."""
     if cut.field != "files":
         return None
-    args = {k: v for k, v in cut.arguments.items() if k != "max_tokens"}
+    args = dict(cut.arguments)  # a max_tokens the caller chose stays: the page size was fitted to it
     nxt = {**args, "offset": int(args.get("offset", 0)) + cut.shown, "limit": max(1, cut.shown)}
     return nxt, f"{cut.total - cut.shown} more files on this page: page on with offset={nxt['offset']}."
 

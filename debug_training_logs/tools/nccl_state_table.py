@@ -376,7 +376,7 @@ def _outlier_groups(outliers: list[Any]) -> list[OutlierGroup]:
 
 def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:
     """The call that shows rows or outliers the budget left out: their ranks, or the next page."""
-    args = {k: v for k, v in cut.arguments.items() if k != "max_tokens"}
+    args = dict(cut.arguments)  # a max_tokens the caller chose stays: the page size was fitted to it
     if cut.field == "rows" and cut.result.get("rows_view") == "page":
         nxt = {**args, "offset": int(cut.result.get("rows_offset", 0)) + cut.shown, "limit": max(1, cut.shown)}
         return (

@@ -14,16 +14,21 @@ def verify_conclusion(
     conclusion: Annotated[
         Conclusion,
         Field(
-            description="The conclusion to check: logs_dir, optional ais_dir, category, culprit_ranks, and optionally "
-            "suspect_nodes, root_cause_event {file, line, text, time}, chain [{event, file, line, time}], evidence "
-            "[{file, line, text}], tz_offset_hours (worker clock minus AIS clock), rank0_seq_gap."
+            description="The conclusion to check: logs_dir, optional ais_dir, category, culprit_ranks (established "
+            "culprits only), and optionally missing_ranks, suspect_ranks, suspect_nodes, root_cause_event {file, "
+            "line, text, time}, chain [{event, file, line, time}], evidence [{file, line, text}], tz_offset_hours "
+            "(worker clock minus AIS clock), rank0_seq_gap."
         ),
     ],
 ) -> Verification:
     """Check a root-cause conclusion against the logs themselves, deterministically, before presenting it.
 
     The verifier re-reads every rank's logs (and the AIS logs when ais_dir is given) and never trusts the caller's
-    reading. Rules: coverage (every rank read, or the conclusion is incomplete_evidence naming the missing ranks);
+    reading; it judges with the same evidence model and per-rank states as diagnose (finished, crashed, killed by
+    the watchdog, waiting in a collective, stuck, torn down, absent). A cautious conclusion (nccl_timeout_unattributed,
+    incomplete_evidence) is accepted unless the logs establish something it contradicts (a rank that crashed first,
+    a stalled rank with its cause, a desync, a clean end). Rules: coverage (every rank read, or the conclusion is
+    incomplete_evidence with the missing ranks in missing_ranks, never in culprit_ranks);
     straggler consistency (culprits are exactly the ranks the NCCL table singles out; blaming the first rank to detect
     the timeout or the dump-signal sender is rejected); fabric vs straggler; causality (the root cause precedes the
     stuck collective's start and the symptoms; cross-source ordering needs a verified clock alignment); clock (AIS vs

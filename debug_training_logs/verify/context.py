@@ -6,7 +6,6 @@ their times come from the files, never from the conclusion.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,10 +24,10 @@ from debug_training_logs.analysis.evidence import (
     safe_path,
     triggers,
 )
+from debug_training_logs.logs.attribution import line_rank, strip_ansi
 from debug_training_logs.models import Evidence, cut
 from debug_training_logs.verify.models import Conclusion
 
-_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
 MAX_EVIDENCE = 8
 """Lines listed per check; more are counted in ``evidence_truncated``."""
 SLACK = CLOCK_SLACK
@@ -108,10 +107,12 @@ class RuleContext:
 
 
 def _rank_of_line(ev: JobEvidence, file: str, text: str | None) -> int | None:
+    """The rank of a cited line, attributed exactly as the evidence scan attributes lines (``[rankN]:``, srun
+    ``--label``, Ray prefixes; else the file's only rank)."""
     if text:
-        m = _RANK_PREFIX.search(text)
-        if m:
-            return int(m.group(1))
+        r = line_rank(strip_ansi(text)).rank
+        if r is not None:
+            return r
     ranks = ev.worker.job.inventory.ranks_of_file(file)
     return next(iter(ranks)) if len(ranks) == 1 else None
 

@@ -58,8 +58,17 @@ class Conclusion(BaseModel):
     category: Category = Field(description="The root-cause category.")
     culprit_ranks: list[int] = Field(
         default_factory=list,
-        description="Global ranks that caused the failure (the straggler, the rank that crashed first...); "
-        "for incomplete_evidence, the ranks whose logs are missing.",
+        description="Global ranks established as the cause (the straggler, the rank that crashed first...). Only "
+        "established culprits: ranks whose logs are missing go in missing_ranks, ranks that only look suspicious in "
+        "suspect_ranks.",
+    )
+    missing_ranks: list[int] = Field(
+        default_factory=list,
+        description="Ranks of the world whose logs are missing (for incomplete_evidence: all of them).",
+    )
+    suspect_ranks: list[int] = Field(
+        default_factory=list,
+        description="Ranks that look behind or silent but are not established culprits (not checked as culprits).",
     )
     suspect_nodes: list[str] = Field(default_factory=list, description="Nodes (host names) suspected.")
     root_cause_event: CitedEvent | None = Field(default=None, description="The triggering log line.")

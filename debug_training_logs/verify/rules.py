@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from itertools import pairwise
 
 from debug_training_logs.analysis.alignment import to_ais_clock
@@ -19,9 +19,17 @@ from debug_training_logs.analysis.evidence import (
     PER_STEP_COLLECTIVES,
     Hit,
     NcclRow,
+    RankState,
+    Trigger,
     aligned_for,
+    crash_triggers,
     data_hits,
+    fabric_evidence,
+    job_finished,
     killers,
+    node_failure_facts,
+    precedes_symptom,
+    rank_states,
     refine_times,
 )
 from debug_training_logs.models import Evidence, cut
@@ -119,6 +127,47 @@ def _bounds(c: Cited) -> tuple[datetime | None, datetime | None]:
     return c.earliest, c.latest
 
 
+def first_crash(ctx: RuleContext) -> Trigger | None:
+    """The earliest failure of a rank whose state is crashed / killed by the watchdog, when it is not after the first
+    symptom: a culprit plainly visible."""
+    states = rank_states(ctx.ev)
+    cands = [
+        st.crash
+        for st in states.values()
+        if st.state in ("crashed", "watchdog_killed") and st.crash is not None
+        and precedes_symptom(ctx.ev, st.crash.hit)
+    ]  # fmt: skip
+    return min(cands, key=lambda t: (t.hit.earliest or datetime.max, t.hit.file, t.hit.line)) if cands else None
+
+
+def established_conclusion(ctx: RuleContext, *, cautious_ok_for_fabric: bool = False) -> str | None:
+    """What the evidence establishes beyond a cautious conclusion (a culprit plainly visible, a desync, a stall with
+    its cause, a clean end, a SLURM cancellation), in words; None when it establishes nothing more."""
+    ev = ctx.ev
+    crash = first_crash(ctx)
+    if crash is not None:
+        return f"rank {crash.hit.rank} failed first: {crash.what} ({crash.hit.file}:{crash.hit.line})"
+    ahead = [g for g in ev.nccl.groups if g.classification == "root_ahead" and g.root_gap is not None]
+    if ahead:
+        g = ahead[0]
+        return f"rank {g.root_rank} is {g.root_gap} collective(s) ahead in PG {g.pg} (a desync)"
+    roots = root_stragglers(ctx)
+    if ev.nccl.timed_out and roots:
+        data = [h for h in data_hits(ev, roots, ctx.symptom_time) if not _RESET.search(h.text)]
+        if data:
+            return f"straggler rank(s) {_fmt(roots)} logged data-loading errors ({data[0].file}:{data[0].line})"
+    end = job_finished(ev)
+    if end is not None:
+        return f"the run ended normally ({end.file}:{end.line})"
+    if not cautious_ok_for_fabric:
+        if fabric_evidence(ev)[0]:
+            return "the fabric pattern is shown (every rank inside the collective, positive fabric evidence)"
+        cancels = [h for h in ev.worker.hits("slurm_cancel") if "TIME LIMIT" in h.text or "NODE FAILURE" in h.text]
+        if cancels and not ev.nccl.timed_out:
+            return f"SLURM cancelled the job ({cancels[0].file}:{cancels[0].line})"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # coverage
 
@@ -130,32 +179,54 @@ def coverage(ctx: RuleContext) -> Check:
     missing = w.missing_ranks
     cov = ctx.ev.coverage
     ws_ev = [Evidence(file="(coverage)", line=1, text=cut(cov.world_size_evidence))]
+    claimed_missing = set(ctx.conclusion.missing_ranks)
+    if claimed_missing and claimed_missing != missing:
+        return _check(
+            "coverage",
+            "failed",
+            f"The conclusion says ranks {_fmt(claimed_missing)} are missing; the logs miss {_fmt(missing)}.",
+            ws_ev,
+            f"Set missing_ranks to {_fmt(missing)}.",
+        )
+    if missing & ctx.culprits:
+        return _check(
+            "coverage",
+            "failed",
+            f"Rank(s) {_fmt(missing & ctx.culprits)} are named culprits, but their logs are missing: nothing is "
+            "established about them.",
+            ws_ev,
+            "Put ranks whose logs are missing in missing_ranks (or suspect_ranks), not in culprit_ranks.",
+        )
     if ctx.category == "incomplete_evidence":
         if w.world_size is None:
             return _check("coverage", "passed", "The world size is unknown: the evidence is indeed incomplete.")
         if missing:
-            if ctx.culprits == missing:
+            if ctx.culprits:
                 return _check(
-                    "coverage", "passed", f"Ranks {_fmt(missing)} have no log file and the conclusion names them."
+                    "coverage",
+                    "failed",
+                    f"incomplete_evidence establishes no culprit, but the conclusion names {_fmt(ctx.culprits)}.",
+                    ws_ev,
+                    "Empty culprit_ranks; name the missing ranks in missing_ranks.",
                 )
             return _check(
                 "coverage",
-                "failed",
-                f"Ranks {_fmt(missing)} have no log file, but the conclusion names {_fmt(ctx.culprits)}.",
-                ws_ev,
-                f"Put the missing ranks ({_fmt(missing)}) in culprit_ranks.",
+                "passed",
+                f"Ranks {_fmt(missing)} have no log file: the evidence is incomplete and no culprit is named.",
             )
-        if ctx.symptom is None and not w.hits("clean_end"):
+        established = established_conclusion(ctx)
+        if established is None:
             return _check(
                 "coverage",
                 "passed",
-                "Every rank's log is present, but no log shows a failure or a normal end: the logs are incomplete.",
+                "Every rank's log is present, but the evidence establishes no conclusion (no crash before the "
+                "failure, no straggler with a cause, no desync, no clean end): incomplete.",
             )
         return _check(
             "coverage",
             "failed",
-            f"Every rank of the {w.world_size}-rank world was read ({cov.world_size_evidence}) and the logs show "
-            "how the job ended: the evidence is complete, so decide.",
+            f"Every rank of the {w.world_size}-rank world was read ({cov.world_size_evidence}) and the evidence "
+            f"establishes more: {established}.",
             ws_ev,
             "Name the category the evidence supports (run diagnose).",
         )
@@ -313,10 +384,19 @@ def fabric_vs_straggler(ctx: RuleContext) -> Check:
                 "rank inside the collective and every rank's own watchdog firing.",
                 next_step="Compare last enqueued/completed across ranks (nccl_state_table).",
             )
+        shown, why = fabric_evidence(ctx.ev)
+        if not shown:
+            return _check(
+                "fabric_vs_straggler",
+                "failed",
+                f"gpu_fabric needs positive evidence: {why}.",
+                [_row_cite(r) for r in nccl.rows[:MAX_EVIDENCE]],
+                "Conclude nccl_timeout_unattributed (fabric suspected), or find NCCL WARN / IB / Xid errors.",
+            )
         return _check(
             "fabric_vs_straggler",
             "passed",
-            f"Every rank was inside the collective and detected the timeout itself; no straggler ({classes}).",
+            f"Every rank was inside the collective; no straggler ({classes}); {why}.",
             [_row_cite(r) for r in nccl.rows[:MAX_EVIDENCE]],
         )
     if not singled:
@@ -451,6 +531,16 @@ def causality(ctx: RuleContext) -> Check:
             ev,
         )
     rank = root.rank
+    st = rank_states(ctx.ev).get(rank) if rank is not None else None
+    if st is not None and st.state in ("crashed", "watchdog_killed") and (lo is None or lo <= limit + SLACK):
+        return _check(
+            "causality",
+            "passed",
+            f"{root.where} has no time of its own (between {_t(lo)} and {_t(hi)}), but it is output of rank {rank}, "
+            f"which crashed ({st.why}) and never entered the collective the others waited in: it came before "
+            f"{what} at {_t(limit)}.",
+            ev,
+        )
     if hi is not None and sym is not None and hi <= sym and rank is not None and rank in root_stragglers(ctx):
         return _check(
             "causality",
@@ -918,6 +1008,8 @@ def _first_of_kind(ctx: RuleContext, kind: str) -> dict[int, Hit]:
 
 
 def _needs_line_on_culprits(ctx: RuleContext, kind: str, what: str) -> Check:
+    """Every culprit crashed (its state), of a failure of ``kind`` that did not come after the first symptom, and no
+    other rank plainly failed before it. ``rank_crash`` takes any crash (a crash is a crash whatever raised it)."""
     rule = f"category_specific:{ctx.category}"
     if not ctx.culprits:
         return _check(
@@ -926,18 +1018,40 @@ def _needs_line_on_culprits(ctx: RuleContext, kind: str, what: str) -> Check:
             f"{ctx.category} needs the rank(s) with the {what}; none is named.",
             next_step="Name the culprit ranks.",
         )
-    found = _first_of_kind(ctx, kind)
-    missing = sorted(r for r in ctx.culprits if r not in found)
+    states = rank_states(ctx.ev)
+    fatal = crash_triggers(ctx.ev)
+    kinds = {"rank_crash", "data", "cuda_oom", "cuda_error"} if kind == "rank_crash" else {kind}
+    found: dict[int, Hit] = {}
+    for r in sorted(ctx.culprits):
+        t = next((t for t in fatal.get(r, []) if t.category in kinds), None)
+        if t is not None:
+            found[r] = t.hit
+    exit_only = [r for r in ctx.culprits if r not in found and kind == "rank_crash" and _state(states, r) == "crashed"]
+    missing = sorted(r for r in ctx.culprits if r not in found and r not in exit_only)
     if missing:
-        others = sorted(found)
+        others = sorted(r for r, ts in fatal.items() if any(t.category in kinds for t in ts))
         return _check(
             rule,
             "failed",
             f"No {what} on rank(s) {_fmt(missing)}" + (f"; it is on rank(s) {_fmt(others)}." if others else "."),
-            [h.cite() for h in found.values()],
+            [t.hit.cite() for r in others[:MAX_EVIDENCE] for t in fatal[r][:1]],
             f"Name the rank(s) whose log has the {what}.",
         )
-    late = [r for r in ctx.culprits if _before_symptom(ctx, found[r]) is False]
+    alive = sorted(r for r in ctx.culprits if _state(states, r) not in ("crashed", "watchdog_killed"))
+    if alive:
+        r = alive[0]
+        st = states.get(r)
+        return _check(
+            rule,
+            "failed",
+            f"Rank(s) {_fmt(alive)} did not die of it: rank {r} is {st.state if st else 'unknown'} "
+            f"({st.why if st else 'no state'}). An error a rank survived (handled, or logged while it went on "
+            "waiting) is not its failure.",
+            [found[x].cite() for x in alive if x in found],
+            "Name the rank(s) that crashed.",
+        )
+    order = {r: precedes_symptom(ctx.ev, h) for r, h in found.items()}
+    late = sorted(r for r, o in order.items() if o is False)
     if late:
         return _check(
             rule,
@@ -947,36 +1061,42 @@ def _needs_line_on_culprits(ctx: RuleContext, kind: str, what: str) -> Check:
             [found[r].cite() for r in late],
             "Find what failed first.",
         )
-    earliest = min(found.values(), key=lambda h: h.earliest or datetime.max)
-    first_all = ctx.trig[0] if ctx.trig else None
-    note = ""
-    if first_all is not None and first_all.hit.rank not in ctx.culprits and first_all.category == kind:
+    first_all = first_crash(ctx)
+    if found and first_all is not None and first_all.hit.rank not in ctx.culprits:
+        earliest = min(found.values(), key=lambda h: h.earliest or datetime.max)
         e0 = first_all.hit.latest
         if e0 is not None and earliest.earliest is not None and e0 + SLACK < earliest.earliest:
             return _check(
                 rule,
                 "failed",
-                f"Rank {first_all.hit.rank} had the {what} first ({first_all.hit.file}:{first_all.hit.line}), before "
-                f"rank(s) {_fmt(ctx.culprits)}.",
+                f"Rank {first_all.hit.rank} failed first ({first_all.what}, {first_all.hit.file}:"
+                f"{first_all.hit.line}), before rank(s) {_fmt(ctx.culprits)}.",
                 [first_all.hit.cite(), earliest.cite()],
                 f"Name rank {first_all.hit.rank}.",
             )
-    undecided = [r for r in ctx.culprits if _before_symptom(ctx, found[r]) is None]
+    undecided = sorted(r for r, o in order.items() if o is None)
     if undecided:
-        note = f" (rank(s) {_fmt(undecided)}: line without a time, cannot be ordered against the first symptom)"
         return _check(
             rule,
             "undecided",
-            f"The {what} is on rank(s) {_fmt(ctx.culprits)}{note}.",
-            [found[r].cite() for r in ctx.culprits],
+            f"The {what} is on rank(s) {_fmt(ctx.culprits)} (rank(s) {_fmt(undecided)}: the line cannot be ordered "
+            "against the first symptom, and the rank's state does not order it).",
+            [found[r].cite() for r in undecided],
             "Cite a line with a time.",
         )
+    note = f"; rank(s) {_fmt(exit_only)} exited with an error code, no exception in their log" if exit_only else ""
     return _check(
         rule,
         "passed",
-        f"The {what} is on rank(s) {_fmt(ctx.culprits)}, before the first symptom ({_t(ctx.symptom_time)}).",
-        [found[r].cite() for r in sorted(ctx.culprits)],
+        f"The {what} is on rank(s) {_fmt(sorted(found))}, which crashed, before the first symptom "
+        f"({_t(ctx.symptom_time)}){note}.",
+        [found[r].cite() for r in sorted(found)],
     )
+
+
+def _state(states: dict[int, RankState], r: int) -> str:
+    st = states.get(r)
+    return st.state if st is not None else "unknown"
 
 
 def _cat_time_limit(ctx: RuleContext) -> Check:
@@ -991,7 +1111,8 @@ def _cat_time_limit(ctx: RuleContext) -> Check:
             next_step="Find the process killer (grep_all_ranks tier 1).",
         )
     at = cancels[0].when
-    earlier = [t for t in ctx.trig if t.category != "data" and (at is None or (t.hit.earliest or at) < at)]
+    crash = first_crash(ctx)  # a rank that died before the cancellation (handled errors do not count)
+    earlier = [crash] if crash is not None and (at is None or (crash.hit.earliest or at) < at) else []
     row = ctx.ev.nccl.first_timeout()
     if row is not None and row.timeout_time is not None and (at is None or row.timeout_time < at):
         return _check(
@@ -1031,22 +1152,31 @@ def _cat_time_limit(ctx: RuleContext) -> Check:
 
 
 def _cat_no_failure(ctx: RuleContext) -> Check:
+    """Every rank finished: a clean end, no NCCL timeout, no process killer, no exception that ended a rank
+    (warnings, retried resets and handled exceptions do not count)."""
     rule = "category_specific:no_failure"
     w = ctx.ev.worker
-    ends = w.hits("clean_end")
-    found = killers(w)
-    if found:
-        k = found[0]
-        return _check(
-            rule,
-            "failed",
-            f"A process killer appears: {cut(k.text, 160)!r} ({k.file}:{k.line}).",
-            [h.cite() for h in found],
-            "Diagnose the failure.",
-        )
-    if ctx.ev.nccl.timed_out:
-        return _check(rule, "failed", "An NCCL collective timed out.", next_step="Diagnose the timeout.")
-    if not ends:
+    end = job_finished(ctx.ev)
+    if end is None:
+        found = killers(w, ctx.ev)
+        if found:
+            k = found[0]
+            return _check(
+                rule,
+                "failed",
+                f"A process killer appears: {cut(k.text, 160)!r} ({k.file}:{k.line}).",
+                [h.cite() for h in found],
+                "Diagnose the failure.",
+            )
+        if ctx.ev.nccl.timed_out:
+            return _check(rule, "failed", "An NCCL collective timed out.", next_step="Diagnose the timeout.")
+        if ctx.ev.nccl.exited_with_error:
+            return _check(
+                rule,
+                "failed",
+                f"Rank(s) {_fmt(ctx.ev.nccl.exited_with_error)} exited with an error code.",
+                next_step="Diagnose the failure.",
+            )
         return _check(
             rule,
             "undecided",
@@ -1063,56 +1193,56 @@ def _cat_no_failure(ctx: RuleContext) -> Check:
     return _check(
         rule,
         "passed",
-        f"The training loop ended normally ({ends[-1].file}:{ends[-1].line}) and no process "
-        "killer appears in any rank's log.",
-        [ends[-1].cite()],
+        f"The training loop ended normally ({end.file}:{end.line}), no rank crashed and no process killer appears "
+        "in any rank's log (warnings and retried requests do not count).",
+        [end.cite()],
     )
 
 
 def _cat_node_failure(ctx: RuleContext) -> Check:
     rule = "category_specific:node_failure"
-    w = ctx.ev.worker
-    cancels = [h for h in w.hits("slurm_cancel") if "NODE FAILURE" in h.text]
-    if not cancels:
+    cancel, silent = node_failure_facts(ctx.ev)
+    if cancel is None:
         return _check(
             rule,
             "failed",
             "No 'CANCELLED ... DUE TO NODE FAILURE' line in any log.",
             next_step="Check sacct / slurmctld for the node state.",
         )
-    at = cancels[0].when
-    with_cancel = {h.file for h in cancels}
-    bad = []
-    for r in sorted(ctx.culprits):
-        files = w.files_of_rank(r)
-        ends = [w.file_end.get(f) for f in files]
-        alive = any(f in with_cancel for f in files) or any(
-            e is not None and e.time is not None and at is not None and e.time > at - timedelta(seconds=60)
-            for e in ends
-        )
-        if alive:
-            bad.append(r)
+    quiet = {r for n in silent for r in n.ranks}
+    names = ", ".join(n.node for n in silent if n.node) or _fmt(quiet)
+    bad = sorted(ctx.culprits - quiet)
     if bad:
         return _check(
             rule,
             "failed",
-            f"Rank(s) {_fmt(bad)} kept logging until the cancellation: their node did not fail.",
-            [cancels[0].cite()],
+            f"Rank(s) {_fmt(bad)} kept logging until the cancellation: their node did not fail"
+            + (f" (silent: {names})." if silent else "."),
+            [cancel.cite()],
             "Name the ranks of the node that went silent.",
+        )
+    if not ctx.culprits and quiet:
+        return _check(
+            rule,
+            "failed",
+            f"SLURM reports a node failure and node(s) {names} (ranks {_fmt(quiet)}) went silent before it; the "
+            "conclusion names no rank.",
+            [cancel.cite(), *[n.last.cite() for n in silent if n.last is not None]],
+            f"Name ranks {_fmt(quiet)}.",
         )
     if not ctx.culprits:
         return _check(
             rule,
-            "undecided",
-            "SLURM reports a node failure; no rank is named.",
-            [cancels[0].cite()],
-            "Name the ranks of the silent node (or say which node).",
+            "passed",
+            "SLURM cancelled the job for a node failure and no node's logs went silent before it: the failed node "
+            "cannot be told from the logs, and the conclusion names none (cautious).",
+            [cancel.cite()],
         )
     return _check(
         rule,
         "passed",
         f"SLURM cancelled the job DUE TO NODE FAILURE and rank(s) {_fmt(ctx.culprits)} went silent before it.",
-        [cancels[0].cite()],
+        [cancel.cite()],
     )
 
 
@@ -1139,6 +1269,17 @@ def _cat_storage(ctx: RuleContext) -> Check:
     culprits = ctx.culprits
     hits = [h for h in data_hits(ctx.ev, culprits, ctx.symptom_time) if not _RESET.search(h.text)]
     if ctx.category == "data_loading_stall":
+        states = rank_states(ctx.ev)
+        dead = sorted(r for r in culprits if _state(states, r) in ("crashed", "watchdog_killed"))
+        if dead:
+            st = states[dead[0]]
+            return _check(
+                rule,
+                "failed",
+                f"Rank(s) {_fmt(dead)} crashed ({st.why}): a crash, not a stall (a stalled rank stays alive).",
+                [st.line.cite()] if st.line is not None else [],
+                "Conclude rank_crash (crash in the data loader).",
+            )
         roots = root_stragglers(ctx)
         if ctx.ev.nccl.timed_out and not culprits <= roots:
             return _check(
@@ -1175,45 +1316,27 @@ def _cat_storage(ctx: RuleContext) -> Check:
 
 
 def _cat_unattributed(ctx: RuleContext) -> Check:
+    """A cautious conclusion: accepted unless the evidence establishes something it contradicts (a culprit plainly
+    visible, a stall with its cause, a desync)."""
     rule = "category_specific:nccl_timeout_unattributed"
     nccl = ctx.ev.nccl
     if not nccl.timed_out:
         return _check(rule, "failed", "No NCCL collective timed out.", next_step="Find the process killer.")
-    early = [t for t in ctx.trig if t.category != "data" and (_before_symptom(ctx, t.hit) is True)]
-    early = [t for t in early if not any((r.pending or 0) > 0 for r in nccl.rows if r.rank == t.hit.rank)]
-    if early:
-        t = early[0]
+    established = established_conclusion(ctx, cautious_ok_for_fabric=True)
+    if established is not None:
         return _check(
             rule,
             "failed",
-            f"The timeout is attributable: {t.what} on rank {t.hit.rank} ({t.hit.file}:{t.hit.line}) came before it.",
-            [t.hit.cite()],
-            "Conclude that category.",
+            f"The timeout is attributable: {established}.",
+            next_step="Conclude what the evidence establishes (run diagnose).",
         )
-    roots = root_stragglers(ctx)
-    data = [h for h in data_hits(ctx.ev, roots, ctx.symptom_time) if not _RESET.search(h.text)]
-    if data:
-        return _check(
-            rule,
-            "failed",
-            f"The straggler rank(s) {_fmt(roots)} logged data-loading errors "
-            f"({data[0].file}:{data[0].line}): a data-loading stall.",
-            [h.cite() for h in data],
-            "Conclude data_loading_stall.",
-        )
-    groups = [g for g in nccl.groups if g.detected_ranks]
-    if groups and all(g.classification == "fabric" for g in groups) and not nccl.ranks_without_state:
-        return _check(
-            rule,
-            "failed",
-            "Every rank was inside the collective and detected the timeout: the fabric pattern.",
-            next_step="Conclude gpu_fabric.",
-        )
+    shown, why = fabric_evidence(ctx.ev)
+    note = f" ({why})" if not shown and "counters" in why else ""
     return _check(
         rule,
         "passed",
-        "NCCL timed out and nothing in the logs attributes it (no earlier error, no data "
-        "error on a straggler, not the fabric pattern).",
+        "NCCL timed out and nothing in the logs attributes it (no rank crashed before it, no straggler with a "
+        f"data-loading cause, no desync){note}.",
     )
 
 

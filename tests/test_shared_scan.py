@@ -1,0 +1,77 @@
+"""One read of a job's files for an agent's sequence of tool calls (the scan-result cache and composite sinks)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from debug_training_logs.analysis import inventory, scan_cache
+from debug_training_logs.server.app import create_server
+
+pytestmark = pytest.mark.anyio
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.fixture
+def counted_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many worker files each scan pass read (one entry per pass)."""
+    passes: list[int] = []
+    real = inventory.scan_files
+
+    def scan(files: Any, *a: Any, **kw: Any) -> Any:
+        passes.append(len(files))
+        return real(files, *a, **kw)
+
+    monkeypatch.setattr(inventory, "scan_files", scan)
+    return passes
+
+
+async def _call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    res = await client.call_tool(tool, args)
+    assert res.is_error is False, res.content
+    assert res.structured_content is not None
+    return res.structured_content
+
+
+async def test_agent_sequence_reads_the_worker_files_once(tmp_path: Path, counted_scans: list[int]) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(FIXTURES / "data_stall", job)
+    logs, ais = str(job / "logs"), str(job / "ais")
+    n_files = len(os.listdir(logs))
+    scan_cache.set_default_companions(scan_cache.standard_consumers())  # what the server process does at start
+    async with Client(create_server([tmp_path])) as client:  # type: ignore[arg-type]
+        ov = await _call(client, "job_overview", {"logs_dir": logs})
+        grep = await _call(client, "grep_all_ranks", {"logs_dir": logs})
+        table = await _call(client, "nccl_state_table", {"logs_dir": logs})
+        tl = await _call(client, "timeline", {"logs_dir": logs, "ais_dir": ais})
+        d = await _call(client, "diagnose", {"logs_dir": logs, "ais_dir": ais})
+        v = await _call(client, "verify_conclusion", {"conclusion": d["conclusion"]})
+        assert counted_scans == [n_files]  # the first call read every file; the five after it read none
+        assert ov["coverage"]["ranks_found"] == "0-15" and grep["coverage"] == ov["coverage"]
+        assert table["straggler_ranks"] == [5] and d["verdict"]["culprit_ranks"] == [5] and v["accepted"]
+        assert tl["events"]
+        # a file that changes is read again (and only that one); the answers follow the new content
+        victim = job / "logs" / sorted(os.listdir(logs))[0]
+        with victim.open("a") as fh:
+            fh.write("[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+        grep2 = await _call(client, "grep_all_ranks", {"logs_dir": logs})
+        assert counted_scans == [n_files, 1]
+        assert grep2 != grep
+
+
+async def test_without_companions_each_question_is_scanned_once(tmp_path: Path, counted_scans: list[int]) -> None:
+    shutil.copytree(FIXTURES / "data_stall", tmp_path / "job")
+    logs = str(tmp_path / "job" / "logs")
+    async with Client(create_server([tmp_path])) as client:  # type: ignore[arg-type]
+        for _ in range(2):
+            await _call(client, "grep_all_ranks", {"logs_dir": logs})
+            await _call(client, "nccl_state_table", {"logs_dir": logs})
+        n = len(os.listdir(logs))
+        assert counted_scans == [n, n]  # grep, then nccl (its own question); the repeats are cache hits
+        await _call(client, "timeline", {"logs_dir": logs})
+        assert counted_scans == [n, n, n]  # timeline's three questions in one pass (clock anchors were new)
