@@ -40,11 +40,14 @@ from debug_training_logs.ranges import format_ranges
 
 COLOURS = {
     "straggler": "#d62728",
+    "stuck": "#fb9a99",
     "crashed": "#7b3294",
     "ahead": "#ff7f0e",
     "waiting": "#9ecae1",
+    "killed": "#08519c",
+    "torn_down": "#bdbdbd",
     "finished": "#31a354",
-    "quiet": "#d9d9d9",
+    "unknown": "#f0f0f0",
     "missing": "#ffffff",
 }
 BIG_GRID = 2048
@@ -350,7 +353,8 @@ def _grid(data: ReportData) -> str:
     total = sum(data.state_counts.values())
     big = total > BIG_GRID
     legend = "".join(
-        f'<span title="{_e(STATE_MEANING[s])}"><i class="s-{s}"></i>{s} {data.state_counts[s]:,}</span>'
+        f'<span title="{_e(STATE_MEANING[s])}"><i class="s-{s}"></i>{s.replace("_", " ")} '
+        f"{data.state_counts[s]:,}</span>"
         for s in STATES
         if data.state_counts[s]
     )
