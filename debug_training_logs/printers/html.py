@@ -17,7 +17,7 @@ Why our own inline SVG and HTML rather than a plotting library. We weighed:
 What the page needs is small: a grid of up to ~10,000 cells with a tooltip each, and a handful of line plots with a
 few hundred points. Plain elements with a ``title`` attribute give the hover evidence without script; the plots are
 polylines we compute (x/y scaling and time ticks are ~60 lines). So the page has no dependency, draws with script
-disabled (some viewers of mailed attachments disable it), prints, and stays small and quick: 0.26 MB and ~0.3 s to
+disabled (some viewers of mailed attachments disable it), prints, and stays small and quick: 0.38 MB and ~0.2 s to
 load in headless Chromium at 1,024 ranks, 1.9 MB and ~0.9 s at 10,240 (the cells' hover text is most of it; measured
 by ``tests/test_html_report.py``'s browser tests on a loaded 2-core machine, which print their figures with ``-s``).
 """
