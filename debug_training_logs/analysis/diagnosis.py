@@ -44,6 +44,7 @@ from debug_training_logs.analysis.evidence import (
     refine_times,
     triggers,
 )
+from debug_training_logs.formats.timestamps import show
 
 __all__ = ["JobEvidence", "KeyEvent", "Verdict", "conclude", "gather_evidence"]
 
@@ -810,7 +811,7 @@ def _fmt(ranks: Iterable[int]) -> str:
 
 
 def _t(t: datetime | None) -> str:
-    return t.isoformat(sep=" ", timespec="seconds") if t is not None else "an unknown time"
+    return show(t) if t is not None else "an unknown time"
 
 
 def _short(text: str, n: int = 140) -> str:

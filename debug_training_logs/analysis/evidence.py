@@ -76,7 +76,7 @@ from debug_training_logs.analysis.inventory import (
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
 from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import torch_nccl as tn
-from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
+from debug_training_logs.formats.timestamps import GUESSED_YEAR, WallTime, parse_wall_time, with_year
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
 from debug_training_logs.logs.discovery import LogFile, sniff_compression
 from debug_training_logs.logs.nearest_time import TAIL_BYTES, TIMESTAMP
@@ -189,8 +189,8 @@ SIGNALS: tuple[Signal, ...] = (
 )
 SIGNAL_NAMES = tuple(s.name for s in SIGNALS)
 
-WORKER_FALLBACK_YEAR = 2000
-"""Year used for ordering when no worker line states one (a leap year, so Feb 29 still parses)."""
+WORKER_FALLBACK_YEAR = GUESSED_YEAR
+"""Year used for ordering when no worker line states one (see ``formats.timestamps.GUESSED_YEAR``)."""
 
 SAMPLES_PER_SIGNAL = 200
 """Hits kept in full per signal per file (the first ones); beyond that only counts and each rank's first/last hit."""

@@ -95,3 +95,16 @@ def iso(t: WallTime, year_hint: int | None) -> str:
     if dt is not None:
         return dt.isoformat(timespec="seconds")
     return f"{t.month:02d}-{t.day:02d} {t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+
+
+GUESSED_YEAR = 2000
+"""The year a worker time gets for ordering when no line of the job states one (a leap year, so Feb 29 still parses).
+Never shown as if the log had said it: :func:`show` prints such a time as the log wrote it."""
+
+
+def show(t: datetime, sep: str = " ") -> str:
+    """``t`` for a person: ISO 8601 to the second, or ``MM-DD HH:MM:SS`` as the log wrote it when its year is only
+    :data:`GUESSED_YEAR` (no line of the job stated a year)."""
+    if t.year == GUESSED_YEAR:
+        return f"{t.month:02d}-{t.day:02d} {t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+    return t.isoformat(sep=sep, timespec="seconds")

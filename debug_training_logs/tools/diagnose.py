@@ -23,6 +23,7 @@ from debug_training_logs.analysis.evidence import (
     rank_states,
 )
 from debug_training_logs.analysis.recommendations import recommend
+from debug_training_logs.formats.timestamps import GUESSED_YEAR, show
 from debug_training_logs.models import Coverage
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
@@ -164,19 +165,27 @@ def _utc_offset(ev: JobEvidence) -> float | None:
     return ais.alignment.offset_hours if (ais.index.zone or "").upper() == "UTC" else None
 
 
+def _shown(t: datetime | None) -> str:
+    return show(t, sep="T") if t is not None else "?"
+
+
 def _note(e: KeyEvent) -> str:
     if e.time is not None:
         if e.derived:
-            return "computed: the watchdog's timeout time minus how long the collective ran"
-        return "aligned from the AIS clock" if e.kind == "ais" else "exact (second resolution)"
+            note = "computed: the watchdog's timeout time minus how long the collective ran"
+        else:
+            note = "aligned from the AIS clock" if e.kind == "ais" else "exact (second resolution)"
+        if e.time.year == GUESSED_YEAR:
+            note += f"; no log line states a year ({GUESSED_YEAR} stands in for it in time_local)"
+        return note
     if e.kind == "ais":
-        return f"AIS clock {_iso(e.ais_time)} (not aligned with the workers)"
+        return f"AIS clock {_shown(e.ais_time)} (not aligned with the workers)"
     if e.derived and e.latest is not None:
-        return f"before {_iso(e.latest)} (it never reached the collective that started then)"
+        return f"before {_shown(e.latest)} (it never reached the collective that started then)"
     if e.derived:
         return "computed from the rank's series of reports"
     if e.earliest or e.latest:
-        return f"no time on the line: between {_iso(e.earliest) or '?'} and {_iso(e.latest) or '?'}"
+        return f"no time on the line: between {_shown(e.earliest)} and {_shown(e.latest)}"
     return "no time on the line"
 
 
@@ -458,9 +467,9 @@ def _cell(text: str | None, limit: int = 160) -> str:
     return t if len(t) <= limit else t[: limit - 1] + "…"
 
 
-def _when(e: TimelineEntry) -> str:
+def _when(e: TimelineEntry | ChainLink) -> str:
     if e.time_local:
-        return e.time_local.replace("T", " ")
+        return show(datetime.fromisoformat(e.time_local))
     return f"({e.time_note})"
 
 
@@ -520,8 +529,7 @@ def render_report(d: Diagnosis) -> str:
     if not d.root_cause_chain:
         out.append("(no event: see the explanation and the next steps)")
     for i, c in enumerate(d.root_cause_chain):
-        when = (c.time_local or "").replace("T", " ") or f"({c.time_note})"
-        out.append(f"{c.step}. **{when}** {c.event} — `{c.source}`")
+        out.append(f"{c.step}. **{_when(c)}** {c.event} — `{c.source}`")
         if i < len(d.root_cause_chain) - 1:
             out.append("   ↓")
     out += ["", "## Key Files", ""]

@@ -32,6 +32,7 @@ from debug_training_logs.analysis.evidence import (
     rank_states,
     refine_times,
 )
+from debug_training_logs.formats.timestamps import show
 from debug_training_logs.models import Evidence, cut
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.verify.context import MAX_EVIDENCE, SLACK, Cited, RuleContext
@@ -83,7 +84,7 @@ def _fmt(ranks: Iterable[int]) -> str:
 
 
 def _t(t: datetime | None) -> str:
-    return t.isoformat(sep=" ", timespec="seconds") if t is not None else "unknown"
+    return show(t) if t is not None else "unknown"
 
 
 def _row_cite(r: NcclRow) -> Evidence:
