@@ -17,7 +17,7 @@ Why our own inline SVG and HTML rather than a plotting library. We weighed:
 What the page needs is small: a grid of up to ~10,000 cells with a tooltip each, and a handful of line plots with a
 few hundred points. Plain elements with a ``title`` attribute give the hover evidence without script; the plots are
 polylines we compute (x/y scaling and time ticks are ~60 lines). So the page has no dependency, draws with script
-disabled (some viewers of mailed attachments disable it), prints, and stays small and quick: 0.26 MB and ~0.3 s to
+disabled (some viewers of mailed attachments disable it), prints, and stays small and quick: 0.38 MB and ~0.2 s to
 load in headless Chromium at 1,024 ranks, 1.9 MB and ~0.9 s at 10,240 (the cells' hover text is most of it; measured
 by ``tests/test_html_report.py``'s browser tests on a loaded 2-core machine, which print their figures with ``-s``).
 """
@@ -40,11 +40,14 @@ from debug_training_logs.ranges import format_ranges
 
 COLOURS = {
     "straggler": "#d62728",
+    "stuck": "#fb9a99",
     "crashed": "#7b3294",
     "ahead": "#ff7f0e",
     "waiting": "#9ecae1",
+    "killed": "#08519c",
+    "torn_down": "#bdbdbd",
     "finished": "#31a354",
-    "quiet": "#d9d9d9",
+    "unknown": "#f0f0f0",
     "missing": "#ffffff",
 }
 BIG_GRID = 2048
@@ -350,7 +353,8 @@ def _grid(data: ReportData) -> str:
     total = sum(data.state_counts.values())
     big = total > BIG_GRID
     legend = "".join(
-        f'<span title="{_e(STATE_MEANING[s])}"><i class="s-{s}"></i>{s} {data.state_counts[s]:,}</span>'
+        f'<span title="{_e(STATE_MEANING[s])}"><i class="s-{s}"></i>{s.replace("_", " ")} '
+        f"{data.state_counts[s]:,}</span>"
         for s in STATES
         if data.state_counts[s]
     )

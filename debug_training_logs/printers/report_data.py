@@ -1,16 +1,20 @@
 """What the HTML report shows, taken from a diagnosis and the evidence it rests on (no further scan of the worker logs).
 
-Every rank gets one state, in this order of precedence (the first that applies wins):
+Every rank gets the state the evidence model decides (:func:`analysis.evidence.rank_states`, the same states the
+diagnosis and the verifier read), named for the person reading the grid:
 
-- ``missing``: the world size says the rank existed, but no line of any file belongs to it;
-- ``straggler``: the NCCL table (or the verdict of a stall/hang) says it never entered the collective the others
-  wait in;
-- ``ahead``: the root of a process group that is ahead of the others (``root_ahead``);
-- ``crashed``: a culprit of a crash verdict (OOM, CUDA error, exception, its node failed), or a rank whose own log
-  has a CUDA error, out-of-memory, XID or NaN line and no watchdog timeout;
-- ``waiting``: its watchdog detected (or it observed) the timeout of a collective it had entered;
-- ``finished``: its log says the training loop ended normally;
-- ``quiet``: it logged, but nothing above: no failure line and no end line (the report never guesses).
+- ``straggler``: the model's ``stuck`` (alive but outside the collective the others wait in) for a rank the verdict
+  names as a culprit; ``stuck`` for the other ranks it calls so (no NCCL work pending while the others timed out),
+  so that the page never calls a rank a straggler the verified verdict did not establish;
+- ``crashed``: an exception, a fatal CUDA error or an error exit ended it;
+- ``ahead``: the root of a process group that is ahead of the others (``root_ahead`` in the NCCL table; the model
+  calls it waiting);
+- ``waiting``: inside a collective (enqueued > completed) when the watchdog fired;
+- ``killed``: the NCCL heartbeat monitor killed it (``watchdog_killed``);
+- ``torn_down``: its launcher stopped it after another rank failed;
+- ``finished``: the run ended normally;
+- ``unknown``: its log says nothing of how it ended (the page never guesses);
+- ``missing``: the world size says it existed, no file of it was found (``absent``).
 
 Each cell carries the line that put it in its state (``file:line``). The AIS counters are read again from the AIS
 directory (one more pass over the AIS logs, which are small beside the worker logs): the diagnosis keeps only their
@@ -25,22 +29,38 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from debug_training_logs.analysis.ais_deltas import collect
-from debug_training_logs.analysis.evidence import JobEvidence, NcclRow, Series
-from debug_training_logs.ranges import parse_ranges
+from debug_training_logs.analysis.evidence import JobEvidence, Series, rank_states
 from debug_training_logs.tools.diagnose import Diagnosis
 
-STATES: tuple[str, ...] = ("straggler", "crashed", "ahead", "waiting", "finished", "quiet", "missing")
+STATES: tuple[str, ...] = (
+    "straggler",
+    "stuck",
+    "crashed",
+    "ahead",
+    "waiting",
+    "killed",
+    "torn_down",
+    "finished",
+    "unknown",
+    "missing",
+)
 """Every state a rank cell can have, in legend order."""
 
 STATE_MEANING = {
-    "straggler": "never entered the collective the others wait in",
-    "crashed": "its process failed with an error of its own",
+    "straggler": "the culprit: never entered the collective the others wait in",
+    "stuck": "no NCCL work pending while the others timed out (not established as the cause)",
+    "crashed": "an error of its own ended it",
     "ahead": "root of a process group ahead of the others",
-    "waiting": "waited in a collective until the watchdog fired",
-    "finished": "the training loop ended normally",
-    "quiet": "logged, but no failure and no end line",
-    "missing": "expected by the world size, no log line",
+    "waiting": "inside a collective when the watchdog fired",
+    "killed": "killed by the NCCL heartbeat monitor",
+    "torn_down": "stopped by its launcher after another rank failed",
+    "finished": "the run ended normally",
+    "unknown": "its log says nothing of how it ended",
+    "missing": "expected by the world size, no file of it found",
 }
+
+PAGE_STATE = {"watchdog_killed": "killed", "absent": "missing"}
+"""The evidence model's state names that the page shows under another name (the others are shown as they are)."""
 
 AIS_COUNTERS: tuple[str, ...] = ("err.get.n", "err.getbatch.n", "err.http.write.n", "get.n")
 """The AIS counters plotted per daemon (increase per stats interval)."""
@@ -56,9 +76,6 @@ WINDOW_BEFORE = timedelta(minutes=45)
 WINDOW_AFTER = timedelta(minutes=15)
 """The AIS plots show this much before the first event of the failure and after the last."""
 
-_CRASH_SIGNALS = ("cuda_oom", "cuda_error", "xid", "nan", "address_in_use")
-_CRASH_CATEGORIES = ("cuda_oom", "cuda_error", "rank_crash")
-_STALL_CATEGORIES = ("data_loading_stall", "watchdog_hang")
 EVIDENCE_CHARS = 200
 """A cell's hover text (after its rank, state and ``file:line``) is cut to this many characters."""
 
@@ -137,90 +154,28 @@ def _short(text: str, limit: int = EVIDENCE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _best_row(rows: list[NcclRow]) -> NcclRow:
-    order = {"detected": 0, "observed": 1}
-    return min(rows, key=lambda r: (order.get(r.signal, 2), r.pg))
-
-
-Why = tuple[str, str]
-"""(what the line says or what it means, ``file:line`` or "")."""
-
-
 def rank_cells(d: Diagnosis, ev: JobEvidence) -> list[NodeRow]:
-    """Every rank of the job (0 .. world size - 1, or every rank seen), grouped by node, nodes in rank order."""
+    """Every rank of the job (the evidence model's states: 0 .. world size - 1 and every rank seen), grouped by node,
+    nodes in rank order; the culprits (the verdict's) outlined."""
     worker = ev.worker
-    seen = worker.ranks
-    missing = set(parse_ranges(d.coverage.missing_ranks)) if d.coverage.missing_ranks else set()
-    world = d.coverage.world_size or (max(seen | missing) + 1 if seen | missing else 0)
     culprits = set(d.verdict.culprit_ranks)
-    category = d.verdict.category
-    rows_by_rank: dict[int, list[NcclRow]] = defaultdict(list)
-    for row in ev.nccl.rows:
-        rows_by_rank[row.rank].append(row)
-    straggler_reason: dict[int, str] = {}
-    ahead_reason: dict[int, str] = {}
+    ahead: dict[int, str] = {}
     for g in ev.nccl.groups:
-        for r in g.straggler_ranks:
-            straggler_reason.setdefault(r, g.reasons.get(r, g.reason))
         if g.classification == "root_ahead" and g.root_rank is not None:
-            ahead_reason.setdefault(g.root_rank, g.reason)
-
-    def first_hit(signals: tuple[str, ...], rank: int) -> Why | None:
-        hits = [worker.first_by_rank.get(s, {}).get(rank) for s in signals]
-        real = [h for h in hits if h is not None]
-        if not real:
-            return None
-        h = min(real, key=lambda h: (h.file, h.line))
-        return h.text, _cite(h.file, h.line)
-
-    def row_why(rank: int, reason: str = "") -> Why:
-        rows = rows_by_rank.get(rank)
-        if not rows:
-            return reason, ""
-        r = _best_row(rows)
-        what = f"{r.op_type or 'collective'} seq {r.seq}" if r.seq is not None else (r.op_type or "collective")
-        state = (
-            f"PG {r.pg_desc or r.pg}: {what}, signal {r.signal}, last enqueued {r.last_enqueued}, "
-            f"last completed {r.last_completed}"
-        )
-        return (f"{reason}; {state}" if reason else state), _cite(r.file, r.line)
-
+            ahead.setdefault(g.root_rank, g.reason)
     cells: dict[int, RankCell] = {}
-    for rank in range(world) if world else sorted(seen):
-        culprit = rank in culprits
-        rows = rows_by_rank.get(rank, [])
-        crash = first_hit(_CRASH_SIGNALS, rank)
-        why: Why
-        if rank in missing:
-            state, why = "missing", (f"no line of any file belongs to it; {d.coverage.world_size_evidence}", "")
-        elif rank in straggler_reason or (culprit and category in _STALL_CATEGORIES):
-            state, why = "straggler", row_why(rank, straggler_reason.get(rank, category))
-        elif rank in ahead_reason:
-            state, why = "ahead", row_why(rank, ahead_reason[rank])
-        elif culprit and category in _CRASH_CATEGORIES:
-            state = "crashed"
-            why = crash or first_hit(("exception", "traceback", "signal"), rank) or (d.verdict.explanation, "")
-        elif culprit and category == "node_failure":
-            lost = first_hit(("srun_error", "signal", "taken_down"), rank)
-            state, why = "crashed", (f"lost with its node: {lost[0]}", lost[1]) if lost else (d.verdict.explanation, "")
-        elif crash and not any(r.signal == "detected" for r in rows):
-            state, why = "crashed", crash
-        elif any(r.signal in ("detected", "observed") for r in rows):
-            state, why = "waiting", row_why(rank)
-        elif end := first_hit(("clean_end",), rank):
-            state, why = "finished", end
-        else:
-            last = first_hit(("progress",), rank)
-            state = "quiet"
-            why = (
-                (f"no failure and no end line; first progress line: {last[0]}", last[1])
-                if last
-                else ("no failure line, no end line, no progress line", "")
-            )
-        text, cite = why
-        head = f"rank {rank} · {state}" + (f" · {cite}" if cite else "")
-        cells[rank] = RankCell(rank, state, culprit, f"{head}: {_short(text, EVIDENCE_CHARS)}")
-
+    for rank, st in sorted(rank_states(ev).items()):
+        state = PAGE_STATE.get(st.state, st.state)
+        if state == "waiting" and rank in ahead:
+            state = "ahead"
+        elif state == "stuck" and rank in culprits:
+            state = "straggler"
+        why = ahead[rank] if state == "ahead" else st.why
+        line = st.line
+        head = f"rank {rank} · {state}" + (f" · {_cite(line.file, line.line)}" if line is not None else "")
+        text = f"{why}: {line.text}" if line is not None and line.text else why
+        cells[rank] = RankCell(rank, state, rank in culprits, f"{head}: {_short(text, EVIDENCE_CHARS)}")
+    missing = {r for r, c in cells.items() if c.state == "missing"}
     by_node: dict[str, list[RankCell]] = defaultdict(list)
     for rank, cell in cells.items():
         node = "(no log: node unknown)" if rank in missing else (worker.node_of_rank(rank) or "(node unknown)")
