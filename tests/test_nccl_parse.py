@@ -308,3 +308,15 @@ def test_clean_shutdown_watchdog_lines_are_not_unparsed_noise() -> None:
     )
     odd += "saw something new"
     assert not tn.is_benign(odd) and tn.is_watchdog_like(odd)
+
+
+def test_an_absurdly_long_number_is_no_field_and_no_crash() -> None:
+    """Found by the fuzz suite: int() refuses more than 4,300 digits; such a run is never read as a SeqNum."""
+    huge = "9" * 5005
+    line = (
+        f"[rank0]:[E521 08:02:12.1 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by "
+        f"watchdog at work sequence id: {huge} PG status: last enqueued work: {huge}, last completed work: 1"
+    )
+    assert tn.parse_line(line) is None
+    tn.looks_cut(line)
+    tn.is_watchdog_like(line)

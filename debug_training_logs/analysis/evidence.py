@@ -1701,7 +1701,9 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
     for row in n.rows:
         rows[row.rank].append(row)
     fatal = crash_triggers(ev)
-    exits = {e.rank: e for e in ev.launcher_events() if e.rank is not None and e.kind in ("exit", "signal")}
+    events = ev.launcher_events()
+    exits = {e.rank: e for e in events if e.rank is not None and e.kind in ("exit", "signal")}
+    stopped = {e.rank: e for e in events if e.rank is not None and e.kind == "sigterm_sent"}
     finished = job_finished(ev)
     crashed_files = set()
     out: dict[int, RankState] = {}
@@ -1738,6 +1740,17 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
                 f"inside {x.op_type or 'a collective'} SeqNum {x.seq} (PG {x.pg}): enqueued {x.last_enqueued} > "
                 f"completed {x.last_completed}",
                 _row_hit(x),
+            )
+        elif top is None and r in stopped:
+            peer = _peer_error(w, r)
+            out[r] = RankState(
+                r,
+                "torn_down",
+                f"its launcher stopped it (exit {stopped[r].exit_code}) after another worker failed"
+                + (f"; its last error was a peer's: {cut(peer.text, 100)}" if peer is not None else ""),
+                peer,
+                exit_code=stopped[r].exit_code,
+                signal=stopped[r].signal,
             )
         elif top is None and not trig and code and (peer := _peer_error(w, r)) is not None:
             out[r] = RankState(

@@ -795,12 +795,22 @@ def _child_failure(text: str) -> Event | None:
     return None
 
 
+_ABSURD_NUMBER = re.compile(r"\d{40,}")
+"""A digit run no field of ours can hold (SeqNums, counts and ranks fit in 64 bits: at most 20 digits). Python's
+``int()`` refuses more than 4,300 digits, and big ones cost quadratic time, so such runs never reach a number group."""
+
+
+def _text(line: str) -> str:
+    """A line as the parsers read it: ANSI colour removed, absurdly long digit runs replaced by ``#``."""
+    return _ABSURD_NUMBER.sub("#", strip_ansi(line))
+
+
 def parse_line(line: str) -> Parsed | None:
     """Parse one candidate line (any prefixes, ANSI colour, tqdm glue); None when it holds none of our messages.
 
     A line cut by a hard wrap also gives None: check :func:`looks_cut` and parse the joined text instead.
     """
-    text = strip_ansi(line)
+    text = _text(line)
     if "\r" in text:  # tqdm redraws: the message is after the last carriage return that precedes it
         text = _after_last_cr(text)
     header, start = find_header(text)
@@ -838,7 +848,7 @@ def looks_cut(line: str) -> str | None:
     ``tail``: the line carries the end of one of our messages without its start (join the preceding line).
     Call only for a candidate line :func:`parse_line` returned None for.
     """
-    text = strip_ansi(line)
+    text = _text(line)
     if any(s in text for s in _CUT_STARTS):
         return "head"
     if any(s in text for s in _CUT_TAILS):
@@ -868,7 +878,7 @@ def is_benign(line: str) -> bool:
 def is_watchdog_like(line: str) -> bool:
     """A candidate line that talks about the NCCL watchdog but is none of our messages (a format we do not know),
     as opposed to known noise (C++ stack frames, env-var advice) or another program's 'watchdog'."""
-    text = strip_ansi(line)
+    text = _text(line)
     if any(b in text for b in _WATCHDOG_BENIGN):
         return False
     return "NCCL" in text or "WorkNCCL" in text or find_header(text)[0] is not None

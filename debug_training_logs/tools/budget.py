@@ -97,8 +97,9 @@ Amend = Callable[[dict[str, Any], Cut], None]
 (e.g. the offset of the next page)."""
 
 
-PROTECTED = frozenset({"verdict", "conclusion"})
-"""Fields never shortened: a verdict and the conclusion that verify_conclusion is meant to be given verbatim."""
+PROTECTED = frozenset({"verdict", "conclusion", "verification"})
+"""Fields never shortened: a verdict, the conclusion that verify_conclusion is meant to be given verbatim, and the
+verification of that verdict (a reader must see every rule that accepted or rejected it)."""
 
 
 def chars_for(max_tokens: int) -> int:
