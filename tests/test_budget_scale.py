@@ -9,14 +9,13 @@ row: paging through nccl_state_table reproduces the whole table.
 Per-rank logs are the generator's small form (~4.5 KB per rank, ~46 MB at 10,240 ranks): the rank count is real,
 the noise is not needed to grow the results.
 
-The 10,240-rank run reads 46 MB of hit-dense logs about nine times (each tool scans on its own): ~1-3 minutes on two
-cores, so it runs only with ``DTL_SLOW_TESTS=1`` (the 1,024-rank run and the paging test always run, ~25 s).
+The 10,240-rank run reads 46 MB of hit-dense logs: ~80 s on two idle cores (~3 min under load). It runs in every
+suite, because a budget that holds at 1,024 ranks and breaks at 10,240 is exactly what this file is for.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -133,9 +132,6 @@ async def test_every_tool_fits_at_1024_ranks(job_1024: Job, fake_ais: str) -> No
     await _sizes(job_1024, fake_ais)
 
 
-@pytest.mark.skipif(
-    os.environ.get("DTL_SLOW_TESTS") != "1", reason="10,240 ranks take 1-3 min: run with DTL_SLOW_TESTS=1"
-)
 async def test_every_tool_fits_at_10240_ranks(job_10240: Job, fake_ais: str) -> None:
     await _sizes(job_10240, fake_ais)
 
