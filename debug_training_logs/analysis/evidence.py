@@ -1813,19 +1813,27 @@ def _row_hit(x: NcclRow) -> Hit:
     return Hit("nccl", x.file, x.line, x.text, x.rank, x.timeout_time)
 
 
-def precedes_symptom(ev: JobEvidence, h: Hit) -> bool | None:
-    """Whether ``h`` happened before the failure's first symptom: True/False when the time bounds decide it, or when
-    the causal order does (the line is the last output of a rank that crashed or stalled and never entered the
-    collective the others were waiting in: the others could only wait for it after it stopped); None when neither.
-    """
-    sym = first_symptom(ev)
-    t = sym.time if sym is not None else None
+def order_by_bounds(h: Hit, t: datetime | None) -> bool | None:
+    """True/False when ``h``'s time (or the bounds of an untimed line) is provably before/after ``t`` within
+    :data:`CLOCK_SLACK`; None when the bounds overlap ``t``. No ``t`` (nothing to be after): True."""
     if t is None:
         return True
     if h.latest is not None and h.latest <= t + CLOCK_SLACK:
         return True
     if h.earliest is not None and h.earliest > t + CLOCK_SLACK:
         return False
+    return None
+
+
+def precedes_symptom(ev: JobEvidence, h: Hit) -> bool | None:
+    """Whether ``h`` happened before the failure's first symptom: True/False when the time bounds decide it, or when
+    the causal order does (the line is the last output of a rank that crashed or stalled and never entered the
+    collective the others were waiting in: the others could only wait for it after it stopped); None when neither.
+    """
+    sym = first_symptom(ev)
+    by_time = order_by_bounds(h, sym.time if sym is not None else None)
+    if by_time is not None:
+        return by_time
     if h.rank is not None:
         st = rank_states(ev).get(h.rank)
         if st is not None and (

@@ -28,6 +28,7 @@ from debug_training_logs.analysis.evidence import (
     job_finished,
     killers,
     node_failure_facts,
+    order_by_bounds,
     precedes_symptom,
     rank_states,
     refine_times,
@@ -1002,14 +1003,7 @@ def rank0_ahead(ctx: RuleContext) -> Check:
 
 def _before_symptom(ctx: RuleContext, h: Hit) -> bool | None:
     """True/False when ``h`` is provably before/after the first symptom (with slack), None when undecidable."""
-    sym = ctx.symptom_time
-    if sym is None:
-        return True
-    if h.latest is not None and h.latest <= sym + SLACK:
-        return True
-    if h.earliest is not None and h.earliest > sym + SLACK:
-        return False
-    return None
+    return order_by_bounds(h, ctx.symptom_time)
 
 
 def _first_of_kind(ctx: RuleContext, kind: str) -> dict[int, Hit]:
