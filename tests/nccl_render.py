@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 TORCH = ("2.0", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14")
@@ -357,3 +358,19 @@ def build_case(version: str, msg: Message, prefix: str, wrap_style: str, rank: i
 
 def all_cases(version: str, filter_: Callable[[Message], bool] = lambda m: True) -> list[Case]:
     return [build_case(version, m, p, w) for m in messages(version) if filter_(m) for p in PREFIXES for w in WRAPS]
+
+
+def write_wrapped_at_80(files: list[Path], dest: Path, ranks: tuple[int, ...] = (2, 5)) -> Path:
+    """Copy ``files`` into a new ``dest`` with every ProcessGroupNCCL line of ``ranks`` hard-wrapped at 80 columns,
+    as a terminal paste cuts it (needles halved, numbers split)."""
+    dest.mkdir()
+    tags = tuple(f"[rank{r}]" for r in ranks)
+    for f in files:
+        out: list[str] = []
+        for line in f.read_text().splitlines():
+            if "ProcessGroupNCCL.cpp" in line and any(t in line for t in tags):
+                out.extend(line[k : k + 80] for k in range(0, len(line), 80))
+            else:
+                out.append(line)
+        (dest / f.name).write_text("\n".join(out) + "\n")
+    return dest

@@ -11,6 +11,7 @@ import pytest
 from debug_training_logs.analysis.nccl_table import nccl_state_table
 from debug_training_logs.verify.rules import text_matches
 from tests.nccl_excerpts import EXCERPTS, Excerpt
+from tests.nccl_render import write_wrapped_at_80
 
 
 @pytest.mark.parametrize("ex", EXCERPTS, ids=[e.name for e in EXCERPTS])
@@ -44,16 +45,7 @@ def test_verifier_accepts_the_tables_citations_on_a_wrapped_job(tmp_path: Path) 
     from fixtures.worker_gen import JobSpec, generate
 
     gen = generate(JobSpec(gpus_per_node=4), "data_stall", tmp_path / "src", write_truth=False)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    for f in gen.files:
-        out: list[str] = []
-        for line in f.read_text().splitlines():
-            if "ProcessGroupNCCL.cpp" in line and ("[rank2]" in line or "[rank5]" in line):
-                out.extend(line[k : k + 80] for k in range(0, len(line), 80))
-            else:
-                out.append(line)
-        (logs / f.name).write_text("\n".join(out) + "\n")
+    logs = write_wrapped_at_80(gen.files, tmp_path / "logs")
     d = diagnose(str(logs))
     assert (d.verdict.category, d.verdict.culprit_ranks) == ("data_loading_stall", [5]), d.summary
     # add the table's own citations of the wrapped ranks' rows to the conclusion, as an agent would

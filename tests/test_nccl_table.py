@@ -14,6 +14,7 @@ import pytest
 from debug_training_logs.analysis.nccl_table import NcclTable, nccl_state_table
 from debug_training_logs.ranges import parse_ranges
 from fixtures.worker_gen import TRUTH_NAME, JobSpec, generate
+from tests.nccl_render import write_wrapped_at_80
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SETS = sorted(p.parent for p in FIXTURES.rglob(TRUTH_NAME) if (p.parent / "logs").is_dir())
@@ -147,16 +148,7 @@ def test_hard_wrapped_and_gzip() -> None:
 def test_wrap_at_80_columns_every_message(tmp_path: Path) -> None:
     """A paste wrapped at 80 columns cuts needles in half; every piece still finds its record."""
     gen = generate(JobSpec(gpus_per_node=4), "data_stall", tmp_path / "src")
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    for f in gen.files:
-        out: list[str] = []
-        for line in f.read_text().splitlines():
-            if "ProcessGroupNCCL.cpp" in line and ("[rank2]" in line or "[rank5]" in line):
-                out.extend(line[k : k + 80] for k in range(0, len(line), 80))
-            else:
-                out.append(line)
-        (logs / f.name).write_text("\n".join(out) + "\n")
+    logs = write_wrapped_at_80(gen.files, tmp_path / "logs")
     res = nccl_state_table(logs, limit=1000)
     want = {(r["rank"], r["pg"]): r for r in gen.truth["rows"]}
     got = _rows(res)
