@@ -252,6 +252,15 @@ def test_finder_fuzz(needles: list[bytes], body: bytes, edges: tuple[bytes, byte
         assert (got_nl, stop) == (nl, len(body))
     positions = sorted(rnd.randrange(len(body) + 1) for _ in range(5))
     assert mod.line_indexes(window, positions) == [body.count(b"\n", 0, p) for p in positions]
+    # backwards: a needle of the line holding the last needle inside [lo, hi)
+    lo, hi = sorted(rnd.randrange(len(body) + 1) for _ in range(2))
+    last = max((body.rfind(nd, lo, hi) for nd in needles if b"\n" not in nd), default=-1)
+    got = mod.Finder(needles, anchors).rfind(window, lo, hi)
+    if last < 0:
+        assert got == -1
+    else:
+        assert lo <= got <= last and b"\n" not in body[got:last]
+        assert any(body.startswith(nd, got) and got + len(nd) <= hi for nd in needles)
 
 
 def test_no_leak_and_bounded_memory() -> None:
@@ -427,6 +436,47 @@ def test_scan_is_identical_with_progress_bars_and_tiny_windows(tmp_path: Path, m
     assert assert_same_scans(root, monkeypatch) > 0
     _compress(root, "gz")
     assert assert_same_scans(root, monkeypatch) > 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_dense_sample_and_tail_are_identical(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """``_Dense.sample`` (forward, one line per stride) and ``tail_start`` (backwards from the end) find the same lines
+    with the finder as with ``bytes.find``/``rfind`` per needle, whatever the stride lands on."""
+    _linescan()
+    rnd = random.Random(seed)
+    spec = PatternSpec((r"step \d+ loss", r"Epoch \d+|global_step=\d+", r"memory \(MB\)"), dense=(True, True, True))
+    plan = scan.make_plan(spec, b"")
+    assert all(nds for _i, nds in plan.dense)
+    words = [b"step 3 loss", b"step x loss", b"Epoch 7", b"Epoch", b"global_step=9", b"memory (MB) 5", b"plain", b"ste"]
+    lines = []
+    for _ in range(rnd.randrange(1, 4000)):
+        r = rnd.randrange(8)
+        lines.append(b"[rank%d]: " % r + b" ".join(rnd.choice(words) for _ in range(rnd.randrange(0, 4))))
+    buf = b"\n".join(lines) + (b"\n" if rnd.random() < 0.5 else b"")
+    ranks = {str(r) for r in range(8)}
+    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([64, 500, 4096]))
+    ids = frozenset(rnd.sample(range(3), rnd.randrange(1, 4)))
+    start = rnd.randrange(len(buf) + 1)
+    limit = rnd.randrange(1, len(buf) + 2)
+    answers = []
+    for native in (True, False):
+        if native:
+            monkeypatch.delenv(NO_NATIVE, raising=False)
+        else:
+            monkeypatch.setenv(NO_NATIVE, "1")
+        dense = scan._Dense(spec, plan)
+        assert (dense.tail_finder is not None) == native
+        answers.append(
+            (
+                dense.sample(buf, ids),
+                dense.sample(buf[start:], ids),
+                dense.tail_start(buf, ranks, len(buf)),
+                dense.tail_start(buf, ranks, limit),
+                dense.tail_start(buf, set(), 1 << 20),
+            )
+        )
+    assert answers[0] == answers[1]
+    assert answers[0][0]  # the sample found lines
 
 
 def test_without_the_module_the_scan_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -448,6 +448,46 @@ Finder_find_lines(Finder *self, PyObject *args, PyObject *kwds)
     return Py_BuildValue("(Nnn)", list, newlines, stop);
 }
 
+PyDoc_STRVAR(rfind_doc,
+"rfind(buf, lo=0, hi=len(buf)) -> int\n\n"
+"The start of a needle occurring inside buf[lo:hi] in the last line that holds one (searching backwards from hi;\n"
+"the line's other needles may start later), or -1. Like the largest bytes.rfind(needle, lo, hi) over the needles,\n"
+"up to which needle of that line is named.");
+
+static PyObject *
+Finder_rfind(Finder *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"buf", "lo", "hi", NULL};
+    Py_buffer view;
+    Py_ssize_t lo = 0, hi = -1;
+    if (self->blob == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Finder is not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|nn", kwlist, &view, &lo, &hi))
+        return NULL;
+    if (hi < 0 || hi > view.len)
+        hi = view.len;
+    if (lo < 0)
+        lo = 0;
+    Py_ssize_t found = -1;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    /* a match lies in [lo, hi): its anchor pair starts in [lo, hi - 2], a one-byte needle in [lo, hi - 1] */
+    if (lo < hi && self->single[buf[hi - 1]] >= 0)
+        found = hi - 1;
+    for (Py_ssize_t p = hi - 2; found < 0 && p >= lo; p--) {
+        if (!self->tab[pair_at(buf + p)])
+            continue;
+        Py_ssize_t st;
+        if (verify(self, buf, lo, hi, p, &st) >= 0)
+            found = st;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(found);
+}
+
 static PyObject *
 Finder_len(Finder *self, PyObject *Py_UNUSED(ignored))
 {
@@ -456,6 +496,7 @@ Finder_len(Finder *self, PyObject *Py_UNUSED(ignored))
 
 static PyMethodDef Finder_methods[] = {
     {"find_lines", (PyCFunction)(void (*)(void))Finder_find_lines, METH_VARARGS | METH_KEYWORDS, find_lines_doc},
+    {"rfind", (PyCFunction)(void (*)(void))Finder_rfind, METH_VARARGS | METH_KEYWORDS, rfind_doc},
     {"needle_count", (PyCFunction)Finder_len, METH_NOARGS, "Number of needles."},
     {NULL, NULL, 0, NULL},
 };

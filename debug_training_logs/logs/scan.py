@@ -802,6 +802,15 @@ class _Dense:
         self.items: list[tuple[int, tuple[bytes, ...], Any]] = [
             (i, needles, _re2.RE2(spec.patterns[i].encode(), opts)) for i, needles in plan.dense
         ]
+        # the native finder over each pattern's needles (one pass for all of them, not one find per needle), and over
+        # every dense needle for the tail (searched backwards); None: bytes.find/rfind per needle, same answers
+        native = _native()
+        usable = native is not None and not any(b"\n" in nd for _i, nds, _rx in self.items for nd in nds)
+        self.finders: dict[int, Any] = (
+            {i: native.Finder(list(nds)) for i, nds, _rx in self.items if nds} if usable and native else {}
+        )
+        every = [nd for _i, nds, _rx in self.items for nd in nds]
+        self.tail_finder: Any = native.Finder(every) if usable and native and every else None
 
     def sample(self, buf: bytes, ids: frozenset[int]) -> dict[int, list[int]]:
         """Line start -> dense ids, one matching line per :data:`DENSE_STRIDE` bytes of ``buf`` for each of ``ids``.
@@ -817,7 +826,27 @@ class _Dense:
             nxt: dict[bytes, int] = {}
             pos = 0
             tries = 0
+            finder = self.finders.get(i)
             while pos < n:
+                if finder is not None:
+                    # the first line from pos holding a needle that starts at or after pos (as bytes.find would)
+                    page = finder.find_lines(buf, pos, 1)[0]
+                    if not page:
+                        break
+                    ls, le = page[0][0], page[0][1]
+                    if ls == pos and pos > 0 and buf[pos - 1] != 10:
+                        ls = rfind(b"\n", 0, pos) + 1  # the finder never looks before pos; the line began earlier
+                    line = buf[ls:le]
+                    if rx.Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
+                        out.setdefault(ls, []).append(i)
+                        pos = max(ls + DENSE_STRIDE, le + 1)
+                        tries = 0
+                        continue
+                    tries += 1
+                    pos = le + 1 if tries < 8 else max(le + 1, ls + DENSE_STRIDE)
+                    if tries >= 8:
+                        tries = 0
+                    continue
                 if needles:
                     s = n
                     for nd in needles:
@@ -862,12 +891,15 @@ class _Dense:
         pos = n
         while pos > floor and not wanted <= found:
             s = -1
-            for nd in needles:
-                p = prev.get(nd, n + 1)
-                if p >= pos:
-                    p = buf.rfind(nd, floor, pos)
-                    prev[nd] = p
-                s = max(s, p)
+            if self.tail_finder is not None:
+                s = self.tail_finder.rfind(buf, floor, pos)  # a needle of the last line holding one: same line
+            else:
+                for nd in needles:
+                    p = prev.get(nd, n + 1)
+                    if p >= pos:
+                        p = buf.rfind(nd, floor, pos)
+                        prev[nd] = p
+                    s = max(s, p)
             if regex_only:
                 s = max(s, pos - 1)  # no needle to look back with: check lines one by one (rare: no literal)
             if s < floor or (regex_only and n - s > DENSE_REGEX_TAIL):
