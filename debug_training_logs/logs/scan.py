@@ -2,16 +2,20 @@
 
 Never loops over lines in Python to search. How it gets near ripgrep's speed (numbers in ``bench/README.md``):
 
-* **Literal prefilter, SIMD speed.** Each pattern is parsed once for the literals any match must contain
+* **Literal prefilter, one native pass.** Each pattern is parsed once for the literals any match must contain
   (``NCCL.*timeout`` needs ``NCCL`` and ``timeout``; an alternation needs one per branch). On a sample of the corpus
-  the rarest literal of each branch is chosen, and all of them go into one Aho-Corasick automaton
-  (``ahocorasick_rs``: Rust's ``aho-corasick`` with the Teddy SIMD searcher, the same one ripgrep uses), which runs
-  over a buffer at several GB/s. Only the lines it flags are cut out and checked with one RE2 ``Set`` pass that says
-  which patterns match (per-line semantics, like ``rg -c`` per pattern). RE2 passes with memchr-accelerated prefixes
-  were measured too: with 20-40 literals the passes add up to less than one DFA pass, so they are not used.
+  the rarest literal of each branch is chosen, and all of them go to the native line finder (``_linescan``, a small C
+  extension: each literal anchored on its rarest byte pair, a pair table, ``memcmp``), which returns in one pass over
+  a window every line holding a literal with its line number. Without the extension (no compiler at install, or
+  ``DEBUG_TRAINING_LOGS_NO_NATIVE=1``) the literals go into ``ahocorasick_rs`` automata (Rust's ``aho-corasick`` with
+  the Teddy SIMD searcher) in passes of <= :data:`AC_GROUP`, with identical results. Only the lines flagged are cut out
+  and checked with one RE2 ``Set`` pass that says which patterns match (per-line semantics, like ``rg -c`` per
+  pattern). RE2 passes with memchr-accelerated prefixes were measured too: with 20-40 literals the passes add up to
+  less than one DFA pass, so they are not used.
 * **RE2 DFA otherwise.** A pattern with no usable literal (``\\d+ errors``), or no ``ahocorasick_rs``, makes the
   plan one combined RE2 alternation over the buffer (~0.6 GB/s per core), still linear time.
-* **Lines only for hits.** Line numbers come from ``bytes.count`` of newlines between hits (one pass per chunk).
+* **Lines only for hits.** Line numbers come from the native pass (newlines counted between hits), else from
+  ``bytes.count`` of newlines between hits (one pass per chunk).
 * **Plain files are memory-mapped** and sliced into 1 MiB windows ending on a newline (one copy, no carry
   concatenation); compressed files stream through :func:`~debug_training_logs.logs.reader.iter_chunks`.
 * **Global ranks** (``[rankN]:``) are collected by a regex matching only ranks *not yet seen* in the file (a trie
