@@ -438,6 +438,18 @@ def test_scan_is_identical_with_progress_bars_and_tiny_windows(tmp_path: Path, m
     assert assert_same_scans(root, monkeypatch) > 0
 
 
+def test_a_window_where_every_line_is_a_candidate_is_paged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every line holds a literal: the finder's answer comes in pages of ``NATIVE_PAGE_LINES`` and the scan is the
+    same as without the finder."""
+    root = tmp_path / "logs"
+    root.mkdir()
+    body = "".join(f"[rank{i % 4}]: NCCL WARN net {i}\n" if i % 3 else f"Traceback {i}\n" for i in range(5000))
+    (root / "node.log").write_text(body)
+    spec = PatternSpec(("NCCL WARN", "Traceback", r"net \d+7$"))
+    monkeypatch.setattr(scan, "NATIVE_PAGE_LINES", 7)
+    assert assert_same_scans(root, monkeypatch, spec) == 5000
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_dense_sample_and_tail_are_identical(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     """``_Dense.sample`` (forward, one line per stride) and ``tail_start`` (backwards from the end) find the same lines
