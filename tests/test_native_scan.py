@@ -320,7 +320,9 @@ def job_spec() -> PatternSpec:
     )
 
 
-def _run(root: Path, spec: PatternSpec, native: bool, monkeypatch: pytest.MonkeyPatch) -> list[FileScan]:
+def _run(
+    root: Path, spec: PatternSpec, native: bool, monkeypatch: pytest.MonkeyPatch, sample: bytes | None = None
+) -> list[FileScan]:
     if native:
         monkeypatch.delenv(NO_NATIVE, raising=False)
         assert scan._native() is not None
@@ -328,18 +330,20 @@ def _run(root: Path, spec: PatternSpec, native: bool, monkeypatch: pytest.Monkey
         monkeypatch.setenv(NO_NATIVE, "1")
     scan._MATCHERS.clear()
     files, _ = discover(root)
-    plan = scan.make_plan(spec, scan._sample(files))
+    plan = scan.make_plan(spec, scan._sample(files) if sample is None else sample)
     assert ("native" in plan.describe()) == (native and bool(plan.literals))
     return scan_files(files, spec, Record, head_lines=40, tail_lines=40, plan=plan)
 
 
-def assert_same_scans(root: Path, monkeypatch: pytest.MonkeyPatch, spec: PatternSpec | None = None) -> int:
+def assert_same_scans(
+    root: Path, monkeypatch: pytest.MonkeyPatch, spec: PatternSpec | None = None, sample: bytes | None = None
+) -> int:
     """The scan of ``root`` with the finder equals the scan without, field by field and call by call; returns the
-    number of sink calls compared."""
+    number of sink calls compared. ``sample``: plan from it instead of the files (b"": every literal is kept)."""
     _linescan()
     spec = spec or job_spec()
-    fast = _run(root, spec, True, monkeypatch)
-    slow = _run(root, spec, False, monkeypatch)
+    fast = _run(root, spec, True, monkeypatch, sample)
+    slow = _run(root, spec, False, monkeypatch, sample)
     monkeypatch.delenv(NO_NATIVE, raising=False)
     assert [r.file.rel for r in fast] == [r.file.rel for r in slow]
     calls = 0
@@ -447,7 +451,10 @@ def test_a_window_where_every_line_is_a_candidate_is_paged(tmp_path: Path, monke
     (root / "node.log").write_text(body)
     spec = PatternSpec(("NCCL WARN", "Traceback", r"net \d+7$"))
     monkeypatch.setattr(scan, "NATIVE_PAGE_LINES", 7)
-    assert assert_same_scans(root, monkeypatch, spec) == 5000
+    assert scan.make_plan(spec, b"").literals  # no sample: the literals stay in the prefilter, not the DFA
+    assert assert_same_scans(root, monkeypatch, spec, sample=b"") == 5000
+    monkeypatch.setattr(scan, "WINDOW", 1000)
+    assert assert_same_scans(root, monkeypatch, spec, sample=b"") == 5000
 
 
 @pytest.mark.parametrize("seed", range(12))
