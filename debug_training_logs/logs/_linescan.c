@@ -15,6 +15,9 @@
  *     line's end), newlines up to it are counted with SSE2 (scalar elsewhere), the line end with memchr, and the
  *     search resumes after that line (other needles in the same line cost nothing).
  * Needles holding a newline can never lie inside a line and are ignored. Nothing is read outside [start, len).
+ *
+ * Built by setup.py (optional: without a compiler the scan uses ahocorasick_rs). After editing this file, rebuild with
+ * `pip install -e .` (or `python setup.py build_ext --inplace`); tests/test_native_scan.py checks it against Python.
  */
 #define PY_SSIZE_T_CLEAN
 #ifndef _GNU_SOURCE
