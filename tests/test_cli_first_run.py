@@ -167,5 +167,5 @@ def test_license_is_the_apache_text_the_metadata_names() -> None:
     root = FIXTURES.parent
     text = (root / "LICENSE").read_text(encoding="utf-8")
     assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
-    assert 'license = { text = "Apache-2.0" }' in (root / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'license = "Apache-2.0"' in (root / "pyproject.toml").read_text(encoding="utf-8")  # SPDX (PEP 639)
     assert '"license": "Apache-2.0"' in (root / ".claude-plugin" / "plugin.json").read_text(encoding="utf-8")

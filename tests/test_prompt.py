@@ -81,7 +81,7 @@ async def test_prompt_over_stdio(mode: str, tmp_path: Path) -> None:
 
 
 def test_a_non_editable_install_ships_the_protocol(tmp_path: Path) -> None:
-    pytest.importorskip("hatchling", reason="building the wheel offline needs hatchling (pip install hatchling)")
+    pytest.importorskip("setuptools", reason="building the wheel offline needs setuptools (pip install setuptools)")
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path],
         capture_output=True,

@@ -2,16 +2,20 @@
 
 Never loops over lines in Python to search. How it gets near ripgrep's speed (numbers in ``bench/README.md``):
 
-* **Literal prefilter, SIMD speed.** Each pattern is parsed once for the literals any match must contain
+* **Literal prefilter, one native pass.** Each pattern is parsed once for the literals any match must contain
   (``NCCL.*timeout`` needs ``NCCL`` and ``timeout``; an alternation needs one per branch). On a sample of the corpus
-  the rarest literal of each branch is chosen, and all of them go into one Aho-Corasick automaton
-  (``ahocorasick_rs``: Rust's ``aho-corasick`` with the Teddy SIMD searcher, the same one ripgrep uses), which runs
-  over a buffer at several GB/s. Only the lines it flags are cut out and checked with one RE2 ``Set`` pass that says
-  which patterns match (per-line semantics, like ``rg -c`` per pattern). RE2 passes with memchr-accelerated prefixes
-  were measured too: with 20-40 literals the passes add up to less than one DFA pass, so they are not used.
+  the rarest literal of each branch is chosen, and all of them go to the native line finder (``_linescan``, a small C
+  extension: each literal anchored on its rarest byte pair, a pair table, ``memcmp``), which returns in one pass over
+  a window every line holding a literal with its line number. Without the extension (no compiler at install, or
+  ``DEBUG_TRAINING_LOGS_NO_NATIVE=1``) the literals go into ``ahocorasick_rs`` automata (Rust's ``aho-corasick`` with
+  the Teddy SIMD searcher) in passes of <= :data:`AC_GROUP`, with identical results. Only the lines flagged are cut out
+  and checked with one RE2 ``Set`` pass that says which patterns match (per-line semantics, like ``rg -c`` per
+  pattern). RE2 passes with memchr-accelerated prefixes were measured too: with 20-40 literals the passes add up to
+  less than one DFA pass, so they are not used.
 * **RE2 DFA otherwise.** A pattern with no usable literal (``\\d+ errors``), or no ``ahocorasick_rs``, makes the
   plan one combined RE2 alternation over the buffer (~0.6 GB/s per core), still linear time.
-* **Lines only for hits.** Line numbers come from ``bytes.count`` of newlines between hits (one pass per chunk).
+* **Lines only for hits.** Line numbers come from the native pass (newlines counted between hits), else from
+  ``bytes.count`` of newlines between hits (one pass per chunk).
 * **Plain files are memory-mapped** and sliced into 1 MiB windows ending on a newline (one copy, no carry
   concatenation); compressed files stream through :func:`~debug_training_logs.logs.reader.iter_chunks`.
 * **Global ranks** (``[rankN]:``) are collected by a regex matching only ranks *not yet seen* in the file (a trie
@@ -30,6 +34,7 @@ Must not: know what a line means (that is ``formats/``), or hold more of a file 
 from __future__ import annotations
 
 import functools
+import importlib
 import mmap
 import os
 import re as std_re
@@ -375,6 +380,9 @@ class Plan:
     """Pattern ids searched by one combined RE2 alternation (all RE2 patterns when no prefilter is used)."""
     fallback: tuple[int, ...] = ()
     """Pattern ids RE2 cannot run (``regex`` module, with a timeout)."""
+    anchors: tuple[tuple[bytes, int], ...] = ()
+    """(literal, offset of its byte pair rarest on the sample) for the native line finder (:func:`_native`); a
+    literal not listed gets the finder's static guess."""
     dense: tuple[tuple[int, tuple[bytes, ...]], ...] = ()
     """(pattern id, needles) of the dense patterns (:attr:`PatternSpec.dense`): a line can match only if it holds
     one of the needles (found with ``bytes.find``); no needles: found by the pattern's own RE2 search. These ids are
@@ -384,8 +392,9 @@ class Plan:
         """One line for benchmarks and debugging."""
         tail = f", {len(self.dense)} dense (sampled)" if self.dense else ""
         if self.literals:
+            engine = "one native pass" if _native() is not None else "Aho-Corasick"
             return (
-                f"prefilter on {len(self.literals)} literals (Aho-Corasick), dfa {len(self.dfa)}, "
+                f"prefilter on {len(self.literals)} literals ({engine}), dfa {len(self.dfa)}, "
                 f"fallback {len(self.fallback)}{tail}"
             )
         return f"one RE2 DFA over {len(self.dfa)} patterns, fallback {len(self.fallback)}{tail}"
@@ -459,7 +468,16 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
             literals |= {(lit, i) for lits, _n in mine for lit in lits}
     if _aho_corasick() is None:
         return Plan(dfa=tuple(re2_ids), fallback=tuple(fallback), dense=tuple(dense_needles))
-    return Plan(literals=tuple(sorted(literals)), dfa=tuple(dfa), fallback=tuple(fallback), dense=tuple(dense_needles))
+    distinct = sorted({lit for lit, _i in literals})
+    native = _native()
+    anchors = tuple(zip(distinct, native.choose_anchors(sample, distinct), strict=True)) if native and distinct else ()
+    return Plan(
+        literals=tuple(sorted(literals)),
+        dfa=tuple(dfa),
+        fallback=tuple(fallback),
+        anchors=anchors,
+        dense=tuple(dense_needles),
+    )
 
 
 def _needles(
@@ -517,6 +535,22 @@ def _aho_corasick() -> Any:
     return ahocorasick_rs
 
 
+def _native() -> Any:
+    """The compiled one-pass line finder (``_linescan``, built from ``_linescan.c`` at install when a C compiler is
+    there), or None: not built, or ``DEBUG_TRAINING_LOGS_NO_NATIVE`` set (the ``ahocorasick_rs`` passes are then used,
+    with identical results)."""
+    if os.environ.get("DEBUG_TRAINING_LOGS_NO_NATIVE"):
+        return None
+    try:
+        return importlib.import_module("debug_training_logs.logs._linescan")
+    except ImportError:
+        return None
+
+
+NATIVE_PAGE_LINES = 1 << 14
+"""Candidate lines the native finder returns per call (a window where every line holds a literal is paged)."""
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # The compiled matcher (per worker process)
 
@@ -530,7 +564,17 @@ class _Matcher:
         self.dfa: Any = None
         lits = [(lit, i) for lit, i in plan.literals if i in active]
         self.prefilters: list[Any] = []
-        if lits:
+        self.finder: Any = None
+        native = _native() if lits else None
+        self.native: Any = native
+        if native is not None:
+            # one pass over the window for every literal, which also numbers the lines it flags
+            distinct = sorted({lit for lit, _ in lits})
+            anchor_of = dict(plan.anchors)
+            known = all(lit in anchor_of for lit in distinct)
+            self.finder = native.Finder(distinct, [anchor_of[lit] for lit in distinct] if known else None)
+            self.prefilter = self.finder
+        elif lits:
             ac = _aho_corasick()
             distinct = sorted({lit for lit, _ in lits})
             # passes of at most AC_GROUP literals each: the packed SIMD searcher (Teddy) only serves small sets, and
@@ -602,11 +646,11 @@ class _Matcher:
         return [i for i in sorted(cands) if self.verify[i].Match(_UNANCHORED, line, 0, n)[0][0] >= 0]
 
 
-_MATCHERS: dict[tuple[PatternSpec, Plan, frozenset[int]], _Matcher] = {}
+_MATCHERS: dict[tuple[PatternSpec, Plan, frozenset[int], bool], _Matcher] = {}
 
 
 def _matcher(spec: PatternSpec, plan: Plan, active: frozenset[int]) -> _Matcher:
-    key = (spec, plan, active)
+    key = (spec, plan, active, _native() is not None)
     m = _MATCHERS.get(key)
     if m is None:
         if len(_MATCHERS) > 64:
@@ -654,14 +698,29 @@ def _run_fallback(pat: Any, call: Callable[[float], Any]) -> Any:
         budget.spend(time.monotonic() - t0)
 
 
-def _hits_in_chunk(
-    chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None = None
-) -> list[tuple[int, int, list[int]]]:
-    """(line_start, line_end, matching pattern ids) for every line of ``chunk`` any active pattern matches, in order;
-    ``more``: further (line start -> pattern ids) already checked (the dense patterns' sample)."""
+Hit = tuple[int, int, list[int], int]
+"""(line start, line end, matching pattern ids, line index in the chunk or -1 when not known)."""
+
+
+def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None = None) -> tuple[list[Hit], int]:
+    """Every line of ``chunk`` any active pattern matches, in order, and the number of newlines in ``chunk`` (-1 when
+    not counted: the caller counts). ``more``: further (line start -> pattern ids) already checked (the dense
+    patterns' sample). Line indexes (newlines before the line in ``chunk``) come from the native finder's pass."""
     n = len(chunk)
     find, rfind = chunk.find, chunk.rfind
     starts: list[int] = []  # candidate line starts for the RE2 patterns, ascending
+    index_of: dict[int, tuple[int, int]] = {}  # line start -> (line end, line index), from the native finder
+    newlines = -1
+    if m.finder is not None:
+        newlines = 0
+        pos = 0
+        while pos < n:
+            page, nl, stop = m.finder.find_lines(chunk, pos, NATIVE_PAGE_LINES)
+            for ls, le, rel, _needle in page:
+                starts.append(ls)
+                index_of[ls] = (le, newlines + rel)
+            newlines += nl
+            pos = stop
     for prefilter in m.prefilters:
         line_end = -1
         for _pid, s, _e in prefilter.find_matches_as_indexes(chunk):
@@ -693,8 +752,13 @@ def _hits_in_chunk(
         starts = sorted(set(starts) | set(extra)) if starts else extra
     found: dict[int, list[int]] = dict(more) if more else {}
     for ls in starts:
-        le = find(b"\n", ls)
-        line = chunk[ls : (n if le < 0 else le)]
+        known = index_of.get(ls)
+        if known is not None:
+            le = known[0]
+        else:
+            le = find(b"\n", ls)
+            le = n if le < 0 else le
+        line = chunk[ls:le]
         ids = m.line_ids(line)
         if ids:
             have = found.get(ls)
@@ -711,11 +775,23 @@ def _hits_in_chunk(
                 ids = found.setdefault(ls, [])
                 if i not in ids:
                     ids.append(i)
-    out: list[tuple[int, int, list[int]]] = []
-    for ls in sorted(found):
-        le = find(b"\n", ls)
-        out.append((ls, n if le < 0 else le, sorted(found[ls])))
-    return out
+    out: list[Hit] = []
+    order = sorted(found)
+    if m.finder is not None and len(index_of) < len(order):
+        # lines the finder did not flag (DFA, fallback, dense sample) are numbered natively too, so the caller
+        # never counts newlines
+        for ls, rel in zip(order, m.native.line_indexes(chunk, order), strict=True):
+            if ls not in index_of:
+                le = find(b"\n", ls)
+                index_of[ls] = (n if le < 0 else le, rel)
+    for ls in order:
+        known = index_of.get(ls)
+        if known is not None:
+            out.append((ls, known[0], sorted(found[ls]), known[1]))
+        else:
+            le = find(b"\n", ls)
+            out.append((ls, n if le < 0 else le, sorted(found[ls]), -1))
+    return out, newlines
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -730,6 +806,15 @@ class _Dense:
         self.items: list[tuple[int, tuple[bytes, ...], Any]] = [
             (i, needles, _re2.RE2(spec.patterns[i].encode(), opts)) for i, needles in plan.dense
         ]
+        # the native finder over each pattern's needles (one pass for all of them, not one find per needle), and over
+        # every dense needle for the tail (searched backwards); None: bytes.find/rfind per needle, same answers
+        native = _native()
+        usable = native is not None and not any(b"\n" in nd for _i, nds, _rx in self.items for nd in nds)
+        self.finders: dict[int, Any] = (
+            {i: native.Finder(list(nds)) for i, nds, _rx in self.items if nds} if usable and native else {}
+        )
+        every = [nd for _i, nds, _rx in self.items for nd in nds]
+        self.tail_finder: Any = native.Finder(every) if usable and native and every else None
 
     def sample(self, buf: bytes, ids: frozenset[int]) -> dict[int, list[int]]:
         """Line start -> dense ids, one matching line per :data:`DENSE_STRIDE` bytes of ``buf`` for each of ``ids``.
@@ -745,7 +830,27 @@ class _Dense:
             nxt: dict[bytes, int] = {}
             pos = 0
             tries = 0
+            finder = self.finders.get(i)
             while pos < n:
+                if finder is not None:
+                    # the first line from pos holding a needle that starts at or after pos (as bytes.find would)
+                    page = finder.find_lines(buf, pos, 1)[0]
+                    if not page:
+                        break
+                    ls, le = page[0][0], page[0][1]
+                    if ls == pos and pos > 0 and buf[pos - 1] != 10:
+                        ls = rfind(b"\n", 0, pos) + 1  # the finder never looks before pos; the line began earlier
+                    line = buf[ls:le]
+                    if rx.Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
+                        out.setdefault(ls, []).append(i)
+                        pos = max(ls + DENSE_STRIDE, le + 1)
+                        tries = 0
+                        continue
+                    tries += 1
+                    pos = le + 1 if tries < 8 else max(le + 1, ls + DENSE_STRIDE)
+                    if tries >= 8:
+                        tries = 0
+                    continue
                 if needles:
                     s = n
                     for nd in needles:
@@ -790,12 +895,15 @@ class _Dense:
         pos = n
         while pos > floor and not wanted <= found:
             s = -1
-            for nd in needles:
-                p = prev.get(nd, n + 1)
-                if p >= pos:
-                    p = buf.rfind(nd, floor, pos)
-                    prev[nd] = p
-                s = max(s, p)
+            if self.tail_finder is not None:
+                s = self.tail_finder.rfind(buf, floor, pos)  # a needle of the last line holding one: same line
+            else:
+                for nd in needles:
+                    p = prev.get(nd, n + 1)
+                    if p >= pos:
+                        p = buf.rfind(nd, floor, pos)
+                        prev[nd] = p
+                    s = max(s, p)
             if regex_only:
                 s = max(s, pos - 1)  # no needle to look back with: check lines one by one (rare: no literal)
             if s < floor or (regex_only and n - s > DENSE_REGEX_TAIL):
@@ -1032,9 +1140,9 @@ def _scan_one(
                 counted_to = 0
                 line_at = line_base
                 deactivate: list[int] = []
-                hits = () if matcher.idle and not extra else _hits_in_chunk(piece, matcher, extra)
-                for ls, le, ids in hits:
-                    line_at += piece.count(b"\n", counted_to, ls)
+                hits, newlines = ([], -1) if matcher.idle and not extra else _hits_in_chunk(piece, matcher, extra)
+                for ls, le, ids, rel in hits:
+                    line_at = line_base + rel if rel >= 0 else line_at + piece.count(b"\n", counted_to, ls)
                     counted_to = ls
                     kept = ids
                     if spec.max_hits is not None:
@@ -1061,7 +1169,10 @@ def _scan_one(
                     if sink is not None:
                         raw = piece[ls:le] if le - ls <= MAX_LINE_CHARS else _shown_part(piece[ls:le], kept, matcher)
                         sink.on_hit(kept, line_at + 1, decode(raw).rstrip("\r"))
-                line_base = line_at + piece.count(b"\n", counted_to, len(piece))
+                if newlines >= 0:
+                    line_base += newlines
+                else:
+                    line_base = line_at + piece.count(b"\n", counted_to, len(piece))
                 if deactivate:
                     # a capped marker leaves the search at the next piece, not at the end of a (large) window
                     active = active - set(deactivate)

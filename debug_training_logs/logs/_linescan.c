@@ -1,0 +1,666 @@
+/*
+ * _linescan: one pass over a buffer that finds every line holding any of N literal needles.
+ *
+ * Used by debug_training_logs/logs/scan.py as the literal prefilter of the scan (the RE2 Set still decides which
+ * patterns a candidate line matches). Replaces several Aho-Corasick passes plus a bytes.count per hit.
+ *
+ * Algorithm (measured in bench/README.md):
+ *   - every needle of two or more bytes is anchored on one of its byte pairs (the rarest on the planner's corpus
+ *     sample, see choose_anchors); a 64 KiB table of flags, one byte per pair, holds the anchor pairs (a table of
+ *     bits measured slower: shifts and masks cost more than the few cache lines of text pairs it saves);
+ *   - the hot loop reads each byte pair of the buffer once, eight per branch, and looks its flag up; a set flag is
+ *     verified against the needles anchored on that pair with memcmp (a one-byte needle flags every pair it
+ *     starts);
+ *   - a verified needle flags its line: the line start is found backwards (memrchr, never before the previous
+ *     line's end), newlines up to it are counted with SSE2 (scalar elsewhere), the line end with memchr, and the
+ *     search resumes after that line (other needles in the same line cost nothing).
+ * Needles holding a newline can never lie inside a line and are ignored. Nothing is read outside [start, len).
+ *
+ * Built by setup.py (optional: without a compiler the scan uses ahocorasick_rs). After editing this file, rebuild with
+ * `pip install -e .` (or `python setup.py build_ext --inplace`); tests/test_native_scan.py checks it against Python.
+ */
+#define PY_SSIZE_T_CLEAN
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+typedef struct {
+    Py_ssize_t start, end, line;
+    Py_ssize_t needle;
+} Hit;
+
+typedef struct {
+    Hit *items;
+    Py_ssize_t len, cap;
+} HitVec;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n_needles;
+    unsigned char *blob;     /* every needle's bytes, back to back */
+    Py_ssize_t *offset;      /* needle i is blob[offset[i] : offset[i] + length[i]] */
+    Py_ssize_t *length;
+    Py_ssize_t *anchor;      /* offset of needle i's anchor pair inside it (0 for one-byte needles) */
+    uint8_t *tab;            /* pair (b0 | b1 << 8) -> 1 when it may be an anchor (or start a one-byte needle) */
+    int32_t single[256];     /* first byte -> index of a one-byte needle equal to it, or -1 */
+    uint32_t *bucket_of;     /* pair -> index into bucket_start (valid when the pair has anchored needles) */
+    uint8_t has_bucket[8192];
+    uint32_t *bucket_start;  /* bucket b holds items[bucket_start[b] : bucket_start[b + 1]] */
+    uint32_t *items;         /* needle indices grouped by anchor pair */
+    Py_ssize_t n_buckets;
+} Finder;
+
+/* ----------------------------------------------------------------------------------------------------------------- */
+/* helpers */
+
+static Py_ssize_t
+count_nl(const unsigned char *p, Py_ssize_t len)
+{
+    Py_ssize_t c = 0;
+#if defined(__SSE2__)
+    const __m128i nlv = _mm_set1_epi8('\n');
+    const __m128i zero = _mm_setzero_si128();
+    while (len >= 16) {
+        __m128i acc = zero;
+        int k = 0;
+        while (len >= 16 && k < 255) {
+            __m128i x = _mm_loadu_si128((const __m128i *)p);
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(x, nlv));
+            p += 16;
+            len -= 16;
+            k++;
+        }
+        __m128i s = _mm_sad_epu8(acc, zero);
+        c += (Py_ssize_t)_mm_cvtsi128_si32(s) + (Py_ssize_t)_mm_extract_epi16(s, 4);
+    }
+#endif
+    for (Py_ssize_t i = 0; i < len; i++)
+        c += p[i] == '\n';
+    return c;
+}
+
+/* last newline in [lo, hi), or NULL */
+static const unsigned char *
+last_nl(const unsigned char *lo, const unsigned char *hi)
+{
+#if defined(__GLIBC__)
+    return (const unsigned char *)memrchr(lo, '\n', (size_t)(hi - lo));
+#else
+    while (hi > lo) {
+        hi--;
+        if (*hi == '\n')
+            return hi;
+    }
+    return NULL;
+#endif
+}
+
+static int
+vec_push(HitVec *v, Py_ssize_t start, Py_ssize_t end, Py_ssize_t line, Py_ssize_t needle)
+{
+    if (v->len == v->cap) {
+        Py_ssize_t cap = v->cap ? v->cap * 2 : 64;
+        Hit *grown = (Hit *)PyMem_RawRealloc(v->items, (size_t)cap * sizeof(Hit));
+        if (grown == NULL)
+            return -1;
+        v->items = grown;
+        v->cap = cap;
+    }
+    Hit *h = &v->items[v->len++];
+    h->start = start;
+    h->end = end;
+    h->line = line;
+    h->needle = needle;
+    return 0;
+}
+
+static inline unsigned
+pair_at(const unsigned char *b)
+{
+    return (unsigned)b[0] | ((unsigned)b[1] << 8);
+}
+
+/* static cost of a byte for anchor choice without a sample: text bytes are common, others rare */
+static unsigned
+byte_prior(unsigned char c)
+{
+    if (c == ' ' || (c >= 'a' && c <= 'z'))
+        return 4;
+    if (c >= '0' && c <= '9')
+        return 3;
+    if (c >= 'A' && c <= 'Z')
+        return 2;
+    if (c == '\t' || c == '.' || c == ',' || c == ':' || c == '_' || c == '-' || c == '/' || c == '=')
+        return 2;
+    return 1;
+}
+
+/* ----------------------------------------------------------------------------------------------------------------- */
+/* Finder */
+
+static void
+Finder_dealloc(Finder *self)
+{
+    PyMem_Free(self->blob);
+    PyMem_Free(self->offset);
+    PyMem_Free(self->length);
+    PyMem_Free(self->anchor);
+    PyMem_Free(self->bucket_of);
+    PyMem_Free(self->tab);
+    PyMem_Free(self->bucket_start);
+    PyMem_Free(self->items);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+Finder_init(Finder *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"needles", "anchors", NULL};
+    PyObject *needles_obj, *anchors_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O", kwlist, &needles_obj, &anchors_obj))
+        return -1;
+    if (self->blob != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Finder is already initialised");
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(needles_obj, "needles must be a sequence of bytes");
+    if (seq == NULL)
+        return -1;
+    PyObject *aseq = NULL;
+    int ok = -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (anchors_obj != Py_None) {
+        aseq = PySequence_Fast(anchors_obj, "anchors must be a sequence of int");
+        if (aseq == NULL)
+            goto done;
+        if (PySequence_Fast_GET_SIZE(aseq) != n) {
+            PyErr_SetString(PyExc_ValueError, "anchors must have one entry per needle");
+            goto done;
+        }
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(o)) {
+            PyErr_SetString(PyExc_TypeError, "every needle must be bytes");
+            goto done;
+        }
+        if (PyBytes_GET_SIZE(o) == 0) {
+            PyErr_SetString(PyExc_ValueError, "an empty needle would match every line");
+            goto done;
+        }
+        total += PyBytes_GET_SIZE(o);
+    }
+    self->n_needles = n;
+    self->blob = PyMem_Malloc(total ? (size_t)total : 1);
+    self->offset = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
+    self->length = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
+    self->anchor = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
+    self->bucket_of = PyMem_Calloc(65536, sizeof(uint32_t));
+    self->tab = PyMem_Calloc(65536, 1);
+    if (!self->blob || !self->offset || !self->length || !self->anchor || !self->bucket_of || !self->tab) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(self->has_bucket, 0, sizeof(self->has_bucket));
+    for (int c = 0; c < 256; c++)
+        self->single[c] = -1;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        Py_ssize_t len = PyBytes_GET_SIZE(o);
+        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(o);
+        memcpy(self->blob + at, s, (size_t)len);
+        self->offset[i] = at;
+        self->length[i] = len;
+        at += len;
+        Py_ssize_t k = 0;
+        if (aseq != NULL) {
+            k = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(aseq, i));
+            if (k == -1 && PyErr_Occurred())
+                goto done;
+            if (k < 0 || (len >= 2 && k > len - 2) || (len == 1 && k != 0)) {
+                PyErr_SetString(PyExc_ValueError, "an anchor must be the offset of a byte pair inside its needle");
+                goto done;
+            }
+        } else if (len >= 2) {
+            unsigned best = ~0u;
+            for (Py_ssize_t j = 0; j + 1 < len; j++) {
+                unsigned cost = byte_prior(s[j]) * byte_prior(s[j + 1]);
+                if (cost < best) {
+                    best = cost;
+                    k = j;
+                }
+            }
+        }
+        self->anchor[i] = k;
+    }
+    /* group needles by anchor pair (counting sort over the 65,536 pairs) */
+    uint32_t *count = PyMem_Calloc(65536, sizeof(uint32_t));
+    if (count == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t anchored = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *s = self->blob + self->offset[i];
+        Py_ssize_t len = self->length[i];
+        if (memchr(s, '\n', (size_t)len) != NULL)
+            continue; /* can never lie inside one line */
+        if (len == 1) {
+            if (self->single[s[0]] < 0)
+                self->single[s[0]] = (int32_t)i;
+            for (unsigned b1 = 0; b1 < 256; b1++) {
+                unsigned v = s[0] | (b1 << 8);
+                self->tab[v] = 1;
+            }
+            continue;
+        }
+        unsigned v = pair_at(s + self->anchor[i]);
+        self->tab[v] = 1;
+        count[v]++;
+        anchored++;
+    }
+    Py_ssize_t n_buckets = 0;
+    for (unsigned v = 0; v < 65536; v++)
+        if (count[v])
+            n_buckets++;
+    self->bucket_start = PyMem_Malloc(sizeof(uint32_t) * (size_t)(n_buckets + 1));
+    self->items = PyMem_Malloc(sizeof(uint32_t) * (size_t)(anchored ? anchored : 1));
+    if (!self->bucket_start || !self->items) {
+        PyMem_Free(count);
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint32_t b = 0, pos = 0;
+    for (unsigned v = 0; v < 65536; v++) {
+        if (!count[v])
+            continue;
+        self->bucket_of[v] = b;
+        self->has_bucket[v >> 3] |= (uint8_t)(1u << (v & 7));
+        self->bucket_start[b] = pos;
+        pos += count[v];
+        count[v] = self->bucket_start[b]; /* now: next free slot of this bucket */
+        b++;
+    }
+    self->bucket_start[b] = pos;
+    self->n_buckets = n_buckets;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *s = self->blob + self->offset[i];
+        Py_ssize_t len = self->length[i];
+        if (len < 2 || memchr(s, '\n', (size_t)len) != NULL)
+            continue;
+        unsigned v = pair_at(s + self->anchor[i]);
+        self->items[count[v]++] = (uint32_t)i;
+    }
+    PyMem_Free(count);
+    ok = 0;
+done:
+    Py_XDECREF(aseq);
+    Py_DECREF(seq);
+    return ok;
+}
+
+/* index of a needle that occurs with its anchor (or, one-byte needles, its start) at p, setting *s to its start; -1 */
+static inline Py_ssize_t
+verify(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t n, Py_ssize_t p, Py_ssize_t *s)
+{
+    int32_t one = f->single[buf[p]];
+    if (one >= 0) {
+        *s = p;
+        return one;
+    }
+    if (p + 1 >= n)
+        return -1;
+    unsigned v = pair_at(buf + p);
+    if (!(f->has_bucket[v >> 3] & (1u << (v & 7))))
+        return -1;
+    uint32_t b = f->bucket_of[v];
+    for (uint32_t j = f->bucket_start[b]; j < f->bucket_start[b + 1]; j++) {
+        uint32_t i = f->items[j];
+        Py_ssize_t st = p - f->anchor[i];
+        Py_ssize_t len = f->length[i];
+        if (st < lo || st + len > n)
+            continue;
+        if (memcmp(buf + st, f->blob + f->offset[i], (size_t)len) == 0) {
+            *s = st;
+            return (Py_ssize_t)i;
+        }
+    }
+    return -1;
+}
+
+/* The scan; returns where it stopped (n, or just past the last hit line when max_lines were found), the newlines in
+ * [start, stop) in *newlines. -1 on memory error. */
+static Py_ssize_t
+scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, Py_ssize_t max_lines, HitVec *out,
+     Py_ssize_t *newlines)
+{
+    const uint8_t *tab = f->tab;
+    Py_ssize_t pos = start; /* the start of a line (or of the buffer part searched): nothing before it is left */
+    Py_ssize_t p = start;
+    Py_ssize_t nl = 0;      /* newlines in [start, pos) */
+    for (;;) {
+        Py_ssize_t last = n - 1;
+        /* eight pairs per step, one branch: the common case is no candidate at all */
+        for (; p + 8 < n; p += 8) {
+            if (tab[pair_at(buf + p)] | tab[pair_at(buf + p + 1)] | tab[pair_at(buf + p + 2)] |
+                tab[pair_at(buf + p + 3)] | tab[pair_at(buf + p + 4)] | tab[pair_at(buf + p + 5)] |
+                tab[pair_at(buf + p + 6)] | tab[pair_at(buf + p + 7)])
+                break;
+        }
+        for (; p < last; p++) {
+            unsigned v = pair_at(buf + p);
+            if (tab[v])
+                goto candidate;
+        }
+        if (p == last && f->single[buf[p]] >= 0)
+            goto candidate;
+        break;
+    candidate: {
+        Py_ssize_t s = 0;
+        Py_ssize_t which = verify(f, buf, start, n, p, &s);
+        if (which < 0) {
+            p++;
+            continue;
+        }
+        const unsigned char *before = last_nl(buf + pos, buf + s);
+        Py_ssize_t ls = before ? (before - buf) + 1 : pos;
+        nl += count_nl(buf + pos, ls - pos);
+        const unsigned char *after = memchr(buf + s, '\n', (size_t)(n - s));
+        Py_ssize_t le = after ? after - buf : n;
+        if (vec_push(out, ls, le, nl, which) < 0)
+            return -1;
+        if (le >= n) {
+            pos = n;
+            break;
+        }
+        nl++;
+        pos = p = le + 1;
+        if (max_lines > 0 && out->len >= max_lines)
+            break;
+    }
+    }
+    if (pos < n && (max_lines <= 0 || out->len < max_lines)) {
+        nl += count_nl(buf + pos, n - pos);
+        pos = n;
+    }
+    *newlines = nl;
+    return pos;
+}
+
+PyDoc_STRVAR(find_lines_doc,
+"find_lines(buf, start=0, max_lines=0) -> (hits, newlines, stop)\n\n"
+"Every line of buf[start:] holding a needle, in one pass. hits: list of (line_start, line_end, line_index, needle)\n"
+"where line_end excludes the newline, line_index counts the newlines between start and line_start, and needle is\n"
+"the index of one needle found in that line. newlines: newlines in buf[start:stop]. stop: len(buf), or, when\n"
+"max_lines > 0 lines were found, just past the last one's newline (call again from there: start must be a line\n"
+"start).");
+
+static PyObject *
+Finder_find_lines(Finder *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"buf", "start", "max_lines", NULL};
+    Py_buffer view;
+    Py_ssize_t start = 0, max_lines = 0;
+    if (self->blob == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Finder is not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|nn", kwlist, &view, &start, &max_lines))
+        return NULL;
+    Py_ssize_t n = view.len;
+    if (start < 0 || start > n) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start is outside the buffer");
+        return NULL;
+    }
+    HitVec hits = {NULL, 0, 0};
+    Py_ssize_t newlines = 0, stop;
+    Py_BEGIN_ALLOW_THREADS
+    stop = scan(self, (const unsigned char *)view.buf, start, n, max_lines, &hits, &newlines);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (stop < 0) {
+        PyMem_RawFree(hits.items);
+        return PyErr_NoMemory();
+    }
+    PyObject *list = PyList_New(hits.len);
+    if (list == NULL) {
+        PyMem_RawFree(hits.items);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < hits.len; i++) {
+        Hit *h = &hits.items[i];
+        PyObject *t = Py_BuildValue("(nnnn)", h->start, h->end, h->line, h->needle);
+        if (t == NULL) {
+            Py_DECREF(list);
+            PyMem_RawFree(hits.items);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, t);
+    }
+    PyMem_RawFree(hits.items);
+    return Py_BuildValue("(Nnn)", list, newlines, stop);
+}
+
+PyDoc_STRVAR(rfind_doc,
+"rfind(buf, lo=0, hi=len(buf)) -> int\n\n"
+"The start of a needle occurring inside buf[lo:hi] in the last line that holds one (searching backwards from hi;\n"
+"the line's other needles may start later), or -1. Like the largest bytes.rfind(needle, lo, hi) over the needles,\n"
+"up to which needle of that line is named.");
+
+static PyObject *
+Finder_rfind(Finder *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"buf", "lo", "hi", NULL};
+    Py_buffer view;
+    Py_ssize_t lo = 0, hi = -1;
+    if (self->blob == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Finder is not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|nn", kwlist, &view, &lo, &hi))
+        return NULL;
+    if (hi < 0 || hi > view.len)
+        hi = view.len;
+    if (lo < 0)
+        lo = 0;
+    Py_ssize_t found = -1;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    /* a match lies in [lo, hi): its anchor pair starts in [lo, hi - 2], a one-byte needle in [lo, hi - 1] */
+    if (lo < hi && self->single[buf[hi - 1]] >= 0)
+        found = hi - 1;
+    for (Py_ssize_t p = hi - 2; found < 0 && p >= lo; p--) {
+        if (!self->tab[pair_at(buf + p)])
+            continue;
+        Py_ssize_t st;
+        if (verify(self, buf, lo, hi, p, &st) >= 0)
+            found = st;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(found);
+}
+
+static PyObject *
+Finder_len(Finder *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromSsize_t(self->n_needles);
+}
+
+static PyMethodDef Finder_methods[] = {
+    {"find_lines", (PyCFunction)(void (*)(void))Finder_find_lines, METH_VARARGS | METH_KEYWORDS, find_lines_doc},
+    {"rfind", (PyCFunction)(void (*)(void))Finder_rfind, METH_VARARGS | METH_KEYWORDS, rfind_doc},
+    {"needle_count", (PyCFunction)Finder_len, METH_NOARGS, "Number of needles."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FinderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "debug_training_logs.logs._linescan.Finder",
+    .tp_basicsize = sizeof(Finder),
+    .tp_dealloc = (destructor)Finder_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Finder(needles, anchors=None): the lines holding any of the needles (bytes), one pass per buffer.\n"
+              "anchors: per needle, the offset of the byte pair it is filtered on (choose_anchors); default: a\n"
+              "static guess of the rarest pair.",
+    .tp_methods = Finder_methods,
+    .tp_init = (initproc)Finder_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ----------------------------------------------------------------------------------------------------------------- */
+/* module functions */
+
+PyDoc_STRVAR(choose_anchors_doc,
+"choose_anchors(sample, needles) -> list[int]\n\n"
+"Per needle, the offset of its byte pair that occurs least often in sample (ties: the static guess), 0 for\n"
+"one-byte needles. Passed to Finder as anchors.");
+
+static PyObject *
+choose_anchors(PyObject *Py_UNUSED(mod), PyObject *args)
+{
+    Py_buffer view;
+    PyObject *needles_obj;
+    if (!PyArg_ParseTuple(args, "y*O", &view, &needles_obj))
+        return NULL;
+    PyObject *seq = PySequence_Fast(needles_obj, "needles must be a sequence of bytes");
+    if (seq == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint32_t *count = PyMem_Calloc(65536, sizeof(uint32_t));
+    if (count == NULL) {
+        Py_DECREF(seq);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    const unsigned char *b = (const unsigned char *)view.buf;
+    for (Py_ssize_t i = 0; i + 1 < view.len; i++) {
+        unsigned v = pair_at(b + i);
+        if (count[v] < UINT32_MAX)
+            count[v]++;
+    }
+    PyBuffer_Release(&view);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(o)) {
+            PyErr_SetString(PyExc_TypeError, "every needle must be bytes");
+            goto fail;
+        }
+        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(o);
+        Py_ssize_t len = PyBytes_GET_SIZE(o);
+        Py_ssize_t k = 0;
+        uint64_t best = UINT64_MAX;
+        for (Py_ssize_t j = 0; j + 1 < len; j++) {
+            uint64_t cost = (uint64_t)count[pair_at(s + j)] * 64 + byte_prior(s[j]) * byte_prior(s[j + 1]);
+            if (cost < best) {
+                best = cost;
+                k = j;
+            }
+        }
+        PyObject *ko = PyLong_FromSsize_t(k);
+        if (ko == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, i, ko);
+    }
+    PyMem_Free(count);
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_XDECREF(out);
+    PyMem_Free(count);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+PyDoc_STRVAR(line_indexes_doc,
+"line_indexes(buf, positions) -> list[int]\n\n"
+"For ascending offsets into buf (0..len(buf)), the number of newlines before each: one counting pass in all.");
+
+static PyObject *
+line_indexes(PyObject *Py_UNUSED(mod), PyObject *args)
+{
+    Py_buffer view;
+    PyObject *pos_obj;
+    if (!PyArg_ParseTuple(args, "y*O", &view, &pos_obj))
+        return NULL;
+    PyObject *seq = PySequence_Fast(pos_obj, "positions must be a sequence of int");
+    if (seq == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        goto fail;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t at = 0, nl = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t p = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
+        if (p == -1 && PyErr_Occurred())
+            goto fail;
+        if (p < at || p > view.len) {
+            PyErr_SetString(PyExc_ValueError, "positions must ascend and lie inside the buffer");
+            goto fail;
+        }
+        nl += count_nl(b + at, p - at);
+        at = p;
+        PyObject *o = PyLong_FromSsize_t(nl);
+        if (o == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, i, o);
+    }
+    Py_DECREF(seq);
+    PyBuffer_Release(&view);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"choose_anchors", choose_anchors, METH_VARARGS, choose_anchors_doc},
+    {"line_indexes", line_indexes, METH_VARARGS, line_indexes_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "_linescan",
+    "One-pass finder of the lines holding any of N literal needles (the scan's literal prefilter).",
+    -1,
+    module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__linescan(void)
+{
+    if (PyType_Ready(&FinderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&FinderType);
+    if (PyModule_AddObject(m, "Finder", (PyObject *)&FinderType) < 0) {
+        Py_DECREF(&FinderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,557 @@
+"""The native one-pass line finder (``debug_training_logs.logs._linescan``) and the scan that uses it.
+
+* The finder against a plain Python reference (a loop over lines with ``in``): a matrix of needle and buffer shapes,
+  a hypothesis fuzz over bytes that matter (newlines, CR, NUL, high bytes, needles at the edges, windows cut out of a
+  larger buffer so a read past either edge would show), paging, every choice of anchors, bad arguments, memory.
+* The whole scan with and without the finder (``DEBUG_TRAINING_LOGS_NO_NATIVE=1``: ``ahocorasick_rs`` passes) on
+  fixture jobs plain, .gz and .zst, wrapped, with ``\\r`` progress bars and tiny windows: identical FileScans and
+  identical sink calls, every one of them.
+* The extension is built where a C compiler is (so CI tests the fast path), and an install without one still works.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import mmap
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from debug_training_logs.analysis.inventory import MARKERS
+from debug_training_logs.analysis.scan_cache import standard_consumers
+from debug_training_logs.logs import scan
+from debug_training_logs.logs.discovery import discover
+from debug_training_logs.logs.scan import FileScan, PatternSpec, scan_files
+from fixtures.failure_scenarios import write_variant
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "fixtures"
+NO_NATIVE = "DEBUG_TRAINING_LOGS_NO_NATIVE"
+
+
+def _compiler() -> str | None:
+    """Why the extension cannot be built here, or None when it can (a C compiler and Python's headers)."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        return f"no C compiler ({cc}) on this machine"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        return "no Python.h (python3-dev) on this machine"
+    return None
+
+
+def _linescan() -> Any:
+    try:
+        return importlib.import_module("debug_training_logs.logs._linescan")
+    except ImportError:
+        pytest.skip(f"the native finder is not built ({_compiler() or 'run pip install -e .'})")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The finder against a reference
+
+
+def reference(buf: bytes, needles: list[bytes], start: int = 0) -> tuple[list[tuple[int, int, int]], int]:
+    """(line start, line end, newlines before it since ``start``) of every line of ``buf[start:]`` holding a needle,
+    and the newlines in ``buf[start:]``: one line at a time, with ``in``."""
+    out: list[tuple[int, int, int]] = []
+    n = len(buf)
+    ls = start
+    idx = 0
+    while ls < n:
+        le = buf.find(b"\n", ls)
+        le = n if le < 0 else le
+        line = buf[ls:le]
+        if any(nd in line for nd in needles):
+            out.append((ls, le, idx))
+        idx += 1
+        ls = le + 1
+    return out, buf.count(b"\n", start)
+
+
+def found(mod: Any, buf: Any, needles: list[bytes], anchors: list[int] | None = None, page: int = 0) -> Any:
+    """The finder's answer in the reference's shape (paged by ``page`` lines), checking each reported needle."""
+    f = mod.Finder(needles, anchors)
+    data = bytes(buf)
+    out: list[tuple[int, int, int]] = []
+    pos = 0
+    lines_before = 0
+    total = 0
+    while True:
+        hits, nl, stop = f.find_lines(buf, pos, page)
+        assert pos <= stop <= len(data)
+        for ls, le, rel, which in hits:
+            assert needles[which] in data[ls:le], (data[ls:le], needles[which])
+            out.append((ls, le, lines_before + rel))
+        assert nl == data.count(b"\n", pos, stop)
+        lines_before += nl
+        total += nl
+        if page <= 0 or stop >= len(data) or len(hits) < page:
+            assert stop == len(data)
+            break
+        assert len(hits) == page
+        pos = stop
+    return out, total
+
+
+NEEDLE_SETS: dict[str, list[bytes]] = {
+    "one byte": [b"x"],
+    "pairs and singles": [b"ab", b"c", b"\xff", b"\x00"],
+    "overlapping": [b"abc", b"bcd", b"ab", b"cdab", b"abcabc"],
+    "same anchor pair": [b"xab", b"yab", b"abz", b"ab"],
+    "high bytes and NUL": [b"\xc3\xa9t\xc3\xa9", b"\x00\x00", b"a\x00b", b"\xff\xfe"],
+    "CR inside": [b"\rab", b"b\r"],
+    "newline needles never match": [b"a\nb", b"\n", b"zz"],
+    "long": [b"Watchdog caught collective operation timeout" * 3, b"NCCL"],
+    "the diagnose set": [b"NCCL WARN", b"Traceback (most recent call last)", b"==", b"nan", b"Xid", b"]:["],
+}
+
+BUFFERS: dict[str, bytes] = {
+    "empty": b"",
+    "one newline": b"\n",
+    "no trailing newline": b"zz ab\nno\nc",
+    "needle at start and end": b"abc\n\n\nbcd",
+    "CRLF": b"ab\r\nx\r\n\r\nNCCL WARN\r\n",
+    "blank lines": b"\n\n\nab\n\n",
+    "NUL and high bytes": b"\x00\x00 a\x00b\n\xc3\xa9t\xc3\xa9\n\xff\xfe\xff\n",
+    "one byte before 0xff": b"zc\xff\nqx\xff\n\x00\xff",
+    "every line": b"x\n" * 1000,
+    "one long line": b"q" * 300_000 + b"cdab" + b"q" * 300_000,
+    "progress bar": b"".join(b"\r%d%%|####  | %d/100 [00:0%d<00:00]" % (i, i, i % 10) for i in range(100)) + b"\rnan\n",
+    "diagnose-like": (
+        b"[rank3]:[E0521 08:02:12 ProcessGroupNCCL.cpp:632] Watchdog caught collective operation timeout\n"
+        b"Epoch 0: step 17 loss: nan\nTraceback (most recent call last)\n== done ==\nXid 79\n"
+    )
+    * 50,
+}
+
+
+@pytest.mark.parametrize("needles_name", list(NEEDLE_SETS))
+@pytest.mark.parametrize("buf_name", list(BUFFERS))
+def test_finder_matrix(needles_name: str, buf_name: str) -> None:
+    mod = _linescan()
+    needles, buf = NEEDLE_SETS[needles_name], BUFFERS[buf_name]
+    want = reference(buf, needles)
+    assert found(mod, buf, needles) == want
+    assert found(mod, buf, needles, mod.choose_anchors(buf, needles)) == want
+    assert found(mod, buf, needles, page=3) == want
+    # every anchor every needle could have
+    for k in range(max(len(nd) for nd in needles) - 1):
+        anchors = [min(k, max(0, len(nd) - 2)) for nd in needles]
+        assert found(mod, buf, needles, anchors) == want
+
+
+def test_the_answer_is_for_the_window_only() -> None:
+    """A window cut out of a bigger buffer: needles across either edge, or before ``start``, are not in it."""
+    mod = _linescan()
+    big = b"xa" + b"b\nqq\nyz" + b"zy"
+    window = memoryview(big)[2:-2]
+    f = mod.Finder([b"ab", b"zz", b"\nq"])
+    assert f.find_lines(window) == ([], 2, len(window))
+    assert f.find_lines(b"ab\nab", 1) == ([(3, 5, 1, 0)], 1, 5)
+    assert f.find_lines(b"ab", 2) == ([], 0, 2)
+    assert mod.Finder([b"xab"], [1]).find_lines(b"xab", 1) == ([], 0, 3)  # begins before start
+
+
+def test_a_100_mb_line() -> None:
+    mod = _linescan()
+    buf = b"a" * (100 << 20) + b"NCCL WARN" + b"a" * 1000 + b"\nnext\n"
+    f = mod.Finder([b"NCCL WARN", b"next", b"zz"], mod.choose_anchors(b"", [b"NCCL WARN", b"next", b"zz"]))
+    hits, nl, stop = f.find_lines(buf)
+    assert [(ls, le, rel) for ls, le, rel, _w in hits] == [(0, len(buf) - 6, 0), (len(buf) - 5, len(buf) - 1, 1)]
+    assert (nl, stop) == (2, len(buf))
+
+
+def test_every_buffer_kind_is_read(tmp_path: Path) -> None:
+    mod = _linescan()
+    data = b"one\ntwo ab\nthree\n"
+    f = mod.Finder([b"ab"])
+    want = ([(4, 10, 1, 0)], 3, len(data))
+    assert f.find_lines(data) == want
+    assert f.find_lines(bytearray(data)) == want
+    assert f.find_lines(memoryview(data)) == want
+    (tmp_path / "f").write_bytes(data)
+    with open(tmp_path / "f", "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        assert f.find_lines(mm) == want
+    with pytest.raises(TypeError):
+        f.find_lines("text, not bytes")
+
+
+def test_bad_arguments_are_errors_not_crashes() -> None:
+    mod = _linescan()
+    with pytest.raises(ValueError, match="empty needle"):
+        mod.Finder([b"a", b""])
+    with pytest.raises(TypeError):
+        mod.Finder(["text"])
+    with pytest.raises(ValueError, match="anchor"):
+        mod.Finder([b"abc"], [2])
+    with pytest.raises(ValueError, match="one entry per needle"):
+        mod.Finder([b"abc"], [0, 0])
+    with pytest.raises(ValueError, match="outside"):
+        mod.Finder([b"a"]).find_lines(b"abc", 4)
+    with pytest.raises(ValueError, match="outside"):
+        mod.Finder([b"a"]).find_lines(b"abc", -1)
+    with pytest.raises(ValueError, match="ascend"):
+        mod.line_indexes(b"a\nb\n", [3, 1])
+    with pytest.raises(ValueError, match="ascend"):
+        mod.line_indexes(b"a\nb\n", [5])
+    assert mod.Finder([]).find_lines(b"a\nb") == ([], 1, 3)
+
+
+def test_line_indexes_count_newlines_before_each_position() -> None:
+    mod = _linescan()
+    buf = (b"a\n" * 40 + b"\r\n" * 7 + b"x" * 100 + b"\n") * 3
+    positions = sorted({0, 1, 2, 50, 99, 100, 183, 184, len(buf) - 1, len(buf)} | set(range(0, len(buf), 37)))
+    assert mod.line_indexes(buf, positions) == [buf.count(b"\n", 0, p) for p in positions]
+    assert mod.line_indexes(b"", [0, 0]) == [0, 0]
+
+
+def test_choose_anchors_picks_the_rarest_pair() -> None:
+    mod = _linescan()
+    sample = b"the the the eX eX Xq qt qt"
+    # theXq: th 3, he 3, eX 2, Xq 1 (times seen); Xqth: Xq 1, qt 2, th 3
+    assert mod.choose_anchors(sample, [b"theXq", b"x", b"Xqth"]) == [3, 0, 0]
+    assert mod.choose_anchors(b"", [b"ab"]) == [0]
+
+
+ALPHABET = st.sampled_from([b"a", b"b", b"c", b"\n", b"\r", b"\x00", b"\xff", b"\xc3", b" "])
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    needles=st.lists(st.lists(ALPHABET, min_size=1, max_size=6).map(b"".join), min_size=0, max_size=12),
+    body=st.lists(ALPHABET, max_size=400).map(b"".join),
+    edges=st.tuples(st.lists(ALPHABET, max_size=4).map(b"".join), st.lists(ALPHABET, max_size=4).map(b"".join)),
+    seed=st.integers(0, 2**32 - 1),
+    page=st.sampled_from([0, 1, 2, 5]),
+)
+def test_finder_fuzz(needles: list[bytes], body: bytes, edges: tuple[bytes, bytes], seed: int, page: int) -> None:
+    mod = _linescan()
+    rnd = random.Random(seed)
+    anchors = [rnd.randrange(max(1, len(nd) - 1)) for nd in needles] if rnd.random() < 0.5 else None
+    big = edges[0] + body + edges[1]
+    window = memoryview(big)[len(edges[0]) : len(edges[0]) + len(body)]
+    assert found(mod, window, needles, anchors, page) == reference(body, needles)
+    if body:
+        start = body.find(b"\n", rnd.randrange(len(body))) + 1  # a line start, as the scan pages
+        want, nl = reference(body, needles, start)
+        hits, got_nl, stop = mod.Finder(needles, anchors).find_lines(window, start)
+        assert [(ls, le, rel) for ls, le, rel, _w in hits] == want
+        assert (got_nl, stop) == (nl, len(body))
+    positions = sorted(rnd.randrange(len(body) + 1) for _ in range(5))
+    assert mod.line_indexes(window, positions) == [body.count(b"\n", 0, p) for p in positions]
+    # backwards: a needle of the line holding the last needle inside [lo, hi)
+    lo, hi = sorted(rnd.randrange(len(body) + 1) for _ in range(2))
+    last = max((body.rfind(nd, lo, hi) for nd in needles if b"\n" not in nd), default=-1)
+    got = mod.Finder(needles, anchors).rfind(window, lo, hi)
+    if last < 0:
+        assert got == -1
+    else:
+        assert lo <= got <= last and b"\n" not in body[got:last]
+        assert any(body.startswith(nd, got) and got + len(nd) <= hi for nd in needles)
+
+
+def test_no_leak_and_bounded_memory() -> None:
+    """Thousands of finders and pages of dense hits: the resident set stays put (peak RSS, KB on Linux)."""
+    mod = _linescan()
+    rnd = random.Random(5)
+    dense = b"x\n" * (1 << 16)  # a window where every line matches (paged: at most 2**14 lines a call)
+
+    def churn(rounds: int) -> None:
+        for _ in range(rounds):
+            needles = [bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 6))) for _ in range(rnd.randrange(50))]
+            f = mod.Finder([*needles, b"x"], None)
+            pos = 0
+            while pos < len(dense):
+                hits, _nl, pos = f.find_lines(dense, pos, 1 << 14)
+                assert len(hits) <= 1 << 14
+            mod.choose_anchors(dense[:4096], needles)
+            mod.line_indexes(dense, [0, 10, 1 << 16])
+
+    churn(10)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    churn(150)  # a leaked page of hits would be ~2.5 MB a round, a leaked finder ~200 KB
+    grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kb < 8 << 10, f"peak RSS grew by {grown_kb} KB over 150 rounds"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The whole scan, with and without the finder
+
+
+class Record:
+    """Every sink call of one file, as made."""
+
+    def __init__(self, lf: object) -> None:
+        self.calls: list[tuple[list[int], int, str]] = []
+
+    def on_hit(self, ids: list[int], n: int, line: str) -> None:
+        self.calls.append((list(ids), n, line))
+
+    def finish(self) -> list[tuple[list[int], int, str]]:
+        return self.calls
+
+
+def job_spec() -> PatternSpec:
+    """Every tool's patterns plus the inventory markers, as the shared job scan (``scan_consumers``) builds them."""
+    pats: list[str] = []
+    dense: list[bool] = []
+    for c in standard_consumers():
+        assert not c.ignore_case
+        dense += [i in c.dense for i in range(len(c.patterns))]
+        pats += c.patterns
+    return PatternSpec(
+        tuple(pats) + tuple(m.regex for m in MARKERS),
+        False,
+        max_hits=(None,) * len(pats) + tuple(m.cap for m in MARKERS),
+        dense=tuple(dense) + tuple(m.dense for m in MARKERS),
+    )
+
+
+def _run(
+    root: Path, spec: PatternSpec, native: bool, monkeypatch: pytest.MonkeyPatch, sample: bytes | None = None
+) -> list[FileScan]:
+    if native:
+        monkeypatch.delenv(NO_NATIVE, raising=False)
+        assert scan._native() is not None
+    else:
+        monkeypatch.setenv(NO_NATIVE, "1")
+    scan._MATCHERS.clear()
+    files, _ = discover(root)
+    plan = scan.make_plan(spec, scan._sample(files) if sample is None else sample)
+    assert ("native" in plan.describe()) == (native and bool(plan.literals))
+    return scan_files(files, spec, Record, head_lines=40, tail_lines=40, plan=plan)
+
+
+def assert_same_scans(
+    root: Path, monkeypatch: pytest.MonkeyPatch, spec: PatternSpec | None = None, sample: bytes | None = None
+) -> int:
+    """The scan of ``root`` with the finder equals the scan without, field by field and call by call; returns the
+    number of sink calls compared. ``sample``: plan from it instead of the files (b"": every literal is kept)."""
+    _linescan()
+    spec = spec or job_spec()
+    fast = _run(root, spec, True, monkeypatch, sample)
+    slow = _run(root, spec, False, monkeypatch, sample)
+    monkeypatch.delenv(NO_NATIVE, raising=False)
+    assert [r.file.rel for r in fast] == [r.file.rel for r in slow]
+    calls = 0
+    for a, b in zip(fast, slow, strict=True):
+        for name in ("lines", "bytes_read", "counts", "ranks", "head", "tail", "problem", "sampled"):
+            assert getattr(a, name) == getattr(b, name), (a.file.rel, name)
+        assert a.sink_result == b.sink_result, a.file.rel
+        calls += len(a.sink_result)
+    return calls
+
+
+def _compress(root: Path, how: str) -> None:
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            data = p.read_bytes()
+            if how == "gz":
+                (p.parent / (p.name + ".gz")).write_bytes(gzip.compress(data))
+            else:
+                (p.parent / (p.name + ".zst")).write_bytes(zstandard.ZstdCompressor().compress(data))
+            p.unlink()
+
+
+FIXTURE_JOBS = sorted(
+    str(p.relative_to(FIXTURES))
+    for p in [*FIXTURES.glob("*/logs"), *FIXTURES.glob("real_torch/*")]
+    if p.is_dir() and any(p.iterdir())
+)
+
+
+@pytest.mark.parametrize("compression", ["plain", "gz", "zst"])
+def test_scan_is_identical_on_every_fixture_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compression: str
+) -> None:
+    assert len(FIXTURE_JOBS) >= 20
+    calls = 0
+    for job in FIXTURE_JOBS:
+        root = tmp_path / job.replace("/", "_")
+        shutil.copytree(FIXTURES / job, root)
+        if compression != "plain":
+            _compress(root, compression)
+        calls += assert_same_scans(root, monkeypatch)
+    assert calls > 1000  # the comparison saw real hits
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"compress": True, "ansi": True, "wrap_rank": 2},
+        {"torch": "2.1", "launcher": "srun"},
+        {"torch": "2.4", "launcher": "ray", "ansi": True},
+        {"torch": "2.14", "per_rank_files": True, "compress": True},
+    ],
+    ids=["wrapped-ansi-gz", "srun-label", "ray-ansi", "per-rank-gz"],
+)
+@pytest.mark.parametrize("scenario", ["loader_stall", "fabric_hang", "cuda_oom"])
+def test_scan_is_identical_on_presentation_variants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str, variant: dict[str, Any]
+) -> None:
+    write_variant(scenario, tmp_path, variant)  # type: ignore[arg-type]
+    assert assert_same_scans(tmp_path / "logs", monkeypatch) > 0
+
+
+def test_scan_is_identical_with_progress_bars_and_tiny_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``\\r`` progress bars longer than a window (cut after a ``\\r``), lines cut across windows, dense pieces."""
+    rnd = random.Random(11)
+    root = tmp_path / "logs"
+    root.mkdir()
+    lines = [
+        "[rank{r}]:[E0521 08:02:12.1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600042 "
+        "milliseconds before timing out.",
+        "[rank{r}]: Epoch 0: 100%|##########| 10/10 [00:01<00:00, train_step_timing in s=0.5, loss=nan]",
+        "[rank{r}]: Traceback (most recent call last):",
+        "[rank{r}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "[rank{r}]: an ordinary line with nothing in it",
+        "[rank{r}]: NCCL INFO comm 0x1 rank {r} nranks 8 cudaDev 0 - Init COMPLETE",
+    ]
+    for f in range(3):
+        out: list[str] = []
+        for i in range(3000):
+            r = rnd.randrange(8)
+            if i % 700 == 5:
+                bar = "".join(f"\rEpoch 0: {k}%|#| {k}/100 [00:0{k % 10}<00:00, loss=0.{k}]" for k in range(400))
+                out.append(f"[rank{r}]: " + bar + "\rRuntimeError: CUDA error: an illegal memory access")
+            else:
+                out.append(rnd.choice(lines).format(r=r))
+        text = "\r\n".join(out) if f == 1 else "\n".join(out) + ("\n" if f == 0 else "")
+        (root / f"node-{f}.log").write_text(text)
+    assert assert_same_scans(root, monkeypatch) > 0
+    monkeypatch.setattr(scan, "WINDOW", 3000)
+    monkeypatch.setattr(scan, "CAPPED_PIECE_BYTES", 1000)
+    monkeypatch.setattr("debug_training_logs.logs.reader.CHUNK", 8000)
+    monkeypatch.setattr(scan, "CHUNK", 8000)
+    assert assert_same_scans(root, monkeypatch) > 0
+    _compress(root, "gz")
+    assert assert_same_scans(root, monkeypatch) > 0
+
+
+def test_a_window_where_every_line_is_a_candidate_is_paged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every line holds a literal: the finder's answer comes in pages of ``NATIVE_PAGE_LINES`` and the scan is the
+    same as without the finder."""
+    root = tmp_path / "logs"
+    root.mkdir()
+    body = "".join(f"[rank{i % 4}]: NCCL WARN net {i}\n" if i % 3 else f"Traceback {i}\n" for i in range(5000))
+    (root / "node.log").write_text(body)
+    spec = PatternSpec(("NCCL WARN", "Traceback", r"net \d+7$"))
+    monkeypatch.setattr(scan, "NATIVE_PAGE_LINES", 7)
+    assert scan.make_plan(spec, b"").literals  # no sample: the literals stay in the prefilter, not the DFA
+    assert assert_same_scans(root, monkeypatch, spec, sample=b"") == 5000
+    monkeypatch.setattr(scan, "WINDOW", 1000)
+    assert assert_same_scans(root, monkeypatch, spec, sample=b"") == 5000
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_dense_sample_and_tail_are_identical(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """``_Dense.sample`` (forward, one line per stride) and ``tail_start`` (backwards from the end) find the same lines
+    with the finder as with ``bytes.find``/``rfind`` per needle, whatever the stride lands on."""
+    _linescan()
+    rnd = random.Random(seed)
+    spec = PatternSpec((r"step \d+ loss", r"Epoch \d+|global_step=\d+", r"memory \(MB\)"), dense=(True, True, True))
+    plan = scan.make_plan(spec, b"")
+    assert all(nds for _i, nds in plan.dense)
+    words = [b"step 3 loss", b"step x loss", b"Epoch 7", b"Epoch", b"global_step=9", b"memory (MB) 5", b"plain", b"ste"]
+    lines = []
+    for _ in range(rnd.randrange(1, 4000)):
+        r = rnd.randrange(8)
+        lines.append(b"[rank%d]: " % r + b" ".join(rnd.choice(words) for _ in range(rnd.randrange(0, 4))))
+    buf = b"\n".join(lines) + (b"\n" if rnd.random() < 0.5 else b"")
+    ranks = {str(r) for r in range(8)}
+    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([64, 500, 4096]))
+    ids = frozenset(rnd.sample(range(3), rnd.randrange(1, 4)))
+    start = rnd.randrange(len(buf) + 1)
+    limit = rnd.randrange(1, len(buf) + 2)
+    answers = []
+    for native in (True, False):
+        if native:
+            monkeypatch.delenv(NO_NATIVE, raising=False)
+        else:
+            monkeypatch.setenv(NO_NATIVE, "1")
+        dense = scan._Dense(spec, plan)
+        assert (dense.tail_finder is not None) == native
+        answers.append(
+            (
+                dense.sample(buf, ids),
+                dense.sample(buf[start:], ids),
+                dense.tail_start(buf, ranks, len(buf)),
+                dense.tail_start(buf, ranks, limit),
+                dense.tail_start(buf, set(), 1 << 20),
+            )
+        )
+    assert answers[0] == answers[1]
+    assert answers[0][0]  # the sample found lines
+
+
+def test_without_the_module_the_scan_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without a compiler has no ``_linescan``: the scan uses the ahocorasick_rs passes."""
+    shutil.copytree(FIXTURES / "data_stall" / "logs", tmp_path / "logs")
+    files, _ = discover(tmp_path / "logs")
+    spec = job_spec()
+    monkeypatch.delenv(NO_NATIVE, raising=False)
+    monkeypatch.setitem(sys.modules, "debug_training_logs.logs._linescan", None)  # import raises ImportError
+    assert scan._native() is None
+    scan._MATCHERS.clear()
+    plan = scan.make_plan(spec, scan._sample(files))
+    assert "Aho-Corasick" in plan.describe() and not plan.anchors
+    results = scan_files(files, spec, Record, plan=plan)
+    assert sum(len(r.sink_result) for r in results) > 0
+    monkeypatch.undo()
+    scan._MATCHERS.clear()
+    assert [r.sink_result for r in scan_files(files, spec, Record)] == [r.sink_result for r in results]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Build
+
+
+def test_the_extension_is_built_where_a_compiler_is() -> None:
+    """CI installs with a compiler: the fast path must be the one the suite tests, not a silent fallback."""
+    reason = _compiler()
+    if reason is not None:
+        pytest.skip(reason)
+    mod = importlib.import_module("debug_training_logs.logs._linescan")
+    assert Path(mod.__file__).suffix in (".so", ".pyd")
+    if not os.environ.get(NO_NATIVE):
+        assert scan._native() is mod
+
+
+def test_an_install_without_a_compiler_succeeds_and_ships_everything(tmp_path: Path) -> None:
+    """``CC=false``: the wheel builds without the extension (it is optional) and still carries the package data."""
+    src = tmp_path / "src"  # a clean copy: no build/ directory left by an earlier build with a compiler
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(
+        REPO / "debug_training_logs", src / "debug_training_logs", ignore=shutil.ignore_patterns("*.so", "__pycache__")
+    )
+    env = {**os.environ, "CC": "false", "LDSHARED": "false"}
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = tmp_path.glob("debug_training_logs-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "debug_training_logs/server/SKILL.md" in names
+    assert "debug_training_logs/logs/scan.py" in names
+    assert not [n for n in names if n.endswith((".so", ".pyd"))]
+    assert not [n for n in names if n.startswith(("tests/", "fixtures/", "bench/"))]
