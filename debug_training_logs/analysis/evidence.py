@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import mmap
+import os
 import re
 import statistics
 from bisect import bisect_right
@@ -1179,7 +1180,8 @@ def _read_lines_from(
                         before = _last_stamped(chunk, starts[j], starts)
                         after = _next_stamped(chunk, starts[j + 1], starts)
                         if before is None and carry is _UNSET:
-                            carry = _stamp_before(lf, start, year)
+                            assert cp is not None
+                            carry = _stamp_before(str(lf.path), cp.stamp, start, year)
                         lower[w] = _stamp(raws[before], year) if before is not None else carry
                         if after is not None:
                             upper[w] = _stamp(raws[after], year)
@@ -1226,12 +1228,17 @@ def _last_stamped_line(chunk: bytes) -> bytes | None:
     return None
 
 
-def _stamp_before(lf: LogFile, offset: int, year: int) -> datetime | None:
+@functools.lru_cache(maxsize=4096)
+def _stamp_before(path: str, stamp: tuple[int, int, int], offset: int, year: int) -> datetime | None:
     """The time of the last line before byte ``offset`` (a line start) of a plain file that holds a timestamp, or
-    None; searched backwards in windows growing from ``offset``. Raises :class:`_FromTheTop` when that line is one the
-    reader cuts to its head and tail (longer than a chunk: what it shows depends on the cut)."""
+    None; searched backwards in windows growing from ``offset`` (MBs of progress bars may lie in between: remembered
+    per file state ``stamp``, the citations of one diagnosis ask for the same lines several times). Raises
+    :class:`_FromTheTop` when that line is one the reader cuts to its head and tail (longer than a chunk: what it
+    shows depends on the cut)."""
     try:
-        with open(lf.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if (len(mm), os.fstat(fh.fileno()).st_mtime_ns, os.fstat(fh.fileno()).st_ino) != stamp:
+                raise _FromTheTop  # changed since its checkpoints were recorded
             width = 4096
             hi = offset
             while hi > 0:

@@ -343,7 +343,9 @@ def _facts(items: list[tuple[str, Any, set[int]]], n_files: int) -> LauncherFact
         truncated += dropped
         if inline_ranks:
             inline[rel] = inline_ranks
-        file_tables = torchrun.parse_child_failed_tables(lines)
+        # a table opens with a ChildFailedError line: most files have none, and the parser tries every line
+        has_table = any("ChildFailedError" in text for _no, text in lines)
+        file_tables = torchrun.parse_child_failed_tables(lines) if has_table else []
         node = _node_of(rel, file_tables)
         agent = AgentFacts(file=rel, node=node)
         agents.append(agent)

@@ -37,7 +37,7 @@ import re as std_re
 import re._constants as sre_c
 import re._parser as sre_parse
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -1247,9 +1247,9 @@ def remember_checkpoints(scans: Sequence[FileScan]) -> None:
     with _known_lock:
         for s in scans:
             if s.checkpoints is not None:
-                key = os.path.realpath(s.file.path)
-                _known[key] = s.checkpoints
-                _known.move_to_end(key)
+                for key in {str(s.file.path), os.path.realpath(s.file.path)}:  # as discovered, and resolved
+                    _known[key] = s.checkpoints
+                    _known.move_to_end(key)
         while len(_known) > KNOWN_CHECKPOINTS:
             _known.popitem(last=False)
 
@@ -1259,9 +1259,11 @@ def checkpoints_for(lf: LogFile) -> Checkpoints | None:
     mtime and inode); None for a compressed, changed or never scanned file (read it from the top)."""
     if lf.compression != "none" or not _known:
         return None
-    key = os.path.realpath(lf.path)
     with _known_lock:
-        cp = _known.get(key)
+        cp = _known.get(str(lf.path))
+    if cp is None:
+        with _known_lock:
+            cp = _known.get(os.path.realpath(lf.path))
     if cp is None or _file_stamp(lf) != cp.stamp:
         return None
     return cp
@@ -1288,11 +1290,20 @@ def lines_at(
         chunks = _windows(lf, ReadProblems(), split_long_lines=False, start=start)
         try:
             for chunk in chunks:
-                lines_here = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+                n_nl = chunk.count(b"\n")
+                lines_here = n_nl + (0 if chunk.endswith(b"\n") else 1)
                 if todo[i] <= base + lines_here:
-                    raws = chunk.split(b"\n")
+                    # split only the side of the chunk that holds the wanted lines (often its end: the last lines)
+                    j0 = todo[i] - base - 1
+                    k = bisect_right(todo, base + lines_here, i) - 1
+                    if j0 > lines_here - (todo[k] - base):
+                        raws = chunk.rsplit(b"\n", n_nl - j0 + 1)
+                        first = j0 - 1  # index in ``raws`` of line j0 is 1
+                    else:
+                        raws = chunk.split(b"\n", todo[k] - base)
+                        first = 0
                     while i < len(todo) and todo[i] <= base + lines_here:
-                        raw = raws[todo[i] - base - 1]
+                        raw = raws[todo[i] - base - 1 - first]
                         head = raw[:MAX_LINE_CHARS]
                         if keep_tail and len(raw) > MAX_LINE_CHARS:
                             head += b"\r" + raw[max(MAX_LINE_CHARS, len(raw) - keep_tail) :]
