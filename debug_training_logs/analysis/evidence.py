@@ -1138,9 +1138,7 @@ def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str,
 _UNSET: Any = object()
 
 
-def _read_lines_from(
-    lf: LogFile, lines: set[int], year: int, cp: Checkpoints | None
-) -> dict[tuple[str, int], LineAt]:
+def _read_lines_from(lf: LogFile, lines: set[int], year: int, cp: Checkpoints | None) -> dict[tuple[str, int], LineAt]:
     found: dict[int, tuple[str, datetime | None]] = {}
     lower: dict[int, datetime | None] = {}
     upper: dict[int, datetime | None] = {}
@@ -1205,8 +1203,9 @@ def _read_lines_from(
             else:
                 break  # the file ended
         finally:
-            if hasattr(chunks, "close"):
-                chunks.close()
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
     return {(lf.rel, w): LineAt(lf.rel, w, text, own, lower.get(w), upper.get(w)) for w, (text, own) in found.items()}
 
 

@@ -143,7 +143,8 @@ def together(*consumers: Consumer) -> Iterator[None]:
 
 def standard_consumers() -> tuple[Consumer, ...]:
     """The consumers of the tools an agent calls in a row (grep's defaults, the NCCL table, the clock anchors, the
-    diagnosis evidence, the launcher facts every attempt split reads), as their tools' own scans declare them: scanned together, each later call is a cache hit."""
+    diagnosis evidence, the launcher facts every attempt split reads), as their tools' own scans declare them:
+    scanned together, each later call is a cache hit."""
     from debug_training_logs.analysis import evidence, launcher
     from debug_training_logs.analysis.alignment import WORKER_PATTERNS, WorkerClockSink
     from debug_training_logs.analysis.grep import GrepSink

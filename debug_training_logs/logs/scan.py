@@ -31,15 +31,15 @@ from __future__ import annotations
 
 import functools
 import mmap
-import threading
 import os
 import re as std_re
 import re._constants as sre_c
 import re._parser as sre_parse
+import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -899,7 +899,9 @@ RELEASE_BYTES = 64 << 20
 """After this many bytes of a memory-mapped file are searched, their pages leave the resident set."""
 
 
-def _windows(lf: LogFile, problems: ReadProblems, *, split_long_lines: bool = True, start: int = 0) -> Iterator[bytes]:
+def _windows(
+    lf: LogFile, problems: ReadProblems, *, split_long_lines: bool = True, start: int = 0
+) -> Generator[bytes, None, None]:
     """Decompressed chunks of ``lf`` that end on a line boundary (the last may lack its newline); ``start``: the byte
     offset of a line start to begin at (plain files only, a :class:`Checkpoints` offset).
 
@@ -1319,7 +1321,7 @@ def lines_at(
     return out
 
 
-def line_windows(lf: LogFile, start: int = 0) -> Iterator[bytes]:
+def line_windows(lf: LogFile, start: int = 0) -> Generator[bytes, None, None]:
     """Chunks of ``lf`` ending on a line boundary as :func:`lines_at` reads them (a line longer than a chunk cut to
     its head and tail), from byte ``start`` (a :class:`Checkpoints` offset; plain files only)."""
     return _windows(lf, ReadProblems(), split_long_lines=False, start=start)
