@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 import random
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -103,17 +104,20 @@ def _expected_at(rel: str, lines: list[bytes], wanted: set[int]) -> dict[tuple[s
 
 def _wanted_sets(n: int, cp: scan.Checkpoints | None, seed: int) -> list[set[int]]:
     rng = random.Random(seed)
-    sets = [{1}, {n}, {n + 1, n + 50}, {1, n}, set(rng.sample(range(1, n + 1), 12))]
-    if cp is not None:
-        edges = [b for b in cp.lines_before[1:]]
+    sets = [{1}, {n}, {n + 1, n + 50}, {1, n}, set(rng.sample(range(1, n + 1), 12)), {n - 300, n - 2}, {n - 1500}]
+    if cp is not None and len(cp.lines_before) > 1:
+        edges = list(cp.lines_before[1:])
         sets.append({e for b in edges[:6] for e in (b, b + 1, b + 2)})  # last line of a window, first of the next
         sets.append({edges[-1] + 1, edges[len(edges) // 2]})
         sets.append({rng.randrange(1, n + 1) for _ in range(3)} | {edges[0]})
     return sets
 
 
-def test_read_back_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan, "WINDOW", SMALL_WINDOW)
+@pytest.mark.parametrize("window", [SMALL_WINDOW, scan.WINDOW])
+def test_read_back_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int) -> None:
+    """Small windows: many checkpoints and boundaries; real ones: one checkpoint, lines near the end found backwards
+    from it (:func:`~debug_training_logs.logs.scan.seek_line`)."""
+    monkeypatch.setattr(scan, "WINDOW", window)
     variants = _variants(tmp_path)
     files = discover(tmp_path)[0]
     scans = {s.file.rel: s for s in scan_files(files, PatternSpec(("ValueError",)))}
@@ -124,7 +128,9 @@ def test_read_back_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         cp = s.checkpoints
         assert (cp is not None) == plain, rel  # compressed files keep reading from the top
         if cp is not None:
-            assert cp.offsets[0] == 0 and cp.lines_before[0] == 0 and len(cp.offsets) > 5, rel
+            assert cp.offsets[0] == 0 and cp.lines_before[0] == 0, rel
+            assert len(cp.offsets) > 5 or window > len(_data), rel
+            assert cp.newlines == _data.count(b"\n"), rel
             assert list(cp.lines_before) == sorted(set(cp.lines_before)), rel
         lf = s.file
         assert (scan.checkpoints_for(lf) is cp) if cp is not None else scan.checkpoints_for(lf) is None
@@ -162,7 +168,7 @@ def test_a_changed_file_is_read_from_the_top(tmp_path: Path, monkeypatch: pytest
     assert read_lines(tmp_path, {"a.log": wanted}, YEAR) == _expected_at("a.log", now, wanted)
 
 
-def test_a_line_longer_than_a_chunk(tmp_path: Path) -> None:
+def test_a_line_longer_than_a_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A tqdm bar redrawn with ``\\r`` past a chunk: the scan splits it at ``\\r`` (no checkpoint inside it), the
     reader cuts it to its head and tail; the lines after it read the same from a checkpoint as from the top."""
     bar = b"Epoch 0: " + b"\r".join(b"%06d|#####|" % k for k in range(CHUNK // 14 + 1000))
@@ -178,5 +184,7 @@ def test_a_line_longer_than_a_chunk(tmp_path: Path) -> None:
     wanted = {1, len(head), n_bar, n_bar + 1, n_bar + 15_000, len(lines)}
     got = lines_at(s.file, wanted)
     assert got == _expected_text(lines, wanted)
-    assert got == lines_at(s.file, wanted, checkpoints=scan.Checkpoints(cp.stamp, (0,), (0,)))  # from the top
     assert read_lines(tmp_path, {"bar.log": wanted}, YEAR) == _expected_at("bar.log", lines, wanted)
+    with monkeypatch.context() as m:  # no checkpoints known: read from the top
+        m.setattr(scan, "_known", OrderedDict())
+        assert scan.checkpoints_for(s.file) is None and lines_at(s.file, wanted) == got

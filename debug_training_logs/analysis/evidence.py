@@ -91,7 +91,7 @@ from debug_training_logs.logs.attribution import line_rank, strip_ansi
 from debug_training_logs.logs.discovery import LogFile, sniff_compression
 from debug_training_logs.logs.nearest_time import TIMESTAMP
 from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_chunks
-from debug_training_logs.logs.scan import MAX_LINE_CHARS, Checkpoints, checkpoints_for, line_windows
+from debug_training_logs.logs.scan import MAX_LINE_CHARS, Checkpoints, checkpoints_for, line_windows, seek_line
 from debug_training_logs.models import Coverage, Evidence, cut
 from debug_training_logs.ranges import parse_ranges
 
@@ -1149,7 +1149,7 @@ def _read_lines_from(lf: LogFile, lines: set[int], year: int, cp: Checkpoints | 
     last = todo[-1]
     i = 0
     while i < len(todo):
-        start, base = cp.seek(todo[i]) if cp is not None else (0, 0)
+        start, base = seek_line(lf, cp, todo[i]) if cp is not None else (0, 0)
         carry: Any = _UNSET if start else None  # the last timestamp before the chunk being read
         chunks = line_windows(lf, start) if cp is not None else iter_chunks(lf, ReadProblems())
         try:

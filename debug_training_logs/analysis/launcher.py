@@ -117,8 +117,20 @@ class _LineSink:
             return
         self.lines.append((line_no, strip_ansi(line)))
 
-    def finish(self) -> tuple[list[tuple[int, str]], dict[str, int], int, list[tuple[int, str, int]] | None]:
-        return self.lines, dict(self.benign), self.dropped, self.hits if not self.dropped else None
+    def finish(
+        self,
+    ) -> tuple[
+        list[tuple[int, str]], dict[str, int], int, list[tuple[int, str, int]] | None, list[torchrun.ChildFailedTable]
+    ]:
+        """(kept lines, benign counts, lines dropped by the cap, the hits to replay or None, the file's
+        ChildFailedError tables: parsed here, in the scan's worker process, not one file after another afterwards)."""
+        return self.lines, dict(self.benign), self.dropped, self.hits if not self.dropped else None, _tables(self.lines)
+
+
+def _tables(lines: list[tuple[int, str]]) -> list[torchrun.ChildFailedTable]:
+    # a table opens with a ChildFailedError line: most files have none, and the parser tries every line
+    has_table = any("ChildFailedError" in text for _no, text in lines)
+    return torchrun.parse_child_failed_tables(lines) if has_table else []
 
 
 @dataclass(frozen=True)
@@ -343,9 +355,7 @@ def _facts(items: list[tuple[str, Any, set[int]]], n_files: int) -> LauncherFact
         truncated += dropped
         if inline_ranks:
             inline[rel] = inline_ranks
-        # a table opens with a ChildFailedError line: most files have none, and the parser tries every line
-        has_table = any("ChildFailedError" in text for _no, text in lines)
-        file_tables = torchrun.parse_child_failed_tables(lines) if has_table else []
+        file_tables = result[4] if len(result) > 4 else _tables(lines)
         node = _node_of(rel, file_tables)
         agent = AgentFacts(file=rel, node=node)
         agents.append(agent)

@@ -212,6 +212,8 @@ class Checkpoints:
     offsets: tuple[int, ...]
     lines_before: tuple[int, ...]
     """Per offset: how many lines (newlines) come before it; strictly increasing, the first pair is (0, 0)."""
+    newlines: int
+    """Newlines in the whole file: with the size, a checkpoint at its end (lines near the end are read backwards)."""
 
     def seek(self, line: int) -> tuple[int, int]:
         """(offset, lines before it) of the last checkpoint at or before the start of 1-based ``line``."""
@@ -1109,7 +1111,7 @@ def _scan_one(
     result.ranks = {int(s) for s in seen_ranks}
     result.problem = problems.items.get(lf.rel)
     if stamp is not None and marks and result.bytes_read == stamp[0] and _file_stamp(lf) == stamp:
-        result.checkpoints = Checkpoints(stamp, tuple(o for o, _ in marks), tuple(b for _, b in marks))
+        result.checkpoints = Checkpoints(stamp, tuple(o for o, _ in marks), tuple(b for _, b in marks), line_base)
     if sink is not None:
         result.sink_result = sink.finish()
     return result
@@ -1271,6 +1273,36 @@ def checkpoints_for(lf: LogFile) -> Checkpoints | None:
     return cp
 
 
+TAIL_SEEK_BYTES = 256 << 10
+"""A wanted line after the last checkpoint is found by counting newlines backwards from the file's end when it lies
+within this many bytes of it (agents' last words, tracebacks: the lines most asked for)."""
+
+
+def seek_line(lf: LogFile, cp: Checkpoints, line: int) -> tuple[int, int]:
+    """(offset of a line start, lines before it) at or before 1-based ``line`` of ``lf``, as near as is cheap to
+    know: the checkpoint before it, or for a line near the end a line start found backwards from the end (the file's
+    newline count is known); the caller reads forward from there."""
+    off, before = cp.seek(line)
+    if line <= cp.lines_before[-1] or cp.newlines - line > TAIL_SEEK_BYTES // 16:
+        return off, before
+    size = cp.stamp[0]
+    try:
+        with open(lf.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if len(mm) != size:
+                return off, before
+            span = 16 << 10
+            while span <= TAIL_SEEK_BYTES and size - span > off:
+                nl = mm.find(b"\n", size - span - 1, size - 1)  # the first line start at or after size - span
+                if nl >= 0:
+                    n_before = cp.newlines - mm[nl + 1 : size].count(b"\n")
+                    if n_before < line:
+                        return nl + 1, n_before
+                span *= 4
+    except (OSError, ValueError):
+        pass
+    return off, before
+
+
 def lines_at(
     lf: LogFile, wanted: set[int], keep_tail: int = 0, checkpoints: Checkpoints | None = None
 ) -> dict[int, str]:
@@ -1288,7 +1320,7 @@ def lines_at(
     todo = sorted(w for w in wanted if w > 0)
     i = 0
     while i < len(todo):
-        start, base = cp.seek(todo[i]) if cp is not None else (0, 0)
+        start, base = seek_line(lf, cp, todo[i]) if cp is not None else (0, 0)
         chunks = _windows(lf, ReadProblems(), split_long_lines=False, start=start)
         try:
             for chunk in chunks:
