@@ -20,7 +20,9 @@ The semantics (what real torch runs show, fixtures/real_torch):
 5. ``-15`` alone says nothing: the agent SIGTERMs every worker still alive after the first failure, victims and
    stragglers alike. The ChildFailedError "Root Cause" is only the first failure *that agent* saw.
 
-Pure and MCP-free; the one scan goes through :func:`~debug_training_logs.logs.scan.scan_files`.
+Pure and MCP-free. The scan is a consumer of the shared job scan (:func:`consumer`): a tool scans the launcher
+patterns with its own in one pass (and a server finds them in its scan cache); one attempt's facts are the whole job's
+filtered by line (:func:`for_attempt`), not another scan.
 """
 
 from __future__ import annotations
