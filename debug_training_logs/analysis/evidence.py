@@ -51,6 +51,7 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from debug_training_logs import progress
 from debug_training_logs.analysis import attempts as attempts_mod
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis import launcher as launcher_scan
@@ -976,6 +977,7 @@ def gather_evidence(
         ev = evidence_from_scan(jobs[ec.key], ais_dir, fr_dir, whole)
     else:
         facts = launcher_scan.for_attempt(jobs[lc.key], split.keeper(chosen))
+        progress.report(1, 1, f"attempt {chosen} of {split.count}: a second pass keeps only its lines")
         if facts is None:  # more launcher hits in a file than remembered: that attempt's own launcher scan
             facts = launcher_scan.gather(logs_dir, keep=split.keeper(chosen))
         ev = evidence_from_scan(scan_worker_logs(logs_dir, split.keeper(chosen)), ais_dir, fr_dir, facts)
