@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -75,3 +76,55 @@ async def test_without_companions_each_question_is_scanned_once(tmp_path: Path, 
         assert counted_scans == [n, n]  # grep, then nccl (its own question); the repeats are cache hits
         await _call(client, "timeline", {"logs_dir": logs})
         assert counted_scans == [n, n, n]  # timeline's three questions in one pass (clock anchors were new)
+
+
+@pytest.mark.parametrize("tool", ["analyze", "nccl", "grep", "timeline", "overview"])
+def test_each_cli_tool_reads_a_single_attempt_job_once(
+    tool: str,
+    tmp_path: Path,
+    counted_scans: list[int],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The launcher facts (attempts) ride in the tool's own pass: one read of every file, no second pass."""
+    from debug_training_logs.cli import main
+    from debug_training_logs.tools import _cache
+
+    _cache._entries.clear()
+    caplog.set_level(logging.INFO, logger="debug_training_logs.progress")
+    job = tmp_path / "job"
+    shutil.copytree(FIXTURES / "data_stall", job)
+    args = [tool, str(job / "logs")] + ([str(job / "ais")] if tool in ("analyze", "timeline") else [])
+    main(["-v", *args, "--json"])
+    assert counted_scans == [len(os.listdir(job / "logs"))]
+    out = capsys.readouterr()
+    phases = [r.getMessage() for r in caplog.records if r.getMessage().startswith("scanning ")]
+    assert len(phases) == 1, phases  # `-v` logs the one worker scan
+    if tool == "analyze":
+        assert '"culprit_ranks": [\n      5\n    ]' in out.out and '"accepted": true' in out.out
+
+
+async def test_in_the_server_the_attempts_come_from_the_first_scan(tmp_path: Path, counted_scans: list[int]) -> None:
+    """The server's companions include the launcher consumer: nccl, timeline and diagnose after grep read nothing,
+    although each of them splits the job into attempts."""
+    shutil.copytree(FIXTURES / "data_stall", tmp_path / "job")
+    logs, ais = str(tmp_path / "job" / "logs"), str(tmp_path / "job" / "ais")
+    scan_cache.set_default_companions(scan_cache.standard_consumers())
+    async with Client(create_server([tmp_path])) as client:  # type: ignore[arg-type]
+        await _call(client, "grep_all_ranks", {"logs_dir": logs})
+        await _call(client, "nccl_state_table", {"logs_dir": logs})
+        await _call(client, "timeline", {"logs_dir": logs, "ais_dir": ais})
+        await _call(client, "diagnose", {"logs_dir": logs, "ais_dir": ais})
+    assert counted_scans == [len(os.listdir(logs))]
+
+
+def test_a_restarted_job_needs_one_more_pass_only_for_the_chosen_attempt(counted_scans: list[int]) -> None:
+    """With several attempts, the evidence sinks must see only the chosen attempt's lines: exactly one more pass
+    (its launcher facts are filtered from the first pass by line)."""
+    from debug_training_logs.analysis.evidence import gather_evidence
+
+    logs = FIXTURES / "real_torch" / "restart" / "logs"
+    ev = gather_evidence(logs)
+    assert ev.attempts is not None and ev.attempts.count == 2 and ev.attempt == 0
+    n = len(os.listdir(logs))
+    assert counted_scans == [n, n]

@@ -18,7 +18,8 @@ Files without a boundary of their own (a node's stdout when the agent writes to 
 belongs to the attempt whose window (from the agents' boundary times) holds its time; an untimed line goes with the
 previous timed line of its file.
 
-Pure and MCP-free; reads only the lines it is pointed at (:func:`~debug_training_logs.logs.scan.lines_at`).
+Pure and MCP-free; reads only the lines it is pointed at (:func:`~debug_training_logs.logs.scan.lines_at`, from the
+scan's nearest checkpoint), from launcher facts a caller's shared scan produced (:func:`split`'s ``launcher_facts``).
 """
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ Nothing here imports the verifier or the decision procedure.
 from __future__ import annotations
 
 import functools
+import mmap
+import os
 import re
 import statistics
 from bisect import bisect_right
@@ -49,6 +51,7 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from debug_training_logs import progress
 from debug_training_logs.analysis import attempts as attempts_mod
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis import launcher as launcher_scan
@@ -87,9 +90,9 @@ from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, WallTime, parse_wall_time, with_year
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
 from debug_training_logs.logs.discovery import LogFile, sniff_compression
-from debug_training_logs.logs.nearest_time import TAIL_BYTES, TIMESTAMP
-from debug_training_logs.logs.reader import ReadProblems, decode, iter_chunks
-from debug_training_logs.logs.scan import MAX_LINE_CHARS
+from debug_training_logs.logs.nearest_time import TIMESTAMP
+from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_chunks
+from debug_training_logs.logs.scan import MAX_LINE_CHARS, Checkpoints, checkpoints_for, line_windows, seek_line
 from debug_training_logs.models import Coverage, Evidence, cut
 from debug_training_logs.ranges import parse_ranges
 
@@ -953,21 +956,31 @@ class JobEvidence:
 def gather_evidence(
     logs_dir: Path, ais_dir: Path | None = None, fr_dir: Path | None = None, attempt: int | None = None
 ) -> JobEvidence:
-    """The evidence of a job: one scan of the worker logs, the NCCL table, and one pass over the AIS logs if given.
+    """The evidence of a job: one scan of the worker logs (the evidence patterns and the launcher's together), the
+    NCCL table, and one pass over the AIS logs if given.
 
     ``attempt``: which attempt of a restarted job (:mod:`~debug_training_logs.analysis.attempts`) the evidence is
     about; default the first failed one when there are several. An attempt number the logs do not have is a
-    :class:`~debug_training_logs.errors.UserInputError`."""
-    whole = launcher_scan.gather(logs_dir)
-    split = attempts_mod.split(logs_dir, launcher_facts=whole)
+    :class:`~debug_training_logs.errors.UserInputError`. Only then is there a second pass: the evidence sinks
+    aggregate per file as they read, so they must see only that attempt's lines; the launcher facts of the attempt
+    are derived from the first pass by line (:func:`~debug_training_logs.analysis.launcher.for_attempt`)."""
+    ec, lc = evidence_consumer(), launcher_scan.consumer()
+    jobs = scan_consumers(logs_dir, [ec, lc])
+    whole = launcher_scan.from_job_scan(jobs[lc.key])
+    split = attempts_mod.split(logs_dir, files=[s.file for s in jobs[lc.key].files], launcher_facts=whole)
     chosen = attempt if attempt is not None else split.first_failed() if split.count > 1 else None
     if chosen is not None and not 0 <= chosen < split.count:
         raise UserInputError(
             f"attempt {chosen} does not exist: the logs show {split.count} attempt(s) (0-{split.count - 1})."
         )
-    keep = split.keeper(chosen) if chosen is not None and split.count > 1 else None
-    facts = whole if keep is None else launcher_scan.gather(logs_dir, keep=keep)
-    ev = evidence_from_scan(scan_worker_logs(logs_dir, keep), ais_dir, fr_dir, facts)
+    if chosen is None or split.count < 2:
+        ev = evidence_from_scan(jobs[ec.key], ais_dir, fr_dir, whole)
+    else:
+        facts = launcher_scan.for_attempt(jobs[lc.key], split.keeper(chosen))
+        progress.report(1, 1, f"attempt {chosen} of {split.count}: a second pass keeps only its lines")
+        if facts is None:  # more launcher hits in a file than remembered: that attempt's own launcher scan
+            facts = launcher_scan.gather(logs_dir, keep=split.keeper(chosen))
+        ev = evidence_from_scan(scan_worker_logs(logs_dir, split.keeper(chosen)), ais_dir, fr_dir, facts)
     ev.attempts = split
     ev.attempt = chosen if split.count > 1 else None
     return ev
@@ -980,8 +993,8 @@ def evidence_from_scan(
     launcher_facts: launcher_scan.LauncherFacts | None = None,
 ) -> JobEvidence:
     """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass, the
-    launcher pass (torchrun/gloo lines; a second, literal-prefiltered scan of the same files) and the
-    flight-recorder dumps."""
+    launcher facts (``launcher_facts``, default from the shared scan: a cache hit when the launcher consumer was
+    scanned along) and the flight-recorder dumps."""
     worker = worker_evidence_from_scan(job)
     nccl = nccl_state(worker)
     ais = gather_ais_evidence(ais_dir, worker, nccl) if ais_dir is not None else None
@@ -1107,55 +1120,142 @@ def _stamp(raw: bytes, year: int) -> datetime | None:
     return with_year(wt, year) if wt is not None else None
 
 
+class _FromTheTop(Exception):
+    """The nearest timed line before a checkpoint is one the reader cuts (longer than a chunk): read from the top."""
+
+
 def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str, int], LineAt]:
+    """The wanted lines of one file with their own time and the times of the nearest timed lines around them: read
+    from the nearest scan checkpoint before each group of wanted lines when the file is as the scan saw it
+    (:func:`~debug_training_logs.logs.scan.checkpoints_for`), else from the top (compressed or changed files)."""
+    cp = checkpoints_for(lf)
+    if cp is not None:
+        try:
+            return _read_lines_from(lf, lines, year, cp)
+        except _FromTheTop:
+            pass
+    return _read_lines_from(lf, lines, year, None)
+
+
+_UNSET: Any = object()
+
+
+def _read_lines_from(lf: LogFile, lines: set[int], year: int, cp: Checkpoints | None) -> dict[tuple[str, int], LineAt]:
     found: dict[int, tuple[str, datetime | None]] = {}
     lower: dict[int, datetime | None] = {}
     upper: dict[int, datetime | None] = {}
-    carry: datetime | None = None  # the last timestamp of the chunks read so far
     open_: list[int] = []  # wanted lines still waiting for the next timestamp
-    last = max(lines)
-    base = 0
-    for chunk in iter_chunks(lf, ReadProblems()):
-        lines_here = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
-        targets = sorted(w for w in lines if base < w <= base + lines_here)
-        if open_ or targets:
-            # the timestamped lines next to each target, found by searching the chunk's bytes from the target
-            # (TIMESTAMP never spans a newline), not by testing every line of the chunk
-            raws = chunk.split(b"\n")[:lines_here]
-            starts = [0, *accumulate(len(r) + 1 for r in raws)]  # byte offset of each line
-            first = _next_stamped(chunk, 0, starts)
-            if open_ and first is not None:
-                t = _stamp(raws[first], year)
-                for w in open_:
-                    upper[w] = t
-                open_ = []
-            for w in targets:
-                j = w - base - 1
-                text = strip_ansi(decode(raws[j][:MAX_LINE_CHARS])).rstrip("\r")
-                own = _stamp(raws[j], year) if TIMESTAMP.search(raws[j]) else None
-                found[w] = (text, own)
-                before = _last_stamped(chunk, starts[j], starts)
-                after = _next_stamped(chunk, starts[j + 1], starts)
-                lower[w] = _stamp(raws[before], year) if before is not None else carry
-                if after is not None:
-                    upper[w] = _stamp(raws[after], year)
+    todo = sorted(w for w in lines if w > 0)
+    if not todo:
+        return {}
+    last = todo[-1]
+    i = 0
+    while i < len(todo):
+        start, base = seek_line(lf, cp, todo[i]) if cp is not None else (0, 0)
+        carry: Any = _UNSET if start else None  # the last timestamp before the chunk being read
+        chunks = line_windows(lf, start) if cp is not None else iter_chunks(lf, ReadProblems())
+        try:
+            for chunk in chunks:
+                lines_here = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+                k = i
+                while k < len(todo) and todo[k] <= base + lines_here:
+                    k += 1
+                targets, i = todo[i:k], k
+                if open_ or targets:
+                    # the timestamped lines next to each target, found by searching the chunk's bytes from the target
+                    # (TIMESTAMP never spans a newline), not by testing every line of the chunk
+                    raws = chunk.split(b"\n")[:lines_here]
+                    starts = [0, *accumulate(len(r) + 1 for r in raws)]  # byte offset of each line
+                    first = _next_stamped(chunk, 0, starts)
+                    if open_ and first is not None:
+                        t = _stamp(raws[first], year)
+                        for w in open_:
+                            upper[w] = t
+                        open_ = []
+                    for w in targets:
+                        j = w - base - 1
+                        text = strip_ansi(decode(raws[j][:MAX_LINE_CHARS])).rstrip("\r")
+                        own = _stamp(raws[j], year) if TIMESTAMP.search(raws[j]) else None
+                        found[w] = (text, own)
+                        before = _last_stamped(chunk, starts[j], starts)
+                        after = _next_stamped(chunk, starts[j + 1], starts)
+                        if before is None and carry is _UNSET:
+                            assert cp is not None
+                            carry = _stamp_before(str(lf.path), cp.stamp, start, year)
+                        lower[w] = _stamp(raws[before], year) if before is not None else carry
+                        if after is not None:
+                            upper[w] = _stamp(raws[after], year)
+                        else:
+                            open_.append(w)
+                    last_line = _last_stamped(chunk, len(chunk), starts)
+                    if last_line is not None:
+                        carry = _stamp(raws[last_line], year)
                 else:
-                    open_.append(w)
-            last_line = _last_stamped(chunk, len(chunk), starts)
-            if last_line is not None:
-                carry = _stamp(raws[last_line], year)
-        else:
-            tail = chunk[-TAIL_BYTES:].split(b"\n")
-            for r in reversed(tail):
-                if TIMESTAMP.search(r) is not None:
-                    carry = _stamp(r, year)
+                    raw = _last_stamped_line(chunk)
+                    if raw is not None:
+                        carry = _stamp(raw, year)
+                base += lines_here
+                if i >= len(todo) and not open_:
                     break
-        base += lines_here
-        if base >= last and not open_:
-            break
-        if base > last + MAX_LINES_PAST:
-            break
+                if base > last + MAX_LINES_PAST:
+                    i = len(todo)
+                    break
+                if cp is not None and not open_ and cp.seek(todo[i])[1] > base:
+                    break  # the next wanted line is nearer another checkpoint
+            else:
+                break  # the file ended
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
     return {(lf.rel, w): LineAt(lf.rel, w, text, own, lower.get(w), upper.get(w)) for w, (text, own) in found.items()}
+
+
+def _last_stamped_line(chunk: bytes) -> bytes | None:
+    """The last line of ``chunk`` that holds a timestamp, searched in windows growing backwards from its end."""
+    width = 4096
+    hi = len(chunk)
+    while hi > 0:
+        lo = max(0, hi - width)
+        lo = chunk.rfind(b"\n", 0, lo) + 1 if lo > 0 else 0
+        last = None
+        for m in TIMESTAMP.finditer(chunk, lo, hi):
+            last = m.start()
+        if last is not None:
+            end = chunk.find(b"\n", last)
+            return chunk[chunk.rfind(b"\n", 0, last) + 1 : len(chunk) if end < 0 else end]
+        hi = lo
+        width *= 8
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _stamp_before(path: str, stamp: tuple[int, int, int], offset: int, year: int) -> datetime | None:
+    """The time of the last line before byte ``offset`` (a line start) of a plain file that holds a timestamp, or
+    None; searched backwards in windows growing from ``offset`` (MBs of progress bars may lie in between: remembered
+    per file state ``stamp``, the citations of one diagnosis ask for the same lines several times). Raises
+    :class:`_FromTheTop` when that line is one the reader cuts to its head and tail (longer than a chunk: what it
+    shows depends on the cut)."""
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if (len(mm), os.fstat(fh.fileno()).st_mtime_ns, os.fstat(fh.fileno()).st_ino) != stamp:
+                raise _FromTheTop  # changed since its checkpoints were recorded
+            width = 4096
+            hi = offset
+            while hi > 0:
+                lo = max(0, hi - width)
+                lo = mm.rfind(b"\n", 0, lo) + 1 if lo > 0 else 0
+                buf = mm[lo:hi]
+                raw = _last_stamped_line(buf)
+                if raw is not None:
+                    if len(raw) >= CHUNK:
+                        raise _FromTheTop
+                    return _stamp(raw, year)
+                hi = lo
+                width *= 8
+    except (OSError, ValueError) as exc:
+        raise _FromTheTop from exc
+    return None
 
 
 def _next_stamped(chunk: bytes, pos: int, starts: list[int]) -> int | None:

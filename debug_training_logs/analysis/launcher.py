@@ -20,7 +20,9 @@ The semantics (what real torch runs show, fixtures/real_torch):
 5. ``-15`` alone says nothing: the agent SIGTERMs every worker still alive after the first failure, victims and
    stragglers alike. The ChildFailedError "Root Cause" is only the first failure *that agent* saw.
 
-Pure and MCP-free; the one scan goes through :func:`~debug_training_logs.logs.scan.scan_files`.
+Pure and MCP-free. The scan is a consumer of the shared job scan (:func:`consumer`): a tool scans the launcher
+patterns with its own in one pass (and a server finds them in its scan cache); one attempt's facts are the whole job's
+filtered by line (:func:`for_attempt`), not another scan.
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from debug_training_logs.analysis.inventory import JobScan, LineKeep
+from debug_training_logs.analysis.inventory import JobScan, LineKeep, consumer_for, scan_job
+from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import gloo, torchrun
 from debug_training_logs.logs.attribution import strip_ansi
-from debug_training_logs.logs.discovery import LogFile, discover
-from debug_training_logs.logs.scan import PatternSpec, SinkFactory, scan_files
+from debug_training_logs.logs.discovery import LogFile
+from debug_training_logs.logs.scan import SinkFactory
 from debug_training_logs.models import Evidence, cut
 
 # Table lines are fixed-width (``f"{key:10}: "``): literal pieces select them without a per-line regex.
@@ -58,7 +61,9 @@ PATTERNS: tuple[str, ...] = (
     *(re.escape(n) for n in gloo.NEEDLES),
     *(re.escape(n) for n in _TABLE_LITERALS),
     _EXCEPTION,
-    "|".join(b.regex for b in torchrun.BENIGN),
+    # ``\[::\]`` written ``\[\::\]`` (the same regex): ``[:`` reads as a POSIX class to the prefilter's literal
+    # finder, which then sent this whole alternation to a DFA pass over every byte instead of its literals
+    "|".join(b.regex.replace("\\[:", "\\[\\:") for b in torchrun.BENIGN),
 )
 """What the launcher scan searches (RE2 syntax); the last one feeds the benign count. The ranks a file names
 (``[rankN]:`` and a user format's inline ``[rankN] ``) come from the scan engine's rank collection, at memchr speed."""
@@ -66,6 +71,10 @@ _BENIGN_ID = len(PATTERNS) - 1
 MAX_ERRORS_PER_RANK = 16
 MAX_LINES_PER_FILE = 20_000
 """Hit lines kept per file (a job whose every line is an exception is cut here and says so)."""
+MAX_REPLAY_HITS = 2 * MAX_LINES_PER_FILE
+"""Hits per file remembered, in order, so one attempt's facts can be derived from the whole job's scan by line
+(:func:`for_attempt`); a file with more hits (or more kept lines than :data:`MAX_LINES_PER_FILE`) is not replayable
+and the chosen attempt's facts then need a scan of their own."""
 
 _GLOBAL_RANK = re.compile(r"\[rank(\d+)\]:")
 _INLINE_RANK = re.compile(r"\[rank(\d+)\] ")
@@ -81,18 +90,26 @@ _VICTIM_EXCEPTIONS = re.compile(
 
 
 class _LineSink:
-    """Keeps the hit lines of one file (bounded) and counts benign lines."""
+    """Keeps the hit lines of one file (bounded) and counts benign lines; without ``keep`` it also remembers every
+    hit in order (line, text, whether benign only or too), so :func:`for_attempt` can replay one attempt's share."""
 
-    def __init__(self, lf: LogFile, keep: LineKeep | None = None) -> None:
+    def __init__(self, lf: LogFile | _Rel, keep: LineKeep | None = None) -> None:
         self.rel = lf.rel
         self.keep = keep
         self.lines: list[tuple[int, str]] = []
         self.benign: Counter[str] = Counter()
         self.dropped = 0
+        self.hits: list[tuple[int, str, int]] | None = [] if keep is None else None
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
         if self.keep is not None and not self.keep(self.rel, line_no, line):
             return
+        if self.hits is not None:
+            if len(self.hits) < MAX_REPLAY_HITS:
+                how = (2 if len(pattern_ids) == 1 else 1) if _BENIGN_ID in pattern_ids else 0
+                self.hits.append((line_no, line, how))
+            else:
+                self.hits = None
         if _BENIGN_ID in pattern_ids:
             b = torchrun.benign(line)
             if b is not None:
@@ -104,8 +121,29 @@ class _LineSink:
             return
         self.lines.append((line_no, strip_ansi(line)))
 
-    def finish(self) -> tuple[list[tuple[int, str]], dict[str, int], int]:
-        return self.lines, dict(self.benign), self.dropped
+    def finish(
+        self,
+    ) -> tuple[
+        list[tuple[int, str]], dict[str, int], int, list[tuple[int, str, int]] | None, list[torchrun.ChildFailedTable]
+    ]:
+        """(kept lines, benign counts, lines dropped by the cap, the hits to replay or None, the file's
+        ChildFailedError tables: parsed here, in the scan's worker process, not one file after another afterwards)."""
+        return self.lines, dict(self.benign), self.dropped, self.hits if not self.dropped else None, _tables(self.lines)
+
+
+def _tables(lines: list[tuple[int, str]]) -> list[torchrun.ChildFailedTable]:
+    # a table opens with a ChildFailedError line: most files have none, and the parser tries every line
+    has_table = any("ChildFailedError" in text for _no, text in lines)
+    return torchrun.parse_child_failed_tables(lines) if has_table else []
+
+
+@dataclass(frozen=True)
+class _Rel:
+    rel: str
+
+
+_REPLAY_IDS = ([0], [_BENIGN_ID, 0], [_BENIGN_ID])
+"""Pattern ids that make :meth:`_LineSink.on_hit` take the same branch as the remembered hit (by its ``how``)."""
 
 
 @dataclass
@@ -258,19 +296,46 @@ def sink_factory(keep: LineKeep | None = None) -> SinkFactory:
     return functools.partial(_LineSink, keep=keep)
 
 
+def consumer() -> Consumer:
+    """The launcher scan as a consumer of the shared job scan (:func:`~debug_training_logs.analysis.inventory.
+    scan_consumers`): scanned with a tool's own patterns, its facts cost no pass of their own (and a second tool call
+    in one server finds them in the scan cache)."""
+    return consumer_for(PATTERNS, sink_factory())
+
+
 def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: LineKeep | None = None) -> LauncherFacts:
-    """Scan every file under ``logs_dir`` once and build :class:`LauncherFacts` (``keep``: only those lines, e.g.
-    one attempt's)."""
-    if files is None:
-        files, _ = discover(logs_dir)
-    scans = scan_files(files, PatternSpec(PATTERNS), sink_factory(keep))
-    return _facts([(s.file.rel, s.sink_result, s.ranks) for s in scans], len(files))
+    """:class:`LauncherFacts` of every file under ``logs_dir`` from the shared job scan (the scan cache and the
+    companions in force, see :mod:`~debug_training_logs.analysis.scan_cache`); ``keep``: only those lines (one
+    attempt's; prefer :func:`for_attempt` on the whole job's scan, which reads nothing)."""
+    if keep is None:
+        return from_job_scan(scan_job(logs_dir, PATTERNS, sink_factory(), files=files))
+    return from_job_scan(scan_job(logs_dir, PATTERNS, _LineSink, files=files, keep=keep))
 
 
 def from_job_scan(job: JobScan) -> LauncherFacts:
     """The facts from a :func:`~debug_training_logs.analysis.inventory.scan_job` run with :data:`PATTERNS` and
     :func:`sink_factory`."""
     items = [(s.file.rel, r, s.ranks) for s, r in zip(job.files, job.caller_results, strict=True)]
+    return _facts(items, len(job.files))
+
+
+def for_attempt(job: JobScan, keep: LineKeep) -> LauncherFacts | None:
+    """The facts of the lines ``keep`` admits (one attempt's), derived from the whole job's launcher scan
+    (:func:`consumer`) by replaying each file's hits, in order, into a sink with ``keep``: the same facts a scan
+    with ``keep`` gives (the filter sees the same lines in the same order), without reading the files again. None
+    when some file had more hits than were remembered (:data:`MAX_REPLAY_HITS`): then scan with ``keep``."""
+    items: list[tuple[str, Any, set[int]]] = []
+    for s, r in zip(job.files, job.caller_results, strict=True):
+        if r is None:
+            items.append((s.file.rel, None, s.ranks))
+            continue
+        hits = r[3]
+        if hits is None:
+            return None
+        sink = _LineSink(_Rel(s.file.rel), keep)
+        for no, text, how in hits:
+            sink.on_hit(_REPLAY_IDS[how], no, text)
+        items.append((s.file.rel, sink.finish(), s.ranks))
     return _facts(items, len(job.files))
 
 
@@ -289,12 +354,12 @@ def _facts(items: list[tuple[str, Any, set[int]]], n_files: int) -> LauncherFact
     for rel, result, inline_ranks in items:
         if result is None:
             continue
-        lines, b, dropped = result
+        lines, b, dropped = result[:3]
         benign.update(b)
         truncated += dropped
         if inline_ranks:
             inline[rel] = inline_ranks
-        file_tables = torchrun.parse_child_failed_tables(lines)
+        file_tables = result[4] if len(result) > 4 else _tables(lines)
         node = _node_of(rel, file_tables)
         agent = AgentFacts(file=rel, node=node)
         agents.append(agent)

@@ -143,8 +143,9 @@ def together(*consumers: Consumer) -> Iterator[None]:
 
 def standard_consumers() -> tuple[Consumer, ...]:
     """The consumers of the tools an agent calls in a row (grep's defaults, the NCCL table, the clock anchors, the
-    diagnosis evidence), as their tools' own scans declare them: scanned together, each later call is a cache hit."""
-    from debug_training_logs.analysis import evidence
+    diagnosis evidence, the launcher facts every attempt split reads), as their tools' own scans declare them:
+    scanned together, each later call is a cache hit."""
+    from debug_training_logs.analysis import evidence, launcher
     from debug_training_logs.analysis.alignment import WORKER_PATTERNS, WorkerClockSink
     from debug_training_logs.analysis.grep import GrepSink
     from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
@@ -156,4 +157,5 @@ def standard_consumers() -> tuple[Consumer, ...]:
         consumer_for(NCCL_PATTERNS, NcclSink),
         consumer_for(WORKER_PATTERNS, WorkerClockSink),
         evidence.evidence_consumer(),
+        launcher.consumer(),
     )

@@ -40,8 +40,11 @@ import os
 import re as std_re
 import re._constants as sre_c
 import re._parser as sre_parse
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -200,6 +203,27 @@ class FileScan:
     sink_result: Any = None
     sampled: set[int] = field(default_factory=set)
     """Dense pattern ids whose hits in this file were sampled (their counts are the hits delivered, not all)."""
+    checkpoints: Checkpoints | None = None
+    """Plain files read in full and unchanged during the scan: where windows started on a line start, so lines can be
+    read back from the nearest one (:func:`lines_at`) instead of counting newlines from the top. None otherwise."""
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """Sparse (byte offset, lines before it) pairs of one plain file, one per scan window (~1 MiB) that started on a
+    line start, valid only while the file has the ``stamp`` (size, mtime in ns, inode) it had when it was scanned."""
+
+    stamp: tuple[int, int, int]
+    offsets: tuple[int, ...]
+    lines_before: tuple[int, ...]
+    """Per offset: how many lines (newlines) come before it; strictly increasing, the first pair is (0, 0)."""
+    newlines: int
+    """Newlines in the whole file: with the size, a checkpoint at its end (lines near the end are read backwards)."""
+
+    def seek(self, line: int) -> tuple[int, int]:
+        """(offset, lines before it) of the last checkpoint at or before the start of 1-based ``line``."""
+        i = max(0, bisect_left(self.lines_before, line) - 1)
+        return self.offsets[i], self.lines_before[i]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -985,8 +1009,11 @@ RELEASE_BYTES = 64 << 20
 """After this many bytes of a memory-mapped file are searched, their pages leave the resident set."""
 
 
-def _windows(lf: LogFile, problems: ReadProblems, *, split_long_lines: bool = True) -> Iterator[bytes]:
-    """Decompressed chunks of ``lf`` that end on a line boundary (the last may lack its newline).
+def _windows(
+    lf: LogFile, problems: ReadProblems, *, split_long_lines: bool = True, start: int = 0
+) -> Generator[bytes, None, None]:
+    """Decompressed chunks of ``lf`` that end on a line boundary (the last may lack its newline); ``start``: the byte
+    offset of a line start to begin at (plain files only, a :class:`Checkpoints` offset).
 
     A line longer than :data:`~debug_training_logs.logs.reader.CHUNK` (a progress bar redrawn with ``\\r`` for
     hours) never becomes one huge window: with ``split_long_lines`` (the search) it comes in windows cut after a
@@ -1011,8 +1038,7 @@ def _windows(lf: LogFile, problems: ReadProblems, *, split_long_lines: bool = Tr
             problems.add(lf.rel, why_binary)
             return
         long_lines = LongLines()
-        start = 0
-        released = 0
+        released = start - start % mmap.PAGESIZE
         in_long = False
 
         def release(upto: int) -> None:
@@ -1102,8 +1128,12 @@ def _scan_one(
     tail_at: int | None = None  # file offset where the dense patterns' tail begins (known for plain files)
     matchers: dict[frozenset[int], _Matcher] = {}  # per active set (hashing the spec per piece costs)
     last_hit: tuple[int, list[int]] = (0, [])  # (line, ids) of the latest hit: a long line is searched in pieces
+    stamp = _file_stamp(lf) if lf.compression == "none" else None
+    marks: list[tuple[int, int]] = []  # (offset, lines before) of every window that starts on a line start
     for chunk, is_last in _lookahead(_windows(lf, problems)):
         n = len(chunk)
+        if ends_with_newline and stamp is not None:
+            marks.append((offset, line_base))
         result.bytes_read += n
         continues = not ends_with_newline  # this window starts inside the previous window's last line
         if head_n and len(result.head) < head_n:
@@ -1191,9 +1221,20 @@ def _scan_one(
     result.tail = [decode(t).rstrip("\r") for t in tail]
     result.ranks = {int(s) for s in seen_ranks}
     result.problem = problems.items.get(lf.rel)
+    if stamp is not None and marks and result.bytes_read == stamp[0] and _file_stamp(lf) == stamp:
+        result.checkpoints = Checkpoints(stamp, tuple(o for o, _ in marks), tuple(b for _, b in marks), line_base)
     if sink is not None:
         result.sink_result = sink.finish()
     return result
+
+
+def _file_stamp(lf: LogFile) -> tuple[int, int, int] | None:
+    """(size, mtime in ns, inode) of ``lf`` now, the identity :class:`Checkpoints` are valid for (the scan cache's)."""
+    try:
+        st = os.stat(lf.path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 def _lookahead(chunks: Iterator[bytes]) -> Iterator[tuple[bytes, bool]]:
@@ -1304,34 +1345,129 @@ def scan_files(
                 i = futures[fut]
                 results[i] = fut.result()
                 progress.report(done, total, f"scanned {files[i].rel}")
-    return [r for r in results if r is not None]
+    out = [r for r in results if r is not None]
+    remember_checkpoints(out)
+    return out
 
 
-def lines_at(lf: LogFile, wanted: set[int], keep_tail: int = 0) -> dict[int, str]:
+KNOWN_CHECKPOINTS = 65_536
+"""Files whose :class:`Checkpoints` this process keeps (least recently scanned out): a 10,240-rank job has ~1,300."""
+
+_known: OrderedDict[str, Checkpoints] = OrderedDict()
+_known_lock = threading.Lock()
+
+
+def remember_checkpoints(scans: Sequence[FileScan]) -> None:
+    """Keep the checkpoints of ``scans`` for :func:`checkpoints_for` (done by :func:`scan_files`)."""
+    with _known_lock:
+        for s in scans:
+            if s.checkpoints is not None:
+                for key in {str(s.file.path), os.path.realpath(s.file.path)}:  # as discovered, and resolved
+                    _known[key] = s.checkpoints
+                    _known.move_to_end(key)
+        while len(_known) > KNOWN_CHECKPOINTS:
+            _known.popitem(last=False)
+
+
+def checkpoints_for(lf: LogFile) -> Checkpoints | None:
+    """The checkpoints a scan of this process recorded for ``lf``, if the file is still as it was then (same size,
+    mtime and inode); None for a compressed, changed or never scanned file (read it from the top)."""
+    if lf.compression != "none" or not _known:
+        return None
+    with _known_lock:
+        cp = _known.get(str(lf.path))
+    if cp is None:
+        with _known_lock:
+            cp = _known.get(os.path.realpath(lf.path))
+    if cp is None or _file_stamp(lf) != cp.stamp:
+        return None
+    return cp
+
+
+TAIL_SEEK_BYTES = 256 << 10
+"""A wanted line after the last checkpoint is found by counting newlines backwards from the file's end when it lies
+within this many bytes of it (agents' last words, tracebacks: the lines most asked for)."""
+
+
+def seek_line(lf: LogFile, cp: Checkpoints, line: int) -> tuple[int, int]:
+    """(offset of a line start, lines before it) at or before 1-based ``line`` of ``lf``, as near as is cheap to
+    know: the checkpoint before it, or for a line near the end a line start found backwards from the end (the file's
+    newline count is known); the caller reads forward from there."""
+    off, before = cp.seek(line)
+    if line <= cp.lines_before[-1] or cp.newlines - line > TAIL_SEEK_BYTES // 16:
+        return off, before
+    size = cp.stamp[0]
+    try:
+        with open(lf.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if len(mm) != size:
+                return off, before
+            span = 16 << 10
+            while span <= TAIL_SEEK_BYTES and size - span > off:
+                nl = mm.find(b"\n", size - span - 1, size - 1)  # the first line start at or after size - span
+                if nl >= 0:
+                    n_before = cp.newlines - mm[nl + 1 : size].count(b"\n")
+                    if n_before < line:
+                        return nl + 1, n_before
+                span *= 4
+    except (OSError, ValueError):
+        pass
+    return off, before
+
+
+def lines_at(
+    lf: LogFile, wanted: set[int], keep_tail: int = 0, checkpoints: Checkpoints | None = None
+) -> dict[int, str]:
     """The text of the given 1-based line numbers of ``lf`` (cut at :data:`MAX_LINE_CHARS`), read at scan speed:
-    newlines are counted per chunk in C and only the chunks holding a wanted line are split.
+    from the nearest :class:`Checkpoints` before each wanted line when a scan recorded them for the file as it is now
+    (``checkpoints``, default :func:`checkpoints_for`), else from the top; newlines are counted per chunk in C and
+    only the chunks holding a wanted line are split.
 
     ``keep_tail``: a line longer than the cut also keeps its last ``keep_tail`` characters after a ``\\r`` (a message
     glued to the end of a tqdm progress line is then still there)."""
     out: dict[int, str] = {}
     if not wanted:
         return out
-    last = max(wanted)
-    base = 0
-    for chunk in _windows(lf, ReadProblems(), split_long_lines=False):
-        n_nl = chunk.count(b"\n")
-        lines_here = n_nl + (0 if chunk.endswith(b"\n") else 1)
-        if any(base < w <= base + lines_here for w in wanted):
-            for j, raw in enumerate(chunk.split(b"\n")[:lines_here], start=base + 1):
-                if j in wanted:
-                    head = raw[:MAX_LINE_CHARS]
-                    if keep_tail and len(raw) > MAX_LINE_CHARS:
-                        head += b"\r" + raw[max(MAX_LINE_CHARS, len(raw) - keep_tail) :]
-                    out[j] = decode(head).rstrip("\r")
-        base += lines_here
-        if base >= last:
-            break
+    cp = checkpoints if checkpoints is not None else checkpoints_for(lf)
+    todo = sorted(w for w in wanted if w > 0)
+    i = 0
+    while i < len(todo):
+        start, base = seek_line(lf, cp, todo[i]) if cp is not None else (0, 0)
+        chunks = _windows(lf, ReadProblems(), split_long_lines=False, start=start)
+        try:
+            for chunk in chunks:
+                n_nl = chunk.count(b"\n")
+                lines_here = n_nl + (0 if chunk.endswith(b"\n") else 1)
+                if todo[i] <= base + lines_here:
+                    # split only the side of the chunk that holds the wanted lines (often its end: the last lines)
+                    j0 = todo[i] - base - 1
+                    k = bisect_right(todo, base + lines_here, i) - 1
+                    if j0 > lines_here - (todo[k] - base):
+                        raws = chunk.rsplit(b"\n", n_nl - j0 + 1)
+                        first = j0 - 1  # index in ``raws`` of line j0 is 1
+                    else:
+                        raws = chunk.split(b"\n", todo[k] - base)
+                        first = 0
+                    while i < len(todo) and todo[i] <= base + lines_here:
+                        raw = raws[todo[i] - base - 1 - first]
+                        head = raw[:MAX_LINE_CHARS]
+                        if keep_tail and len(raw) > MAX_LINE_CHARS:
+                            head += b"\r" + raw[max(MAX_LINE_CHARS, len(raw) - keep_tail) :]
+                        out[todo[i]] = decode(head).rstrip("\r")
+                        i += 1
+                base += lines_here
+                if i >= len(todo) or (cp is not None and cp.seek(todo[i])[1] > base):
+                    break  # done, or the next wanted line is nearer another checkpoint
+            else:
+                return out  # the file ended: the rest of the wanted lines are past its end
+        finally:
+            chunks.close()
     return out
+
+
+def line_windows(lf: LogFile, start: int = 0) -> Generator[bytes, None, None]:
+    """Chunks of ``lf`` ending on a line boundary as :func:`lines_at` reads them (a line longer than a chunk cut to
+    its head and tail), from byte ``start`` (a :class:`Checkpoints` offset; plain files only)."""
+    return _windows(lf, ReadProblems(), split_long_lines=False, start=start)
 
 
 def literal_pattern(text: str) -> str:

@@ -4,17 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from debug_training_logs.analysis import attempts
+from debug_training_logs.analysis import attempts, launcher, scan_cache
+from debug_training_logs.analysis.inventory import scan_consumers
+from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.tools._cache import cached
 
 
-def choose(logs_root: Path, attempt: int | None) -> tuple[attempts.Attempts, int | None]:
-    """The job's attempts and the one to look at (None when the job had a single attempt and none was asked for)."""
-    split = cached("attempts", logs_root, None, lambda: attempts.split(logs_root))  # pages reuse one split
-    chosen = attempt if attempt is not None else split.first_failed() if split.count > 1 else None
-    if chosen is not None and not 0 <= chosen < split.count:
+def choose(logs_root: Path, attempt: int | None, *with_: Consumer) -> tuple[attempts.Attempts, int | None]:
+    """The job's attempts and the one to look at (None when the job had a single attempt and none was asked for).
+
+    The launcher facts the attempts come from are a consumer of the shared job scan; ``with_``: the calling tool's
+    own consumers, scanned in the same pass (its own scan right after is then a scan-cache hit: one read of the
+    files for a single-attempt job)."""
+
+    def split() -> attempts.Attempts:
+        lc = launcher.consumer()
+        with scan_cache.together(*with_):
+            job = scan_consumers(logs_root, [lc])[lc.key]
+        facts = launcher.from_job_scan(job)
+        return attempts.split(logs_root, files=[s.file for s in job.files], launcher_facts=facts)
+
+    found = cached("attempts", logs_root, None, split)  # pages reuse one split
+    chosen = attempt if attempt is not None else found.first_failed() if found.count > 1 else None
+    if chosen is not None and not 0 <= chosen < found.count:
         raise UserInputError(
-            f"attempt {chosen} does not exist: the logs show {split.count} attempt(s) (0-{split.count - 1})."
+            f"attempt {chosen} does not exist: the logs show {found.count} attempt(s) (0-{found.count - 1})."
         )
-    return split, chosen if split.count > 1 else None
+    return found, chosen if found.count > 1 else None

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis import nccl_table as analysis
+from debug_training_logs.analysis.inventory import consumer_for
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.models import Coverage, Evidence
 from debug_training_logs.paths import input_dir
@@ -350,7 +351,7 @@ def nccl_state_table(
     `ranks` (those ranks' rows) or `offset`/`limit` (every row, page by page).
     """
     root = input_dir(logs_dir)
-    split, chosen = choose(root, attempt)
+    split, chosen = choose(root, attempt, consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink))  # one pass
     keep = split.keeper(chosen) if chosen is not None else None
     wanted = _parse_ranks(ranks)
     # Pages and rank filters of the same logs reuse one scan (the table is computed from every row either way).
