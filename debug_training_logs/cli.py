@@ -17,7 +17,7 @@ import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError, validate_call
 from pydantic.fields import FieldInfo
@@ -26,6 +26,9 @@ from debug_training_logs import __version__, progress
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.render import render_text
 from debug_training_logs.tools.registry import CLI_NAMES, ToolSpec, all_tools, tool_by_name
+
+if TYPE_CHECKING:
+    from debug_training_logs.ais_fetch.models import FetchAisLogsResult
 
 ANALYZE_TOOL = "diagnose"
 """``analyze`` runs this tool (the whole protocol); ``diagnose``, the tool's own name, is an alias of ``analyze``."""
@@ -292,12 +295,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if chosen not in (command, *aliases):
             sub.add_parser(command, aliases=aliases, help=SHORT_HELP.get(command, f"The {tool} tool."))
             continue
-        spec = tool_by_name(tool)
-        assert spec is not None, tool
+        chosen_spec = tool_by_name(tool)
+        assert chosen_spec is not None, tool
         if tool == ANALYZE_TOOL:
-            _build_analyze_parser(sub, spec)
+            _build_analyze_parser(sub, chosen_spec)
         else:
-            _build_tool_parser(sub, spec)
+            _build_tool_parser(sub, chosen_spec)
     return parser
 
 
@@ -412,8 +415,10 @@ def _nothing_done(result: BaseModel) -> str | None:
     failed): a script must not carry on as if ``DEST_DIR`` now held the AIS logs.
     """
     # a fetch result's module is loaded when there is one: other commands do not pay for importing the AIS client
-    models = sys.modules.get("debug_training_logs.ais_fetch.models")
-    if models is not None and isinstance(result, models.FetchAisLogsResult) and result.nodes_ok + result.nodes_skipped == 0:
+    fetch_result: type[FetchAisLogsResult] | None = getattr(
+        sys.modules.get("debug_training_logs.ais_fetch.models"), "FetchAisLogsResult", None
+    )
+    if fetch_result is not None and isinstance(result, fetch_result) and result.nodes_ok + result.nodes_skipped == 0:
         return f"nothing was fetched. {result.summary}"
     return None
 

@@ -108,7 +108,7 @@ def test_help_is_whole_sentences() -> None:
 
 def test_a_command_line_lists_every_tool_and_builds_only_the_one_it_runs() -> None:
     # the light table the CLI lists commands from says what the tool modules say (a new tool needs its line there)
-    assert CLI_NAMES == {spec.name: spec.cli_name for spec in all_tools()}
+    assert {spec.name: spec.cli_name for spec in all_tools()} == CLI_NAMES
     assert set(CLI_NAMES.values()) - {"diagnose"} <= set(SHORT_HELP)
     assert build_parser(["--help"]).format_help() == build_parser().format_help()
     code = (
