@@ -85,7 +85,7 @@ from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, WallTime, parse_wall_time, with_year
-from debug_training_logs.logs.attribution import line_rank, strip_ansi
+from debug_training_logs.logs.attribution import rank_of_line, strip_ansi
 from debug_training_logs.logs.discovery import LogFile, sniff_compression
 from debug_training_logs.logs.nearest_time import TAIL_BYTES, TIMESTAMP
 from debug_training_logs.logs.reader import ReadProblems, decode, iter_chunks
@@ -272,6 +272,47 @@ _K_SIGNALS = len(SIGNALS)
 _K_NCCL = len(NCCL_PATTERNS)
 
 
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """Where the hits of one set of pattern ids go (worked out once per distinct set: a file repeats a few sets)."""
+
+    nccl: list[int]
+    """Ids for the NCCL table's sink (its own 0..k-1)."""
+    clock: list[int]
+    """Ids for the alignment's sink."""
+    signals: bool
+    """Any :data:`SIGNALS` hit at all (the line is kept and timed)."""
+    tallied: tuple[str, ...]
+    """The signals whose tallies count the line (``nccl_init`` only names a rank's host)."""
+    nccl_init: bool
+    progress: bool
+    memory: bool
+
+
+_ROUTES: dict[tuple[int, ...], _Route] = {}
+_MAX_ROUTES = 4096
+"""Distinct id sets remembered (a worker process sees a few dozen; the bound only guards memory)."""
+
+
+def _route(pattern_ids: list[int]) -> _Route:
+    key = tuple(pattern_ids)
+    r = _ROUTES.get(key)
+    if r is None:
+        names = {SIGNAL_NAMES[i] for i in pattern_ids if i < _K_SIGNALS}
+        r = _Route(
+            nccl=[i - _K_SIGNALS for i in pattern_ids if _K_SIGNALS <= i < _K_SIGNALS + _K_NCCL],
+            clock=[i - _K_SIGNALS - _K_NCCL for i in pattern_ids if i >= _K_SIGNALS + _K_NCCL],
+            signals=bool(names),
+            tallied=tuple(n for n in names if n != "nccl_init"),
+            nccl_init="nccl_init" in names,
+            progress="progress" in names,
+            memory="memory" in names,
+        )
+        if len(_ROUTES) < _MAX_ROUTES:
+            _ROUTES[key] = r
+    return r
+
+
 class EvidenceSink:
     """One file's share of the evidence scan: :data:`SIGNALS` hits here, NCCL candidate lines to the NCCL table's
     sink, clock anchors to the alignment's sink (each receives its own pattern ids)."""
@@ -283,21 +324,20 @@ class EvidenceSink:
         self._open: list[_Raw] = []  # hits without a time of their own, waiting for the next timed line
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
-        nccl = [i - _K_SIGNALS for i in pattern_ids if _K_SIGNALS <= i < _K_SIGNALS + _K_NCCL]
-        clock = [i - _K_SIGNALS - _K_NCCL for i in pattern_ids if i >= _K_SIGNALS + _K_NCCL]
-        if nccl:
-            self.nccl.on_hit(nccl, line_no, line)
-        if clock:
-            self.clock.on_hit(clock, line_no, line)
-        names = {SIGNAL_NAMES[i] for i in pattern_ids if i < _K_SIGNALS}
-        if names:
-            self._signals(names, line_no, line)
+        route = _route(pattern_ids)
+        if route.nccl:
+            self.nccl.on_hit(route.nccl, line_no, line)
+        if route.clock:
+            self.clock.on_hit(route.clock, line_no, line)
+        if route.signals:
+            self._signals(route, line_no, line)
 
-    def _signals(self, names: set[str], line_no: int, line: str) -> None:
+    def _signals(self, route: _Route, line_no: int, line: str) -> None:
         text = strip_ansi(line)
         wt = parse_wall_time(text)
         out = self.out
-        raw = _Raw(line_no, cut(text), line_rank(text).rank, wt, after=out.last_time[1] if out.last_time else None)
+        rank = rank_of_line(text)
+        raw = _Raw(line_no, cut(text), rank, wt, after=out.last_time[1] if out.last_time else None)
         if wt is not None:
             for waiting in self._open:
                 waiting.before = wt
@@ -305,31 +345,40 @@ class EvidenceSink:
             out.last_time = (line_no, wt)
         else:
             self._open.append(raw)
-        if "nccl_init" in names:
+        if route.nccl_init:
             h = _NCCL_INIT_HOST.search(text)
             if h:
                 r, n = int(h.group(2)), int(h.group(3))
                 if n >= out.rank_host.get(r, (0, ""))[0]:
                     out.rank_host[r] = (n, h.group(1))
-            names.discard("nccl_init")
-        for name in names:
-            t = out.tallies.setdefault(name, _Tally())
+        tallies = out.tallies
+        for name in route.tallied:
+            t = tallies.get(name)
+            if t is None:
+                t = tallies[name] = _Tally()
             t.count += 1
             if len(t.samples) < SAMPLES_PER_SIGNAL:
                 t.samples.append(raw)
-            t.first_by_rank.setdefault(raw.rank, raw)
-            t.last_by_rank[raw.rank] = raw
-            t.count_by_rank[raw.rank] = t.count_by_rank.get(raw.rank, 0) + 1
-        if "progress" in names:
+            if rank not in t.first_by_rank:
+                t.first_by_rank[rank] = raw
+            t.last_by_rank[rank] = raw
+            t.count_by_rank[rank] = t.count_by_rank.get(rank, 0) + 1
+        if route.progress:
             for rx, scale in _STEP_MS:
                 m = rx.search(text)
                 if m:
-                    out.step_ms.setdefault(raw.rank, _Series()).add(line_no, wt, float(m.group(1)) * scale)
+                    series = out.step_ms.get(rank)
+                    if series is None:
+                        series = out.step_ms[rank] = _Series()
+                    series.add(line_no, wt, float(m.group(1)) * scale)
                     break
-        if "memory" in names:
+        if route.memory:
             mm = _MEMORY_MB.search(text)
             if mm:
-                out.memory_mb.setdefault(raw.rank, _Series()).add(line_no, wt, float(mm.group(1)))
+                series = out.memory_mb.get(rank)
+                if series is None:
+                    series = out.memory_mb[rank] = _Series()
+                series.add(line_no, wt, float(mm.group(1)))
 
     def finish(self) -> tuple[_FileHits, FileEvents, WorkerClockFacts]:
         return self.out, self.nccl.finish(), self.clock.finish()
