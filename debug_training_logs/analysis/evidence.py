@@ -569,6 +569,17 @@ class WorkerEvidence:
     """Global rank -> host, from the NCCL init line of the world communicator."""
     file_host: dict[str, str]
     """File -> host, when slurmstepd lines in it name exactly one node (``*** STEP j.s ON <host> ...``)."""
+    _by_rank: dict[str, tuple[list[Hit], int, dict[int | None, list[Hit]]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """Per signal: (the tally list indexed, its length then, its hits per rank): :meth:`hits` of one rank is asked
+    once per rank, and a scan over every kept hit each time is quadratic in the ranks."""
+    _latest: dict[str, tuple[list[Hit], int, datetime | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """Per signal: (the tally list, its length then, :meth:`latest_start`)."""
+    _rank_files: tuple[int, dict[int, list[str]]] | None = field(default=None, init=False, repr=False, compare=False)
+    """(number of files indexed, rank -> its files in file order)."""
 
     @property
     def coverage(self) -> Coverage:
@@ -589,19 +600,45 @@ class WorkerEvidence:
     def hits(self, signal: str, rank: int | None = None) -> list[Hit]:
         """Kept hits of ``signal`` (optionally of one rank), in time order."""
         hs = self.tallies.get(signal, [])
-        return hs if rank is None else [h for h in hs if h.rank == rank]
+        if rank is None:
+            return hs
+        indexed = self._by_rank.get(signal)
+        if indexed is None or indexed[0] is not hs or indexed[1] != len(hs):
+            per: dict[int | None, list[Hit]] = defaultdict(list)
+            for h in hs:
+                per[h.rank].append(h)
+            indexed = self._by_rank[signal] = (hs, len(hs), dict(per))
+        return list(indexed[2].get(rank, ()))
+
+    def latest_start(self, signal: str) -> datetime | None:
+        """The latest ``earliest`` bound of the kept hits of ``signal`` (None when no hit has one)."""
+        hs = self.tallies.get(signal, [])
+        known = self._latest.get(signal)
+        if known is None or known[0] is not hs or known[1] != len(hs):
+            known = self._latest[signal] = (
+                hs,
+                len(hs),
+                max((t for t in (h.earliest for h in hs) if t is not None), default=None),
+            )
+        return known[2]
 
     def files_of_rank(self, rank: int) -> list[str]:
-        return [f.rel for f in self.job.inventory.files if rank in f.ranks]
+        files = self.job.inventory.files
+        if self._rank_files is None or self._rank_files[0] != len(files):
+            index: dict[int, list[str]] = defaultdict(list)
+            for f in files:
+                for r in f.ranks:
+                    index[r].append(f.rel)
+            self._rank_files = (len(files), dict(index))
+        return list(self._rank_files[1].get(rank, ()))
 
     def node_of_rank(self, rank: int) -> str | None:
         """The host of ``rank`` (NCCL init line), else the host slurmstepd names in its file, else the file's node."""
         if rank in self.rank_host:
             return self.rank_host[rank]
-        for f in self.job.inventory.files:
-            if rank in f.ranks:
-                return self.file_host.get(f.rel, f.node)
-        return None
+        files = self.files_of_rank(rank)
+        f = self.job.inventory.file_named(files[0]) if files else None
+        return self.file_host.get(f.rel, f.node) if f is not None else None
 
     def ranks_of_file(self, rel: str) -> set[int]:
         return self.job.inventory.ranks_of_file(rel)
@@ -1684,7 +1721,9 @@ def _handled(w: WorkerEvidence, t: Trigger) -> bool:
     for end in w.hits("clean_end"):
         if (end.file == h.file and end.line > h.line) or _after(end, h, CLOCK_SLACK):
             return True
-    return any(_after(p, h, HANDLED_AFTER) for p in w.hits("progress"))
+    # some progress line after it (``_after`` of each): the latest-starting one is, when any is
+    latest = w.latest_start("progress")
+    return latest is not None and h.latest is not None and latest > h.latest + HANDLED_AFTER
 
 
 def _after(later: Hit, h: Hit, gap: timedelta) -> bool:
@@ -1743,7 +1782,10 @@ def rank_states(ev: JobEvidence) -> dict[int, RankState]:
 
 def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
     w, n = ev.worker, ev.nccl
-    world = set(w.ranks) | set(w.missing_ranks)
+    missing = w.missing_ranks  # each of these is derived anew per access: once here, not once per rank
+    timed_out = n.timed_out
+    stragglers = n.straggler_ranks
+    world = set(w.ranks) | set(missing)
     if w.world_size is not None:
         world |= set(range(w.world_size))
     rows: dict[int, list[NcclRow]] = defaultdict(list)
@@ -1774,7 +1816,7 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
         code = ex.exit_code if ex is not None else None
         if r in n.exited_with_error and code is None:
             code = 1
-        if r in w.missing_ranks:
+        if r in missing:
             out[r] = RankState(r, "absent", "no log file of this rank was found")
         elif finished is not None:
             out[r] = RankState(r, "finished", "the run ended normally", finished)
@@ -1829,7 +1871,7 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
             )
             if first is not None:
                 crashed_files.add(first.hit.file)
-        elif n.timed_out and (r in n.job_stragglers or (mine and not pending and r in n.straggler_ranks)):
+        elif timed_out and (r in n.job_stragglers or (mine and not pending and r in stragglers)):
             x0 = mine[0] if mine else None
             out[r] = RankState(
                 r,
@@ -1842,7 +1884,7 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
     last = last_activity(ev)
     for r, st in out.items():
         st.last = last.get(r)
-        if st.state != "unknown" or not n.timed_out:
+        if st.state != "unknown" or not timed_out:
             continue
         files = set(w.files_of_rank(r))
         if files & crashed_files or w.hits("signal", r):

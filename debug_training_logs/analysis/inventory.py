@@ -370,10 +370,13 @@ class Inventory:
         return set() if self.world_size is None else {r for r in self.ranks if r >= self.world_size}
 
     def ranks_of_file(self, rel: str) -> set[int]:
+        f = self.file_named(rel)
+        return f.ranks if f is not None else set()
+
+    def file_named(self, rel: str) -> FileInventory | None:
         if len(self._by_rel) != len(self.files):  # an index, built once: callers ask once per file
             self._by_rel = {f.rel: f for f in self.files}
-        f = self._by_rel.get(rel)
-        return f.ranks if f is not None else set()
+        return self._by_rel.get(rel)
 
 
 @dataclass
