@@ -681,12 +681,27 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
     year = inv.year_hint or WORKER_FALLBACK_YEAR
     single_rank = {f.rel: next(iter(f.ranks)) for f in inv.files if len(f.ranks) == 1}
 
+    # A file's hits share their time objects (a timed line is the ``after`` of the untimed ones that follow it) and a
+    # raw hit is read up to three times (sample, rank's first, rank's last): each is converted once. Keyed by object
+    # identity; each entry holds its object, so that no id is reused by another object while the memo lives.
+    converted: dict[int, tuple[WallTime, datetime | None]] = {}
+    made: dict[tuple[str, int], tuple[_Raw, Hit]] = {}
+
     def conv(wt: WallTime | None) -> datetime | None:
-        return with_year(wt, year) if wt is not None else None
+        if wt is None:
+            return None
+        known = converted.get(id(wt))
+        if known is None:
+            known = converted[id(wt)] = (wt, with_year(wt, year))
+        return known[1]
 
     def hit(signal: str, rel: str, raw: _Raw) -> Hit:
-        rank = raw.rank if raw.rank is not None else single_rank.get(rel)
-        return Hit(signal, rel, raw.line, raw.text, rank, conv(raw.wt), conv(raw.after), conv(raw.before))
+        known = made.get((signal, id(raw)))
+        if known is None:
+            rank = raw.rank if raw.rank is not None else single_rank.get(rel)
+            h = Hit(signal, rel, raw.line, raw.text, rank, conv(raw.wt), conv(raw.after), conv(raw.before))
+            known = made[(signal, id(raw))] = (raw, h)
+        return known[1]
 
     def rank_of(rel: str, r: int | None) -> int | None:
         return r if r is not None else single_rank.get(rel)
