@@ -8,6 +8,7 @@ found), 2 for bad input with the reason on stderr, 1 when ``fetch-ais`` fetched 
 from __future__ import annotations
 
 import argparse
+import gc
 import inspect
 import json
 import logging
@@ -340,6 +341,23 @@ def _write_html(target: Path, page: str) -> None:
         raise UserInputError(f"--html {target}: cannot write it: {exc.strerror or exc}.") from exc
 
 
+GC_THRESHOLDS = (20_000, 10, 10)
+"""The collector's thresholds while a command runs (Python's default: 700, 10, 10). An analysis builds hundreds of
+thousands of long-lived, acyclic objects (hits, rows, per-rank states); at the default every 700 allocations start a
+collection that walks the young ones, and the older generations are walked over and over as they grow: 27% of the
+main process's CPU on a 10,240-rank ``analyze`` (8.9 s -> 6.7 s measured, same peak memory), 10% at 1,024 ranks."""
+
+
+@contextmanager
+def _fewer_collections() -> Iterator[None]:
+    before = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 @contextmanager
 def _cli_progress(verbose: int) -> Iterator[None]:
     """Progress on stderr: logged phases with -v, else a live line when stderr is a terminal, else nothing."""
@@ -390,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     spec = tool_by_name(ns._tool)
     assert spec is not None
     try:
-        with _cli_progress(ns.verbose):
+        with _cli_progress(ns.verbose), _fewer_collections():
             result = _analyze_with_html(ns) if getattr(ns, "html", None) else run_tool(spec, ns)
     except UserInputError as exc:
         print(f"debug-training-logs {ns.command}: {exc}", file=sys.stderr)
