@@ -17,7 +17,8 @@ import pytest
 
 from debug_training_logs.analysis.inventory import scan_job
 from debug_training_logs.analysis.timeline import build_timeline
-from debug_training_logs.cli import build_parser
+from debug_training_logs.cli import SHORT_HELP, build_parser
+from debug_training_logs.tools.registry import CLI_NAMES, all_tools
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 DATA_STALL = FIXTURES / "data_stall"
@@ -103,6 +104,23 @@ def test_help_is_whole_sentences() -> None:
     assert "analyze (diagnose)" in text  # the tool's own name is the documented alias
     serve = cli("serve", "--help").stdout
     assert re.search(r"--transport \{stdio,http\}\s+stdio \(default", serve)
+
+
+def test_a_command_line_lists_every_tool_and_builds_only_the_one_it_runs() -> None:
+    # the light table the CLI lists commands from says what the tool modules say (a new tool needs its line there)
+    assert {spec.name: spec.cli_name for spec in all_tools()} == CLI_NAMES
+    assert set(CLI_NAMES.values()) - {"diagnose"} <= set(SHORT_HELP)
+    assert build_parser(["--help"]).format_help() == build_parser().format_help()
+    code = (
+        "import sys; from debug_training_logs.cli import build_parser; "
+        "ns = build_parser(sys.argv[1:]).parse_args(sys.argv[1:]); "
+        "print(ns._tool, sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('debug_training_logs.tools.')"
+        " and m.rsplit('.', 1)[1] in " + repr(set(CLI_NAMES)) + "))"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", code, "-v", "nccl", "logs", "--ranks", "5"], capture_output=True, text=True, timeout=60
+    )
+    assert ran.stdout.split() == ["nccl_state_table", "['nccl_state_table']"], ran.stderr
 
 
 def test_timeline_summary_uses_one_clock() -> None:

