@@ -205,6 +205,10 @@ WORKER_FALLBACK_YEAR = GUESSED_YEAR
 
 SAMPLES_PER_SIGNAL = 200
 """Hits kept in full per signal per file (the first ones); beyond that only counts and each rank's first/last hit."""
+DENSE_SAMPLES_PER_SIGNAL = 16
+"""The same for the dense signals (a progress or memory line per rank per step): their per-rank first/last hits and
+series carry what the diagnosis reads, so a few samples per file keep memory flat in the number of files."""
+_SAMPLE_CAP = {s.name: DENSE_SAMPLES_PER_SIGNAL if s.dense else SAMPLES_PER_SIGNAL for s in SIGNALS}
 SERIES_POINTS = 2048
 """Points kept per rank per series (step time, memory); longer series are thinned evenly."""
 
@@ -360,7 +364,7 @@ class EvidenceSink:
             if t is None:
                 t = tallies[name] = _Tally()
             t.count += 1
-            if len(t.samples) < SAMPLES_PER_SIGNAL:
+            if len(t.samples) < _SAMPLE_CAP[name]:
                 t.samples.append(raw)
             if rank not in t.first_by_rank:
                 t.first_by_rank[rank] = raw
