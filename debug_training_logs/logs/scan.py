@@ -534,15 +534,20 @@ def _needles(
 
 
 def _sample(files: Sequence[LogFile]) -> bytes:
-    """Up to :data:`SAMPLE_BYTES` from the middle of each of a few files (compressed ones: from the start)."""
+    """Up to :data:`SAMPLE_BYTES` of each of a few files: a quarter from the start (start-up lines such as NCCL INFO
+    blocks are frequent there: a literal of theirs is no rare anchor) and the rest from the middle (compressed files:
+    all from the start)."""
     picked = sorted(files, key=lambda f: -f.size)[:SAMPLE_FILES]
     parts: list[bytes] = []
     for lf in picked:
         try:
             with open_binary(lf) as fh:
                 if lf.compression == "none" and lf.size > 2 * SAMPLE_BYTES:
+                    head = fh.read(SAMPLE_BYTES // 4)
                     fh.seek(lf.size // 2)
-                parts.append(fh.read(SAMPLE_BYTES))
+                    parts.append(head + b"\n" + fh.read(SAMPLE_BYTES - len(head)))
+                else:
+                    parts.append(fh.read(SAMPLE_BYTES))
         except Exception:  # a damaged file is reported by the scan itself
             continue
     return b"\n".join(parts)
