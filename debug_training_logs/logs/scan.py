@@ -869,34 +869,24 @@ class _Dense:
                     ls, le = page[0][0], page[0][1]
                     if ls == pos and pos > 0 and buf[pos - 1] != 10:
                         ls = rfind(b"\n", 0, pos) + 1  # the finder never looks before pos; the line began earlier
-                    line = buf[ls:le]
-                    if rx.Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
-                        out.setdefault(ls, []).append(i)
-                        pos = max(ls + DENSE_STRIDE, le + 1)
-                        tries = 0
-                        continue
-                    tries += 1
-                    pos = le + 1 if tries < 8 else max(le + 1, ls + DENSE_STRIDE)
-                    if tries >= 8:
-                        tries = 0
-                    continue
-                if needles:
-                    s = n
-                    for nd in needles:
-                        p = nxt.get(nd, -1)
-                        if p < pos:
-                            p = find(nd, pos)
-                            p = n if p < 0 else p
-                            nxt[nd] = p
-                        s = min(s, p)
                 else:
-                    s = rx.Match(_UNANCHORED, buf, pos, n)[0][0]
-                    s = n if s < 0 else s
-                if s >= n:
-                    break
-                ls = rfind(b"\n", 0, s) + 1
-                le = find(b"\n", s)
-                le = n if le < 0 else le
+                    if needles:
+                        s = n
+                        for nd in needles:
+                            p = nxt.get(nd, -1)
+                            if p < pos:
+                                p = find(nd, pos)
+                                p = n if p < 0 else p
+                                nxt[nd] = p
+                            s = min(s, p)
+                    else:
+                        s = rx.Match(_UNANCHORED, buf, pos, n)[0][0]
+                        s = n if s < 0 else s
+                    if s >= n:
+                        break
+                    ls = rfind(b"\n", 0, s) + 1
+                    le = find(b"\n", s)
+                    le = n if le < 0 else le
                 line = buf[ls:le]
                 if rx.Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
                     out.setdefault(ls, []).append(i)
