@@ -32,6 +32,7 @@ from pathlib import Path
 
 from debug_training_logs.analysis.launcher import LauncherFacts
 from debug_training_logs.analysis.launcher import gather as gather_launcher
+from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.timestamps import parse_wall_time
 from debug_training_logs.logs.discovery import LogFile, discover
 from debug_training_logs.logs.scan import lines_at
@@ -90,6 +91,16 @@ class Attempts:
 
     def first_failed(self) -> int | None:
         return next((a.index for a in self.attempts if a.outcome == "failed"), None)
+
+    def choose(self, asked: int | None) -> int | None:
+        """The attempt to look at: ``asked``, else the first failed one when there are several; None for a job with
+        one attempt. An attempt the logs do not have is a :class:`~debug_training_logs.errors.UserInputError`."""
+        chosen = asked if asked is not None else self.first_failed() if self.count > 1 else None
+        if chosen is not None and not 0 <= chosen < self.count:
+            raise UserInputError(
+                f"attempt {chosen} does not exist: the logs show {self.count} attempt(s) (0-{self.count - 1})."
+            )
+        return chosen if self.count > 1 else None
 
     def keeper(self, index: int) -> AttemptFilter:
         """A picklable filter of (file, line, text) for attempt ``index``."""

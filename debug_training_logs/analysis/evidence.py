@@ -85,7 +85,6 @@ from debug_training_logs.analysis.inventory import (
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
 from debug_training_logs.analysis.scan_cache import Consumer
-from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, WallTime, parse_wall_time, with_year
 from debug_training_logs.logs.attribution import rank_of_line, strip_ansi
@@ -1073,19 +1072,16 @@ def gather_evidence(
     jobs = scan_consumers(logs_dir, [ec, lc])
     whole = launcher_scan.from_job_scan(jobs[lc.key])
     split = attempts_mod.split(logs_dir, files=[s.file for s in jobs[lc.key].files], launcher_facts=whole)
-    chosen = attempt if attempt is not None else split.first_failed() if split.count > 1 else None
-    if chosen is not None and not 0 <= chosen < split.count:
-        raise UserInputError(
-            f"attempt {chosen} does not exist: the logs show {split.count} attempt(s) (0-{split.count - 1})."
-        )
-    if chosen is None or split.count < 2:
+    chosen = split.choose(attempt)
+    if chosen is None:
         ev = evidence_from_scan(jobs[ec.key], ais_dir, fr_dir, whole)
     else:
-        facts = launcher_scan.for_attempt(jobs[lc.key], split.keeper(chosen))
+        keep = split.keeper(chosen)
+        facts = launcher_scan.for_attempt(jobs[lc.key], keep)
         progress.report(1, 1, f"attempt {chosen} of {split.count}: a second pass keeps only its lines")
         if facts is None:  # more launcher hits in a file than remembered: that attempt's own launcher scan
-            facts = launcher_scan.gather(logs_dir, keep=split.keeper(chosen))
-        ev = evidence_from_scan(scan_worker_logs(logs_dir, split.keeper(chosen)), ais_dir, fr_dir, facts)
+            facts = launcher_scan.gather(logs_dir, keep=keep)
+        ev = evidence_from_scan(scan_worker_logs(logs_dir, keep), ais_dir, fr_dir, facts)
     ev.attempts = split
     ev.attempt = chosen if split.count > 1 else None
     return ev

@@ -354,12 +354,11 @@ def _facts(items: list[tuple[str, Any, set[int]]], n_files: int) -> LauncherFact
     for rel, result, inline_ranks in items:
         if result is None:
             continue
-        lines, b, dropped = result[:3]
+        lines, b, dropped, _hits, file_tables = result
         benign.update(b)
         truncated += dropped
         if inline_ranks:
             inline[rel] = inline_ranks
-        file_tables = result[4] if len(result) > 4 else _tables(lines)
         node = _node_of(rel, file_tables)
         agent = AgentFacts(file=rel, node=node)
         agents.append(agent)

@@ -1427,7 +1427,7 @@ def lines_at(
     i = 0
     while i < len(todo):
         start, base = seek_line(lf, cp, todo[i]) if cp is not None else (0, 0)
-        chunks = _windows(lf, ReadProblems(), split_long_lines=False, start=start)
+        chunks = line_windows(lf, start)
         try:
             for chunk in chunks:
                 n_nl = chunk.count(b"\n")

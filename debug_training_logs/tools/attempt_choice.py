@@ -7,7 +7,6 @@ from pathlib import Path
 from debug_training_logs.analysis import attempts, launcher, scan_cache
 from debug_training_logs.analysis.inventory import scan_consumers
 from debug_training_logs.analysis.scan_cache import Consumer
-from debug_training_logs.errors import UserInputError
 from debug_training_logs.tools._cache import cached
 
 
@@ -26,9 +25,4 @@ def choose(logs_root: Path, attempt: int | None, *with_: Consumer) -> tuple[atte
         return attempts.split(logs_root, files=[s.file for s in job.files], launcher_facts=facts)
 
     found = cached("attempts", logs_root, None, split)  # pages reuse one split
-    chosen = attempt if attempt is not None else found.first_failed() if found.count > 1 else None
-    if chosen is not None and not 0 <= chosen < found.count:
-        raise UserInputError(
-            f"attempt {chosen} does not exist: the logs show {found.count} attempt(s) (0-{found.count - 1})."
-        )
-    return found, chosen if found.count > 1 else None
+    return found, found.choose(attempt)
