@@ -1,11 +1,13 @@
 """For lines that state no time (Python logging without a format, tracebacks, tqdm bars): the nearest earlier line
 of the same file that does. A timeline can then say "after 07:29:15" instead of dropping the event.
 
-Reads at scan speed: whole chunks are split into lines only when they hold a wanted line; other chunks are only
-searched near their end for their last timestamp.
+Reads at scan speed: whole chunks are split into lines only when they hold a wanted line, and the last timed line
+before a point is found by RE2 searches over the bytes (a stretch of untimed progress bars can be megabytes long).
 """
 
 from __future__ import annotations
+
+from itertools import accumulate
 
 import re2
 
@@ -15,9 +17,9 @@ from debug_training_logs.logs.reader import ReadProblems, decode, iter_chunks
 TIMESTAMP = re2.compile(rb"20\d\d-\d\d-\d\d[ T_]\d\d:\d\d:\d\d|[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{6,9} ")
 """A wall time on a line: a full date (NeMo, torchrun 2.1, SLURM, Megatron) or a c10/glog header."""
 TAIL_BYTES = 512 << 10
-"""How far back from a chunk's end to look for its last timestamp."""
-MAX_WALK_LINES = 20000
-"""How many lines back from a wanted line to look within its chunk."""
+"""How far back from a point to look first for the last timestamp before it (8x further each time none is there)."""
+NARROW_BYTES = 4 << 10
+"""The last timestamp is narrowed down by bisection to a stretch this long, then found by iterating its matches."""
 
 
 def times_before(lf: LogFile, wanted: set[int]) -> dict[int, tuple[int, str]]:
@@ -33,23 +35,15 @@ def times_before(lf: LogFile, wanted: set[int]) -> dict[int, tuple[int, str]]:
         lines_here = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
         targets = sorted(w for w in wanted if base < w <= base + lines_here)
         if targets:
-            lines = chunk.split(b"\n")[:lines_here]
+            ends = list(accumulate(map(len, chunk.split(b"\n")[:lines_here])))  # + j: line j's end offset
             for w in targets:
                 j = w - base - 1
-                stop = max(-1, j - MAX_WALK_LINES)
-                while j > stop and TIMESTAMP.search(lines[j]) is None:
-                    j -= 1
-                if j > stop:
-                    out[w] = (base + j + 1, decode(lines[j][:300]))
+                found = _timed_line_before(chunk, ends[j] + j, base)
+                if found is not None:
+                    out[w] = found
                 elif carry is not None:
                     out[w] = carry
-            found = _last_timestamp(lines, base)
-        else:
-            tail = chunk[-TAIL_BYTES:]
-            tail_lines = tail.split(b"\n")
-            if chunk.endswith(b"\n"):
-                tail_lines.pop()
-            found = _last_timestamp(tail_lines, base + lines_here - len(tail_lines))
+        found = _timed_line_before(chunk, len(chunk), base)
         if found is not None:
             carry = found
         base += lines_here
@@ -58,8 +52,32 @@ def times_before(lf: LogFile, wanted: set[int]) -> dict[int, tuple[int, str]]:
     return out
 
 
-def _last_timestamp(lines: list[bytes], first_line_no_minus_one: int) -> tuple[int, str] | None:
-    for j in range(len(lines) - 1, -1, -1):
-        if TIMESTAMP.search(lines[j]) is not None:
-            return first_line_no_minus_one + j + 1, decode(lines[j][:300])
-    return None
+def _timed_line_before(chunk: bytes, end: int, base: int) -> tuple[int, str] | None:
+    """``(line number, text)`` of the last timed line in ``chunk[:end]`` (``base``: lines before the chunk)."""
+    at = _last_match_start(chunk, end)
+    if at is None:
+        return None
+    start = chunk.rfind(b"\n", 0, at) + 1
+    stop = chunk.find(b"\n", at)
+    line = chunk[start : stop if stop >= 0 else len(chunk)]
+    return base + chunk.count(b"\n", 0, at) + 1, decode(line[:300])
+
+
+def _last_match_start(buf: bytes, end: int) -> int | None:
+    """Where the last :data:`TIMESTAMP` match inside ``buf[:end]`` starts (a timestamp never spans lines)."""
+    size = TAIL_BYTES
+    lo = max(0, end - size)
+    while TIMESTAMP.search(buf, lo, end) is None:
+        if lo == 0:
+            return None
+        size *= 8
+        lo = max(0, end - size)
+    hi = end  # a match starts at or after lo; none lies wholly inside buf[hi:end]
+    while hi - lo > NARROW_BYTES:
+        mid = (lo + hi) // 2
+        if TIMESTAMP.search(buf, mid, end) is None:
+            hi = mid
+        else:
+            lo = mid
+    starts: list[int] = [m.start() for m in TIMESTAMP.finditer(buf, lo, end)]  # the last starts before hi
+    return starts[-1]
