@@ -1776,9 +1776,13 @@ def last_activity(ev: JobEvidence) -> dict[int, Hit]:
         out: dict[int, Hit] = {}
         cands = [h for per in w.last_by_rank.values() for h in per.values()]
         cands += [h for h in w.file_end.values() if h.rank is not None]
+        keys: dict[int, tuple[datetime, str, int]] = {}  # the order key of out[rank]
         for h in cands:
-            if h.rank is not None and (h.rank not in out or _order_key(out[h.rank]) < _order_key(h)):
-                out[h.rank] = h
+            if h.rank is None:
+                continue
+            k = _order_key(h)
+            if h.rank not in out or keys[h.rank] < k:
+                out[h.rank], keys[h.rank] = h, k
         cached = ev.cache["last_activity"] = out
     result: dict[int, Hit] = cached
     return result

@@ -517,17 +517,21 @@ class _TimeText:
 
     def __init__(self, year: int | None) -> None:
         self.year = year
+        self._seen: dict[tuple[int, int, str], datetime | None] = {}
+        """Per wall-clock second written: its datetime (every rank's rows cite the same few seconds)."""
 
     def dt(self, h: tn.Header | None) -> datetime | None:
         """A datetime for arithmetic (the LEAP year when the year is not known: format with :meth:`text`)."""
         wt = tn.wall_time(h)
         if wt is None:
             return None
-        month, day, hms = wt
-        try:
-            return datetime.fromisoformat(f"{self.year or self.LEAP:04d}-{month:02d}-{day:02d}T{hms}")
-        except ValueError:
-            return None
+        if wt not in self._seen:
+            month, day, hms = wt
+            try:
+                self._seen[wt] = datetime.fromisoformat(f"{self.year or self.LEAP:04d}-{month:02d}-{day:02d}T{hms}")
+            except ValueError:
+                self._seen[wt] = None
+        return self._seen[wt]
 
     def text(self, d: datetime | None) -> str | None:
         """ISO 8601 with the known year, or ``MM-DD HH:MM:SS`` as the log wrote it when no line states the year."""
