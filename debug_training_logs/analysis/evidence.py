@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import mmap
+import operator
 import os
 import re
 import statistics
@@ -731,8 +732,12 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
         clock_facts.append((rel, clock))
         for name, t in fh.tallies.items():
             counts[name] += t.count
-            for raw in [*t.samples, *t.first_by_rank.values(), *t.last_by_rank.values()]:
-                kept[name].setdefault((rel, raw.line), hit(name, rel, raw))
+            raws = [*t.samples, *t.first_by_rank.values(), *t.last_by_rank.values()]
+            if raws:
+                kept_here = kept[name]
+                for raw in raws:
+                    if (rel, raw.line) not in kept_here:  # the first raw hit of a line is kept
+                        kept_here[(rel, raw.line)] = hit(name, rel, raw)
             for raw in t.first_by_rank.values():
                 h = hit(name, rel, raw)
                 if h.rank is not None and _before(h, first_by_rank[name].get(h.rank)):
@@ -750,7 +755,7 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
             for r, s in per_rank.items():
                 rr = rank_of(rel, r)
                 if rr is not None:
-                    series[key][rr].extend((rel, ln, conv(wt), v) for ln, wt, v in s.points)
+                    series[key][rr].extend([(rel, ln, conv(wt), v) for ln, wt, v in s.points])
         for r, (n, host) in fh.rank_host.items():
             if n >= hosts.get(r, (0, ""))[0]:
                 hosts[r] = (n, host)
@@ -765,13 +770,16 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
         last_by_rank=dict(last_by_rank),
         nccl_files=nccl_files,
         clock=WorkerClock(inv, clock_facts, job.coverage()),
-        step_ms={r: sorted(v, key=lambda p: (p[0], p[1])) for r, v in series["step"].items()},
-        memory_mb={r: sorted(v, key=lambda p: (p[0], p[1])) for r, v in series["memory"].items()},
+        step_ms={r: sorted(v, key=_file_line) for r, v in series["step"].items()},
+        memory_mb={r: sorted(v, key=_file_line) for r, v in series["memory"].items()},
         file_end=_file_ends(job, single_rank, conv),
         rank_host={r: h for r, (n, h) in hosts.items() if inv.world_size is None or n == inv.world_size},
         file_host=_slurmstepd_hosts(kept.get("slurm_cancel", {}).values()),
     )
 
+
+_file_line = operator.itemgetter(0, 1)
+"""A series point's (file, line): the order of a rank's points."""
 
 _STEPD_HOST = re.compile(r"slurmstepd: error: \*\*\* (?:STEP|JOB) \S+ ON (\S+) ")
 
@@ -911,6 +919,7 @@ def _exited_with_error(table: NcclTable) -> set[int]:
 
 def _other_events(worker: WorkerEvidence) -> list[NcclEvent]:
     out = []
+    times: dict[tuple[int, int, str], datetime | None] = {}  # the lines of one second share their time
     for fe in worker.nccl_files:
         ranks = worker.ranks_of_file(fe.rel)
         single = next(iter(ranks)) if len(ranks) == 1 else None
@@ -920,8 +929,10 @@ def _other_events(worker: WorkerEvidence) -> list[NcclEvent]:
             wt = tn.wall_time(h.header)
             when = None
             if wt is not None:
-                month, day, hms = wt
-                when = _table_time(f"{month:02d}-{day:02d} {hms}", worker.year)
+                if wt not in times:
+                    month, day, hms = wt
+                    times[wt] = _table_time(f"{month:02d}-{day:02d} {hms}", worker.year)
+                when = times[wt]
             out.append(NcclEvent(h.rank if h.rank is not None else single, fe.rel, h.line, h.text, when, h.event))
     return out
 
@@ -1134,8 +1145,9 @@ def series_jumps(series: Series, factor: float) -> list[SeriesJump]:
         if baseline <= 0:
             continue
         run = 0
-        for i, (*_, v) in enumerate(points[SERIES_BASELINE_POINTS:], start=SERIES_BASELINE_POINTS):
-            run = run + 1 if v >= factor * baseline else 0
+        high = factor * baseline
+        for i in range(SERIES_BASELINE_POINTS, len(points)):
+            run = run + 1 if points[i][-1] >= high else 0
             if run == SERIES_SUSTAIN_POINTS:
                 rel, ln, t, _ = points[i - SERIES_SUSTAIN_POINTS + 1]
                 peak = max(v for *_, v in points[i - SERIES_SUSTAIN_POINTS + 1 :])
@@ -1764,9 +1776,13 @@ def last_activity(ev: JobEvidence) -> dict[int, Hit]:
         out: dict[int, Hit] = {}
         cands = [h for per in w.last_by_rank.values() for h in per.values()]
         cands += [h for h in w.file_end.values() if h.rank is not None]
+        keys: dict[int, tuple[datetime, str, int]] = {}  # the order key of out[rank]
         for h in cands:
-            if h.rank is not None and (h.rank not in out or _order_key(out[h.rank]) < _order_key(h)):
-                out[h.rank] = h
+            if h.rank is None:
+                continue
+            k = _order_key(h)
+            if h.rank not in out or keys[h.rank] < k:
+                out[h.rank], keys[h.rank] = h, k
         cached = ev.cache["last_activity"] = out
     result: dict[int, Hit] = cached
     return result

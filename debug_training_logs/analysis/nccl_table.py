@@ -476,16 +476,20 @@ class NcclTable:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
 class _Ev:
-    """A hit with its file and resolved rank (parent side)."""
+    """A hit with its file (parent side), its event and the timeout it reports (:func:`_timeout_in`), each found
+    once: the table reads them several times per hit."""
 
-    file: str
-    hit: Hit
+    __slots__ = ("ev", "file", "hit", "timeout")
 
-    @property
-    def ev(self) -> tn.Event:
-        return self.hit.event
+    def __init__(self, file: str, hit: Hit) -> None:
+        self.file = file
+        self.hit = hit
+        self.ev: tn.Event = hit.event
+        self.timeout = _timeout_in(self.ev)
+
+    def __repr__(self) -> str:
+        return f"_Ev(file={self.file!r}, hit={self.hit!r})"
 
 
 def _pg_key(pg: tn.PGPrefix | None) -> str | None:
@@ -513,17 +517,21 @@ class _TimeText:
 
     def __init__(self, year: int | None) -> None:
         self.year = year
+        self._seen: dict[tuple[int, int, str], datetime | None] = {}
+        """Per wall-clock second written: its datetime (every rank's rows cite the same few seconds)."""
 
     def dt(self, h: tn.Header | None) -> datetime | None:
         """A datetime for arithmetic (the LEAP year when the year is not known: format with :meth:`text`)."""
         wt = tn.wall_time(h)
         if wt is None:
             return None
-        month, day, hms = wt
-        try:
-            return datetime.fromisoformat(f"{self.year or self.LEAP:04d}-{month:02d}-{day:02d}T{hms}")
-        except ValueError:
-            return None
+        if wt not in self._seen:
+            month, day, hms = wt
+            try:
+                self._seen[wt] = datetime.fromisoformat(f"{self.year or self.LEAP:04d}-{month:02d}-{day:02d}T{hms}")
+            except ValueError:
+                self._seen[wt] = None
+        return self._seen[wt]
 
     def text(self, d: datetime | None) -> str | None:
         """ISO 8601 with the known year, or ``MM-DD HH:MM:SS`` as the log wrote it when no line states the year."""
@@ -537,14 +545,22 @@ class _TimeText:
         return self.text(self.dt(h))
 
 
-def _timeout_of(e: _Ev) -> tn.WatchdogTimeout | tn.BlockingWaitTimeout | None:
+def _timeout_in(ev: tn.Event) -> tn.WatchdogTimeout | tn.BlockingWaitTimeout | None:
     """The timeout an event reports: its own, or the one a watchdog-terminated / communicator-aborted line repeats."""
-    ev = e.ev
-    if isinstance(ev, tn.WatchdogTimeout | tn.BlockingWaitTimeout):
+    if isinstance(ev, _TIMEOUTS):
         return ev
     if isinstance(ev, tn.WatchdogTerminated):
         return ev.embedded
     return None
+
+
+_TIMEOUTS = (tn.WatchdogTimeout, tn.BlockingWaitTimeout)
+_CHILD_FAILURE = (tn.ChildFailureRank, tn.ChildFailureExit, tn.ChildFailureSignal)
+
+
+def _timeout_of(e: _Ev) -> tn.WatchdogTimeout | tn.BlockingWaitTimeout | None:
+    """The timeout a hit's event reports (:func:`_timeout_in`, found when the :class:`_Ev` was made)."""
+    return e.timeout
 
 
 def _work_key(w: tn.Work) -> tuple[int | None, str, int]:
@@ -574,21 +590,27 @@ def _rows_for_rank(rank: int, evs: list[_Ev], times: _TimeText) -> list[_RowBuil
     # What this rank's labelled lines say per PG: the SeqNums of its status lines, the works of labelled timeouts
     # (2.14 WorkNCCL, or a 2.3+ "[PG ..] Process group watchdog thread terminated" wrapper): an unlabelled timeout
     # joins the PG they match, and stays unlabelled when none or several do.
+    # One pass over the rank's hits collects these, the PG prefixes by key and the works of direct timeout lines.
     labelled_seqs: dict[str, set[int]] = defaultdict(set)
     labelled_works: dict[str, set[tuple[int | None, str, int]]] = defaultdict(set)
+    pg_of_key: dict[str, tn.PGPrefix] = {}
+    direct: set[tuple[int | None, str, int]] = set()
     for e in evs:
         ev = e.ev
-        if isinstance(ev, tn.StatusLine) and _pg_key(ev.pg) is not None:
-            labelled_seqs[_pg_key(ev.pg) or ""].add(ev.seq)
-        w = _timeout_of(e)
-        pg = ev.pg if isinstance(ev, tn.WatchdogTerminated) else (w.pg if w is not None else None)
-        if w is not None and _pg_key(pg) is not None:
-            labelled_works[_pg_key(pg) or ""].add(_work_key(w.work))
-            if w.work.seq is not None:
-                labelled_seqs[_pg_key(pg) or ""].add(w.work.seq)
-    pg_of_key: dict[str, tn.PGPrefix] = {}
-    for e in evs:
-        pgp = getattr(e.ev, "pg", None)
+        if isinstance(ev, tn.StatusLine):
+            k = _pg_key(ev.pg)
+            if k is not None:
+                labelled_seqs[k or ""].add(ev.seq)
+        elif isinstance(ev, tn.WatchdogTimeout):
+            direct.add(_work_key(ev.work))
+        w = e.timeout
+        if w is not None:
+            k = _pg_key(ev.pg if isinstance(ev, tn.WatchdogTerminated) else w.pg)
+            if k is not None:
+                labelled_works[k or ""].add(_work_key(w.work))
+                if w.work.seq is not None:
+                    labelled_seqs[k or ""].add(w.work.seq)
+        pgp = getattr(ev, "pg", None)
         if isinstance(pgp, tn.PGPrefix) and pgp.key is not None and pgp.style != "rank":
             pg_of_key.setdefault(pgp.key, pgp)
 
@@ -626,10 +648,9 @@ def _rows_for_rank(rank: int, evs: list[_Ev], times: _TimeText) -> list[_RowBuil
             b.first = b.first or e
     # 2. timeouts: WorkNCCL prints no PG (2.0-2.13): a labelled line of the same rank and work names it. The direct
     # timeout line is preferred; the copy inside a watchdog-terminated / aborted message counts when it is the only one.
-    direct = {_work_key(d.work) for e in evs if isinstance(d := e.ev, tn.WatchdogTimeout)}
     for e in evs:
         ev = e.ev
-        w = _timeout_of(e)
+        w = e.timeout
         if w is None:
             continue
         if isinstance(ev, tn.WatchdogTerminated) and _work_key(w.work) in direct:
@@ -1018,25 +1039,38 @@ _PG_CARRIERS = (tn.StatusLine, tn.DumpSignal, tn.DumpObserved, tn.FirstToDump, t
 """Events whose prefix is the ProcessGroupNCCL one (WorkNCCL's ``[Rank N]`` says nothing about the version)."""
 
 
+_STATUS_FAMILIES = {
+    "failure_detected": "torch 2.6+ 'failure detected by watchdog'",
+    "exception_detected": "torch 2.4-2.5 'Exception (either an error or timeout) detected'",
+    "timeout_at": "torch 2.3-2.5 'Timeout at NCCL work'",
+}
+_HEADER_FAMILIES = {
+    "c10_2.4+": "c10 header with time (torch 2.4+)",
+    "c10_2.2-2.3": "c10 header [rankN]: no time (torch 2.2-2.3)",
+    "c10_<=2.1": "c10 header without rank (torch <= 2.1)",
+    "glog": "glog-native header",
+}
+_PREFIX_FAMILIES = {
+    "rank": "[Rank N] prefix (torch <= 2.2)",
+    "uid": "[PG n Rank N] or [PG name Rank N] prefix",
+    "name": "[PG n Rank N] or [PG name (desc) Rank N] prefix (torch 2.3-2.4)",
+    "guid": "[PG ID n PG GUID g(desc) Rank N] prefix (torch 2.5+)",
+}
+
+
 def _families(hits: Iterable[Hit]) -> list[str]:
     fams: set[str] = set()
     for h in hits:
         ev = h.event
         if isinstance(ev, tn.StatusLine):
-            fams.add({"failure_detected": "torch 2.6+ 'failure detected by watchdog'",
-                      "exception_detected": "torch 2.4-2.5 'Exception (either an error or timeout) detected'",
-                      "timeout_at": "torch 2.3-2.5 'Timeout at NCCL work'"}[ev.family])  # fmt: skip
+            fams.add(_STATUS_FAMILIES[ev.family])
         elif isinstance(ev, tn.DumpSignal):
             fams.add(f"torch {ev.family} dump-signal wording")
         if h.header is not None:
-            fams.add({"c10_2.4+": "c10 header with time (torch 2.4+)", "c10_2.2-2.3": "c10 header [rankN]: no time "
-                      "(torch 2.2-2.3)", "c10_<=2.1": "c10 header without rank (torch <= 2.1)",
-                      "glog": "glog-native header"}[h.header.style])  # fmt: skip
+            fams.add(_HEADER_FAMILIES[h.header.style])
         pg = getattr(ev, "pg", None) if isinstance(ev, _PG_CARRIERS) else None
         if isinstance(pg, tn.PGPrefix):
-            fams.add({"rank": "[Rank N] prefix (torch <= 2.2)", "uid": "[PG n Rank N] or [PG name Rank N] prefix",
-                      "name": "[PG n Rank N] or [PG name (desc) Rank N] prefix (torch 2.3-2.4)",
-                      "guid": "[PG ID n PG GUID g(desc) Rank N] prefix (torch 2.5+)"}[pg.style])  # fmt: skip
+            fams.add(_PREFIX_FAMILIES[pg.style])
     return sorted(fams)
 
 
@@ -1090,7 +1124,7 @@ def build_table(
             fact_map[("exit_signal", detail)].append((exit_rank, ev_line))
         ranked_works = {_work_key(w.work) for e in file_evs if e.hit.rank is not None and (w := _timeout_of(e))}
         for e in file_evs:
-            if isinstance(e.ev, tn.ChildFailureRank | tn.ChildFailureExit | tn.ChildFailureSignal):
+            if isinstance(e.ev, _CHILD_FAILURE):
                 continue
             rank: int | None = e.hit.rank if e.hit.rank is not None else single
             if rank is None:

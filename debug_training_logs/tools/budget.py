@@ -211,9 +211,16 @@ def fit(
     data = json.loads(json.dumps(data))
     limit = chars_for(max_tokens)
     cuts: dict[JsonPath, _Shortened] = {}
+    whole: list[int] = []
+
+    def whole_tokens() -> int:
+        """Tokens of the whole answer (``original`` is not modified: measured once, not once per omission)."""
+        if not whole:
+            whole.append(tokens_of(compact_json(original)))
+        return whole[0]
 
     def budget_for(current: dict[str, Any]) -> ResultBudget:
-        omitted = [_omission(tool, arguments, original, s, follow_up, current) for s in cuts.values()]
+        omitted = [_omission(tool, arguments, original, s, follow_up, current, whole_tokens) for s in cuts.values()]
         return ResultBudget(max_tokens=max_tokens, estimated_tokens=0, omitted=omitted)
 
     def finished(current: dict[str, Any]) -> dict[str, Any]:
@@ -286,6 +293,7 @@ def _omission(
     s: _Shortened,
     follow_up: FollowUp | None,
     current: dict[str, Any],
+    whole_tokens: Callable[[], int],
 ) -> Omission:
     field = path_text(s.path)
     cut = Cut(tool, field, s.shown, s.total, s.omitted, arguments, original)
@@ -295,7 +303,7 @@ def _omission(
         return Omission(
             field=field, shown=s.shown, total=s.total, next_call=NextCall(tool=tool, arguments=args), how=how
         )
-    need = tokens_of(compact_json(original)) + 500
+    need = whole_tokens() + 500
     if need <= MAX_MAX_TOKENS:
         args = {**arguments, "max_tokens": max(need, DEFAULT_MAX_TOKENS)}
         how = f"{_more(s)}: call again with max_tokens={args['max_tokens']} to see all of them."
