@@ -49,6 +49,8 @@ def test_nccl_pretests_hold_on_every_family_prefix_and_wrap(version: str) -> Non
         if tn._HEADER.search(text) is not None:
             headers += 1
             assert tn._HEADER_OPENING.search(text) is not None, line
+        if tn._GLOG.search(text) is not None:
+            assert tn._GLOG_SECONDS.search(text) is not None, line
         for _origin, family, rx in tn._DUMP:
             if rx.search(text) is not None:
                 dumps += 1
@@ -100,12 +102,27 @@ def _parse_plain(line: str) -> tn.Parsed | None:
         tn._text = saved
 
 
+@pytest.mark.parametrize("sev", ["F", "E", "W", "I"])
+@pytest.mark.parametrize("spaces", [" ", "   "])
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_glog_headers_pass_the_pretest(sev: str, spaces: str, ending: str) -> None:
+    glog = f"{sev}0521 08:02:14.862000{spaces}1234 torch/distributed/elastic/multiprocessing/api.py:869] failed (x)"
+    for prefix in ("", "[rank4]:", "4: ", "(RayWorker pid=7, ip=10.0.0.1) ", "\x1b[33m", "host]:", "a:"):
+        text = tn._text(prefix + glog + ending)
+        assert tn._GLOG.search(text) is not None and tn._GLOG_SECONDS.search(text) is not None
+        h, at = tn.find_header(text)
+        assert h is not None and h.style == "glog" and h.source.endswith("api.py:869") and h.severity == sev
+        assert text[at:].startswith("failed")
+
+
 def test_header_without_opening_finds_glog_and_nothing_else() -> None:
     glog = "E0521 08:02:14.862000 1234 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6)"
     for prefix in ("", "[rank4]:", "4: ", "(RayWorker pid=7, ip=10.0.0.1) "):
         h, at = tn.find_header(prefix + glog)
         assert h is not None and h.style == "glog" and h.source.endswith("api.py:869")
         assert (prefix + glog)[at:].startswith("failed")
+    near = "W0521 08:02:14.86200 1234 api.py:869] five-digit fraction: no glog header"
+    assert tn.find_header(near) == (None, 0)
     frame = "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x47e (0x7f3a001c32a2 in libtorch_cuda.so)"
     assert tn.find_header(frame) == (None, 0)
 
