@@ -211,22 +211,30 @@ class InventorySink:
                 tv = _TORCH_VERSION.search(text)
                 if tv:
                     f.torch_versions.add(tv.group("v"))
-        h2 = _CHILD_HOST.search(text)
-        if h2:
-            f.hosts.add(h2.group("host"))
-        h3 = _SRUN_HOST.search(text)
-        if h3:
-            f.launcher_hosts.add(h3.group("host"))
+        if "host" in text:  # a literal every _CHILD_HOST match holds
+            h2 = _CHILD_HOST.search(text)
+            if h2:
+                f.hosts.add(h2.group("host"))
+        if "srun: error: " in text:
+            h3 = _SRUN_HOST.search(text)
+            if h3:
+                f.launcher_hosts.add(h3.group("host"))
 
     def finish(self) -> FileFacts:
         return self.facts
 
 
+_LEAD_SRUN = re.compile(r"^\s*(?:\d+: )")
+_LEAD_RAY = re.compile(r"^\([^)]*pid=\d+[^)]*\)\s*")
+_LEAD_RANK = re.compile(r"^\[rank\d+\]:")
+
+
 def _after_prefixes(text: str) -> str:
     """The line with a leading ``[rankN]:``/srun label/Ray prefix removed (for anchored host patterns)."""
-    text = re.sub(r"^\s*(?:\d+: )", "", text)
-    text = re.sub(r"^\([^)]*pid=\d+[^)]*\)\s*", "", text)
-    return re.sub(r"^\[rank\d+\]:", "", text)
+    text = _LEAD_SRUN.sub("", text, count=1)
+    if text.startswith("("):
+        text = _LEAD_RAY.sub("", text, count=1)
+    return _LEAD_RANK.sub("", text, count=1) if text.startswith("[rank") else text
 
 
 _MAX_ROUTES = 4096

@@ -100,10 +100,16 @@ _HEADER = re.compile(
     r"\[(?P<sev>[FEWIV])(?:(?P<mmdd>\d{3,4})\s*(?P<hms>\d\d:\d\d:\d\d)\.(?P<ns>\d{9})\s*|\s*)"
     r"(?P<src>[\w.\-]+):(?P<srcline>\d+)\]\s*"
 )
+_HEADER_OPENING = re.compile(r"\[[FEWIV]")
+"""What every :data:`_HEADER` match holds: a cheap test first, since a line without it (a C++ frame, a table row)
+would otherwise have the header tried at every position."""
 _GLOG = re.compile(
     r"(?:^|[\s\]:])(?P<sev>[FEWI])(?P<mmdd>\d{4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<us>\d{6}) +\d+ "
     r"(?P<src>[\w.\-/]+):(?P<srcline>\d+)\] "
 )
+_GLOG_SECONDS = re.compile(r":\d\d\.\d{6} ")
+"""What every :data:`_GLOG` match holds, found from a literal ``:`` (a fast search): :data:`_GLOG` itself is tried at
+every position of a long line without a glog header."""
 _GLOBAL_RANK = re.compile(r"\[rank(\d+)\]:")
 
 _PG_PREFIX = re.compile(
@@ -214,6 +220,11 @@ _DUMP: Final = (
         ),
     ),
 )
+
+
+_DUMP_WORD: Final = {"2.3": "start", "2.4": "start", "2.5+": "best"}
+"""A word each family's :data:`_DUMP` messages hold whole (``will start to dump`` / ``try our best``): lines without it
+skip that family's regexes."""
 
 
 def _literal_ws(text: str) -> re.Pattern[str]:
@@ -561,34 +572,22 @@ def strip_ansi(text: str) -> str:
 
 def find_header(text: str) -> tuple[Header | None, int]:
     """The first c10 (or glog-native) header anywhere in ``text`` and the offset where its message starts."""
-    m = _HEADER.search(text)
+    m = _HEADER.search(text) if _HEADER_OPENING.search(text) is not None else None
     if m is not None:
-        grank = int(m.group("grank")) if m.group("grank") is not None else None
-        mmdd = m.group("mmdd")
+        grank_text, sev, mmdd, hms, src, srcline = m.group("grank", "sev", "mmdd", "hms", "src", "srcline")
+        grank = int(grank_text) if grank_text is not None else None
         month: int | None
         day: int | None
         if mmdd is not None:
             month, day = divmod(int(mmdd), 100)
             style = "c10_2.4+"
-            raw = f"{mmdd} {m.group('hms')}"
+            raw = f"{mmdd} {hms}"
         else:
             month = day = None
             style = "c10_2.2-2.3" if grank is not None else "c10_<=2.1"
             raw = None
-        return (
-            Header(
-                style=style,
-                severity=m.group("sev"),
-                month=month,
-                day=day,
-                hms=m.group("hms"),
-                global_rank=grank,
-                source=f"{m.group('src')}:{m.group('srcline')}",
-                raw_time=raw,
-            ),
-            m.end(),
-        )
-    g = _GLOG.search(text)
+        return Header(style, sev, month, day, hms, grank, f"{src}:{srcline}", raw), m.end()
+    g = _GLOG.search(text) if _GLOG_SECONDS.search(text) is not None else None
     if g is not None:
         month, day = divmod(int(g.group("mmdd")), 100)
         gr = _GLOBAL_RANK.search(text, 0, g.start() + 1)
@@ -609,14 +608,12 @@ def find_header(text: str) -> tuple[Header | None, int]:
 
 
 def _pg_from(m: re.Match[str]) -> PGPrefix:
-    if m.group("id") is not None:
-        return PGPrefix("guid", m.group("id"), m.group("guid"), m.group("desc5") or None, int(m.group("rank")))
-    if m.group("name") is not None:
-        desc = m.group("desc4")
-        return PGPrefix(
-            "name", None, m.group("name"), None if desc in (None, "", "undefined") else desc, int(m.group("rank"))
-        )
-    return PGPrefix("rank", None, None, None, int(m.group("rank")))
+    pg_id, guid, desc5, name, desc4, rank = m.group("id", "guid", "desc5", "name", "desc4", "rank")
+    if pg_id is not None:
+        return PGPrefix("guid", pg_id, guid, desc5 or None, int(rank))
+    if name is not None:
+        return PGPrefix("name", None, name, None if desc4 in (None, "", "undefined") else desc4, int(rank))
+    return PGPrefix("rank", None, None, None, int(rank))
 
 
 def pg_prefix_before(text: str, pos: int, start: int = 0) -> PGPrefix | None:
@@ -643,14 +640,8 @@ def _work(m: re.Match[str]) -> Work | None:
     f = _WORK_FIELDS.search(m.group("work"))
     if f is None:
         return None
-    return Work(
-        seq=_int(f.group("seq")),
-        op_type=f.group("op"),
-        numel_in=_int(f.group("nin")),
-        numel_out=_int(f.group("nout")),
-        tensor_shape=f.group("shape"),
-        timeout_ms=int(f.group("timeout")),
-    )
+    seq, op, nin, nout, shape, timeout = f.group("seq", "op", "nin", "nout", "shape", "timeout")
+    return Work(_int(seq), op, _int(nin), _int(nout), shape, int(timeout))
 
 
 def _timeout_event(text: str, start: int) -> WatchdogTimeout | None:
@@ -701,7 +692,7 @@ def parse_message(text: str, start: int = 0) -> Event | None:
                 pg=None,
                 headerless=True,
             )
-    if "timeout" in text:
+    if "timeout" in text and "WorkNCCL(" in text:  # _TIMEOUT holds "WorkNCCL(" as written (outside _ws)
         ev = _timeout_event(text, start)
         if ev is not None:
             return ev
@@ -729,6 +720,8 @@ def parse_message(text: str, start: int = 0) -> Event | None:
                 )
     if "Received" in text:
         for origin, family, rx in _DUMP:
+            if _DUMP_WORD[family] not in text:
+                continue
             d = rx.search(text, start)
             if d is not None:
                 return DumpSignal(
@@ -800,9 +793,19 @@ _ABSURD_NUMBER = re.compile(r"\d{40,}")
 ``int()`` refuses more than 4,300 digits, and big ones cost quadratic time, so such runs never reach a number group."""
 
 
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_FORTY_DIGITS = b"0" * 40
+
+
 def _text(line: str) -> str:
-    """A line as the parsers read it: ANSI colour removed, absurdly long digit runs replaced by ``#``."""
-    return _ABSURD_NUMBER.sub("#", strip_ansi(line))
+    """A line as the parsers read it: ANSI colour removed, absurdly long digit runs replaced by ``#``.
+
+    An ASCII line (nearly all) is checked for such a run with a byte table instead of the regex (``\\d`` is then
+    ``[0-9]``, so "40 zeros in a row once every digit is 0" is the same test, at memory speed)."""
+    text = strip_ansi(line)
+    if text.isascii() and (len(text) < 40 or _FORTY_DIGITS not in text.encode("ascii").translate(_ZERO_DIGITS)):
+        return text
+    return _ABSURD_NUMBER.sub("#", text)
 
 
 def parse_line(line: str) -> Parsed | None:

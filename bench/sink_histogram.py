@@ -1,0 +1,131 @@
+"""Where the per-hit Python of the scan goes: hits per file and CPU per hit, per sink and pattern set (run by hand).
+
+    python bench/sink_histogram.py [--rounds 5] COMMAND LOGS [AIS]     # COMMAND: grep, nccl or analyze
+
+Runs the CLI command once in this process with one scan process, recording every call the scan makes into the
+composite sink (pattern ids, line number, line), then replays those calls into fresh sinks ``--rounds`` times,
+timing each sink's share with the process CPU clock (the template memo emptied before each round, as in a worker's
+first file). Prints the median round: sink CPU in all, then per (sink, pattern set) the hits per file, microseconds
+per hit and milliseconds in all; ``finish`` is the sinks' end-of-file work. The scan itself is not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import io
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from debug_training_logs import cli  # noqa: E402
+from debug_training_logs.analysis import inventory, templates  # noqa: E402
+from debug_training_logs.logs import scan  # noqa: E402
+
+Key = tuple[str, tuple[int, ...]]
+
+
+def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[int], int, str]]]], tuple[str, ...]]:
+    """Every file's (LogFile, sink parts, first marker id, calls) and the scan's patterns, from one CLI run."""
+    files: list[tuple[Any, Any, int, list[tuple[list[int], int, str]]]] = []
+    patterns: list[tuple[str, ...]] = []
+    init, on_hit = inventory._CompositeSink.__init__, inventory._CompositeSink.on_hit
+    scan_files = getattr(inventory, "scan_files")  # noqa: B009
+
+    def rec_init(self: Any, lf: Any, parts: Any, markers_at: int) -> None:
+        init(self, lf, parts, markers_at)
+        self.calls = []
+        files.append((lf, parts, markers_at, self.calls))
+
+    def rec_hit(self: Any, ids: list[int], line_no: int, line: str) -> None:
+        self.calls.append((list(ids), line_no, line))
+        on_hit(self, ids, line_no, line)
+
+    def rec_scan(fs: Any, spec: Any, factory: Any, **kw: Any) -> Any:
+        patterns.append(spec.patterns)
+        return scan_files(fs, spec, factory, **kw)
+
+    setattr(scan, "_worker_count", lambda fs: 1)  # noqa: B010
+    setattr(inventory._CompositeSink, "__init__", rec_init)  # noqa: B010
+    setattr(inventory._CompositeSink, "on_hit", rec_hit)  # noqa: B010
+    setattr(inventory, "scan_files", rec_scan)  # noqa: B010
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            cli.main([*argv, "--json"])
+    finally:
+        setattr(inventory._CompositeSink, "__init__", init)  # noqa: B010
+        setattr(inventory._CompositeSink, "on_hit", on_hit)  # noqa: B010
+        setattr(inventory, "scan_files", scan_files)  # noqa: B010
+    return files, patterns[0] if patterns else ()
+
+
+def replay(files: list[tuple[Any, Any, int, list[tuple[list[int], int, str]]]]) -> tuple[float, dict[Key, float]]:
+    """One replay of every recorded call into fresh sinks: (CPU seconds, CPU seconds per (sink, global ids))."""
+    getattr(templates, "_shared", {}).clear()
+    clock = time.process_time_ns
+    spent: dict[Key, float] = defaultdict(float)
+    for lf, parts, k, calls in files:
+        sink = inventory._CompositeSink(lf, parts, k)
+        offsets = {id(s): off for s, off, _n in sink.parts}
+        for ids, line_no, line in calls:
+            inv_ids, shares = sink._route(ids)
+            if inv_ids is not None:
+                t = clock()
+                sink.inventory.on_hit(inv_ids, line_no, line)
+                spent[("inventory", tuple(i + k for i in inv_ids))] += clock() - t
+            for part, mine in shares:
+                t = clock()
+                part.on_hit(mine, line_no, line)
+                spent[(type(part).__name__, tuple(i + offsets[id(part)] for i in mine))] += clock() - t
+        t = clock()
+        sink.finish()
+        spent[("finish", ())] += clock() - t
+    return sum(spent.values()) / 1e9, {key: ns / 1e9 for key, ns in spent.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="COMMAND LOGS [AIS] as for the CLI")
+    args = ap.parse_args()
+    files, patterns = record(args.command)
+    if not files:
+        print("no file was scanned")
+        return 1
+    gc.set_threshold(*cli.GC_THRESHOLDS)
+    runs = sorted((replay(files) for _ in range(args.rounds)), key=lambda r: r[0])
+    total, spent = runs[len(runs) // 2]
+    hits: Counter[Key] = Counter()
+    for lf, parts, k, recorded in files:
+        sink = inventory._CompositeSink(lf, parts, k)
+        offsets = {id(s): off for s, off, _n in sink.parts}
+        for call_ids, _n, _line in recorded:
+            inv_ids, shares = sink._route(call_ids)
+            if inv_ids is not None:
+                hits[("inventory", tuple(i + k for i in inv_ids))] += 1
+            for part, mine in shares:
+                hits[(type(part).__name__, tuple(i + offsets[id(part)] for i in mine))] += 1
+    n, k = len(files), files[0][2]
+    total_calls = sum(len(f[3]) for f in files)
+    print(
+        f"{args.command[0]}: {n} files, {total_calls / n:.0f} sink calls per file; sink CPU (replay, median of "
+        f"{args.rounds}) {total * 1e3:.0f} ms = {total * 1e3 / n:.2f} ms per file"
+    )
+    print(f"{'sink':13} {'hits/file':>9} {'us/hit':>7} {'ms':>7}  patterns")
+    for key, sec in sorted(spent.items(), key=lambda kv: -kv[1])[: args.top]:
+        role, key_ids = key
+        names = [inventory.MARKERS[i - k].name if i >= k else patterns[i].replace("\\", "")[:28] for i in key_ids]
+        got = hits.get(key, 0)
+        print(f"{role:13} {got / n:9.1f} {sec * 1e6 / max(got, 1):7.1f} {sec * 1e3:7.1f}  {', '.join(names)[:90]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
