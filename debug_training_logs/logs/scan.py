@@ -465,21 +465,27 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
     dense_flags = spec.dense or (False,) * len(spec.patterns)
     if not re2_ids:
         return Plan(fallback=tuple(fallback))
-    lower = sample.lower()
-    seen: dict[tuple[str, bool], int] = {}
+    branches = {i: required_literals(spec.patterns[i], spec.ignore_case) for i in re2_ids}
+    # which literals' counts the choice below asks for does not depend on the counts: list them first, count them all
+    # in one pass over the sample, then choose
+    wanted: dict[tuple[str, bool], int] = {}
+
+    def ask(text: str, fold: bool) -> int:
+        wanted[(text, fold)] = 0
+        return 0
+
+    for i in re2_ids:
+        _needles(branches[i], ask)
+    seen = _count_literals(sample, list(wanted))
 
     def occurrences(text: str, fold: bool) -> int:
-        n = seen.get((text, fold))
-        if n is None:
-            b = text.encode()
-            n = seen[(text, fold)] = lower.count(b.lower()) if fold else sample.count(b)
-        return n
+        return seen[(text, fold)]
 
     literals: set[tuple[bytes, int]] = set()
     dfa: list[int] = []
     dense_needles: list[tuple[int, tuple[bytes, ...]]] = []
     for i in re2_ids:
-        mine = _needles(spec.patterns[i], spec.ignore_case, occurrences)
+        mine = _needles(branches[i], occurrences)
         if dense_flags[i]:
             dense_needles.append((i, tuple(sorted({lit for lits, _n in mine for lit in lits})) if mine else ()))
         if mine is None:
@@ -504,12 +510,30 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
     )
 
 
+def _count_literals(sample: bytes, keys: list[tuple[str, bool]]) -> dict[tuple[str, bool], int]:
+    """(text, fold) -> occurrences of ``text`` in ``sample`` (non-overlapping, as ``bytes.count``; ``fold``: of its
+    lower case in the lower-cased sample), counted natively in one pass per case when the extension is built."""
+    plain = [(t, f) for t, f in keys if not f]
+    folded = [(t, f) for t, f in keys if f]
+    out: dict[tuple[str, bool], int] = {}
+    native = _native()
+    for group, buf, enc in (
+        (plain, sample, lambda t: t.encode()),
+        (folded, sample.lower() if folded else b"", lambda t: t.encode().lower()),
+    ):
+        if not group:
+            continue
+        needles = [enc(t) for t, _f in group]
+        counts = native.count_literals(buf, needles) if native is not None else [buf.count(nd) for nd in needles]
+        out.update(zip(group, counts, strict=True))
+    return out
+
+
 def _needles(
-    pattern: str, ignore_case: bool, occurrences: Callable[[str, bool], int]
+    branches: Branches | None, occurrences: Callable[[str, bool], int]
 ) -> list[tuple[tuple[bytes, ...], int]] | None:
-    """The rarest literal (all its case spellings) of every branch of ``pattern`` with its sample count, or None when
-    some branch has no literal a case-sensitive search can use."""
-    branches = required_literals(pattern, ignore_case)
+    """The rarest literal (all its case spellings) of every branch of a pattern (its :func:`required_literals`) with
+    its sample count, or None when some branch has no literal a case-sensitive search can use."""
     if branches is None:
         return None
     out: list[tuple[tuple[bytes, ...], int]] = []
@@ -628,16 +652,18 @@ class _Matcher:
             by_lit = sorted({lit for lit, _ in lits})
             self.line_ac = ac.BytesAhoCorasick(by_lit, matchkind=ac.MATCHKIND_STANDARD)
             self.line_lit_ids = [tuple(sorted(self.literal_ids[lit])) for lit in by_lit]
-        dfa_ids = [i for i in plan.dfa if i in active]
+        # a pattern given twice (two consumers of one scan ask for the same ISO timestamp, say) is searched once:
+        # the DFA only proposes candidate lines, the Set says which patterns each one matches
+        dfa_pats = list(dict.fromkeys(spec.patterns[i] for i in plan.dfa if i in active))
         self.dfas: list[Any] = []
-        if len(dfa_ids) > SEPARATE_DFA_MAX:
-            combined = "(?m)" + "|".join(f"(?:{spec.patterns[i]})" for i in dfa_ids)
+        if len(dfa_pats) > SEPARATE_DFA_MAX:
+            combined = "(?m)" + "|".join(f"(?:{pat})" for pat in dfa_pats)
             self.dfas = [_re2.RE2(combined.encode(), opts)]
         else:
             # a few patterns: one search each, a leading \b dropped (lines found are checked exactly by the Set):
             # RE2 then skips to the pattern's literal prefix with memchr (``\b20\d\d-...`` ran at 0.17 GB/s, without
             # the \b at 2.6 GB/s)
-            self.dfas = [_re2.RE2(("(?m)" + _relaxed(spec.patterns[i])).encode(), opts) for i in dfa_ids]
+            self.dfas = [_re2.RE2(("(?m)" + _relaxed(pat)).encode(), opts) for pat in dfa_pats]
         self.dfa = self.dfas[0] if self.dfas else None
         self.verify: dict[int, Any] = {i: _re2.RE2(spec.patterns[i].encode(), opts) for i in searched}
         self.set: Any = None
@@ -982,7 +1008,12 @@ def _rank_regex(seen: frozenset[str]) -> Any:
 
 
 def _collect_ranks(chunk: bytes, seen: set[str]) -> None:
-    """Add the digit strings of every ``[rankN]:`` in ``chunk`` to ``seen``."""
+    """Add the digit strings of every ``[rankN]:`` in ``chunk`` to ``seen`` (one native pass when the extension is
+    built, else a regex matching only ranks not yet seen)."""
+    native = _native()
+    if native is not None:
+        native.collect_ranks(chunk, seen)
+        return
     n = len(chunk)
     pos = 0
     while True:
@@ -1125,8 +1156,10 @@ def _scan_one(
     last_hit: tuple[int, list[int]] = (0, [])  # (line, ids) of the latest hit: a long line is searched in pieces
     stamp = _file_stamp(lf) if lf.compression == "none" else None
     marks: list[tuple[int, int]] = []  # (offset, lines before) of every window that starts on a line start
+    tail_windows: list[tuple[bytes, bool]] = []  # (window, continues) not yet cut into ``tail``
     for chunk, is_last in _lookahead(_windows(lf, problems)):
         n = len(chunk)
+        lines_before = line_base
         if ends_with_newline and stamp is not None:
             marks.append((offset, line_base))
         result.bytes_read += n
@@ -1204,14 +1237,16 @@ def _scan_one(
         offset += n
         ends_with_newline = chunk.endswith(b"\n")
         if tail_n:
-            pieces = chunk.rsplit(b"\n", tail_n + 1)  # from the end only (no copy of the whole chunk)
-            if pieces and pieces[-1] == b"":
-                pieces.pop()
-            whole = len(pieces) <= tail_n  # every line of the chunk is in ``pieces``
-            pieces = [t[:MAX_LINE_CHARS] for t in pieces[-tail_n:]]
-            if continues and tail and whole:
-                pieces = pieces[1:]  # the rest of a line whose head is already kept
-            tail = (tail + pieces)[-tail_n:]
+            # the tail is cut from the last windows only: a window with more than tail_n newlines holds the whole
+            # tail by itself, so the windows before it are dropped unsplit (a few are kept while they are short)
+            if line_base - lines_before > tail_n:
+                tail_windows = [(chunk, continues)]
+            else:
+                tail_windows.append((chunk, continues))
+                if len(tail_windows) > TAIL_WINDOWS:
+                    tail = _add_tail(tail, *tail_windows.pop(0), tail_n)
+    for window, window_continues in tail_windows:
+        tail = _add_tail(tail, window, window_continues, tail_n)
     result.lines = line_base + (0 if ends_with_newline else 1)
     result.tail = [decode(t).rstrip("\r") for t in tail]
     result.ranks = {int(s) for s in seen_ranks}
@@ -1221,6 +1256,23 @@ def _scan_one(
     if sink is not None:
         result.sink_result = sink.finish()
     return result
+
+
+TAIL_WINDOWS = 2
+"""Windows with too few lines to hold a file's whole tail that :func:`_scan_one` keeps before cutting the oldest."""
+
+
+def _add_tail(tail: list[bytes], chunk: bytes, continues: bool, tail_n: int) -> list[bytes]:
+    """``tail`` (the last ``tail_n`` lines so far, each cut at :data:`MAX_LINE_CHARS`) after the next window
+    ``chunk``; ``continues``: the window starts inside the last line of the one before."""
+    pieces = chunk.rsplit(b"\n", tail_n + 1)  # from the end only (no copy of the whole chunk)
+    if pieces and pieces[-1] == b"":
+        pieces.pop()
+    whole = len(pieces) <= tail_n  # every line of the chunk is in ``pieces``
+    pieces = [t[:MAX_LINE_CHARS] for t in pieces[-tail_n:]]
+    if continues and tail and whole:
+        pieces = pieces[1:]  # the rest of a line whose head is already kept
+    return (tail + pieces)[-tail_n:]
 
 
 def _file_stamp(lf: LogFile) -> tuple[int, int, int] | None:
