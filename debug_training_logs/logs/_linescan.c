@@ -589,16 +589,23 @@ fail:
 }
 
 PyDoc_STRVAR(line_indexes_doc,
-"line_indexes(buf, positions) -> list[int]\n\n"
-"For ascending offsets into buf (0..len(buf)), the number of newlines before each: one counting pass in all.");
+"line_indexes(buf, positions, start=0) -> list[int]\n\n"
+"For ascending offsets into buf (start..len(buf)), the number of newlines in buf[start:offset] for each: one\n"
+"counting pass in all.");
 
 static PyObject *
 line_indexes(PyObject *Py_UNUSED(mod), PyObject *args)
 {
     Py_buffer view;
     PyObject *pos_obj;
-    if (!PyArg_ParseTuple(args, "y*O", &view, &pos_obj))
+    Py_ssize_t from = 0;
+    if (!PyArg_ParseTuple(args, "y*O|n", &view, &pos_obj, &from))
         return NULL;
+    if (from < 0 || from > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start is outside the buffer");
+        return NULL;
+    }
     PyObject *seq = PySequence_Fast(pos_obj, "positions must be a sequence of int");
     if (seq == NULL) {
         PyBuffer_Release(&view);
@@ -609,7 +616,7 @@ line_indexes(PyObject *Py_UNUSED(mod), PyObject *args)
     if (out == NULL)
         goto fail;
     const unsigned char *b = (const unsigned char *)view.buf;
-    Py_ssize_t at = 0, nl = 0;
+    Py_ssize_t at = from, nl = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t p = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
         if (p == -1 && PyErr_Occurred())

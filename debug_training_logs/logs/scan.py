@@ -48,7 +48,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import re2
 from re2 import _re2
@@ -517,13 +517,10 @@ def _count_literals(sample: bytes, keys: list[tuple[str, bool]]) -> dict[tuple[s
     folded = [(t, f) for t, f in keys if f]
     out: dict[tuple[str, bool], int] = {}
     native = _native()
-    for group, buf, enc in (
-        (plain, sample, lambda t: t.encode()),
-        (folded, sample.lower() if folded else b"", lambda t: t.encode().lower()),
-    ):
+    for group, buf in ((plain, sample), (folded, sample.lower() if folded else b"")):
         if not group:
             continue
-        needles = [enc(t) for t, _f in group]
+        needles = [t.encode().lower() if f else t.encode() for t, f in group]
         counts = native.count_literals(buf, needles) if native is not None else [buf.count(nd) for nd in needles]
         out.update(zip(group, counts, strict=True))
     return out
@@ -683,6 +680,16 @@ class _Matcher:
                     pat = spec.patterns[i].encode()
                     self.fallback.append((i, regex.compile(pat, flags | regex.MULTILINE), regex.compile(pat, flags)))
 
+        # a span of a bigger buffer (a memory-mapped file) can be searched in place when only the native finder and
+        # RE2 DFAs look at it and no DFA pattern can tell a span's edge from a line boundary: \A, \z and inline flags
+        # do (a span starts and ends at line boundaries, where (?m)^, $ and \b behave as at a buffer's edge)
+        self.spans_ok = (
+            self.finder is not None
+            and not self.prefilters
+            and not self.fallback
+            and not any(_EDGE_SENSITIVE.search(pat) for pat in dfa_pats)
+        )
+
     @property
     def idle(self) -> bool:
         return self.prefilter is None and self.dfa is None and not self.fallback
@@ -700,6 +707,9 @@ class _Matcher:
                 cands.update(self.line_lit_ids[pid])
         return [i for i in sorted(cands) if self.verify[i].Match(_UNANCHORED, line, 0, n)[0][0] >= 0]
 
+
+_EDGE_SENSITIVE = std_re.compile(r"\\[Az]|\(\?(?!:)")
+"""What in a pattern could match differently at the edge of a span searched in place than at a buffer's edge."""
 
 _MATCHERS: dict[tuple[PatternSpec, Plan, frozenset[int], bool], _Matcher] = {}
 
@@ -753,24 +763,31 @@ def _run_fallback(pat: Any, call: Callable[[float], Any]) -> Any:
         budget.spend(time.monotonic() - t0)
 
 
+Buffer = bytes | mmap.mmap
+"""What the scan searches: a window's bytes, or a whole memory-mapped file searched in spans (no copy)."""
+
 Hit = tuple[int, int, list[int], int]
 """(line start, line end, matching pattern ids, line index in the chunk or -1 when not known)."""
 
 
-def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None = None) -> tuple[list[Hit], int]:
-    """Every line of ``chunk`` any active pattern matches, in order, and the number of newlines in ``chunk`` (-1 when
-    not counted: the caller counts). ``more``: further (line start -> pattern ids) already checked (the dense
-    patterns' sample). Line indexes (newlines before the line in ``chunk``) come from the native finder's pass."""
-    n = len(chunk)
+def _hits_in_chunk(
+    chunk: Buffer, m: _Matcher, more: dict[int, list[int]] | None = None, lo: int = 0, hi: int | None = None
+) -> tuple[list[Hit], int]:
+    """Every line of ``chunk[lo:hi]`` any active pattern matches, in order, and the number of newlines in it (-1 when
+    not counted: the caller counts), searched as if ``chunk[lo:hi]`` were the whole buffer (the caller passes a span
+    of a memory-mapped file only where that is so, see :meth:`_Matcher.spans_ok`). Offsets are into ``chunk``.
+    ``more``: further (line start -> pattern ids) already checked (the dense patterns' sample). Line indexes (newlines
+    between ``lo`` and the line) come from the native finder's pass."""
+    n = len(chunk) if hi is None else hi
     find, rfind = chunk.find, chunk.rfind
     starts: list[int] = []  # candidate line starts for the RE2 patterns, ascending
     index_of: dict[int, tuple[int, int]] = {}  # line start -> (line end, line index), from the native finder
     newlines = -1
     if m.finder is not None:
         newlines = 0
-        pos = 0
+        pos = lo
         while pos < n:
-            page, nl, stop = m.finder.find_lines(chunk, pos, NATIVE_PAGE_LINES)
+            page, nl, stop = m.finder.find_lines(chunk, pos, NATIVE_PAGE_LINES, n)
             for ls, le, rel, _needle in page:
                 starts.append(ls)
                 index_of[ls] = (le, newlines + rel)
@@ -778,7 +795,7 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None 
             pos = stop
     for prefilter in m.prefilters:
         line_end = -1
-        for _pid, s, _e in prefilter.find_matches_as_indexes(chunk):
+        for _pid, s, _e in prefilter.find_matches_as_indexes(chunk):  # a bytes chunk (lo = 0, hi = its length)
             if s <= line_end:
                 continue  # another literal in a line already flagged
             ls = rfind(b"\n", 0, s) + 1
@@ -791,16 +808,16 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None 
     for dfa in m.dfas:
         match = dfa.Match
         extra: list[int] = []
-        pos = 0
+        pos = lo
         while pos <= n:
             s = match(_UNANCHORED, chunk, pos, n)[0][0]
             if s < 0:
                 break
-            ls = rfind(b"\n", 0, s) + 1
+            ls = rfind(b"\n", lo, s) + 1 or lo
             if ls >= n:  # the empty "line" after the final newline is not a line
                 break
             extra.append(ls)
-            le = find(b"\n", s)
+            le = find(b"\n", s, n)
             if le < 0:
                 break
             pos = le + 1
@@ -811,7 +828,7 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None 
         if known is not None:
             le = known[0]
         else:
-            le = find(b"\n", ls)
+            le = find(b"\n", ls, n)
             le = n if le < 0 else le
         line = chunk[ls:le]
         ids = m.line_ids(line)
@@ -819,7 +836,7 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None 
             have = found.get(ls)
             found[ls] = ids if have is None else sorted(set(have) | set(ids))
     for i, multi, single in m.fallback:
-        hits = _run_fallback(multi, functools.partial(_finditer, multi, chunk))
+        hits = _run_fallback(multi, functools.partial(_finditer, multi, cast(bytes, chunk)))  # bytes, as above
         for hit in hits:
             ls = rfind(b"\n", 0, hit.start()) + 1
             if ls >= n:
@@ -832,19 +849,19 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None 
                     ids.append(i)
     out: list[Hit] = []
     order = sorted(found)
-    if m.finder is not None and len(index_of) < len(order):
+    unnumbered = [ls for ls in order if ls not in index_of] if m.finder is not None else []
+    if unnumbered:
         # lines the finder did not flag (DFA, fallback, dense sample) are numbered natively too, so the caller
         # never counts newlines
-        for ls, rel in zip(order, m.native.line_indexes(chunk, order), strict=True):
-            if ls not in index_of:
-                le = find(b"\n", ls)
-                index_of[ls] = (n if le < 0 else le, rel)
+        for ls, rel in zip(unnumbered, m.native.line_indexes(chunk, unnumbered, lo), strict=True):
+            le = find(b"\n", ls, n)
+            index_of[ls] = (n if le < 0 else le, rel)
     for ls in order:
         known = index_of.get(ls)
         if known is not None:
             out.append((ls, known[0], sorted(found[ls]), known[1]))
         else:
-            le = find(b"\n", ls)
+            le = find(b"\n", ls, n)
             out.append((ls, n if le < 0 else le, sorted(found[ls]), -1))
     return out, newlines
 
@@ -870,48 +887,54 @@ class _Dense:
         )
         every = [nd for _i, nds, _rx in self.items for nd in nds]
         self.tail_finder: Any = native.Finder(every) if usable and native and every else None
+        self.spans_ok = all(nds for _i, nds, _rx in self.items)
+        """:meth:`sample` may search a span of a bigger buffer: no pattern is searched by its regex over the buffer
+        (only needles are looked for in it; a regex sees the bytes around a span, ``^`` or ``\\b`` at its edges)."""
 
-    def sample(self, buf: bytes, ids: frozenset[int]) -> dict[int, list[int]]:
-        """Line start -> dense ids, one matching line per :data:`DENSE_STRIDE` bytes of ``buf`` for each of ``ids``.
+    def sample(self, buf: Buffer, ids: frozenset[int], lo: int = 0, hi: int | None = None) -> dict[int, list[int]]:
+        """Line start -> dense ids, one matching line per :data:`DENSE_STRIDE` bytes of ``buf[lo:hi]`` for each of
+        ``ids``, sampled as if ``buf[lo:hi]`` were the whole buffer (offsets are into ``buf``; a span of a memory-mapped
+        file only where :attr:`spans_ok`).
 
         Candidates come from ``bytes.find`` of the pattern's needles (each needle's next position is remembered, so a
         window is searched about once per needle whatever the stride); a candidate line is checked with RE2."""
         out: dict[int, list[int]] = {}
-        n = len(buf)
+        n = len(buf) if hi is None else hi
         find, rfind = buf.find, buf.rfind
         for i, needles, rx in self.items:
             if i not in ids:
                 continue
             nxt: dict[bytes, int] = {}
-            pos = 0
+            pos = lo
             tries = 0
             finder = self.finders.get(i)
             while pos < n:
                 if finder is not None:
                     # the first line from pos holding a needle that starts at or after pos (as bytes.find would)
-                    page = finder.find_lines(buf, pos, 1)[0]
+                    page = finder.find_lines(buf, pos, 1, n)[0]
                     if not page:
                         break
                     ls, le = page[0][0], page[0][1]
-                    if ls == pos and pos > 0 and buf[pos - 1] != 10:
-                        ls = rfind(b"\n", 0, pos) + 1  # the finder never looks before pos; the line began earlier
+                    if ls == pos and pos > lo and buf[pos - 1] != 10:
+                        # the finder never looks before pos; the line began earlier
+                        ls = rfind(b"\n", lo, pos) + 1 or lo
                 else:
                     if needles:
                         s = n
                         for nd in needles:
                             p = nxt.get(nd, -1)
                             if p < pos:
-                                p = find(nd, pos)
+                                p = find(nd, pos, n)
                                 p = n if p < 0 else p
                                 nxt[nd] = p
                             s = min(s, p)
                     else:
-                        s = rx.Match(_UNANCHORED, buf, pos, n)[0][0]
+                        s = rx.Match(_UNANCHORED, buf, pos, n)[0][0]  # only on a bytes buffer (see spans_ok)
                         s = n if s < 0 else s
                     if s >= n:
                         break
-                    ls = rfind(b"\n", 0, s) + 1
-                    le = find(b"\n", s)
+                    ls = rfind(b"\n", lo, s) + 1 or lo
+                    le = find(b"\n", s, n)
                     le = n if le < 0 else le
                 line = buf[ls:le]
                 if rx.Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
@@ -1007,13 +1030,15 @@ def _rank_regex(seen: frozenset[str]) -> Any:
     return rx
 
 
-def _collect_ranks(chunk: bytes, seen: set[str]) -> None:
-    """Add the digit strings of every ``[rankN]:`` in ``chunk`` to ``seen`` (one native pass when the extension is
-    built, else a regex matching only ranks not yet seen)."""
+def _collect_ranks(buf: Buffer, seen: set[str], lo: int = 0, hi: int | None = None) -> None:
+    """Add the digit strings of every ``[rankN]:`` in ``buf[lo:hi]`` to ``seen`` (one native pass when the extension
+    is built, else a regex matching only ranks not yet seen)."""
+    hi = len(buf) if hi is None else hi
     native = _native()
     if native is not None:
-        native.collect_ranks(chunk, seen)
+        native.collect_ranks(buf, seen, lo, hi)
         return
+    chunk = buf if lo == 0 and hi == len(buf) and isinstance(buf, bytes) else buf[lo:hi]
     n = len(chunk)
     pos = 0
     while True:
@@ -1048,6 +1073,24 @@ def _windows(
     """
     if lf.compression != "none":
         yield from iter_chunks(lf, problems, split_long_lines=split_long_lines)
+        return
+    for buf, lo, hi, _last in _spans(lf, problems, split_long_lines=split_long_lines, start=start):
+        yield buf if lo == 0 and hi == len(buf) and isinstance(buf, bytes) else buf[lo:hi]
+
+
+Span = tuple[Buffer, int, int, bool]
+"""(buffer, start, end, is the last): one window of a file is ``buffer[start:end]``."""
+
+
+def _spans(
+    lf: LogFile, problems: ReadProblems, *, split_long_lines: bool = True, start: int = 0
+) -> Generator[Span, None, None]:
+    """The windows of :func:`_windows`, without copying those of a plain file: each is a span of the file's memory
+    map, valid until the next one is asked for (the pages before it are then released, and the map is closed at the
+    end). Compressed files: each decompressed chunk whole."""
+    if lf.compression != "none":
+        for chunk, last in _lookahead(iter_chunks(lf, problems, split_long_lines=split_long_lines)):
+            yield chunk, 0, len(chunk), last
         return
     try:
         with open(lf.path, "rb") as fh:
@@ -1100,11 +1143,12 @@ def _windows(
                         cut = line_end - start - 2 * LONG_LINE_KEEP
                         long_lines.cut_bytes += cut
                         head, tail = mm[start : start + LONG_LINE_KEEP], mm[line_end - LONG_LINE_KEEP : line_end]
-                        yield head + cut_marker(cut) + tail
+                        joined = head + cut_marker(cut) + tail
+                        yield joined, 0, len(joined), line_end >= size
                         start = line_end
                         in_long = False
                         continue
-            yield mm[start:end]
+            yield mm, start, end, end >= size
             start = end
         if long_lines.cut_bytes:
             problems.add(lf.rel, long_lines.note())
@@ -1156,51 +1200,68 @@ def _scan_one(
     last_hit: tuple[int, list[int]] = (0, [])  # (line, ids) of the latest hit: a long line is searched in pieces
     stamp = _file_stamp(lf) if lf.compression == "none" else None
     marks: list[tuple[int, int]] = []  # (offset, lines before) of every window that starts on a line start
-    tail_windows: list[tuple[bytes, bool]] = []  # (window, continues) not yet cut into ``tail``
-    for chunk, is_last in _lookahead(_windows(lf, problems)):
-        n = len(chunk)
+    tail_windows: list[tuple[bytes, bool]] = []  # (end of a window, continues) not yet cut into ``tail``
+    for buf, lo, hi, is_last in _spans(lf, problems):
+        n = hi - lo
         lines_before = line_base
         if ends_with_newline and stamp is not None:
             marks.append((offset, line_base))
         result.bytes_read += n
         continues = not ends_with_newline  # this window starts inside the previous window's last line
         if head_n and len(result.head) < head_n:
-            heads = chunk.split(b"\n", head_n)
+            heads = _head_segment(buf, lo, hi, head_n).split(b"\n", head_n)
             for raw in heads[1:] if continues else heads:
                 if len(result.head) >= head_n:
                     break
                 result.head.append(decode(raw[:MAX_LINE_CHARS]).rstrip("\r"))
         if collect_ranks:
-            _collect_ranks(chunk, seen_ranks)
+            _collect_ranks(buf, seen_ranks, lo, hi)
         if dense is not None and tail_at is None:
             if lf.compression == "none":
                 tail_at = _plain_tail_start(lf, dense, seen_ranks)
-            elif is_last:
-                tail_at = offset + dense.tail_start(chunk, seen_ranks, DENSE_TAIL_MAX)
+            elif is_last:  # a decompressed chunk: the whole buffer
+                tail_at = offset + dense.tail_start(buf, seen_ranks, DENSE_TAIL_MAX)
         split = n if dense is None or tail_at is None else min(n, max(0, tail_at - offset))
-        for part, in_tail in (
-            ((chunk[:split], False), (chunk[split:], True)) if 0 < split < n else ((chunk, split == 0),)
+        for part_lo, part_hi, in_tail in (
+            ((lo, lo + split, False), (lo + split, hi, True)) if 0 < split < n else ((lo, hi, split == 0),)
         ):
             # small pieces while a capped pattern (or a dense one in its head) may hit densely: in the file's first
             # window (where start-up markers are), or once it has hits but has not reached its cap; a marker never
             # seen there is searched window by window (it costs one window of line checks if it shows up later)
             capped = offset == 0 or any(caps[i] is not None and counts[i] > 0 for i in active)
             capped = capped or any(counts[i] > 0 for i in head_dense & active)
-            for piece in _pieces(part, CAPPED_PIECE_BYTES if capped else len(part)):
+            for a, b in _pieces(buf, part_lo, part_hi, CAPPED_PIECE_BYTES if capped else part_hi - part_lo):
                 sampled = frozenset() if in_tail else dense_all - head_dense
                 searched = active - sampled
                 matcher = matchers.get(searched)
                 if matcher is None:
                     matcher = matchers[searched] = _matcher(spec, plan, searched)
-                extra = dense.sample(piece, sampled & active) if dense is not None and sampled & active else None
+                if (
+                    matcher.spans_ok
+                    and (dense is None or dense.spans_ok)
+                    and (a == 0 or buf[a - 1] == 10)
+                    and (b == len(buf) or buf[b - 1] == 10)
+                ):
+                    piece, p_lo, p_hi = buf, a, b  # searched in place
+                else:
+                    piece = buf if a == 0 and b == len(buf) and isinstance(buf, bytes) else buf[a:b]
+                    p_lo, p_hi = 0, b - a
+                extra = (
+                    dense.sample(piece, sampled & active, p_lo, p_hi)
+                    if dense is not None and sampled & active
+                    else None
+                )
                 if extra:
                     result.sampled |= sampled & active
-                counted_to = 0
+                counted_to = p_lo
                 line_at = line_base
                 deactivate: list[int] = []
-                hits, newlines = ([], -1) if matcher.idle and not extra else _hits_in_chunk(piece, matcher, extra)
+                hits, newlines = (
+                    ([], -1) if matcher.idle and not extra else _hits_in_chunk(piece, matcher, extra, p_lo, p_hi)
+                )
                 for ls, le, ids, rel in hits:
-                    line_at = line_base + rel if rel >= 0 else line_at + piece.count(b"\n", counted_to, ls)
+                    # (counted here only without the native finder: ``piece`` is then bytes)
+                    line_at = line_base + rel if rel >= 0 else line_at + cast(bytes, piece).count(b"\n", counted_to, ls)
                     counted_to = ls
                     kept = ids
                     if spec.max_hits is not None:
@@ -1230,19 +1291,20 @@ def _scan_one(
                 if newlines >= 0:
                     line_base += newlines
                 else:
-                    line_base = line_at + piece.count(b"\n", counted_to, len(piece))
+                    line_base = line_at + cast(bytes, piece).count(b"\n", counted_to, p_hi)
                 if deactivate:
                     # a capped marker leaves the search at the next piece, not at the end of a (large) window
                     active = active - set(deactivate)
         offset += n
-        ends_with_newline = chunk.endswith(b"\n")
+        ends_with_newline = n > 0 and buf[hi - 1] == 10
         if tail_n:
             # the tail is cut from the last windows only: a window with more than tail_n newlines holds the whole
             # tail by itself, so the windows before it are dropped unsplit (a few are kept while they are short)
+            end_part = _tail_segment(buf, lo, hi, tail_n + 1)
             if line_base - lines_before > tail_n:
-                tail_windows = [(chunk, continues)]
+                tail_windows = [(end_part, continues)]
             else:
-                tail_windows.append((chunk, continues))
+                tail_windows.append((end_part, continues))
                 if len(tail_windows) > TAIL_WINDOWS:
                     tail = _add_tail(tail, *tail_windows.pop(0), tail_n)
     for window, window_continues in tail_windows:
@@ -1260,6 +1322,29 @@ def _scan_one(
 
 TAIL_WINDOWS = 2
 """Windows with too few lines to hold a file's whole tail that :func:`_scan_one` keeps before cutting the oldest."""
+
+
+def _head_segment(buf: Buffer, lo: int, hi: int, head_n: int) -> bytes:
+    """The start of ``buf[lo:hi]`` that ``.split(b"\\n", head_n)`` splits like the whole (its first ``head_n`` lines
+    whole, the rest only up to :data:`MAX_LINE_CHARS`, where the head cuts it anyway)."""
+    p = lo
+    for _ in range(head_n):
+        p = buf.find(b"\n", p, hi)
+        if p < 0:
+            return buf[lo:hi]
+        p += 1
+    return buf[lo : min(hi, p + MAX_LINE_CHARS)]
+
+
+def _tail_segment(buf: Buffer, lo: int, hi: int, k: int) -> bytes:
+    """The end of ``buf[lo:hi]`` holding its last ``k`` newlines (all of it when it has fewer), which
+    ``.rsplit(b"\\n", k)`` splits like the whole except for the first part."""
+    p = hi
+    for _ in range(k):
+        p = buf.rfind(b"\n", lo, p)
+        if p < 0:
+            return buf[lo:hi]
+    return buf[p:hi]
 
 
 def _add_tail(tail: list[bytes], chunk: bytes, continues: bool, tail_n: int) -> list[bytes]:
@@ -1327,17 +1412,17 @@ CAPPED_PIECE_BYTES = 64 << 10
 every line stops after its cap instead of after the whole window."""
 
 
-def _pieces(chunk: bytes, size: int) -> Iterator[bytes]:
-    """``chunk`` cut into pieces of about ``size`` bytes that end on line boundaries (the last may not)."""
-    n = len(chunk)
-    if size >= n:
-        yield chunk
+def _pieces(buf: Buffer, lo: int, hi: int, size: int) -> Iterator[tuple[int, int]]:
+    """``buf[lo:hi]`` cut into pieces of about ``size`` bytes that end on line boundaries (the last may not), as
+    (start, end) offsets into ``buf``."""
+    if size >= hi - lo:
+        yield lo, hi
         return
-    start = 0
-    while start < n:
-        end = chunk.find(b"\n", min(n, start + size) - 1)
-        end = n if end < 0 else end + 1
-        yield chunk[start:end]
+    start = lo
+    while start < hi:
+        end = buf.find(b"\n", min(hi, start + size) - 1, hi)
+        end = hi if end < 0 else end + 1
+        yield start, end
         start = end
 
 
