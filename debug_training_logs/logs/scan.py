@@ -411,6 +411,10 @@ class Plan:
     """(pattern id, needles) of the dense patterns (:attr:`PatternSpec.dense`): a line can match only if it holds
     one of the needles (found with ``bytes.find``); no needles: found by the pattern's own RE2 search. These ids are
     also in ``literals``/``dfa``, used where the pattern is searched on every line (a file's head and tail)."""
+    dfa_search: tuple[tuple[str, str], ...] = ()
+    """(pattern, what its DFA search looks for instead): a superset of the pattern (its tail from an item whose first
+    byte is rare on the sample, :func:`_rare_suffix`) that RE2 skips to with memchr; the lines found are checked
+    exactly. Patterns not listed are searched as :func:`_relaxed` gives them."""
 
     def describe(self) -> str:
         """One line for benchmarks and debugging."""
@@ -499,6 +503,12 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
     if _aho_corasick() is None:
         return Plan(dfa=tuple(re2_ids), fallback=tuple(fallback), dense=tuple(dense_needles))
     distinct = sorted({lit for lit, _i in literals})
+    dfa_pats = list(dict.fromkeys(spec.patterns[i] for i in dfa))
+    dfa_search = tuple(
+        (pat, suffix)
+        for pat in (dfa_pats if len(dfa_pats) <= SEPARATE_DFA_MAX else [])  # more: one alternation, searched as is
+        if (suffix := _rare_suffix(pat, sample, spec.ignore_case)) is not None
+    )
     native = _native()
     anchors = tuple(zip(distinct, native.choose_anchors(sample, distinct), strict=True)) if native and distinct else ()
     return Plan(
@@ -507,6 +517,7 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
         fallback=tuple(fallback),
         anchors=anchors,
         dense=tuple(dense_needles),
+        dfa_search=dfa_search,
     )
 
 
@@ -660,7 +671,8 @@ class _Matcher:
             # a few patterns: one search each, a leading \b dropped (lines found are checked exactly by the Set):
             # RE2 then skips to the pattern's literal prefix with memchr (``\b20\d\d-...`` ran at 0.17 GB/s, without
             # the \b at 2.6 GB/s)
-            self.dfas = [_re2.RE2(("(?m)" + _relaxed(pat)).encode(), opts) for pat in dfa_pats]
+            search = dict(plan.dfa_search)
+            self.dfas = [_re2.RE2(("(?m)" + search.get(pat, _relaxed(pat))).encode(), opts) for pat in dfa_pats]
         self.dfa = self.dfas[0] if self.dfas else None
         self.verify: dict[int, Any] = {i: _re2.RE2(spec.patterns[i].encode(), opts) for i in searched}
         self.set: Any = None
@@ -729,6 +741,118 @@ def _relaxed(pattern: str) -> str:
     if pattern.startswith("\\b") and len(pattern) > 2 and pattern[2] not in "*+?{|)":
         return pattern[2:]
     return pattern
+
+
+_QUANTIFIER = std_re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})[?+]?")
+_CLASS_ESCAPES = frozenset("dDsSwWbB")
+
+
+def _top_items(pattern: str) -> list[int] | None:
+    """Where each top-level item (an atom with its quantifier) of ``pattern`` starts, or None when the pattern has a
+    top-level alternation or anything this reader does not know for sure (inline flags, \\Q, POSIX classes, escapes
+    other than punctuation and the class escapes)."""
+    if "\\Q" in pattern or "[:" in pattern or std_re.search(r"\(\?(?!:)", pattern):
+        return None
+    starts: list[int] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        starts.append(i)
+        c = pattern[i]
+        if c == "|" or c in "*+?{)":
+            return None
+        if c == "\\":
+            if i + 1 >= n or (pattern[i + 1].isalnum() and pattern[i + 1] not in _CLASS_ESCAPES):
+                return None
+            i += 2
+        elif c == "[":
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            if j >= n:
+                return None
+            i = j + 1
+        elif c == "(":
+            depth, j = 0, i
+            while j < n:
+                ch = pattern[j]
+                if ch == "\\":
+                    j += 2
+                    continue
+                if ch == "[":
+                    k = j + 1
+                    if k < n and pattern[k] == "^":
+                        k += 1
+                    if k < n and pattern[k] == "]":
+                        k += 1
+                    while k < n and pattern[k] != "]":
+                        k += 2 if pattern[k] == "\\" else 1
+                    j = k + 1
+                    continue
+                depth += ch == "("
+                depth -= ch == ")"
+                j += 1
+                if depth == 0:
+                    break
+            if depth != 0:
+                return None
+            i = j
+        else:
+            i += 1
+        q = _QUANTIFIER.match(pattern, i)
+        if q is not None:
+            i = q.end()
+        elif i < n and pattern[i] == "{":
+            return None  # a brace RE2 and this reader might read differently
+    return starts
+
+
+def _rare_suffix(pattern: str, sample: bytes, ignore_case: bool) -> str | None:
+    """A tail of ``pattern`` (its items from one on, :func:`_top_items`) that begins with a literal byte at least
+    twice as rare on ``sample`` than the byte the whole pattern's search would skip to, or None. Every match of
+    the pattern holds a match of any of its tails in the same line, so a search for the tail finds a superset of the
+    lines (``\\b20\\d\\d-\\d\\d-...``: ``20`` is everywhere in step logs, ``-\\d\\d-...`` much rarer)."""
+    if ignore_case or not sample:
+        return None
+    items = _top_items(pattern)
+    if not items or len(items) < 2:
+        return None
+    relaxed_from = len(pattern) - len(_relaxed(pattern))
+    counted: dict[str, int] = {}
+
+    def count(ch: str) -> int:
+        if ch not in counted:
+            counted[ch] = sample.count(ch.encode())
+        return counted[ch]
+
+    best: tuple[int, int] | None = None  # (count, item start)
+    base: int | None = None
+    for k, start in enumerate(items):
+        end = items[k + 1] if k + 1 < len(items) else len(pattern)
+        item = pattern[start:end]
+        if item.startswith("\\"):
+            lit = item[1] if len(item) >= 2 and not item[1].isalnum() else None
+            rest = item[2:]
+        else:
+            lit = item[0] if item[0] not in ".^$[(" else None
+            rest = item[1:]
+        optional = rest[:1] in ("?", "*") or rest.startswith("{0")
+        if start == relaxed_from:
+            # what the unchanged search skips to: its first literal byte (none: it cannot skip at all)
+            base = count(lit) if lit is not None and not optional else None
+            if base is None:
+                return None
+        if start <= relaxed_from or lit is None or optional or not lit.isascii():
+            continue
+        if best is None or count(lit) < best[0]:
+            best = (count(lit), start)
+    if base is None or best is None or best[0] * 2 > base:
+        return None
+    suffix = pattern[best[1] :]
+    return suffix if _re2_error(suffix, ignore_case) is None else None
 
 
 def _fallback_timeout(pat: Any) -> UserInputError:
