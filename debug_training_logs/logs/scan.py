@@ -1329,6 +1329,7 @@ def _scan_one(
     stamp = _file_stamp(lf) if lf.compression == "none" else None
     marks: list[tuple[int, int]] = []  # (offset, lines before) of every window that starts on a line start
     tail_windows: list[tuple[bytes, bool]] = []  # (end of a window, continues) not yet cut into ``tail``
+    run = 1  # pieces searched together (see below)
     for buf, lo, hi, is_last in _spans(lf, problems):
         n = hi - lo
         lines_before = line_base
@@ -1358,36 +1359,54 @@ def _scan_one(
             # seen there is searched window by window (it costs one window of line checks if it shows up later)
             capped = offset == 0 or any(caps[i] is not None and counts[i] > 0 for i in active)
             capped = capped or any(counts[i] > 0 for i in head_dense & active)
-            for a, b in _pieces(buf, part_lo, part_hi, CAPPED_PIECE_BYTES if capped else part_hi - part_lo):
+            bounds = list(_pieces(buf, part_lo, part_hi, CAPPED_PIECE_BYTES if capped else part_hi - part_lo))
+            k = 0
+            while k < len(bounds):
                 sampled = frozenset() if in_tail else dense_all - head_dense
                 searched = active - sampled
                 matcher = matchers.get(searched)
                 if matcher is None:
                     matcher = matchers[searched] = _matcher(spec, plan, searched)
+                # Pieces k..last are searched together in place (one finder pass, one DFA search) as long as nothing
+                # changes the search between them: the hits of each piece are what searching it alone gives. A
+                # change (a marker reaching its cap, a dense pattern leaving its head) takes effect after its piece:
+                # the hits after that piece are dropped and searched again. The run grows while nothing changes.
+                last = min(len(bounds), k + run) - 1
+                first_lo, last_hi = bounds[k][0], bounds[last][1]
                 if (
                     matcher.spans_ok
                     and (dense is None or dense.spans_ok)
-                    and (a == 0 or buf[a - 1] == 10)
-                    and (b == len(buf) or buf[b - 1] == 10)
+                    and (first_lo == 0 or buf[first_lo - 1] == 10)
+                    and (last_hi == len(buf) or buf[last_hi - 1] == 10)
                 ):
-                    piece, p_lo, p_hi = buf, a, b  # searched in place
+                    piece, shift = buf, 0  # searched in place
                 else:
-                    piece = buf if a == 0 and b == len(buf) and isinstance(buf, bytes) else buf[a:b]
-                    p_lo, p_hi = 0, b - a
-                extra = (
-                    dense.sample(piece, sampled & active, p_lo, p_hi)
-                    if dense is not None and sampled & active
-                    else None
-                )
-                if extra:
-                    result.sampled |= sampled & active
+                    last = k  # one piece, on a copy unless it is the whole buffer
+                    last_hi = bounds[k][1]
+                    whole = first_lo == 0 and last_hi == len(buf) and isinstance(buf, bytes)
+                    piece, shift = (buf, 0) if whole else (buf[first_lo:last_hi], first_lo)
+                p_lo, p_hi = first_lo - shift, last_hi - shift
+                extra: dict[int, list[int]] | None = None
+                samples = [False] * (last - k + 1)  # per piece: did the dense sample deliver lines
+                if dense is not None and sampled & active:
+                    extra = {}
+                    for j in range(k, last + 1):
+                        got = dense.sample(piece, sampled & active, bounds[j][0] - shift, bounds[j][1] - shift)
+                        samples[j - k] = bool(got)
+                        extra.update(got)
                 counted_to = p_lo
                 line_at = line_base
                 deactivate: list[int] = []
                 hits, newlines = (
                     ([], -1) if matcher.idle and not extra else _hits_in_chunk(piece, matcher, extra, p_lo, p_hi)
                 )
+                j = k  # the piece of the hit
+                changed_in: int | None = None  # the first piece in which the search changed
                 for ls, le, ids, rel in hits:
+                    while ls + shift >= bounds[j][1]:
+                        j += 1
+                    if changed_in is not None and j > changed_in:
+                        break
                     # (counted here only without the native finder: ``piece`` is then bytes)
                     line_at = line_base + rel if rel >= 0 else line_at + cast(bytes, piece).count(b"\n", counted_to, ls)
                     counted_to = ls
@@ -1400,6 +1419,7 @@ def _scan_one(
                                 kept.append(i)
                                 if cap is not None and counts[i] + 1 >= cap:
                                     deactivate.append(i)
+                                    changed_in = j if changed_in is None else changed_in
                         if not kept:
                             continue
                     if last_hit[0] == line_at + 1:  # the same line, searched again in its next piece
@@ -1413,16 +1433,25 @@ def _scan_one(
                         counts[i] += 1
                         if i in head_dense and counts[i] >= DENSE_HEAD_HITS:
                             head_dense.discard(i)  # from the next piece on, sampled (the tail is searched in full)
+                            changed_in = j if changed_in is None else changed_in
                     if sink is not None:
                         raw = piece[ls:le] if le - ls <= MAX_LINE_CHARS else _shown_part(piece[ls:le], kept, matcher)
                         sink.on_hit(kept, line_at + 1, decode(raw).rstrip("\r"))
-                if newlines >= 0:
+                done = last if changed_in is None else changed_in  # the last piece whose hits all count
+                if any(samples[: done - k + 1]):
+                    result.sampled |= sampled & active
+                if done < last:
+                    # the pieces after the change are searched again: lines up to the end of the changed one
+                    line_base += matcher.native.line_indexes(piece, [bounds[done][1] - shift], p_lo)[0]
+                elif newlines >= 0:
                     line_base += newlines
                 else:
                     line_base = line_at + cast(bytes, piece).count(b"\n", counted_to, p_hi)
                 if deactivate:
                     # a capped marker leaves the search at the next piece, not at the end of a (large) window
                     active = active - set(deactivate)
+                run = 1 if changed_in is not None else min(2 * run, MAX_RUN_PIECES)
+                k = done + 1
         offset += n
         ends_with_newline = n > 0 and buf[hi - 1] == 10
         if tail_n:
@@ -1534,6 +1563,9 @@ def _shown_part(line: bytes, ids: list[int], m: _Matcher) -> bytes:
                 return record[:MAX_LINE_CHARS]
     return line[:MAX_LINE_CHARS]
 
+
+MAX_RUN_PIECES = 32
+"""At most this many pieces are searched in one pass (while nothing changes the search between them)."""
 
 CAPPED_PIECE_BYTES = 64 << 10
 """While a capped pattern is still searched, windows are searched in pieces of about this size, so a marker that hits
