@@ -55,6 +55,8 @@ typedef struct {
     uint32_t *bucket_start;  /* bucket b holds items[bucket_start[b] : bucket_start[b + 1]] */
     uint32_t *items;         /* needle indices grouped by anchor pair */
     Py_ssize_t n_buckets;
+    uint64_t *head;          /* needle i's first (up to) 8 bytes as a little-endian word ... */
+    uint64_t *head_mask;     /* ... and the mask of those of its bytes that exist */
 } Finder;
 
 /* ----------------------------------------------------------------------------------------------------------------- */
@@ -156,6 +158,8 @@ Finder_dealloc(Finder *self)
     PyMem_Free(self->tab);
     PyMem_Free(self->bucket_start);
     PyMem_Free(self->items);
+    PyMem_Free(self->head);
+    PyMem_Free(self->head_mask);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -205,7 +209,10 @@ Finder_init(Finder *self, PyObject *args, PyObject *kwds)
     self->anchor = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
     self->bucket_of = PyMem_Calloc(65536, sizeof(uint32_t));
     self->tab = PyMem_Calloc(65536, 1);
-    if (!self->blob || !self->offset || !self->length || !self->anchor || !self->bucket_of || !self->tab) {
+    self->head = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
+    self->head_mask = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
+    if (!self->blob || !self->offset || !self->length || !self->anchor || !self->bucket_of || !self->tab ||
+        !self->head || !self->head_mask) {
         PyErr_NoMemory();
         goto done;
     }
@@ -218,6 +225,10 @@ Finder_init(Finder *self, PyObject *args, PyObject *kwds)
         Py_ssize_t len = PyBytes_GET_SIZE(o);
         const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(o);
         memcpy(self->blob + at, s, (size_t)len);
+        for (Py_ssize_t j = 0; j < len && j < 8; j++) {
+            self->head[i] |= (uint64_t)s[j] << (8 * j);
+            self->head_mask[i] |= (uint64_t)0xff << (8 * j);
+        }
         self->offset[i] = at;
         self->length[i] = len;
         at += len;
@@ -329,6 +340,20 @@ verify(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t n, P
         Py_ssize_t len = f->length[i];
         if (st < lo || st + len > n)
             continue;
+        if (st + 8 <= n) {
+            /* one word compare rejects almost every false candidate (an anchor pair is often common text) */
+            const unsigned char *w = buf + st;
+            uint64_t word = (uint64_t)w[0] | (uint64_t)w[1] << 8 | (uint64_t)w[2] << 16 | (uint64_t)w[3] << 24 |
+                            (uint64_t)w[4] << 32 | (uint64_t)w[5] << 40 | (uint64_t)w[6] << 48 |
+                            (uint64_t)w[7] << 56;
+            if ((word ^ f->head[i]) & f->head_mask[i])
+                continue;
+            if (len <= 8 || memcmp(buf + st + 8, f->blob + f->offset[i] + 8, (size_t)(len - 8)) == 0) {
+                *s = st;
+                return (Py_ssize_t)i;
+            }
+            continue;
+        }
         if (memcmp(buf + st, f->blob + f->offset[i], (size_t)len) == 0) {
             *s = st;
             return (Py_ssize_t)i;
