@@ -1328,8 +1328,9 @@ def _scan_one(
     last_hit: tuple[int, list[int]] = (0, [])  # (line, ids) of the latest hit: a long line is searched in pieces
     stamp = _file_stamp(lf) if lf.compression == "none" else None
     marks: list[tuple[int, int]] = []  # (offset, lines before) of every window that starts on a line start
-    tail_windows: list[tuple[bytes, bool]] = []  # (end of a window, continues) not yet cut into ``tail``
+    tail_windows: list[tuple[Buffer, int, int, bool]] = []  # (buffer, start, end, continues) not yet in ``tail``
     run = 1  # pieces searched together (see below)
+    capped_ids = [i for i in range(k) if caps[i] is not None]
     for buf, lo, hi, is_last in _spans(lf, problems):
         n = hi - lo
         lines_before = line_base
@@ -1357,7 +1358,7 @@ def _scan_one(
             # small pieces while a capped pattern (or a dense one in its head) may hit densely: in the file's first
             # window (where start-up markers are), or once it has hits but has not reached its cap; a marker never
             # seen there is searched window by window (it costs one window of line checks if it shows up later)
-            capped = offset == 0 or any(caps[i] is not None and counts[i] > 0 for i in active)
+            capped = offset == 0 or any(counts[i] > 0 for i in capped_ids if i in active)
             capped = capped or any(counts[i] > 0 for i in head_dense & active)
             bounds = list(_pieces(buf, part_lo, part_hi, CAPPED_PIECE_BYTES if capped else part_hi - part_lo))
             k = 0
@@ -1457,15 +1458,23 @@ def _scan_one(
         if tail_n:
             # the tail is cut from the last windows only: a window with more than tail_n newlines holds the whole
             # tail by itself, so the windows before it are dropped unsplit (a few are kept while they are short)
-            end_part = _tail_segment(buf, lo, hi, tail_n + 1)
+            # (spans of the map are cut only while it is open: at the file's last window at the latest; a
+            # decompressed chunk is cut now, so that it is not held)
+            span: tuple[Buffer, int, int, bool] = (buf, lo, hi, continues)
+            if not isinstance(buf, mmap.mmap):
+                end_part = _tail_segment(buf, lo, hi, tail_n + 1)
+                span = (end_part, 0, len(end_part), continues)
             if line_base - lines_before > tail_n:
-                tail_windows = [(end_part, continues)]
+                tail_windows = [span]
             else:
-                tail_windows.append((end_part, continues))
+                tail_windows.append(span)
                 if len(tail_windows) > TAIL_WINDOWS:
-                    tail = _add_tail(tail, *tail_windows.pop(0), tail_n)
-    for window, window_continues in tail_windows:
-        tail = _add_tail(tail, window, window_continues, tail_n)
+                    t_buf, t_lo, t_hi, t_continues = tail_windows.pop(0)
+                    tail = _add_tail(tail, _tail_segment(t_buf, t_lo, t_hi, tail_n + 1), t_continues, tail_n)
+            if is_last:
+                for t_buf, t_lo, t_hi, t_continues in tail_windows:
+                    tail = _add_tail(tail, _tail_segment(t_buf, t_lo, t_hi, tail_n + 1), t_continues, tail_n)
+                tail_windows = []
     result.lines = line_base + (0 if ends_with_newline else 1)
     result.tail = [decode(t).rstrip("\r") for t in tail]
     result.ranks = {int(s) for s in seen_ranks}
