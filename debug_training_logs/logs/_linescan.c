@@ -14,7 +14,13 @@
  *   - a verified needle flags its line: the line start is found backwards (memrchr, never before the previous
  *     line's end), newlines up to it are counted with SSE2 (scalar elsewhere), the line end with memchr, and the
  *     search resumes after that line (other needles in the same line cost nothing).
- * Needles holding a newline can never lie inside a line and are ignored. Nothing is read outside [start, len).
+ * Needles holding a newline can never lie inside a line and are ignored. Nothing is read outside [start, end).
+ * A candidate is checked with one word compare of the needle's first 8 bytes before memcmp.
+ *
+ * The scan searches spans of a memory-mapped file in place (Py_buffer: bytes, mmap, memoryview), so every function
+ * takes a start and end. Also here: collect_ranks (the distinct '[rankN]:' digit strings of a span, one SSE2 pass
+ * for "[r"), count_literals (non-overlapping counts of many literals in one pass, as bytes.count, for the planner's
+ * sample) and line_indexes (newlines before ascending offsets).
  *
  * Built by setup.py (optional: without a compiler the scan uses ahocorasick_rs). After editing this file, rebuild with
  * `pip install -e .` (or `python setup.py build_ext --inplace`); tests/test_native_scan.py checks it against Python.

@@ -16,10 +16,21 @@ Never loops over lines in Python to search. How it gets near ripgrep's speed (nu
   plan one combined RE2 alternation over the buffer (~0.6 GB/s per core), still linear time.
 * **Lines only for hits.** Line numbers come from the native pass (newlines counted between hits), else from
   ``bytes.count`` of newlines between hits (one pass per chunk).
-* **Plain files are memory-mapped** and sliced into 1 MiB windows ending on a newline (one copy, no carry
-  concatenation); compressed files stream through :func:`~debug_training_logs.logs.reader.iter_chunks`.
-* **Global ranks** (``[rankN]:``) are collected by a regex matching only ranks *not yet seen* in the file (a trie
-  complement), so a file of one rank costs one memchr-speed pass, not a ``findall`` of every line.
+* **Plain files are memory-mapped and searched in place**: 1 MiB windows ending on a newline are spans of the map
+  (:func:`_spans`), and the finder, the RE2 DFAs, the dense sample and the line numbering take a span, so only hit
+  lines and a file's head and tail are copied out. A span is copied only where a regex could tell its edge from a
+  buffer's (``\\A``, inline flags, the fallback engine, a window cut inside a line longer than a chunk); without the
+  extension every window is a copy, as before. Compressed files stream through
+  :func:`~debug_training_logs.logs.reader.iter_chunks`.
+* **Pieces in runs.** While a capped marker or a dense pattern's head is still searched, a window is cut into
+  :data:`CAPPED_PIECE_BYTES` pieces (the search may change after each); pieces are searched together in one pass as
+  long as nothing changes, and the hits after a change are searched again with the new search. The answer is the
+  one piece-by-piece search gives, at one pass per window.
+* **Global ranks** (``[rankN]:``) are collected natively in one pass (``collect_ranks``); without the extension by a
+  regex matching only ranks *not yet seen* in the file (a trie complement), at memchr speed.
+* **DFA patterns from a rare byte.** A pattern searched by the DFA is searched from a tail that starts on a literal
+  byte rare on the sample when its own first byte is common (:func:`_rare_suffix`): a superset, the lines checked
+  exactly. The planner's literal counts on the sample are one native pass (``count_literals``).
 * **Files are spread over processes** sized to the cores; a :class:`Sink` per file aggregates in the worker and only
   its small ``finish()`` summary crosses back (ripgrep's ``Sink`` idea). Memory stays flat in corpus size.
 * **Caps.** ``PatternSpec.max_hits`` stops a presence marker (one that hits every NeMo line, say) after N hits in a
