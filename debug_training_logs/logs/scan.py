@@ -758,6 +758,20 @@ _QUANTIFIER = std_re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})[?+]?")
 _CLASS_ESCAPES = frozenset("dDsSwWbB")
 
 
+def _class_end(pattern: str, i: int) -> int:
+    """Just past the ``]`` closing the character class that opens at ``pattern[i]`` (a ``]`` first in it, after an
+    optional ``^``, is a member); past the end (> ``len(pattern)``) when it is not closed."""
+    n = len(pattern)
+    j = i + 1
+    if j < n and pattern[j] == "^":
+        j += 1
+    if j < n and pattern[j] == "]":
+        j += 1
+    while j < n and pattern[j] != "]":
+        j += 2 if pattern[j] == "\\" else 1
+    return j + 1 if j < n else n + 1
+
+
 def _top_items(pattern: str) -> list[int] | None:
     """Where each top-level item (an atom with its quantifier) of ``pattern`` starts, or None when the pattern has a
     top-level alternation or anything this reader does not know for sure (inline flags, \\Q, POSIX classes, escapes
@@ -776,16 +790,9 @@ def _top_items(pattern: str) -> list[int] | None:
                 return None
             i += 2
         elif c == "[":
-            j = i + 1
-            if j < n and pattern[j] == "^":
-                j += 1
-            if j < n and pattern[j] == "]":
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            if j >= n:
+            i = _class_end(pattern, i)
+            if i > n:
                 return None
-            i = j + 1
         elif c == "(":
             depth, j = 0, i
             while j < n:
@@ -794,14 +801,7 @@ def _top_items(pattern: str) -> list[int] | None:
                     j += 2
                     continue
                 if ch == "[":
-                    k = j + 1
-                    if k < n and pattern[k] == "^":
-                        k += 1
-                    if k < n and pattern[k] == "]":
-                        k += 1
-                    while k < n and pattern[k] != "]":
-                        k += 2 if pattern[k] == "\\" else 1
-                    j = k + 1
+                    j = _class_end(pattern, j)
                     continue
                 depth += ch == "("
                 depth -= ch == ")"
