@@ -10,6 +10,9 @@ builds them), planned from the corpus sample as the scan plans them. For the lit
   newlines between hits (what the scan did before the native finder);
 * ``native``: ``_linescan.Finder.find_lines`` (candidate lines and their numbers in one pass);
 * ``native, static anchors``: the same without the sample's pair counts (why the planner passes them);
+* rank collection (the ``[rankN]:`` ranks of every line, for coverage): ``_linescan.collect_ranks`` vs the regex
+  path used without the extension;
+* the planner's literal counts on the corpus sample: ``_linescan.count_literals`` vs ``bytes.count`` per literal;
 * the whole per-file scan (``_scan_one`` with a null sink) with and without ``DEBUG_TRAINING_LOGS_NO_NATIVE``.
 """
 
@@ -160,6 +163,29 @@ def main() -> int:
         )
     )
     rows.append(("native finder, static anchors", cpu(lambda: [native_pass(static, w) for w in wins_all], args.rounds)))
+    datas = [Path(f.path).read_bytes() for f in picked]
+    rows.append(
+        ("ranks, native collect_ranks", cpu(lambda: [native.collect_ranks(d, set()) for d in datas], args.rounds))
+    )
+    rows.append(
+        ("ranks, regex (no extension)", cpu(lambda: [scan._collect_ranks_regex(d, set()) for d in datas], args.rounds))
+    )
+    sample = scan._sample(files)
+    keys: list[bytes] = sorted({lit for lit, _i in plan.literals})
+    assert native.count_literals(sample, keys) == [sample.count(k) for k in keys]
+    n_picked = len(picked)  # the rows are per file; these two are per plan: scaled so the table shows per plan
+    rows.append(
+        (
+            f"planner: {len(keys)} literal counts on the {len(sample) >> 10} KiB sample, native (per plan)",
+            n_picked * cpu(lambda: native.count_literals(sample, keys), args.rounds),
+        )
+    )
+    rows.append(
+        (
+            "planner: the same with bytes.count (per plan)",
+            n_picked * cpu(lambda: [sample.count(k) for k in keys], args.rounds),
+        )
+    )
 
     def whole(no_native: bool) -> float:
         if no_native:

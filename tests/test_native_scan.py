@@ -16,6 +16,7 @@ import importlib
 import mmap
 import os
 import random
+import re
 import resource
 import shutil
 import subprocess
@@ -252,6 +253,24 @@ def test_finder_fuzz(needles: list[bytes], body: bytes, edges: tuple[bytes, byte
         assert (got_nl, stop) == (nl, len(body))
     positions = sorted(rnd.randrange(len(body) + 1) for _ in range(5))
     assert mod.line_indexes(window, positions) == [body.count(b"\n", 0, p) for p in positions]
+    # a span [lo, hi) of the buffer is searched as if it were the whole buffer: offsets into the buffer, line indexes
+    # and newlines from lo, nothing read outside it
+    lo, hi = sorted(rnd.randrange(len(big) + 1) for _ in range(2))
+    want, nl = reference(big[lo:hi], needles)
+    f = mod.Finder(needles, anchors)
+    hits, got_nl, stop = f.find_lines(big, lo, 0, hi)
+    assert [(ls - lo, le - lo, rel) for ls, le, rel, _w in hits] == want
+    assert (got_nl, stop) == (nl, hi)
+    paged: list[tuple[int, int, int]] = []
+    pos, before = lo, 0
+    while pos < hi:  # paged one line at a time, as the dense sample asks
+        hits, got_nl, pos = f.find_lines(big, pos, 1, hi)
+        paged += [(ls - lo, le - lo, before + rel) for ls, le, rel, _w in hits]
+        before += got_nl
+        assert lo <= pos <= hi
+    assert paged == want and before == nl
+    at = sorted(rnd.randrange(lo, hi + 1) for _ in range(5))
+    assert mod.line_indexes(big, at, lo) == [big.count(b"\n", lo, p) for p in at]
     # backwards: a needle of the line holding the last needle inside [lo, hi)
     lo, hi = sorted(rnd.randrange(len(body) + 1) for _ in range(2))
     last = max((body.rfind(nd, lo, hi) for nd in needles if b"\n" not in nd), default=-1)
@@ -261,6 +280,69 @@ def test_finder_fuzz(needles: list[bytes], body: bytes, edges: tuple[bytes, byte
     else:
         assert lo <= got <= last and b"\n" not in body[got:last]
         assert any(body.startswith(nd, got) and got + len(nd) <= hi for nd in needles)
+
+
+RANK_TAG = re.compile(rb"\[rank(\d+)\](?::| )")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    parts=st.lists(
+        st.sampled_from(
+            [b"[", b"[rank", b"rank", b"]", b":", b" ", b"0", b"7", b"12", b"\n", b"\r", b"x", b"[r", b"\xff"]
+        ),
+        max_size=60,
+    ),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_collect_ranks_fuzz(parts: list[bytes], seed: int) -> None:
+    """``collect_ranks`` adds what ``re.findall`` of the ``[rankN]:`` prefix finds, in any span of any buffer kind,
+    and only reports the strings that were new."""
+    mod = _linescan()
+    rnd = random.Random(seed)
+    buf = b"".join(parts)
+    lo, hi = sorted(rnd.randrange(len(buf) + 1) for _ in range(2))
+    want = {d.decode() for d in RANK_TAG.findall(buf[lo:hi])}
+    seen = {"7"} if rnd.random() < 0.5 else set()
+    before = set(seen)
+    for kind in (bytes, bytearray, memoryview):
+        got = set(before)
+        assert mod.collect_ranks(kind(buf), got, lo, hi) == len(want - before)
+        assert got == before | want
+    whole: set[str] = set()
+    mod.collect_ranks(buf, whole)
+    assert whole == {d.decode() for d in RANK_TAG.findall(buf)}
+    # the Python path of the scan agrees
+    py: set[str] = set()
+    scan._collect_ranks_regex(buf[lo:hi], py)
+    assert py == want
+
+
+def test_collect_ranks_many_ranks_and_long_numbers() -> None:
+    """More distinct ranks than the call's small table holds, digit strings longer than it keeps, leading zeros."""
+    mod = _linescan()
+    buf = b"".join(b"[rank%d]: x\n" % r for r in range(5000)) + b"[rank007] y\n[rank" + b"9" * 40 + b"]: z\n"
+    seen: set[str] = set()
+    assert mod.collect_ranks(buf, seen) == 5002
+    assert seen == {str(r) for r in range(5000)} | {"007", "9" * 40}
+    assert mod.collect_ranks(buf * 2, seen) == 0
+    with pytest.raises(TypeError):
+        mod.collect_ranks(buf, ["not a set"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    needles=st.lists(st.lists(ALPHABET, min_size=1, max_size=4).map(b"".join), max_size=10),
+    body=st.lists(ALPHABET, max_size=300).map(b"".join),
+)
+def test_count_literals_equals_bytes_count(needles: list[bytes], body: bytes) -> None:
+    """One pass counts each needle's non-overlapping occurrences exactly as ``bytes.count`` does (``aaa`` in
+    ``aaaaa`` once, duplicates and needles sharing a first pair each counted on their own)."""
+    mod = _linescan()
+    assert mod.count_literals(body, needles) == [body.count(nd) for nd in needles]
+    assert mod.count_literals(b"aaaaa", [b"aaa", b"aa", b"a", b"aa"]) == [1, 2, 5, 2]
+    with pytest.raises(TypeError):
+        mod.count_literals(body, [b""])
 
 
 def test_no_leak_and_bounded_memory() -> None:
@@ -555,3 +637,152 @@ def test_an_install_without_a_compiler_succeeds_and_ships_everything(tmp_path: P
     assert "debug_training_logs/logs/scan.py" in names
     assert not [n for n in names if n.endswith((".so", ".pyd"))]
     assert not [n for n in names if n.startswith(("tests/", "fixtures/", "bench/"))]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The scan engine's pieces: DFA tails, head and tail cuts, spans of a buffer
+
+
+ITEMS = st.sampled_from(
+    ["2", "0", "-", ":", "a", " ", r"\d", r"\d\d", "[T ]", r"\.", r"(?:Z|[+-]\d\d)", r"\b", "a?", r"\d+", "x*", "b{2}"]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(items=st.lists(ITEMS, min_size=1, max_size=8), lines=st.lists(st.text("20-: aTZ+.bx\r9", max_size=40)))
+def test_a_dfa_tail_is_a_superset_of_its_pattern(items: list[str], lines: list[str]) -> None:
+    """Whatever tail :func:`scan._rare_suffix` picks, every line the pattern matches is matched by the tail too (the
+    lines it finds are then checked exactly), and the tail starts on a literal rarer on the sample."""
+    from re2 import _re2
+
+    pattern = "".join(items)
+    opts = scan._re2_options(False)
+    sample = "\n".join(lines).encode() * 3
+    tail = scan._rare_suffix(pattern, sample, False)
+    if tail is None:
+        return
+    assert pattern.endswith(tail) and tail != pattern
+    whole, part = _re2.RE2(pattern.encode(), opts), _re2.RE2(tail.encode(), opts)
+    for line in lines:
+        b = line.encode()
+        if whole.Match(scan._UNANCHORED, b, 0, len(b))[0][0] >= 0:
+            assert part.Match(scan._UNANCHORED, b, 0, len(b))[0][0] >= 0, (pattern, tail, line)
+
+
+def test_dfa_tails_on_typical_patterns() -> None:
+    iso = r"\b20\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)\b"
+    digits = b"".join(b"step 2%04d/20000 loss-2.%03d at 20:26:%02d\n" % (i, i, i % 60) for i in range(500))
+    assert scan._rare_suffix(iso, digits, False) == iso[iso.index("-") :]
+    assert scan._rare_suffix(iso, b"", False) is None  # nothing to measure on
+    assert scan._rare_suffix(iso, digits, True) is None  # case folding: left as it is
+    for pattern in ("a|b-c", "(?i)20-x", r"\Q20\E-x", "[[:digit:]]-x", r"\p{L}20-x", "x{,2}20-y"):
+        assert scan._rare_suffix(pattern, digits, False) is None, pattern
+    assert scan._top_items(r"a[]b-]\d+(?:x|(y))?c") == [0, 1, 6, 9, 19]
+    plan = scan.make_plan(PatternSpec((iso, "NCCL WARN")), digits)
+    assert plan.dfa and dict(plan.dfa_search) == {iso: iso[iso.index("-") :]}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    body=st.lists(st.sampled_from([b"ab", b"\n", b"\r", b"x" * 50, b"\r\n", b"q"]), max_size=80).map(b"".join),
+    n=st.integers(1, 6),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_head_and_tail_cuts_equal_splitting_the_whole_window(body: bytes, n: int, seed: int) -> None:
+    """The head and tail of a window are cut from a small copy of its start/end, with the same lines as splitting a
+    copy of the whole window (the rest of the line after the head kept up to the cut)."""
+    rnd = random.Random(seed)
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(scan, "MAX_LINE_CHARS", rnd.choice([3, 60, 4000]))
+    try:
+        lo, hi = sorted(rnd.randrange(len(body) + 1) for _ in range(2))
+        window = body[lo:hi]
+        heads = scan._head_segment(body, lo, hi, n).split(b"\n", n)
+        want = window.split(b"\n", n)
+        assert len(heads) == len(want) and heads[:-1] == want[:-1]
+        assert heads[-1][: scan.MAX_LINE_CHARS] == want[-1][: scan.MAX_LINE_CHARS]
+        prior = [b"p1", b"p2"][: rnd.randrange(3)]
+        for continues in (False, True):
+            assert scan._add_tail(prior, scan._tail_segment(body, lo, hi, n + 1), continues, n) == scan._add_tail(
+                prior, window, continues, n
+            )
+    finally:
+        monkey.undo()
+
+
+EDGE_PATTERNS = (
+    r"NCCL WARN",  # a literal
+    r"Traceback \(most recent call last\)",
+    r"\d+ errors",  # no literal: the DFA
+    r"\b20\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:Z|[+-]\d\d:?\d\d)\b",  # a DFA searched from a rarer tail
+    r"\Adone",  # sees the edge of what is searched: searched on copies
+    r"^\d+\W",  # no literal, sees a window cut after a \r as a line start: such a window is searched on a copy
+    r"(?i)cuda error",
+    r"^\[rank1\]: x$",
+    r"loss=nan",
+    r"step \d+",  # dense
+    r"lhotse",  # a capped marker that hits every other line
+)
+
+
+def _edge_file(rnd: random.Random, kind: str) -> bytes:
+    if kind == "empty":
+        return b""
+    words = [
+        b"[rank%d]: step %d loss=%s",
+        b"[rank%d]: NCCL WARN net %d %s",
+        b"[rank%d]: %d errors %s",
+        b"[rank%d]: 2026-05-21T07:00:%02d+01:00 %s",
+        b"done %d %d %s",
+        b"[rank%d]: CUDA Error %d %s",
+        b"[rank1]: x",
+        b"[rank%d]: DEBUG:lhotse %d %s",
+        b"[rank%d]: Traceback (most recent call last) %d %s",
+    ]
+    lines = []
+    for _ in range(rnd.randrange(1, 600)):
+        w = rnd.choice(words)
+        lines.append(w % ((rnd.randrange(9), rnd.randrange(100), rnd.choice([b"nan", b"1.5"]))[: w.count(b"%")]))
+        if rnd.random() < 0.02:  # a progress bar longer than a window, redrawn with \r
+            lines[-1] += b"".join(b"\r%d%%|#| it %d" % (k, k) for k in range(rnd.randrange(50, 400)))
+    sep = b"\r\n" if kind == "crlf" else b"\n"
+    data = sep.join(lines)
+    return data if kind == "no final newline" else data + sep
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_scan_edge_matrix_native_equals_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Generated files (empty, CRLF, no final newline, lines longer than a window, every kind of pattern) plain,
+    rotated, .gz and .zst: the native scan (spans of the memory map, no copies) equals the fallback (copies,
+    ``ahocorasick_rs``) in every field and sink call, with windows and pieces small enough to cut lines anywhere."""
+    rnd = random.Random(seed)
+    root = tmp_path / "logs"
+    root.mkdir()
+    kinds = ["plain", "crlf", "no final newline", "empty"]
+    for f in range(6):
+        data = _edge_file(rnd, kinds[f % len(kinds)])
+        name = f"node-{f}.log" + (".1" if f == 5 else "")
+        path = root / name
+        if f == 3 and seed % 2:
+            path = root / (name + ".gz")
+            path.write_bytes(gzip.compress(data))
+        elif f == 4 and seed % 3 == 0:
+            path = root / (name + ".zst")
+            path.write_bytes(zstandard.ZstdCompressor().compress(data))
+        else:
+            path.write_bytes(data)
+    # with a pattern that sees the edges of what is searched (\A, inline flags) every piece is searched on a copy;
+    # without, spans of the map are searched in place except where a window starts inside a line
+    patterns = EDGE_PATTERNS if seed % 2 else tuple(p for p in EDGE_PATTERNS if not p.startswith(("\\A", "(?")))
+    caps = tuple(rnd.choice([None, 3, 20]) if p == "lhotse" else None for p in patterns)
+    spec = PatternSpec(patterns, max_hits=caps, dense=tuple(p == r"step \d+" for p in patterns))
+    window = rnd.choice([400, 3000, 1 << 20])
+    monkeypatch.setattr(scan, "WINDOW", window)
+    monkeypatch.setattr(scan, "CAPPED_PIECE_BYTES", rnd.choice([100, 1000]))
+    monkeypatch.setattr(scan, "DENSE_HEAD_HITS", rnd.choice([2, 64]))
+    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([200, 5000]))
+    if window < 4000:
+        monkeypatch.setattr("debug_training_logs.logs.reader.CHUNK", 4000)
+        monkeypatch.setattr(scan, "CHUNK", 4000)
+    calls = assert_same_scans(root, monkeypatch, spec, sample=rnd.choice([b"", None]))
+    assert calls > 0

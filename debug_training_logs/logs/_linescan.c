@@ -14,7 +14,13 @@
  *   - a verified needle flags its line: the line start is found backwards (memrchr, never before the previous
  *     line's end), newlines up to it are counted with SSE2 (scalar elsewhere), the line end with memchr, and the
  *     search resumes after that line (other needles in the same line cost nothing).
- * Needles holding a newline can never lie inside a line and are ignored. Nothing is read outside [start, len).
+ * Needles holding a newline can never lie inside a line and are ignored. Nothing is read outside [start, end).
+ * A candidate is checked with one word compare of the needle's first 8 bytes before memcmp.
+ *
+ * The scan searches spans of a memory-mapped file in place (Py_buffer: bytes, mmap, memoryview), so every function
+ * takes a start and end. Also here: collect_ranks (the distinct '[rankN]:' digit strings of a span, one SSE2 pass
+ * for "[r"), count_literals (non-overlapping counts of many literals in one pass, as bytes.count, for the planner's
+ * sample) and line_indexes (newlines before ascending offsets).
  *
  * Built by setup.py (optional: without a compiler the scan uses ahocorasick_rs). After editing this file, rebuild with
  * `pip install -e .` (or `python setup.py build_ext --inplace`); tests/test_native_scan.py checks it against Python.
@@ -55,6 +61,8 @@ typedef struct {
     uint32_t *bucket_start;  /* bucket b holds items[bucket_start[b] : bucket_start[b + 1]] */
     uint32_t *items;         /* needle indices grouped by anchor pair */
     Py_ssize_t n_buckets;
+    uint64_t *head;          /* needle i's first (up to) 8 bytes as a little-endian word ... */
+    uint64_t *head_mask;     /* ... and the mask of those of its bytes that exist */
 } Finder;
 
 /* ----------------------------------------------------------------------------------------------------------------- */
@@ -156,6 +164,8 @@ Finder_dealloc(Finder *self)
     PyMem_Free(self->tab);
     PyMem_Free(self->bucket_start);
     PyMem_Free(self->items);
+    PyMem_Free(self->head);
+    PyMem_Free(self->head_mask);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -205,7 +215,10 @@ Finder_init(Finder *self, PyObject *args, PyObject *kwds)
     self->anchor = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
     self->bucket_of = PyMem_Calloc(65536, sizeof(uint32_t));
     self->tab = PyMem_Calloc(65536, 1);
-    if (!self->blob || !self->offset || !self->length || !self->anchor || !self->bucket_of || !self->tab) {
+    self->head = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
+    self->head_mask = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
+    if (!self->blob || !self->offset || !self->length || !self->anchor || !self->bucket_of || !self->tab ||
+        !self->head || !self->head_mask) {
         PyErr_NoMemory();
         goto done;
     }
@@ -218,6 +231,10 @@ Finder_init(Finder *self, PyObject *args, PyObject *kwds)
         Py_ssize_t len = PyBytes_GET_SIZE(o);
         const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(o);
         memcpy(self->blob + at, s, (size_t)len);
+        for (Py_ssize_t j = 0; j < len && j < 8; j++) {
+            self->head[i] |= (uint64_t)s[j] << (8 * j);
+            self->head_mask[i] |= (uint64_t)0xff << (8 * j);
+        }
         self->offset[i] = at;
         self->length[i] = len;
         at += len;
@@ -329,6 +346,20 @@ verify(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t n, P
         Py_ssize_t len = f->length[i];
         if (st < lo || st + len > n)
             continue;
+        if (st + 8 <= n) {
+            /* one word compare rejects almost every false candidate (an anchor pair is often common text) */
+            const unsigned char *w = buf + st;
+            uint64_t word = (uint64_t)w[0] | (uint64_t)w[1] << 8 | (uint64_t)w[2] << 16 | (uint64_t)w[3] << 24 |
+                            (uint64_t)w[4] << 32 | (uint64_t)w[5] << 40 | (uint64_t)w[6] << 48 |
+                            (uint64_t)w[7] << 56;
+            if ((word ^ f->head[i]) & f->head_mask[i])
+                continue;
+            if (len <= 8 || memcmp(buf + st + 8, f->blob + f->offset[i] + 8, (size_t)(len - 8)) == 0) {
+                *s = st;
+                return (Py_ssize_t)i;
+            }
+            continue;
+        }
         if (memcmp(buf + st, f->blob + f->offset[i], (size_t)len) == 0) {
             *s = st;
             return (Py_ssize_t)i;
@@ -397,29 +428,30 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
 }
 
 PyDoc_STRVAR(find_lines_doc,
-"find_lines(buf, start=0, max_lines=0) -> (hits, newlines, stop)\n\n"
-"Every line of buf[start:] holding a needle, in one pass. hits: list of (line_start, line_end, line_index, needle)\n"
-"where line_end excludes the newline, line_index counts the newlines between start and line_start, and needle is\n"
-"the index of one needle found in that line. newlines: newlines in buf[start:stop]. stop: len(buf), or, when\n"
+"find_lines(buf, start=0, max_lines=0, end=len(buf)) -> (hits, newlines, stop)\n\n"
+"Every line of buf[start:end] holding a needle, in one pass, as if buf[start:end] were the whole buffer (nothing\n"
+"outside it is read). hits: list of (line_start, line_end, line_index, needle) where offsets are into buf,\n"
+"line_end excludes the newline (end at most), line_index counts the newlines between start and line_start, and\n"
+"needle is the index of one needle found in that line. newlines: newlines in buf[start:stop]. stop: end, or, when\n"
 "max_lines > 0 lines were found, just past the last one's newline (call again from there: start must be a line\n"
 "start).");
 
 static PyObject *
 Finder_find_lines(Finder *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"buf", "start", "max_lines", NULL};
+    static char *kwlist[] = {"buf", "start", "max_lines", "end", NULL};
     Py_buffer view;
-    Py_ssize_t start = 0, max_lines = 0;
+    Py_ssize_t start = 0, max_lines = 0, end = -1;
     if (self->blob == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Finder is not initialised");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|nn", kwlist, &view, &start, &max_lines))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|nnn", kwlist, &view, &start, &max_lines, &end))
         return NULL;
-    Py_ssize_t n = view.len;
-    if (start < 0 || start > n) {
+    Py_ssize_t n = end < 0 ? view.len : end;
+    if (n > view.len || start < 0 || start > n) {
         PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "start is outside the buffer");
+        PyErr_SetString(PyExc_ValueError, "start or end is outside the buffer");
         return NULL;
     }
     HitVec hits = {NULL, 0, 0};
@@ -588,16 +620,23 @@ fail:
 }
 
 PyDoc_STRVAR(line_indexes_doc,
-"line_indexes(buf, positions) -> list[int]\n\n"
-"For ascending offsets into buf (0..len(buf)), the number of newlines before each: one counting pass in all.");
+"line_indexes(buf, positions, start=0) -> list[int]\n\n"
+"For ascending offsets into buf (start..len(buf)), the number of newlines in buf[start:offset] for each: one\n"
+"counting pass in all.");
 
 static PyObject *
 line_indexes(PyObject *Py_UNUSED(mod), PyObject *args)
 {
     Py_buffer view;
     PyObject *pos_obj;
-    if (!PyArg_ParseTuple(args, "y*O", &view, &pos_obj))
+    Py_ssize_t from = 0;
+    if (!PyArg_ParseTuple(args, "y*O|n", &view, &pos_obj, &from))
         return NULL;
+    if (from < 0 || from > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start is outside the buffer");
+        return NULL;
+    }
     PyObject *seq = PySequence_Fast(pos_obj, "positions must be a sequence of int");
     if (seq == NULL) {
         PyBuffer_Release(&view);
@@ -608,7 +647,7 @@ line_indexes(PyObject *Py_UNUSED(mod), PyObject *args)
     if (out == NULL)
         goto fail;
     const unsigned char *b = (const unsigned char *)view.buf;
-    Py_ssize_t at = 0, nl = 0;
+    Py_ssize_t at = from, nl = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t p = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
         if (p == -1 && PyErr_Occurred())
@@ -634,9 +673,247 @@ fail:
     return NULL;
 }
 
+
+/* first "[r" in [p, e) (its '[' in [p, e - 1)), or NULL: 16 positions per step with SSE2 */
+static const unsigned char *
+find_lbr_r(const unsigned char *p, const unsigned char *e)
+{
+#if defined(__SSE2__)
+    const __m128i lb = _mm_set1_epi8('[');
+    const __m128i r = _mm_set1_epi8('r');
+    while (e - p >= 17) {
+        __m128i a = _mm_loadu_si128((const __m128i *)p);
+        __m128i c = _mm_loadu_si128((const __m128i *)(p + 1));
+        int mask = _mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(a, lb), _mm_cmpeq_epi8(c, r)));
+        if (mask)
+            return p + __builtin_ctz((unsigned)mask);
+        p += 16;
+    }
+#endif
+    for (; e - p >= 2; p++) {
+        p = memchr(p, '[', (size_t)(e - p - 1));
+        if (p == NULL)
+            return NULL;
+        if (p[1] == 'r')
+            return p;
+    }
+    return NULL;
+}
+
+PyDoc_STRVAR(collect_ranks_doc,
+"collect_ranks(buf, seen, start=0, end=len(buf)) -> int\n\n"
+"Add to the set seen the digit string N (str) of every '[rankN]:' or '[rankN] ' in buf[start:end] (N: ASCII\n"
+"digits), as re.findall(rb'\\[rank(\\d+)\\](?::| )') would find them. Returns how many strings were new.");
+
+#define RANK_SLOTS 1024
+#define RANK_DIGITS 23
+
+typedef struct {
+    unsigned char len; /* 0: empty slot */
+    char d[RANK_DIGITS];
+} RankSlot;
+
+static PyObject *
+collect_ranks(PyObject *Py_UNUSED(mod), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"buf", "seen", "start", "end", NULL};
+    Py_buffer view;
+    PyObject *seen;
+    Py_ssize_t start = 0, end = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*O!|nn", kwlist, &view, &PySet_Type, &seen, &start, &end))
+        return NULL;
+    if (end < 0 || end > view.len)
+        end = view.len;
+    if (start < 0)
+        start = 0;
+    /* strings already added by this call: adding the same rank again (every line of a node file names one of a few
+     * ranks) costs a hash and compare here instead of a str object and a set lookup */
+    RankSlot *slots = PyMem_Calloc(RANK_SLOTS, sizeof(RankSlot));
+    if (slots == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t added = 0, p = start;
+    int failed = 0;
+    while (p < end) {
+        const unsigned char *hit = find_lbr_r(b + p, b + end);
+        if (hit == NULL)
+            break;
+        Py_ssize_t at = hit - b;
+        p = at + 1;
+        if (end - at < 8 || memcmp(hit, "[rank", 5) != 0)
+            continue;
+        Py_ssize_t d0 = at + 5, d = d0;
+        while (d < end && b[d] >= '0' && b[d] <= '9')
+            d++;
+        Py_ssize_t nd = d - d0;
+        if (nd == 0 || d + 1 >= end || b[d] != ']' || (b[d + 1] != ':' && b[d + 1] != ' '))
+            continue;
+        p = d + 2;
+        RankSlot *slot = NULL;
+        if (nd <= RANK_DIGITS) {
+            uint32_t h = 2166136261u;
+            for (Py_ssize_t k = 0; k < nd; k++)
+                h = (h ^ b[d0 + k]) * 16777619u;
+            for (uint32_t probe = 0; probe < 8; probe++) {
+                RankSlot *sl = &slots[(h + probe) & (RANK_SLOTS - 1)];
+                if (sl->len == 0) {
+                    slot = sl;
+                    break;
+                }
+                if (sl->len == nd && memcmp(sl->d, b + d0, (size_t)nd) == 0) {
+                    slot = sl;
+                    break;
+                }
+            }
+            if (slot != NULL && slot->len != 0)
+                continue; /* added before by this call */
+        }
+        PyObject *str = PyUnicode_DecodeASCII((const char *)b + d0, nd, NULL);
+        if (str == NULL) {
+            failed = 1;
+            break;
+        }
+        int had = PySet_Contains(seen, str);
+        if (had < 0 || (had == 0 && PySet_Add(seen, str) < 0)) {
+            Py_DECREF(str);
+            failed = 1;
+            break;
+        }
+        Py_DECREF(str);
+        added += had == 0;
+        if (slot != NULL) {
+            slot->len = (unsigned char)nd;
+            memcpy(slot->d, b + d0, (size_t)nd);
+        }
+    }
+    PyMem_Free(slots);
+    PyBuffer_Release(&view);
+    if (failed)
+        return NULL;
+    return PyLong_FromSsize_t(added);
+}
+
+PyDoc_STRVAR(count_literals_doc,
+"count_literals(buf, needles) -> list[int]\n\n"
+"Per needle (non-empty bytes), its number of non-overlapping occurrences in buf, as buf.count(needle) gives it,\n"
+"for all needles in one pass over buf.");
+
+static PyObject *
+count_literals(PyObject *Py_UNUSED(mod), PyObject *args)
+{
+    Py_buffer view;
+    PyObject *needles_obj;
+    if (!PyArg_ParseTuple(args, "y*O", &view, &needles_obj))
+        return NULL;
+    PyObject *seq = PySequence_Fast(needles_obj, "needles must be a sequence of bytes");
+    if (seq == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = NULL;
+    /* needles grouped by their first byte (one-byte needles) or first pair; per needle the next offset at which an
+     * occurrence counts (count is non-overlapping, leftmost first, like bytes.count) */
+    Py_ssize_t *next_ok = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
+    Py_ssize_t *counts = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
+    uint32_t *first = PyMem_Calloc(65536 + 1, sizeof(uint32_t));  /* pair -> start in order[] (counting sort) */
+    uint32_t *order = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint32_t));
+    uint32_t *single_first = PyMem_Calloc(256 + 1, sizeof(uint32_t));
+    uint32_t *single_order = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint32_t));
+    if (!next_ok || !counts || !first || !order || !single_first || !single_order) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(o) || PyBytes_GET_SIZE(o) == 0) {
+            PyErr_SetString(PyExc_TypeError, "every needle must be non-empty bytes");
+            goto done;
+        }
+        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(o);
+        if (PyBytes_GET_SIZE(o) == 1)
+            single_first[s[0] + 1]++;
+        else
+            first[pair_at(s) + 1]++;
+    }
+    for (unsigned v = 0; v < 65536; v++)
+        first[v + 1] += first[v];
+    for (unsigned v = 0; v < 256; v++)
+        single_first[v + 1] += single_first[v];
+    {
+        uint32_t *fill = PyMem_Malloc(65536 * sizeof(uint32_t));
+        uint32_t sfill[256];
+        if (fill == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        memcpy(fill, first, 65536 * sizeof(uint32_t));
+        memcpy(sfill, single_first, 256 * sizeof(uint32_t));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+            const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(o);
+            if (PyBytes_GET_SIZE(o) == 1)
+                single_order[sfill[s[0]]++] = (uint32_t)i;
+            else
+                order[fill[pair_at(s)]++] = (uint32_t)i;
+        }
+        PyMem_Free(fill);
+    }
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len;
+    for (Py_ssize_t p = 0; p < len; p++) {
+        for (uint32_t j = single_first[b[p]]; j < single_first[b[p] + 1]; j++) {
+            uint32_t i = single_order[j];
+            if (p >= next_ok[i]) {
+                counts[i]++;
+                next_ok[i] = p + 1;
+            }
+        }
+        if (p + 1 >= len)
+            continue;
+        unsigned v = pair_at(b + p);
+        for (uint32_t j = first[v]; j < first[v + 1]; j++) {
+            uint32_t i = order[j];
+            PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+            Py_ssize_t nl = PyBytes_GET_SIZE(o);
+            if (p < next_ok[i] || p + nl > len)
+                continue;
+            if (memcmp(b + p, PyBytes_AS_STRING(o), (size_t)nl) == 0) {
+                counts[i]++;
+                next_ok[i] = p + nl;
+            }
+        }
+    }
+    out = PyList_New(n);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *c = PyLong_FromSsize_t(counts[i]);
+        if (c == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, c);
+    }
+done:
+    PyMem_Free(next_ok);
+    PyMem_Free(counts);
+    PyMem_Free(first);
+    PyMem_Free(order);
+    PyMem_Free(single_first);
+    PyMem_Free(single_order);
+    Py_DECREF(seq);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"choose_anchors", choose_anchors, METH_VARARGS, choose_anchors_doc},
     {"line_indexes", line_indexes, METH_VARARGS, line_indexes_doc},
+    {"collect_ranks", (PyCFunction)(void (*)(void))collect_ranks, METH_VARARGS | METH_KEYWORDS, collect_ranks_doc},
+    {"count_literals", count_literals, METH_VARARGS, count_literals_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,10 +16,21 @@ Never loops over lines in Python to search. How it gets near ripgrep's speed (nu
   plan one combined RE2 alternation over the buffer (~0.6 GB/s per core), still linear time.
 * **Lines only for hits.** Line numbers come from the native pass (newlines counted between hits), else from
   ``bytes.count`` of newlines between hits (one pass per chunk).
-* **Plain files are memory-mapped** and sliced into 1 MiB windows ending on a newline (one copy, no carry
-  concatenation); compressed files stream through :func:`~debug_training_logs.logs.reader.iter_chunks`.
-* **Global ranks** (``[rankN]:``) are collected by a regex matching only ranks *not yet seen* in the file (a trie
-  complement), so a file of one rank costs one memchr-speed pass, not a ``findall`` of every line.
+* **Plain files are memory-mapped and searched in place**: 1 MiB windows ending on a newline are spans of the map
+  (:func:`_spans`), and the finder, the RE2 DFAs, the dense sample and the line numbering take a span, so only hit
+  lines and a file's head and tail are copied out. A span is copied only where a regex could tell its edge from a
+  buffer's (``\\A``, inline flags, the fallback engine, a window cut inside a line longer than a chunk); without the
+  extension every window is a copy, as before. Compressed files stream through
+  :func:`~debug_training_logs.logs.reader.iter_chunks`.
+* **Pieces in runs.** While a capped marker or a dense pattern's head is still searched, a window is cut into
+  :data:`CAPPED_PIECE_BYTES` pieces (the search may change after each); pieces are searched together in one pass as
+  long as nothing changes, and the hits after a change are searched again with the new search. The answer is the
+  one piece-by-piece search gives, at one pass per window.
+* **Global ranks** (``[rankN]:``) are collected natively in one pass (``collect_ranks``); without the extension by a
+  regex matching only ranks *not yet seen* in the file (a trie complement), at memchr speed.
+* **DFA patterns from a rare byte.** A pattern searched by the DFA is searched from a tail that starts on a literal
+  byte rare on the sample when its own first byte is common (:func:`_rare_suffix`): a superset, the lines checked
+  exactly. The planner's literal counts on the sample are one native pass (``count_literals``).
 * **Files are spread over processes** sized to the cores; a :class:`Sink` per file aggregates in the worker and only
   its small ``finish()`` summary crosses back (ripgrep's ``Sink`` idea). Memory stays flat in corpus size.
 * **Caps.** ``PatternSpec.max_hits`` stops a presence marker (one that hits every NeMo line, say) after N hits in a
@@ -48,7 +59,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import re2
 from re2 import _re2
@@ -411,6 +422,10 @@ class Plan:
     """(pattern id, needles) of the dense patterns (:attr:`PatternSpec.dense`): a line can match only if it holds
     one of the needles (found with ``bytes.find``); no needles: found by the pattern's own RE2 search. These ids are
     also in ``literals``/``dfa``, used where the pattern is searched on every line (a file's head and tail)."""
+    dfa_search: tuple[tuple[str, str], ...] = ()
+    """(pattern, what its DFA search looks for instead): a superset of the pattern (its tail from an item whose first
+    byte is rare on the sample, :func:`_rare_suffix`) that RE2 skips to with memchr; the lines found are checked
+    exactly. Patterns not listed are searched as :func:`_relaxed` gives them."""
 
     def describe(self) -> str:
         """One line for benchmarks and debugging."""
@@ -465,21 +480,27 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
     dense_flags = spec.dense or (False,) * len(spec.patterns)
     if not re2_ids:
         return Plan(fallback=tuple(fallback))
-    lower = sample.lower()
-    seen: dict[tuple[str, bool], int] = {}
+    branches = {i: required_literals(spec.patterns[i], spec.ignore_case) for i in re2_ids}
+    # which literals' counts the choice below asks for does not depend on the counts: list them first, count them all
+    # in one pass over the sample, then choose
+    wanted: dict[tuple[str, bool], int] = {}
+
+    def ask(text: str, fold: bool) -> int:
+        wanted[(text, fold)] = 0
+        return 0
+
+    for i in re2_ids:
+        _needles(branches[i], ask)
+    seen = _count_literals(sample, list(wanted))
 
     def occurrences(text: str, fold: bool) -> int:
-        n = seen.get((text, fold))
-        if n is None:
-            b = text.encode()
-            n = seen[(text, fold)] = lower.count(b.lower()) if fold else sample.count(b)
-        return n
+        return seen[(text, fold)]
 
     literals: set[tuple[bytes, int]] = set()
     dfa: list[int] = []
     dense_needles: list[tuple[int, tuple[bytes, ...]]] = []
     for i in re2_ids:
-        mine = _needles(spec.patterns[i], spec.ignore_case, occurrences)
+        mine = _needles(branches[i], occurrences)
         if dense_flags[i]:
             dense_needles.append((i, tuple(sorted({lit for lits, _n in mine for lit in lits})) if mine else ()))
         if mine is None:
@@ -493,6 +514,12 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
     if _aho_corasick() is None:
         return Plan(dfa=tuple(re2_ids), fallback=tuple(fallback), dense=tuple(dense_needles))
     distinct = sorted({lit for lit, _i in literals})
+    dfa_pats = list(dict.fromkeys(spec.patterns[i] for i in dfa))
+    dfa_search = tuple(
+        (pat, suffix)
+        for pat in (dfa_pats if len(dfa_pats) <= SEPARATE_DFA_MAX else [])  # more: one alternation, searched as is
+        if (suffix := _rare_suffix(pat, sample, spec.ignore_case)) is not None
+    )
     native = _native()
     anchors = tuple(zip(distinct, native.choose_anchors(sample, distinct), strict=True)) if native and distinct else ()
     return Plan(
@@ -501,15 +528,31 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
         fallback=tuple(fallback),
         anchors=anchors,
         dense=tuple(dense_needles),
+        dfa_search=dfa_search,
     )
 
 
+def _count_literals(sample: bytes, keys: list[tuple[str, bool]]) -> dict[tuple[str, bool], int]:
+    """(text, fold) -> occurrences of ``text`` in ``sample`` (non-overlapping, as ``bytes.count``; ``fold``: of its
+    lower case in the lower-cased sample), counted natively in one pass per case when the extension is built."""
+    plain = [(t, f) for t, f in keys if not f]
+    folded = [(t, f) for t, f in keys if f]
+    out: dict[tuple[str, bool], int] = {}
+    native = _native()
+    for group, buf in ((plain, sample), (folded, sample.lower() if folded else b"")):
+        if not group:
+            continue
+        needles = [t.encode().lower() if f else t.encode() for t, f in group]
+        counts = native.count_literals(buf, needles) if native is not None else [buf.count(nd) for nd in needles]
+        out.update(zip(group, counts, strict=True))
+    return out
+
+
 def _needles(
-    pattern: str, ignore_case: bool, occurrences: Callable[[str, bool], int]
+    branches: Branches | None, occurrences: Callable[[str, bool], int]
 ) -> list[tuple[tuple[bytes, ...], int]] | None:
-    """The rarest literal (all its case spellings) of every branch of ``pattern`` with its sample count, or None when
-    some branch has no literal a case-sensitive search can use."""
-    branches = required_literals(pattern, ignore_case)
+    """The rarest literal (all its case spellings) of every branch of a pattern (its :func:`required_literals`) with
+    its sample count, or None when some branch has no literal a case-sensitive search can use."""
     if branches is None:
         return None
     out: list[tuple[tuple[bytes, ...], int]] = []
@@ -628,16 +671,19 @@ class _Matcher:
             by_lit = sorted({lit for lit, _ in lits})
             self.line_ac = ac.BytesAhoCorasick(by_lit, matchkind=ac.MATCHKIND_STANDARD)
             self.line_lit_ids = [tuple(sorted(self.literal_ids[lit])) for lit in by_lit]
-        dfa_ids = [i for i in plan.dfa if i in active]
+        # a pattern given twice (two consumers of one scan ask for the same ISO timestamp, say) is searched once:
+        # the DFA only proposes candidate lines, the Set says which patterns each one matches
+        dfa_pats = list(dict.fromkeys(spec.patterns[i] for i in plan.dfa if i in active))
         self.dfas: list[Any] = []
-        if len(dfa_ids) > SEPARATE_DFA_MAX:
-            combined = "(?m)" + "|".join(f"(?:{spec.patterns[i]})" for i in dfa_ids)
+        if len(dfa_pats) > SEPARATE_DFA_MAX:
+            combined = "(?m)" + "|".join(f"(?:{pat})" for pat in dfa_pats)
             self.dfas = [_re2.RE2(combined.encode(), opts)]
         else:
             # a few patterns: one search each, a leading \b dropped (lines found are checked exactly by the Set):
             # RE2 then skips to the pattern's literal prefix with memchr (``\b20\d\d-...`` ran at 0.17 GB/s, without
             # the \b at 2.6 GB/s)
-            self.dfas = [_re2.RE2(("(?m)" + _relaxed(spec.patterns[i])).encode(), opts) for i in dfa_ids]
+            search = dict(plan.dfa_search)
+            self.dfas = [_re2.RE2(("(?m)" + search.get(pat, _relaxed(pat))).encode(), opts) for pat in dfa_pats]
         self.dfa = self.dfas[0] if self.dfas else None
         self.verify: dict[int, Any] = {i: _re2.RE2(spec.patterns[i].encode(), opts) for i in searched}
         self.set: Any = None
@@ -657,6 +703,16 @@ class _Matcher:
                     pat = spec.patterns[i].encode()
                     self.fallback.append((i, regex.compile(pat, flags | regex.MULTILINE), regex.compile(pat, flags)))
 
+        # a span of a bigger buffer (a memory-mapped file) can be searched in place when only the native finder and
+        # RE2 DFAs look at it and no DFA pattern can tell a span's edge from a line boundary: \A, \z and inline flags
+        # do (a span starts and ends at line boundaries, where (?m)^, $ and \b behave as at a buffer's edge)
+        self.spans_ok = (
+            self.finder is not None
+            and not self.prefilters
+            and not self.fallback
+            and not any(_EDGE_SENSITIVE.search(pat) for pat in dfa_pats)
+        )
+
     @property
     def idle(self) -> bool:
         return self.prefilter is None and self.dfa is None and not self.fallback
@@ -674,6 +730,9 @@ class _Matcher:
                 cands.update(self.line_lit_ids[pid])
         return [i for i in sorted(cands) if self.verify[i].Match(_UNANCHORED, line, 0, n)[0][0] >= 0]
 
+
+_EDGE_SENSITIVE = std_re.compile(r"\\[Az]|\(\?(?!:)")
+"""What in a pattern could match differently at the edge of a span searched in place than at a buffer's edge."""
 
 _MATCHERS: dict[tuple[PatternSpec, Plan, frozenset[int], bool], _Matcher] = {}
 
@@ -693,6 +752,118 @@ def _relaxed(pattern: str) -> str:
     if pattern.startswith("\\b") and len(pattern) > 2 and pattern[2] not in "*+?{|)":
         return pattern[2:]
     return pattern
+
+
+_QUANTIFIER = std_re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})[?+]?")
+_CLASS_ESCAPES = frozenset("dDsSwWbB")
+
+
+def _class_end(pattern: str, i: int) -> int:
+    """Just past the ``]`` closing the character class that opens at ``pattern[i]`` (a ``]`` first in it, after an
+    optional ``^``, is a member); past the end (> ``len(pattern)``) when it is not closed."""
+    n = len(pattern)
+    j = i + 1
+    if j < n and pattern[j] == "^":
+        j += 1
+    if j < n and pattern[j] == "]":
+        j += 1
+    while j < n and pattern[j] != "]":
+        j += 2 if pattern[j] == "\\" else 1
+    return j + 1 if j < n else n + 1
+
+
+def _top_items(pattern: str) -> list[int] | None:
+    """Where each top-level item (an atom with its quantifier) of ``pattern`` starts, or None when the pattern has a
+    top-level alternation or anything this reader does not know for sure (inline flags, \\Q, POSIX classes, escapes
+    other than punctuation and the class escapes)."""
+    if "\\Q" in pattern or "[:" in pattern or std_re.search(r"\(\?(?!:)", pattern):
+        return None
+    starts: list[int] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        starts.append(i)
+        c = pattern[i]
+        if c == "|" or c in "*+?{)":
+            return None
+        if c == "\\":
+            if i + 1 >= n or (pattern[i + 1].isalnum() and pattern[i + 1] not in _CLASS_ESCAPES):
+                return None
+            i += 2
+        elif c == "[":
+            i = _class_end(pattern, i)
+            if i > n:
+                return None
+        elif c == "(":
+            depth, j = 0, i
+            while j < n:
+                ch = pattern[j]
+                if ch == "\\":
+                    j += 2
+                    continue
+                if ch == "[":
+                    j = _class_end(pattern, j)
+                    continue
+                depth += ch == "("
+                depth -= ch == ")"
+                j += 1
+                if depth == 0:
+                    break
+            if depth != 0:
+                return None
+            i = j
+        else:
+            i += 1
+        q = _QUANTIFIER.match(pattern, i)
+        if q is not None:
+            i = q.end()
+        elif i < n and pattern[i] == "{":
+            return None  # a brace RE2 and this reader might read differently
+    return starts
+
+
+def _rare_suffix(pattern: str, sample: bytes, ignore_case: bool) -> str | None:
+    """A tail of ``pattern`` (its items from one on, :func:`_top_items`) that begins with a literal byte at least
+    twice as rare on ``sample`` than the byte the whole pattern's search would skip to, or None. Every match of
+    the pattern holds a match of any of its tails in the same line, so a search for the tail finds a superset of the
+    lines (``\\b20\\d\\d-\\d\\d-...``: ``20`` is everywhere in step logs, ``-\\d\\d-...`` much rarer)."""
+    if ignore_case or not sample:
+        return None
+    items = _top_items(pattern)
+    if not items or len(items) < 2:
+        return None
+    relaxed_from = len(pattern) - len(_relaxed(pattern))
+    counted: dict[str, int] = {}
+
+    def count(ch: str) -> int:
+        if ch not in counted:
+            counted[ch] = sample.count(ch.encode())
+        return counted[ch]
+
+    best: tuple[int, int] | None = None  # (count, item start)
+    base: int | None = None
+    for k, start in enumerate(items):
+        end = items[k + 1] if k + 1 < len(items) else len(pattern)
+        item = pattern[start:end]
+        if item.startswith("\\"):
+            lit = item[1] if len(item) >= 2 and not item[1].isalnum() else None
+            rest = item[2:]
+        else:
+            lit = item[0] if item[0] not in ".^$[(" else None
+            rest = item[1:]
+        optional = rest[:1] in ("?", "*") or rest.startswith("{0")
+        if start == relaxed_from:
+            # what the unchanged search skips to: its first literal byte (none: it cannot skip at all)
+            base = count(lit) if lit is not None and not optional else None
+            if base is None:
+                return None
+        if start <= relaxed_from or lit is None or optional or not lit.isascii():
+            continue
+        if best is None or count(lit) < best[0]:
+            best = (count(lit), start)
+    if base is None or best is None or best[0] * 2 > base:
+        return None
+    suffix = pattern[best[1] :]
+    return suffix if _re2_error(suffix, ignore_case) is None else None
 
 
 def _fallback_timeout(pat: Any) -> UserInputError:
@@ -727,24 +898,31 @@ def _run_fallback(pat: Any, call: Callable[[float], Any]) -> Any:
         budget.spend(time.monotonic() - t0)
 
 
+Buffer = bytes | mmap.mmap
+"""What the scan searches: a window's bytes, or a whole memory-mapped file searched in spans (no copy)."""
+
 Hit = tuple[int, int, list[int], int]
 """(line start, line end, matching pattern ids, line index in the chunk or -1 when not known)."""
 
 
-def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None = None) -> tuple[list[Hit], int]:
-    """Every line of ``chunk`` any active pattern matches, in order, and the number of newlines in ``chunk`` (-1 when
-    not counted: the caller counts). ``more``: further (line start -> pattern ids) already checked (the dense
-    patterns' sample). Line indexes (newlines before the line in ``chunk``) come from the native finder's pass."""
-    n = len(chunk)
+def _hits_in_chunk(
+    chunk: Buffer, m: _Matcher, more: dict[int, list[int]] | None = None, lo: int = 0, hi: int | None = None
+) -> tuple[list[Hit], int]:
+    """Every line of ``chunk[lo:hi]`` any active pattern matches, in order, and the number of newlines in it (-1 when
+    not counted: the caller counts), searched as if ``chunk[lo:hi]`` were the whole buffer (the caller passes a span
+    of a memory-mapped file only where that is so, see :meth:`_Matcher.spans_ok`). Offsets are into ``chunk``.
+    ``more``: further (line start -> pattern ids) already checked (the dense patterns' sample). Line indexes (newlines
+    between ``lo`` and the line) come from the native finder's pass."""
+    n = len(chunk) if hi is None else hi
     find, rfind = chunk.find, chunk.rfind
     starts: list[int] = []  # candidate line starts for the RE2 patterns, ascending
     index_of: dict[int, tuple[int, int]] = {}  # line start -> (line end, line index), from the native finder
     newlines = -1
     if m.finder is not None:
         newlines = 0
-        pos = 0
+        pos = lo
         while pos < n:
-            page, nl, stop = m.finder.find_lines(chunk, pos, NATIVE_PAGE_LINES)
+            page, nl, stop = m.finder.find_lines(chunk, pos, NATIVE_PAGE_LINES, n)
             for ls, le, rel, _needle in page:
                 starts.append(ls)
                 index_of[ls] = (le, newlines + rel)
@@ -752,7 +930,7 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None 
             pos = stop
     for prefilter in m.prefilters:
         line_end = -1
-        for _pid, s, _e in prefilter.find_matches_as_indexes(chunk):
+        for _pid, s, _e in prefilter.find_matches_as_indexes(chunk):  # a bytes chunk (lo = 0, hi = its length)
             if s <= line_end:
                 continue  # another literal in a line already flagged
             ls = rfind(b"\n", 0, s) + 1
@@ -765,16 +943,16 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None 
     for dfa in m.dfas:
         match = dfa.Match
         extra: list[int] = []
-        pos = 0
+        pos = lo
         while pos <= n:
             s = match(_UNANCHORED, chunk, pos, n)[0][0]
             if s < 0:
                 break
-            ls = rfind(b"\n", 0, s) + 1
+            ls = rfind(b"\n", lo, s) + 1 or lo
             if ls >= n:  # the empty "line" after the final newline is not a line
                 break
             extra.append(ls)
-            le = find(b"\n", s)
+            le = find(b"\n", s, n)
             if le < 0:
                 break
             pos = le + 1
@@ -785,7 +963,7 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None 
         if known is not None:
             le = known[0]
         else:
-            le = find(b"\n", ls)
+            le = find(b"\n", ls, n)
             le = n if le < 0 else le
         line = chunk[ls:le]
         ids = m.line_ids(line)
@@ -793,7 +971,7 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None 
             have = found.get(ls)
             found[ls] = ids if have is None else sorted(set(have) | set(ids))
     for i, multi, single in m.fallback:
-        hits = _run_fallback(multi, functools.partial(_finditer, multi, chunk))
+        hits = _run_fallback(multi, functools.partial(_finditer, multi, cast(bytes, chunk)))  # bytes, as above
         for hit in hits:
             ls = rfind(b"\n", 0, hit.start()) + 1
             if ls >= n:
@@ -806,19 +984,19 @@ def _hits_in_chunk(chunk: bytes, m: _Matcher, more: dict[int, list[int]] | None 
                     ids.append(i)
     out: list[Hit] = []
     order = sorted(found)
-    if m.finder is not None and len(index_of) < len(order):
+    unnumbered = [ls for ls in order if ls not in index_of] if m.finder is not None else []
+    if unnumbered:
         # lines the finder did not flag (DFA, fallback, dense sample) are numbered natively too, so the caller
         # never counts newlines
-        for ls, rel in zip(order, m.native.line_indexes(chunk, order), strict=True):
-            if ls not in index_of:
-                le = find(b"\n", ls)
-                index_of[ls] = (n if le < 0 else le, rel)
+        for ls, rel in zip(unnumbered, m.native.line_indexes(chunk, unnumbered, lo), strict=True):
+            le = find(b"\n", ls, n)
+            index_of[ls] = (n if le < 0 else le, rel)
     for ls in order:
         known = index_of.get(ls)
         if known is not None:
             out.append((ls, known[0], sorted(found[ls]), known[1]))
         else:
-            le = find(b"\n", ls)
+            le = find(b"\n", ls, n)
             out.append((ls, n if le < 0 else le, sorted(found[ls]), -1))
     return out, newlines
 
@@ -844,48 +1022,54 @@ class _Dense:
         )
         every = [nd for _i, nds, _rx in self.items for nd in nds]
         self.tail_finder: Any = native.Finder(every) if usable and native and every else None
+        self.spans_ok = all(nds for _i, nds, _rx in self.items)
+        """:meth:`sample` may search a span of a bigger buffer: no pattern is searched by its regex over the buffer
+        (only needles are looked for in it; a regex sees the bytes around a span, ``^`` or ``\\b`` at its edges)."""
 
-    def sample(self, buf: bytes, ids: frozenset[int]) -> dict[int, list[int]]:
-        """Line start -> dense ids, one matching line per :data:`DENSE_STRIDE` bytes of ``buf`` for each of ``ids``.
+    def sample(self, buf: Buffer, ids: frozenset[int], lo: int = 0, hi: int | None = None) -> dict[int, list[int]]:
+        """Line start -> dense ids, one matching line per :data:`DENSE_STRIDE` bytes of ``buf[lo:hi]`` for each of
+        ``ids``, sampled as if ``buf[lo:hi]`` were the whole buffer (offsets are into ``buf``; a span of a memory-mapped
+        file only where :attr:`spans_ok`).
 
         Candidates come from ``bytes.find`` of the pattern's needles (each needle's next position is remembered, so a
         window is searched about once per needle whatever the stride); a candidate line is checked with RE2."""
         out: dict[int, list[int]] = {}
-        n = len(buf)
+        n = len(buf) if hi is None else hi
         find, rfind = buf.find, buf.rfind
         for i, needles, rx in self.items:
             if i not in ids:
                 continue
             nxt: dict[bytes, int] = {}
-            pos = 0
+            pos = lo
             tries = 0
             finder = self.finders.get(i)
             while pos < n:
                 if finder is not None:
                     # the first line from pos holding a needle that starts at or after pos (as bytes.find would)
-                    page = finder.find_lines(buf, pos, 1)[0]
+                    page = finder.find_lines(buf, pos, 1, n)[0]
                     if not page:
                         break
                     ls, le = page[0][0], page[0][1]
-                    if ls == pos and pos > 0 and buf[pos - 1] != 10:
-                        ls = rfind(b"\n", 0, pos) + 1  # the finder never looks before pos; the line began earlier
+                    if ls == pos and pos > lo and buf[pos - 1] != 10:
+                        # the finder never looks before pos; the line began earlier
+                        ls = rfind(b"\n", lo, pos) + 1 or lo
                 else:
                     if needles:
                         s = n
                         for nd in needles:
                             p = nxt.get(nd, -1)
                             if p < pos:
-                                p = find(nd, pos)
+                                p = find(nd, pos, n)
                                 p = n if p < 0 else p
                                 nxt[nd] = p
                             s = min(s, p)
                     else:
-                        s = rx.Match(_UNANCHORED, buf, pos, n)[0][0]
+                        s = rx.Match(_UNANCHORED, buf, pos, n)[0][0]  # only on a bytes buffer (see spans_ok)
                         s = n if s < 0 else s
                     if s >= n:
                         break
-                    ls = rfind(b"\n", 0, s) + 1
-                    le = find(b"\n", s)
+                    ls = rfind(b"\n", lo, s) + 1 or lo
+                    le = find(b"\n", s, n)
                     le = n if le < 0 else le
                 line = buf[ls:le]
                 if rx.Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
@@ -981,8 +1165,19 @@ def _rank_regex(seen: frozenset[str]) -> Any:
     return rx
 
 
-def _collect_ranks(chunk: bytes, seen: set[str]) -> None:
-    """Add the digit strings of every ``[rankN]:`` in ``chunk`` to ``seen``."""
+def _collect_ranks(buf: Buffer, seen: set[str], lo: int = 0, hi: int | None = None) -> None:
+    """Add the digit strings of every ``[rankN]:`` in ``buf[lo:hi]`` to ``seen`` (one native pass when the extension
+    is built, else a regex matching only ranks not yet seen)."""
+    hi = len(buf) if hi is None else hi
+    native = _native()
+    if native is not None:
+        native.collect_ranks(buf, seen, lo, hi)
+        return
+    _collect_ranks_regex(buf if lo == 0 and hi == len(buf) and isinstance(buf, bytes) else buf[lo:hi], seen)
+
+
+def _collect_ranks_regex(chunk: bytes, seen: set[str]) -> None:
+    """:func:`_collect_ranks` without the extension: RE2 skips the ranks already seen at memchr speed."""
     n = len(chunk)
     pos = 0
     while True:
@@ -1017,6 +1212,24 @@ def _windows(
     """
     if lf.compression != "none":
         yield from iter_chunks(lf, problems, split_long_lines=split_long_lines)
+        return
+    for buf, lo, hi, _last in _spans(lf, problems, split_long_lines=split_long_lines, start=start):
+        yield buf if lo == 0 and hi == len(buf) and isinstance(buf, bytes) else buf[lo:hi]
+
+
+Span = tuple[Buffer, int, int, bool]
+"""(buffer, start, end, is the last): one window of a file is ``buffer[start:end]``."""
+
+
+def _spans(
+    lf: LogFile, problems: ReadProblems, *, split_long_lines: bool = True, start: int = 0
+) -> Generator[Span, None, None]:
+    """The windows of :func:`_windows`, without copying those of a plain file: each is a span of the file's memory
+    map, valid until the next one is asked for (the pages before it are then released, and the map is closed at the
+    end). Compressed files: each decompressed chunk whole."""
+    if lf.compression != "none":
+        for chunk, last in _lookahead(iter_chunks(lf, problems, split_long_lines=split_long_lines)):
+            yield chunk, 0, len(chunk), last
         return
     try:
         with open(lf.path, "rb") as fh:
@@ -1069,11 +1282,12 @@ def _windows(
                         cut = line_end - start - 2 * LONG_LINE_KEEP
                         long_lines.cut_bytes += cut
                         head, tail = mm[start : start + LONG_LINE_KEEP], mm[line_end - LONG_LINE_KEEP : line_end]
-                        yield head + cut_marker(cut) + tail
+                        joined = head + cut_marker(cut) + tail
+                        yield joined, 0, len(joined), line_end >= size
                         start = line_end
                         in_long = False
                         continue
-            yield mm[start:end]
+            yield mm, start, end, end >= size
             start = end
         if long_lines.cut_bytes:
             problems.add(lf.rel, long_lines.note())
@@ -1125,49 +1339,88 @@ def _scan_one(
     last_hit: tuple[int, list[int]] = (0, [])  # (line, ids) of the latest hit: a long line is searched in pieces
     stamp = _file_stamp(lf) if lf.compression == "none" else None
     marks: list[tuple[int, int]] = []  # (offset, lines before) of every window that starts on a line start
-    for chunk, is_last in _lookahead(_windows(lf, problems)):
-        n = len(chunk)
+    tail_windows: list[tuple[Buffer, int, int, bool]] = []  # (buffer, start, end, continues) not yet in ``tail``
+    run = 1  # pieces searched together (see below)
+    capped_ids = [i for i in range(k) if caps[i] is not None]
+    for buf, lo, hi, is_last in _spans(lf, problems):
+        n = hi - lo
+        lines_before = line_base
         if ends_with_newline and stamp is not None:
             marks.append((offset, line_base))
         result.bytes_read += n
         continues = not ends_with_newline  # this window starts inside the previous window's last line
         if head_n and len(result.head) < head_n:
-            heads = chunk.split(b"\n", head_n)
+            heads = _head_segment(buf, lo, hi, head_n).split(b"\n", head_n)
             for raw in heads[1:] if continues else heads:
                 if len(result.head) >= head_n:
                     break
                 result.head.append(decode(raw[:MAX_LINE_CHARS]).rstrip("\r"))
         if collect_ranks:
-            _collect_ranks(chunk, seen_ranks)
+            _collect_ranks(buf, seen_ranks, lo, hi)
         if dense is not None and tail_at is None:
             if lf.compression == "none":
                 tail_at = _plain_tail_start(lf, dense, seen_ranks)
-            elif is_last:
-                tail_at = offset + dense.tail_start(chunk, seen_ranks, DENSE_TAIL_MAX)
+            elif is_last:  # a decompressed chunk: the whole buffer
+                tail_at = offset + dense.tail_start(buf, seen_ranks, DENSE_TAIL_MAX)
         split = n if dense is None or tail_at is None else min(n, max(0, tail_at - offset))
-        for part, in_tail in (
-            ((chunk[:split], False), (chunk[split:], True)) if 0 < split < n else ((chunk, split == 0),)
+        for part_lo, part_hi, in_tail in (
+            ((lo, lo + split, False), (lo + split, hi, True)) if 0 < split < n else ((lo, hi, split == 0),)
         ):
             # small pieces while a capped pattern (or a dense one in its head) may hit densely: in the file's first
             # window (where start-up markers are), or once it has hits but has not reached its cap; a marker never
             # seen there is searched window by window (it costs one window of line checks if it shows up later)
-            capped = offset == 0 or any(caps[i] is not None and counts[i] > 0 for i in active)
+            capped = offset == 0 or any(counts[i] > 0 for i in capped_ids if i in active)
             capped = capped or any(counts[i] > 0 for i in head_dense & active)
-            for piece in _pieces(part, CAPPED_PIECE_BYTES if capped else len(part)):
+            bounds = list(_pieces(buf, part_lo, part_hi, CAPPED_PIECE_BYTES if capped else part_hi - part_lo))
+            k = 0
+            while k < len(bounds):
                 sampled = frozenset() if in_tail else dense_all - head_dense
                 searched = active - sampled
                 matcher = matchers.get(searched)
                 if matcher is None:
                     matcher = matchers[searched] = _matcher(spec, plan, searched)
-                extra = dense.sample(piece, sampled & active) if dense is not None and sampled & active else None
-                if extra:
-                    result.sampled |= sampled & active
-                counted_to = 0
+                # Pieces k..last are searched together in place (one finder pass, one DFA search) as long as nothing
+                # changes the search between them: the hits of each piece are what searching it alone gives. A
+                # change (a marker reaching its cap, a dense pattern leaving its head) takes effect after its piece:
+                # the hits after that piece are dropped and searched again. The run grows while nothing changes.
+                last = min(len(bounds), k + run) - 1
+                first_lo, last_hi = bounds[k][0], bounds[last][1]
+                if (
+                    matcher.spans_ok
+                    and (dense is None or dense.spans_ok)
+                    and (first_lo == 0 or buf[first_lo - 1] == 10)
+                    and (last_hi == len(buf) or buf[last_hi - 1] == 10)
+                ):
+                    piece, shift = buf, 0  # searched in place
+                else:
+                    last = k  # one piece, on a copy unless it is the whole buffer
+                    last_hi = bounds[k][1]
+                    whole = first_lo == 0 and last_hi == len(buf) and isinstance(buf, bytes)
+                    piece, shift = (buf, 0) if whole else (buf[first_lo:last_hi], first_lo)
+                p_lo, p_hi = first_lo - shift, last_hi - shift
+                extra: dict[int, list[int]] | None = None
+                samples = [False] * (last - k + 1)  # per piece: did the dense sample deliver lines
+                if dense is not None and sampled & active:
+                    extra = {}
+                    for j in range(k, last + 1):
+                        got = dense.sample(piece, sampled & active, bounds[j][0] - shift, bounds[j][1] - shift)
+                        samples[j - k] = bool(got)
+                        extra.update(got)
+                counted_to = p_lo
                 line_at = line_base
                 deactivate: list[int] = []
-                hits, newlines = ([], -1) if matcher.idle and not extra else _hits_in_chunk(piece, matcher, extra)
+                hits, newlines = (
+                    ([], -1) if matcher.idle and not extra else _hits_in_chunk(piece, matcher, extra, p_lo, p_hi)
+                )
+                j = k  # the piece of the hit
+                changed_in: int | None = None  # the first piece in which the search changed
                 for ls, le, ids, rel in hits:
-                    line_at = line_base + rel if rel >= 0 else line_at + piece.count(b"\n", counted_to, ls)
+                    while ls + shift >= bounds[j][1]:
+                        j += 1
+                    if changed_in is not None and j > changed_in:
+                        break
+                    # (counted here only without the native finder: ``piece`` is then bytes)
+                    line_at = line_base + rel if rel >= 0 else line_at + cast(bytes, piece).count(b"\n", counted_to, ls)
                     counted_to = ls
                     kept = ids
                     if spec.max_hits is not None:
@@ -1178,6 +1431,7 @@ def _scan_one(
                                 kept.append(i)
                                 if cap is not None and counts[i] + 1 >= cap:
                                     deactivate.append(i)
+                                    changed_in = j if changed_in is None else changed_in
                         if not kept:
                             continue
                     if last_hit[0] == line_at + 1:  # the same line, searched again in its next piece
@@ -1191,27 +1445,47 @@ def _scan_one(
                         counts[i] += 1
                         if i in head_dense and counts[i] >= DENSE_HEAD_HITS:
                             head_dense.discard(i)  # from the next piece on, sampled (the tail is searched in full)
+                            changed_in = j if changed_in is None else changed_in
                     if sink is not None:
                         raw = piece[ls:le] if le - ls <= MAX_LINE_CHARS else _shown_part(piece[ls:le], kept, matcher)
                         sink.on_hit(kept, line_at + 1, decode(raw).rstrip("\r"))
-                if newlines >= 0:
+                done = last if changed_in is None else changed_in  # the last piece whose hits all count
+                if any(samples[: done - k + 1]):
+                    result.sampled |= sampled & active
+                if done < last:
+                    # the pieces after the change are searched again: lines up to the end of the changed one
+                    line_base += matcher.native.line_indexes(piece, [bounds[done][1] - shift], p_lo)[0]
+                elif newlines >= 0:
                     line_base += newlines
                 else:
-                    line_base = line_at + piece.count(b"\n", counted_to, len(piece))
+                    line_base = line_at + cast(bytes, piece).count(b"\n", counted_to, p_hi)
                 if deactivate:
                     # a capped marker leaves the search at the next piece, not at the end of a (large) window
                     active = active - set(deactivate)
+                run = 1 if changed_in is not None else min(2 * run, MAX_RUN_PIECES)
+                k = done + 1
         offset += n
-        ends_with_newline = chunk.endswith(b"\n")
+        ends_with_newline = n > 0 and buf[hi - 1] == 10
         if tail_n:
-            pieces = chunk.rsplit(b"\n", tail_n + 1)  # from the end only (no copy of the whole chunk)
-            if pieces and pieces[-1] == b"":
-                pieces.pop()
-            whole = len(pieces) <= tail_n  # every line of the chunk is in ``pieces``
-            pieces = [t[:MAX_LINE_CHARS] for t in pieces[-tail_n:]]
-            if continues and tail and whole:
-                pieces = pieces[1:]  # the rest of a line whose head is already kept
-            tail = (tail + pieces)[-tail_n:]
+            # the tail is cut from the last windows only: a window with more than tail_n newlines holds the whole
+            # tail by itself, so the windows before it are dropped unsplit (a few are kept while they are short)
+            # (spans of the map are cut only while it is open: at the file's last window at the latest; a
+            # decompressed chunk is cut now, so that it is not held)
+            span: tuple[Buffer, int, int, bool] = (buf, lo, hi, continues)
+            if not isinstance(buf, mmap.mmap):
+                end_part = _tail_segment(buf, lo, hi, tail_n + 1)
+                span = (end_part, 0, len(end_part), continues)
+            if line_base - lines_before > tail_n:
+                tail_windows = [span]
+            else:
+                tail_windows.append(span)
+                if len(tail_windows) > TAIL_WINDOWS:
+                    t_buf, t_lo, t_hi, t_continues = tail_windows.pop(0)
+                    tail = _add_tail(tail, _tail_segment(t_buf, t_lo, t_hi, tail_n + 1), t_continues, tail_n)
+            if is_last:
+                for t_buf, t_lo, t_hi, t_continues in tail_windows:
+                    tail = _add_tail(tail, _tail_segment(t_buf, t_lo, t_hi, tail_n + 1), t_continues, tail_n)
+                tail_windows = []
     result.lines = line_base + (0 if ends_with_newline else 1)
     result.tail = [decode(t).rstrip("\r") for t in tail]
     result.ranks = {int(s) for s in seen_ranks}
@@ -1221,6 +1495,46 @@ def _scan_one(
     if sink is not None:
         result.sink_result = sink.finish()
     return result
+
+
+TAIL_WINDOWS = 2
+"""Windows with too few lines to hold a file's whole tail that :func:`_scan_one` keeps before cutting the oldest."""
+
+
+def _head_segment(buf: Buffer, lo: int, hi: int, head_n: int) -> bytes:
+    """The start of ``buf[lo:hi]`` that ``.split(b"\\n", head_n)`` splits like the whole (its first ``head_n`` lines
+    whole, the rest only up to :data:`MAX_LINE_CHARS`, where the head cuts it anyway)."""
+    p = lo
+    for _ in range(head_n):
+        p = buf.find(b"\n", p, hi)
+        if p < 0:
+            return buf[lo:hi]
+        p += 1
+    return buf[lo : min(hi, p + MAX_LINE_CHARS)]
+
+
+def _tail_segment(buf: Buffer, lo: int, hi: int, k: int) -> bytes:
+    """The end of ``buf[lo:hi]`` holding its last ``k`` newlines (all of it when it has fewer), which
+    ``.rsplit(b"\\n", k)`` splits like the whole except for the first part."""
+    p = hi
+    for _ in range(k):
+        p = buf.rfind(b"\n", lo, p)
+        if p < 0:
+            return buf[lo:hi]
+    return buf[p:hi]
+
+
+def _add_tail(tail: list[bytes], chunk: bytes, continues: bool, tail_n: int) -> list[bytes]:
+    """``tail`` (the last ``tail_n`` lines so far, each cut at :data:`MAX_LINE_CHARS`) after the next window
+    ``chunk``; ``continues``: the window starts inside the last line of the one before."""
+    pieces = chunk.rsplit(b"\n", tail_n + 1)  # from the end only (no copy of the whole chunk)
+    if pieces and pieces[-1] == b"":
+        pieces.pop()
+    whole = len(pieces) <= tail_n  # every line of the chunk is in ``pieces``
+    pieces = [t[:MAX_LINE_CHARS] for t in pieces[-tail_n:]]
+    if continues and tail and whole:
+        pieces = pieces[1:]  # the rest of a line whose head is already kept
+    return (tail + pieces)[-tail_n:]
 
 
 def _file_stamp(lf: LogFile) -> tuple[int, int, int] | None:
@@ -1270,22 +1584,25 @@ def _shown_part(line: bytes, ids: list[int], m: _Matcher) -> bytes:
     return line[:MAX_LINE_CHARS]
 
 
+MAX_RUN_PIECES = 32
+"""At most this many pieces are searched in one pass (while nothing changes the search between them)."""
+
 CAPPED_PIECE_BYTES = 64 << 10
 """While a capped pattern is still searched, windows are searched in pieces of about this size, so a marker that hits
 every line stops after its cap instead of after the whole window."""
 
 
-def _pieces(chunk: bytes, size: int) -> Iterator[bytes]:
-    """``chunk`` cut into pieces of about ``size`` bytes that end on line boundaries (the last may not)."""
-    n = len(chunk)
-    if size >= n:
-        yield chunk
+def _pieces(buf: Buffer, lo: int, hi: int, size: int) -> Iterator[tuple[int, int]]:
+    """``buf[lo:hi]`` cut into pieces of about ``size`` bytes that end on line boundaries (the last may not), as
+    (start, end) offsets into ``buf``."""
+    if size >= hi - lo:
+        yield lo, hi
         return
-    start = 0
-    while start < n:
-        end = chunk.find(b"\n", min(n, start + size) - 1)
-        end = n if end < 0 else end + 1
-        yield chunk[start:end]
+    start = lo
+    while start < hi:
+        end = buf.find(b"\n", min(hi, start + size) - 1, hi)
+        end = hi if end < 0 else end + 1
+        yield start, end
         start = end
 
 
