@@ -1067,7 +1067,7 @@ def nccl_state_table(
 
 
 def build_table(
-    results: list[FileEvents], inv: Inventory, coverage: Coverage, limit: int, world_size: int | None = None
+    results: Sequence[FileEvents], inv: Inventory, coverage: Coverage, limit: int, world_size: int | None = None
 ) -> NcclTable:
     """The table from the sinks' events and the job inventory (pure; used by the tool and by ``diagnose``)."""
     if world_size is not None:
