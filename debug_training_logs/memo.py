@@ -18,6 +18,8 @@ Each entry is put with an estimate of the bytes it holds; the least recently use
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import os
 import pickle
 import sys
@@ -71,7 +73,41 @@ def unpack_item(p: Packed, k: int) -> Any:
 
 
 def _dump(v: Any) -> bytes:
-    return zlib.compress(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(v)
+    return zlib.compress(buf.getbuffer(), 1)
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a frozen slotted dataclass as a call of its ``__init__`` with its fields: the same object back, made
+    several times faster than by the ``__setstate__`` that ``dataclass`` adds (a Python loop over ``fields()`` per
+    object; a job's parsed lines are hundreds of thousands of such objects)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        cls = type(obj)
+        names = _INIT_FIELDS.get(cls, _UNKNOWN)
+        if names is _UNKNOWN:
+            names = _INIT_FIELDS[cls] = _init_fields(cls)
+        if names is None:
+            return NotImplemented
+        return cls, tuple(getattr(obj, n) for n in names)
+
+
+_UNKNOWN: Any = object()
+_INIT_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _init_fields(cls: type) -> tuple[str, ...] | None:
+    """The field names to call ``cls(*values)`` with, or None when that would not rebuild the same object (not a
+    slotted frozen dataclass with dataclass-made pickling, or a field its ``__init__`` does not take)."""
+    if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
+        return None
+    if getattr(getattr(cls, "__setstate__", None), "__name__", "") != "_dataclass_setstate":
+        return None
+    fs = dataclasses.fields(cls)
+    if not all(f.init for f in fs):
+        return None
+    return tuple(f.name for f in fs)
 
 
 def _load(b: bytes) -> Any:

@@ -90,7 +90,7 @@ def test_each_cli_tool_reads_a_single_attempt_job_once(
     from debug_training_logs.cli import main
     from debug_training_logs.tools import _cache
 
-    _cache._entries.clear()
+    _cache.MEMO.drop(_cache.TOOL)
     caplog.set_level(logging.INFO, logger="debug_training_logs.progress")
     job = tmp_path / "job"
     shutil.copytree(FIXTURES / "data_stall", job)

@@ -79,6 +79,7 @@ from debug_training_logs.analysis.inventory import (
     JobScan,
     LineKeep,
     Marker,
+    PerFile,
     consumer_for,
     kept_sink,
     result_item,
@@ -516,6 +517,8 @@ class NcclState:
     exited_with_error: set[int] = field(default_factory=set)
     """Ranks torchrun reports with a positive exit code (an uncaught exception: the process died, it did not hang)."""
     other_events: list[NcclEvent] = field(default_factory=list)
+    """The NCCL events that are not per-PG state and that the decision reads (:data:`_OTHER_EVENTS_READ`); a job's
+    teardown lines (several per rank) are left in the files, not held."""
 
     @property
     def timed_out(self) -> bool:
@@ -769,7 +772,7 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
         counts_by_rank={k: dict(v) for k, v in counts_by_rank.items()},
         first_by_rank=dict(first_by_rank),
         last_by_rank=dict(last_by_rank),
-        nccl_files=_NcclFiles(job),
+        nccl_files=PerFile(job, FileEvents, 1),
         clock=WorkerClock(inv, clock_facts, job.coverage()),
         step_ms={r: b.points() for r, b in series["step"].items()},
         memory_mb={r: b.points() for r, b in series["memory"].items()},
@@ -854,27 +857,6 @@ class PointSeries(Sequence[tuple[str, int, datetime | None, float]]):
         return repr(list(self))
 
 
-class _NcclFiles(Sequence[FileEvents]):
-    """The NCCL share of each file's :class:`EvidenceSink` result, unpacked on access (an empty one where the file's
-    sink returned nothing)."""
-
-    def __init__(self, job: JobScan) -> None:
-        self.job = job
-
-    def __len__(self) -> int:
-        return len(self.job.caller_results)
-
-    @overload
-    def __getitem__(self, i: int) -> FileEvents: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[FileEvents]: ...
-    def __getitem__(self, i: int | slice) -> FileEvents | list[FileEvents]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        got = result_item(self.job, i, 1)
-        return got if isinstance(got, FileEvents) else FileEvents(self.job.inventory.files[i].rel)
-
-
 _STEPD_HOST = re.compile(r"slurmstepd: error: \*\*\* (?:STEP|JOB) \S+ ON (\S+) ")
 
 
@@ -914,15 +896,6 @@ def _before(h: Hit, other: Hit | None) -> bool:
 # ---------------------------------------------------------------------------------------------------------------------
 # The NCCL state: analysis.nccl_table's rows and classification, with times as datetimes
 
-_STATE_EVENTS = (
-    tn.StatusLine,
-    tn.DumpSignal,
-    tn.DumpObserved,
-    tn.FirstToDump,
-    tn.WatchdogTimeout,
-    tn.BlockingWaitTimeout,
-)
-
 
 def _table_time(text: str | None, year: int) -> datetime | None:
     if not text:
@@ -937,10 +910,11 @@ def _table_time(text: str | None, year: int) -> datetime | None:
 
 def nccl_state(worker: WorkerEvidence) -> NcclState:
     """The job's NCCL state table (``nccl_table.build_table`` over the evidence scan's NCCL lines)."""
-    table = build_table(worker.nccl_files, worker.job.inventory, worker.coverage, limit=1 << 30)
+    files = list(worker.nccl_files)  # unpacked once for the table's several passes, let go when the state is built
+    table = build_table(files, worker.job.inventory, worker.coverage, limit=1 << 30)
     year = worker.year
     cited = {(r.file or "", r.line or 0) for r in table.rows}
-    texts = {(fe.rel, h.line): h.text for fe in worker.nccl_files for h in fe.hits if (fe.rel, h.line) in cited}
+    texts = {(fe.rel, h.line): h.text for fe in files for h in fe.hits if (fe.rel, h.line) in cited}
     rows = [
         NcclRow(
             rank=r.rank,
@@ -995,7 +969,7 @@ def nccl_state(worker: WorkerEvidence) -> NcclState:
         ranks_without_state=parse_ranges(table.ranks_without_nccl_state) if timed_out else set(),
         job_stragglers={r for r in table.straggler_ranks if r not in waiting},
         exited_with_error=_exited_with_error(table),
-        other_events=_other_events(worker),
+        other_events=_other_events(worker, files),
     )
 
 
@@ -1012,13 +986,18 @@ def _exited_with_error(table: NcclTable) -> set[int]:
     return out
 
 
-def _other_events(worker: WorkerEvidence) -> list[NcclEvent]:
+_OTHER_EVENTS_READ = (tn.HeartbeatKill,)
+"""The kinds of :attr:`NcclState.other_events` kept: only the ones something reads (the heartbeat monitor's kill is a
+trigger); add a kind here to read it."""
+
+
+def _other_events(worker: WorkerEvidence, files: Iterable[FileEvents]) -> list[NcclEvent]:
     out = []
-    for fe in worker.nccl_files:
+    for fe in files:
         ranks = worker.ranks_of_file(fe.rel)
         single = next(iter(ranks)) if len(ranks) == 1 else None
         for h in fe.hits:
-            if isinstance(h.event, _STATE_EVENTS):
+            if not isinstance(h.event, _OTHER_EVENTS_READ):
                 continue
             wt = tn.wall_time(h.header)
             when = None

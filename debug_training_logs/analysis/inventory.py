@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
@@ -702,6 +702,31 @@ class _Files(Sequence[FileScan]):
         b = self.bases[i]
         b.counts, b.sampled = list(r.counts), set(r.sampled)
         return b
+
+
+R = TypeVar("R")
+
+
+class PerFile(Sequence[R]):
+    """Each file's sink result of a scan (or item ``k`` of it, a tuple), unpacked one file at a time on access,
+    ``kind(rel)`` where a file's result is not a ``kind`` (its sink returned nothing): a fold walks a job's files
+    without holding every file's objects at once."""
+
+    def __init__(self, job: JobScan, kind: Callable[[str], R], k: int | None = None) -> None:
+        self.job, self.kind, self.k = job, kind, k
+
+    def __len__(self) -> int:
+        return len(self.job.caller_results)
+
+    @overload
+    def __getitem__(self, i: int) -> R: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[R]: ...
+    def __getitem__(self, i: int | slice) -> R | list[R]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        got = self.job.caller_results[i] if self.k is None else result_item(self.job, i, self.k)
+        return got if isinstance(got, self.kind) else self.kind(self.job.inventory.files[i].rel)  # type: ignore[arg-type]
 
 
 def result_item(job: JobScan, i: int, k: int) -> Any:
