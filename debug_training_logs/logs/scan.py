@@ -1413,13 +1413,6 @@ def _remember(lf: LogFile, cp: Checkpoints | None) -> None:
         MEMO.put((CHECKPOINTS, key), cp, _checkpoint_bytes(cp))
 
 
-def remember_checkpoints(scans: Sequence[FileScan]) -> None:
-    """Keep the checkpoints of ``scans`` for :func:`checkpoints_for` (done by :func:`scan_files`), in the process's
-    one cache (:data:`~debug_training_logs.memo.MEMO`: bounded, so the least recently used may be gone)."""
-    for s in scans:
-        _remember(s.file, s.checkpoints)
-
-
 def checkpoints_for(lf: LogFile) -> Checkpoints | None:
     """The checkpoints a scan of this process recorded for ``lf``, if the file is still as it was then (same size,
     mtime and inode); None for a compressed, changed or never scanned file (read it from the top)."""
