@@ -386,8 +386,9 @@ class JobScan:
 
     root: Path
     files: Sequence[FileScan]
-    """Per file (in discovery order): its lines, ranks, head, tail, counts and this consumer's sink result. A scan's
-    files are unpacked on each access: iterate, do not index the same file over and over."""
+    """Per file (in discovery order): its lines, ranks, head, tail and this consumer's counts (its sink result is in
+    :attr:`caller_results`). A scan's files are unpacked on each access: iterate, do not index the same file over
+    and over."""
     caller_results: Sequence[Any]
     """Per file: this consumer's sink result (None where its sink saw nothing to return)."""
     inventory: Inventory
@@ -534,11 +535,21 @@ def scan_consumers(
     def ckey(c: Consumer | None, lf: LogFile) -> str:
         return f"{c.key if c is not None else _BASE}|{lf.rel}"
 
+    # Every entry this call reads, held from the moment it is found: the cache is bounded, so this scan's own puts
+    # may push out an entry that was there when the files to read were chosen (or one of this scan's own).
+    held: dict[tuple[int, str], Any] = {}
+
     def missing(j: int, c: Consumer | None) -> bool:
-        return CACHE.get(fkeys[j], ckey(c, found[j])) is None
+        key = (j, c.key if c is not None else _BASE)
+        if key in held:
+            return False
+        got = CACHE.get(fkeys[j], ckey(c, found[j]))
+        if got is None:
+            return True
+        held[key] = got
+        return False
 
     need = [j for j in range(len(found)) if missing(j, None) or any(missing(j, c) for c in consumers)]
-    fresh: dict[tuple[int, str], Any] = {}  # this scan's entries (the cache may not keep them all)
     if need:
         run = [c for c in wanted.values() if any(missing(j, c) for j in need)]
         offsets: list[int] = []
@@ -566,15 +577,14 @@ def scan_consumers(
             job_files, spec, factory, packer, head_lines=HEAD_LINES, tail_lines=TAIL_LINES
         ):
             j = need[i]
-            fresh[(j, _BASE)] = base
+            held[(j, _BASE)] = base
             CACHE.put(fkeys[j], ckey(None, found[j]), base, base.nbytes)
             for c, fr in zip(run, results, strict=True):
-                fresh[(j, c.key)] = fr
+                held[(j, c.key)] = fr
                 CACHE.put(fkeys[j], ckey(c, found[j]), fr, fr.nbytes)
 
     def lookup(j: int, c: Consumer | None) -> Any:
-        got = fresh.get((j, c.key if c is not None else _BASE))
-        return got if got is not None else CACHE.get(fkeys[j], ckey(c, found[j]))
+        return held[(j, c.key if c is not None else _BASE)]
 
     bases: list[Packed] = [lookup(j, None) for j in range(len(found))]
     view = _Bases(found, bases)
