@@ -672,16 +672,18 @@ class _Results(Sequence[Any]):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
             i += len(self)
-        if self._last[0] != i:
-            self._last = (i, unpack(self.per_file[i].sink_result))
-        return self._last[1]
+        last = self._last  # read once: another thread may walk the same scan
+        if last[0] != i:
+            last = self._last = (i, unpack(self.per_file[i].sink_result))
+        return last[1]
 
     def item(self, i: int, k: int) -> Any:
         """Item ``k`` of file ``i``'s (tuple) result, without unpacking the rest of it; None for no result."""
         if i < 0:
             i += len(self)
-        if self._last[0] == i:
-            return None if self._last[1] is None else self._last[1][k]
+        last = self._last
+        if last[0] == i:
+            return None if last[1] is None else last[1][k]
         p = self.per_file[i].sink_result
         if p.items:
             return unpack_item(p, k)
