@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import os
 import random
-from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from debug_training_logs.logs.discovery import LogFile, discover
 from debug_training_logs.logs.nearest_time import TIMESTAMP
 from debug_training_logs.logs.reader import CHUNK, decode
 from debug_training_logs.logs.scan import MAX_LINE_CHARS, PatternSpec, lines_at, scan_files
+from debug_training_logs.memo import Memo
 
 YEAR = 2026
 SMALL_WINDOW = 4096
@@ -185,6 +185,6 @@ def test_a_line_longer_than_a_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     got = lines_at(s.file, wanted)
     assert got == _expected_text(lines, wanted)
     assert read_lines(tmp_path, {"bar.log": wanted}, YEAR) == _expected_at("bar.log", lines, wanted)
-    with monkeypatch.context() as m:  # no checkpoints known: read from the top
-        m.setattr(scan, "_known", OrderedDict())
+    with monkeypatch.context() as m:  # no checkpoints known (an empty cache): read from the top
+        m.setattr(scan, "MEMO", Memo())
         assert scan.checkpoints_for(s.file) is None and lines_at(s.file, wanted) == got

@@ -22,13 +22,13 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 def counted_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many worker files each scan pass read (one entry per pass)."""
     passes: list[int] = []
-    real = inventory.scan_files
+    real = inventory.scan_each
 
     def scan(files: Any, *a: Any, **kw: Any) -> Any:
         passes.append(len(files))
         return real(files, *a, **kw)
 
-    monkeypatch.setattr(inventory, "scan_files", scan)
+    monkeypatch.setattr(inventory, "scan_each", scan)
     return passes
 
 
@@ -90,7 +90,7 @@ def test_each_cli_tool_reads_a_single_attempt_job_once(
     from debug_training_logs.cli import main
     from debug_training_logs.tools import _cache
 
-    _cache._entries.clear()
+    _cache.MEMO.drop(_cache.TOOL)
     caplog.set_level(logging.INFO, logger="debug_training_logs.progress")
     job = tmp_path / "job"
     shutil.copytree(FIXTURES / "data_stall", job)

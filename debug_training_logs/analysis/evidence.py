@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import functools
 import mmap
-import operator
 import os
 import re
 import statistics
+from array import array
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import accumulate, pairwise
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, overload
 
 from debug_training_logs import progress
 from debug_training_logs.analysis import attempts as attempts_mod
@@ -79,8 +79,10 @@ from debug_training_logs.analysis.inventory import (
     JobScan,
     LineKeep,
     Marker,
+    PerFile,
     consumer_for,
     kept_sink,
+    result_item,
     scan_consumers,
 )
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
@@ -515,6 +517,8 @@ class NcclState:
     exited_with_error: set[int] = field(default_factory=set)
     """Ranks torchrun reports with a positive exit code (an uncaught exception: the process died, it did not hang)."""
     other_events: list[NcclEvent] = field(default_factory=list)
+    """The NCCL events that are not per-PG state and that the decision reads (:data:`_OTHER_EVENTS_READ`); a job's
+    teardown lines (several per rank) are left in the files, not held."""
 
     @property
     def timed_out(self) -> bool:
@@ -547,7 +551,7 @@ class SeriesJump:
     text: str
 
 
-Series = dict[int, list[tuple[str, int, datetime | None, float]]]
+Series = dict[int, Sequence[tuple[str, int, datetime | None, float]]]
 """Per rank: (file, line, time, value) points."""
 
 
@@ -564,8 +568,9 @@ class WorkerEvidence:
     counts_by_rank: dict[str, dict[int, int]]
     first_by_rank: dict[str, dict[int, Hit]]
     last_by_rank: dict[str, dict[int, Hit]]
-    nccl_files: list[FileEvents]
-    """The NCCL sinks' parsed lines per file (the input of ``nccl_table.build_table``)."""
+    nccl_files: Sequence[FileEvents]
+    """The NCCL sinks' parsed lines per file (the input of ``nccl_table.build_table``), unpacked from the scan's
+    results on each access (iterate; a job's files are never all held at once)."""
     clock: WorkerClock
     """The alignment's worker-side anchors (from the same scan)."""
     step_ms: Series
@@ -690,7 +695,8 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
 
     # A file's hits share their time objects (a timed line is the ``after`` of the untimed ones that follow it) and a
     # raw hit is read up to three times (sample, rank's first, rank's last): each is converted once. Keyed by object
-    # identity; each entry holds its object, so that no id is reused by another object while the memo lives.
+    # identity; each entry holds its object, so that no id is reused by another object while the memo lives (one
+    # file: each file's result is unpacked anew).
     converted: dict[int, tuple[WallTime, datetime | None]] = {}
     made: dict[tuple[str, int], tuple[_Raw, Hit]] = {}
 
@@ -718,18 +724,17 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
     counts_by_rank: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     first_by_rank: dict[str, dict[int, Hit]] = defaultdict(dict)
     last_by_rank: dict[str, dict[int, Hit]] = defaultdict(dict)
-    nccl_files: list[FileEvents] = []
     clock_facts: list[tuple[str, WorkerClockFacts]] = []
-    series: dict[str, Series] = {"step": defaultdict(list), "memory": defaultdict(list)}
+    series: dict[str, dict[int, _SeriesBuilder]] = {"step": {}, "memory": {}}
     hosts: dict[int, tuple[int, str]] = {}
-    for fs, result in zip(job.files, job.caller_results, strict=True):
+    for j, fs in enumerate(job.files):
         rel = fs.file.rel
-        if result is None:
-            nccl_files.append(FileEvents(rel))
+        fh = result_item(job, j, 0)
+        if fh is None:
             continue
-        fh, nccl, clock = result
-        nccl_files.append(nccl)
-        clock_facts.append((rel, clock))
+        converted.clear()  # one file's objects share identities; the next file's are new ones (and the memos
+        made.clear()  # must not hold every file's objects at once)
+        clock_facts.append((rel, result_item(job, j, 2)))
         for name, t in fh.tallies.items():
             counts[name] += t.count
             raws = [*t.samples, *t.first_by_rank.values(), *t.last_by_rank.values()]
@@ -755,7 +760,10 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
             for r, s in per_rank.items():
                 rr = rank_of(rel, r)
                 if rr is not None:
-                    series[key][rr].extend([(rel, ln, conv(wt), v) for ln, wt, v in s.points])
+                    b = series[key].get(rr)
+                    if b is None:
+                        b = series[key][rr] = _SeriesBuilder()
+                    b.add(rel, s.points, year)
         for r, (n, host) in fh.rank_host.items():
             if n >= hosts.get(r, (0, ""))[0]:
                 hosts[r] = (n, host)
@@ -768,18 +776,90 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
         counts_by_rank={k: dict(v) for k, v in counts_by_rank.items()},
         first_by_rank=dict(first_by_rank),
         last_by_rank=dict(last_by_rank),
-        nccl_files=nccl_files,
+        nccl_files=PerFile(job, FileEvents, 1),
         clock=WorkerClock(inv, clock_facts, job.coverage()),
-        step_ms={r: sorted(v, key=_file_line) for r, v in series["step"].items()},
-        memory_mb={r: sorted(v, key=_file_line) for r, v in series["memory"].items()},
+        step_ms={r: b.points() for r, b in series["step"].items()},
+        memory_mb={r: b.points() for r, b in series["memory"].items()},
         file_end=_file_ends(job, single_rank, conv),
         rank_host={r: h for r, (n, h) in hosts.items() if inv.world_size is None or n == inv.world_size},
         file_host=_slurmstepd_hosts(kept.get("slurm_cancel", {}).values()),
     )
 
 
-_file_line = operator.itemgetter(0, 1)
-"""A series point's (file, line): the order of a rank's points."""
+_EPOCH = datetime(1970, 1, 1)
+_US = timedelta(microseconds=1)
+_NO_TIME = -(2**63)
+
+
+class _SeriesBuilder:
+    """One rank's series as it is folded in, file by file: four flat arrays instead of a tuple, an int, a float and
+    a datetime per point (a 10,240-rank job keeps ~half a million points)."""
+
+    def __init__(self) -> None:
+        self.rels: list[str] = []
+        self.rel_at = array("l")
+        self.lines = array("q")
+        self.times = array("q")
+        self.values = array("d")
+
+    def add(self, rel: str, points: list[tuple[int, WallTime | None, float]], year: int) -> None:
+        if not self.rels or self.rels[-1] != rel:
+            self.rels.append(rel)
+        k = len(self.rels) - 1
+        for ln, wt, v in points:
+            t = with_year(wt, year) if wt is not None else None
+            self.rel_at.append(k)
+            self.lines.append(ln)
+            self.times.append(_NO_TIME if t is None else (t - _EPOCH) // _US)
+            self.values.append(v)
+
+    def points(self) -> PointSeries:
+        """The points in (file, line) order (stable: equal keys keep the order they came in)."""
+        rels, rel_at, lines = self.rels, self.rel_at, self.lines
+        order = sorted(range(len(lines)), key=lambda i: (rels[rel_at[i]], lines[i]))
+        if order == list(range(len(lines))):
+            return PointSeries(rels, rel_at, lines, self.times, self.values)
+        return PointSeries(
+            rels,
+            array("l", (rel_at[i] for i in order)),
+            array("q", (lines[i] for i in order)),
+            array("q", (self.times[i] for i in order)),
+            array("d", (self.values[i] for i in order)),
+        )
+
+
+class PointSeries(Sequence[tuple[str, int, datetime | None, float]]):
+    """One rank's series, (file, line, worker-clock time or None, value) per point in (file, line) order, held as
+    flat arrays; each point is made on access."""
+
+    def __init__(self, rels: list[str], rel_at: array[int], lines: array[int], times: array[int], values: array[float]):
+        self.rels, self.rel_at, self.lines, self.times, self.values = rels, rel_at, lines, times, values
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, int, datetime | None, float]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[str, int, datetime | None, float]]: ...
+    def __getitem__(
+        self, i: int | slice
+    ) -> tuple[str, int, datetime | None, float] | list[tuple[str, int, datetime | None, float]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        t = self.times[i]
+        return (self.rels[self.rel_at[i]], self.lines[i], None if t == _NO_TIME else _EPOCH + t * _US, self.values[i])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=False))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
 
 _STEPD_HOST = re.compile(r"slurmstepd: error: \*\*\* (?:STEP|JOB) \S+ ON (\S+) ")
 
@@ -820,15 +900,6 @@ def _before(h: Hit, other: Hit | None) -> bool:
 # ---------------------------------------------------------------------------------------------------------------------
 # The NCCL state: analysis.nccl_table's rows and classification, with times as datetimes
 
-_STATE_EVENTS = (
-    tn.StatusLine,
-    tn.DumpSignal,
-    tn.DumpObserved,
-    tn.FirstToDump,
-    tn.WatchdogTimeout,
-    tn.BlockingWaitTimeout,
-)
-
 
 def _table_time(text: str | None, year: int) -> datetime | None:
     if not text:
@@ -843,9 +914,11 @@ def _table_time(text: str | None, year: int) -> datetime | None:
 
 def nccl_state(worker: WorkerEvidence) -> NcclState:
     """The job's NCCL state table (``nccl_table.build_table`` over the evidence scan's NCCL lines)."""
-    table = build_table(worker.nccl_files, worker.job.inventory, worker.coverage, limit=1 << 30)
+    files = list(worker.nccl_files)  # unpacked once for the table's several passes, let go when the state is built
+    table = build_table(files, worker.job.inventory, worker.coverage, limit=1 << 30)
     year = worker.year
-    texts = {(fe.rel, h.line): h.text for fe in worker.nccl_files for h in fe.hits}
+    cited = {(r.file or "", r.line or 0) for r in table.rows}
+    texts = {(fe.rel, h.line): h.text for fe in files for h in fe.hits if (fe.rel, h.line) in cited}
     rows = [
         NcclRow(
             rank=r.rank,
@@ -900,7 +973,7 @@ def nccl_state(worker: WorkerEvidence) -> NcclState:
         ranks_without_state=parse_ranges(table.ranks_without_nccl_state) if timed_out else set(),
         job_stragglers={r for r in table.straggler_ranks if r not in waiting},
         exited_with_error=_exited_with_error(table),
-        other_events=_other_events(worker),
+        other_events=_other_events(worker, files),
     )
 
 
@@ -917,14 +990,19 @@ def _exited_with_error(table: NcclTable) -> set[int]:
     return out
 
 
-def _other_events(worker: WorkerEvidence) -> list[NcclEvent]:
+_OTHER_EVENTS_READ = (tn.HeartbeatKill,)
+"""The kinds of :attr:`NcclState.other_events` kept: only the ones something reads (the heartbeat monitor's kill is a
+trigger); add a kind here to read it."""
+
+
+def _other_events(worker: WorkerEvidence, files: Iterable[FileEvents]) -> list[NcclEvent]:
     out = []
     times: dict[tuple[int, int, str], datetime | None] = {}  # the lines of one second share their time
-    for fe in worker.nccl_files:
+    for fe in files:
         ranks = worker.ranks_of_file(fe.rel)
         single = next(iter(ranks)) if len(ranks) == 1 else None
         for h in fe.hits:
-            if isinstance(h.event, _STATE_EVENTS):
+            if not isinstance(h.event, _OTHER_EVENTS_READ):
                 continue
             wt = tn.wall_time(h.header)
             when = None

@@ -341,8 +341,9 @@ def grep_all_ranks(
     summaries: list[PatternSummary] = []
     without: list[str] = []
     all_ranks = inv.ranks
+    file_counts = [(s.file.rel, s.counts) for s in job.files if s.counts]  # one walk of the files (each is unpacked)
     for pid, g in enumerate(chosen):
-        per_file = [(s.file.rel, s.counts[pid]) for s in job.files if s.counts and s.counts[pid]]
+        per_file = [(rel, counts[pid]) for rel, counts in file_counts if counts[pid]]
         total = sum(c for _, c in per_file)
         if not total:
             without.append(g.name)

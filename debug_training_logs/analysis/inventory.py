@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
@@ -25,7 +25,8 @@ from debug_training_logs.logs.attribution import (
     strip_ansi,
 )
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
-from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFactory, scan_files
+from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFactory, scan_each
+from debug_training_logs.memo import Packed, pack, unpack, unpack_item
 from debug_training_logs.models import Coverage, UnreadableFile
 from debug_training_logs.ranges import format_ranges
 
@@ -353,7 +354,7 @@ class Inventory:
     start: TimePoint | None
     end: TimePoint | None
     year_hint: int | None
-    facts: list[FileFacts]
+    facts: Sequence[FileFacts]
 
     _by_rel: dict[str, FileInventory] = field(default_factory=dict, init=False, repr=False)
 
@@ -392,8 +393,12 @@ class JobScan:
     """One scan of a worker-log directory: the caller's per-file results plus the job inventory."""
 
     root: Path
-    files: list[FileScan]
-    caller_results: list[Any]
+    files: Sequence[FileScan]
+    """Per file (in discovery order): its lines, ranks, head, tail and this consumer's counts (its sink result is in
+    :attr:`caller_results`). A scan's files are unpacked on each access: iterate, do not index the same file over
+    and over."""
+    caller_results: Sequence[Any]
+    """Per file: this consumer's sink result (None where its sink saw nothing to return)."""
     inventory: Inventory
 
     def coverage(self) -> Coverage:
@@ -538,11 +543,21 @@ def scan_consumers(
     def ckey(c: Consumer | None, lf: LogFile) -> str:
         return f"{c.key if c is not None else _BASE}|{lf.rel}"
 
+    # Every entry this call reads, held from the moment it is found: the cache is bounded, so this scan's own puts
+    # may push out an entry that was there when the files to read were chosen (or one of this scan's own).
+    held: dict[tuple[int, str], Any] = {}
+
     def missing(j: int, c: Consumer | None) -> bool:
-        return CACHE.get(fkeys[j], ckey(c, found[j])) is None
+        key = (j, c.key if c is not None else _BASE)
+        if key in held:
+            return False
+        got = CACHE.get(fkeys[j], ckey(c, found[j]))
+        if got is None:
+            return True
+        held[key] = got
+        return False
 
     need = [j for j in range(len(found)) if missing(j, None) or any(missing(j, c) for c in consumers)]
-    fresh: dict[tuple[int, str], Any] = {}
     if need:
         run = [c for c in wanted.values() if any(missing(j, c) for j in need)]
         offsets: list[int] = []
@@ -563,39 +578,184 @@ def scan_consumers(
         )
         parts = tuple((c.sink, off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
         factory = functools.partial(_composite_sink, parts, k)
-        scans = scan_files([found[j] for j in need], spec, factory, head_lines=HEAD_LINES, tail_lines=TAIL_LINES)
-        for j, s in zip(need, scans, strict=True):
-            results, facts = s.sink_result if s.sink_result is not None else ([None] * len(run), None)
-            base = (replace(s, counts=[], sink_result=None, sampled=set()), facts or FileFacts(rel=s.file.rel))
-            fresh[(j, _BASE)] = base
-            CACHE.put(fkeys[j], ckey(None, found[j]), base)
-            for c, off, res in zip(run, offsets, results, strict=True):
-                fr = FileResult(
-                    counts=s.counts[off : off + len(c.patterns)],
-                    sink_result=res,
-                    sampled={i - off for i in s.sampled if off <= i < off + len(c.patterns)},
-                )
-                fresh[(j, c.key)] = fr
-                CACHE.put(fkeys[j], ckey(c, found[j]), fr)
+        layout = tuple((off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
+        packer = functools.partial(_pack_scan, layout)
+        job_files = [found[j] for j in need]
+        for i, (base, results) in scan_each(
+            job_files, spec, factory, packer, head_lines=HEAD_LINES, tail_lines=TAIL_LINES
+        ):
+            j = need[i]
+            held[(j, _BASE)] = base
+            CACHE.put(fkeys[j], ckey(None, found[j]), base, base.nbytes)
+            for c, fr in zip(run, results, strict=True):
+                held[(j, c.key)] = fr
+                CACHE.put(fkeys[j], ckey(c, found[j]), fr, fr.nbytes)
 
     def lookup(j: int, c: Consumer | None) -> Any:
-        got = fresh.get((j, c.key if c is not None else _BASE))
-        return got if got is not None else CACHE.get(fkeys[j], ckey(c, found[j]))
+        return held[(j, c.key if c is not None else _BASE)]
 
-    bases = [lookup(j, None) for j in range(len(found))]
-    base_scans = [replace(b[0], file=lf) for b, lf in zip(bases, found, strict=True)]
-    inventory = _build_inventory(base_scans, [b[1] for b in bases], skipped)
+    bases: list[Packed] = [lookup(j, None) for j in range(len(found))]
+    view = _Bases(found, bases)
+    inventory = _build_inventory(view, _Facts(bases), skipped)
     out: dict[str, JobScan] = {}
     for c in consumers:
-        per_file = [lookup(j, c) for j in range(len(found))]
-        fscans = [
-            replace(b, counts=list(r.counts), sink_result=r.sink_result, sampled=set(r.sampled))
-            for b, r in zip(base_scans, per_file, strict=True)
-        ]
+        per_file: list[FileResult] = [lookup(j, c) for j in range(len(found))]
         out[c.key] = JobScan(
-            root=root, files=fscans, caller_results=[r.sink_result for r in per_file], inventory=inventory
+            root=root, files=_Files(view, per_file), caller_results=_Results(per_file), inventory=inventory
         )
     return out
+
+
+def _pack_scan(layout: tuple[tuple[int, int], ...], s: FileScan) -> tuple[Packed, list[FileResult]]:
+    """One file's scan as the cache keeps it (run in the worker that scanned it, so only these bytes cross back):
+    the file's own facts packed once, and each consumer's share (``layout``: its first pattern id and count)."""
+    results, facts = s.sink_result if s.sink_result is not None else ([None] * len(layout), None)
+    base = pack((replace(s, counts=[], sink_result=None, sampled=set()), facts or FileFacts(rel=s.file.rel)))
+    shares = [
+        FileResult(
+            counts=s.counts[off : off + n],
+            sink_result=pack(res),
+            sampled={i - off for i in s.sampled if off <= i < off + n},
+        )
+        for (off, n), res in zip(layout, results, strict=True)
+    ]
+    return base, shares
+
+
+class _Bases(Sequence[FileScan]):
+    """Each file's own facts (lines, ranks, head, tail, problem), unpacked on each access: a job's files are read one
+    by one and let go, never all held at once."""
+
+    def __init__(self, found: Sequence[LogFile], bases: Sequence[Packed]) -> None:
+        self.found, self.bases = found, bases
+
+    def __len__(self) -> int:
+        return len(self.bases)
+
+    @overload
+    def __getitem__(self, i: int) -> FileScan: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[FileScan]: ...
+    def __getitem__(self, i: int | slice) -> FileScan | list[FileScan]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        b: FileScan = unpack_item(self.bases[i], 0)
+        return replace(b, file=self.found[i])
+
+
+class _Facts(Sequence[FileFacts]):
+    def __init__(self, bases: Sequence[Packed]) -> None:
+        self.bases = bases
+
+    def __len__(self) -> int:
+        return len(self.bases)
+
+    @overload
+    def __getitem__(self, i: int) -> FileFacts: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[FileFacts]: ...
+    def __getitem__(self, i: int | slice) -> FileFacts | list[FileFacts]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return unpack_item(self.bases[i], 1)  # type: ignore[no-any-return]
+
+
+class _Results(Sequence[Any]):
+    """One consumer's per-file sink results, unpacked on access (the latest one is kept: callers walk
+    ``zip(job.files, job.caller_results)``, which asks for each file's result twice in a row)."""
+
+    def __init__(self, per_file: Sequence[FileResult]) -> None:
+        self.per_file = per_file
+        self._last: tuple[int, Any] = (-1, None)
+
+    def __len__(self) -> int:
+        return len(self.per_file)
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        last = self._last  # read once: another thread may walk the same scan
+        if last[0] != i:
+            last = self._last = (i, unpack(self.per_file[i].sink_result))
+        return last[1]
+
+    def item(self, i: int, k: int) -> Any:
+        """Item ``k`` of file ``i``'s (tuple) result, without unpacking the rest of it; None for no result."""
+        if i < 0:
+            i += len(self)
+        last = self._last
+        if last[0] == i:
+            return None if last[1] is None else last[1][k]
+        p = self.per_file[i].sink_result
+        if p.items:
+            return unpack_item(p, k)
+        got = unpack(p)
+        return None if got is None else got[k]
+
+
+class _Files(Sequence[FileScan]):
+    """One consumer's view of the job's files: each file's facts with its counts (its sink result is not unpacked
+    here: read ``JobScan.caller_results``, or :func:`result_item` for one item of it)."""
+
+    def __init__(self, bases: _Bases, per_file: Sequence[FileResult]) -> None:
+        self.bases, self.per_file = bases, per_file
+
+    def __len__(self) -> int:
+        return len(self.per_file)
+
+    @overload
+    def __getitem__(self, i: int) -> FileScan: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[FileScan]: ...
+    def __getitem__(self, i: int | slice) -> FileScan | list[FileScan]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        r = self.per_file[i]
+        b = self.bases[i]
+        b.counts, b.sampled = list(r.counts), set(r.sampled)
+        return b
+
+
+R = TypeVar("R")
+
+
+class PerFile(Sequence[R]):
+    """Each file's sink result of a scan (or item ``k`` of it, a tuple), unpacked one file at a time on access,
+    ``kind(rel)`` where a file's result is not a ``kind`` (its sink returned nothing): a fold walks a job's files
+    without holding every file's objects at once."""
+
+    def __init__(self, job: JobScan, kind: Callable[[str], R], k: int | None = None) -> None:
+        self.job, self.kind, self.k = job, kind, k
+
+    def __len__(self) -> int:
+        return len(self.job.caller_results)
+
+    @overload
+    def __getitem__(self, i: int) -> R: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[R]: ...
+    def __getitem__(self, i: int | slice) -> R | list[R]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        got = self.job.caller_results[i] if self.k is None else result_item(self.job, i, self.k)
+        return got if isinstance(got, self.kind) else self.kind(self.job.inventory.files[i].rel)  # type: ignore[arg-type]
+
+
+def result_item(job: JobScan, i: int, k: int) -> Any:
+    """Item ``k`` of file ``i``'s sink result (a tuple), unpacking only that item when the scan's results are packed."""
+    res = job.caller_results
+    if isinstance(res, _Results):
+        return res.item(i, k)
+    r = res[i]
+    return None if r is None else r[k]
 
 
 def _file_ranks(scan: FileScan, facts: FileFacts, world_size: int | None) -> tuple[set[int], str]:
@@ -640,7 +800,7 @@ _CLAIM_NAMES = {
 }
 
 
-def _world_size(facts: list[FileFacts], known: dict[str, set[int]]) -> tuple[int | None, str]:
+def _world_size(facts: Sequence[FileFacts], known: dict[str, set[int]]) -> tuple[int | None, str]:
     """The world size from evidence about the world only, and which line says so; conflicting evidence is named.
 
     Sources, most trusted first: Lightning ``MEMBER: m/N``; a line stating ``world_size``/``WORLD_SIZE``, torchrun's
@@ -678,7 +838,7 @@ def _world_size(facts: list[FileFacts], known: dict[str, set[int]]) -> tuple[int
     return n, "; ".join([text, *notes])
 
 
-def _world_comm(facts: list[FileFacts], known: dict[str, set[int]]) -> tuple[int, str] | None:
+def _world_comm(facts: Sequence[FileFacts], known: dict[str, set[int]]) -> tuple[int, str] | None:
     """(N, evidence) when the largest NCCL communicator is the world's. Every process joins the world communicator
     with comm rank = global rank, so in each file whose global ranks other sources name, its comm ranks must be
     exactly those ranks (a sub-communicator's restart at 0 and cover only some processes), and at least two ranks
@@ -710,7 +870,7 @@ def _world_comm(facts: list[FileFacts], known: dict[str, set[int]]) -> tuple[int
     return None
 
 
-def _times(scans: list[FileScan], year_hint: int | None) -> tuple[TimePoint | None, TimePoint | None]:
+def _times(scans: Sequence[FileScan], year_hint: int | None) -> tuple[TimePoint | None, TimePoint | None]:
     start: TimePoint | None = None
     end: TimePoint | None = None
     for s in scans:
@@ -736,7 +896,7 @@ def _key(t: WallTime, year_hint: int | None) -> tuple[int, int, int, int, int, i
     return (t.year or year_hint or 0, t.month, t.day, t.hour, t.minute, t.second, t.microsecond)
 
 
-def _year_hint(scans: list[FileScan]) -> int | None:
+def _year_hint(scans: Sequence[FileScan]) -> int | None:
     for s in scans:
         for ln in s.head + s.tail:
             t = parse_wall_time(ln)
@@ -745,7 +905,7 @@ def _year_hint(scans: list[FileScan]) -> int | None:
     return None
 
 
-def _build_inventory(scans: list[FileScan], facts: list[FileFacts], skipped: list[Skipped]) -> Inventory:
+def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skipped: list[Skipped]) -> Inventory:
     known = {f.rel: _file_ranks(s, f, None)[0] for s, f in zip(scans, facts, strict=True)}
     world_size, ws_evidence = _world_size(facts, known)
     files: list[FileInventory] = []

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -315,8 +315,8 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: L
 def from_job_scan(job: JobScan) -> LauncherFacts:
     """The facts from a :func:`~debug_training_logs.analysis.inventory.scan_job` run with :data:`PATTERNS` and
     :func:`sink_factory`."""
-    items = [(s.file.rel, r, s.ranks) for s, r in zip(job.files, job.caller_results, strict=True)]
-    return _facts(items, len(job.files))
+    items = ((s.file.rel, r, s.ranks) for s, r in zip(job.files, job.caller_results, strict=True))
+    return _facts(items, len(job.files))  # one file's result at a time (a 10,240-rank job's would take ~25 MB)
 
 
 def for_attempt(job: JobScan, keep: LineKeep) -> LauncherFacts | None:
@@ -339,7 +339,7 @@ def for_attempt(job: JobScan, keep: LineKeep) -> LauncherFacts | None:
     return _facts(items, len(job.files))
 
 
-def _facts(items: list[tuple[str, Any, set[int]]], n_files: int) -> LauncherFacts:
+def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> LauncherFacts:
     fates: dict[int, RankFate] = {}
     agents: list[AgentFacts] = []
     tables: list[tuple[str, torchrun.ChildFailedTable]] = []

@@ -41,7 +41,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from debug_training_logs.analysis.inventory import Inventory, LineKeep, missing_set, missing_text, scan_job
+from debug_training_logs.analysis.inventory import Inventory, LineKeep, PerFile, missing_set, missing_text, scan_job
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
@@ -1095,13 +1095,11 @@ def nccl_state_table(
     ``world_size``: the job's world size as the caller knows it (the launch command), for logs that do not state it.
     ``keep``: only those lines (one attempt's, :mod:`~debug_training_logs.analysis.attempts`)."""
     job = scan_job(logs_dir, NCCL_PATTERNS, NcclSink, files=files, keep=keep)
-    results: list[FileEvents] = [r if isinstance(r, FileEvents) else FileEvents(s.file.rel)
-                                 for r, s in zip(job.caller_results, job.files, strict=True)]  # fmt: skip
-    return build_table(results, job.inventory, job.coverage(), limit, world_size=world_size)
+    return build_table(list(PerFile(job, FileEvents)), job.inventory, job.coverage(), limit, world_size=world_size)
 
 
 def build_table(
-    results: list[FileEvents], inv: Inventory, coverage: Coverage, limit: int, world_size: int | None = None
+    results: Sequence[FileEvents], inv: Inventory, coverage: Coverage, limit: int, world_size: int | None = None
 ) -> NcclTable:
     """The table from the sinks' events and the job inventory (pure; used by the tool and by ``diagnose``)."""
     if world_size is not None:

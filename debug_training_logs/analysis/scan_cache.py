@@ -8,16 +8,16 @@ in one pass, and stores each consumer's per-file result here; a later call whose
 file (same path, size, mtime and inode) reads nothing.
 
 Keys: (file identity, consumer key). A consumer's key names its sink and hashes its patterns, dense flags and case
-mode, so a different question is never answered from another's result. Bounded (:data:`MAX_ENTRIES`, least recently
-used out); per-file results are the sinks' small summaries, never lines of the file.
+mode, so a different question is never answered from another's result. The entries live in the process's one cache
+(:data:`~debug_training_logs.memo.MEMO`), bounded by their bytes; per-file results are the sinks' small summaries,
+never lines of the file, and they are kept packed (compressed pickles, made in the worker that scanned the file): a
+job's results cost a few times less than as objects, and only the tool that reads one unpacks it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,9 +26,7 @@ from typing import Any
 
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import SinkFactory
-
-MAX_ENTRIES = 50_000
-"""Per-(file, consumer) results kept; a 10,240-rank job of 1,280 files with five consumers needs 6,400."""
+from debug_training_logs.memo import MEMO, Memo, Packed
 
 
 @dataclass(frozen=True)
@@ -52,11 +50,17 @@ class Consumer:
 
 @dataclass
 class FileResult:
-    """One consumer's share of one file's scan."""
+    """One consumer's share of one file's scan, as kept in the cache: its sink's result packed
+    (:func:`~debug_training_logs.memo.unpack` it, or :func:`~debug_training_logs.memo.unpack_item` one item of a
+    tuple result)."""
 
     counts: list[int]
-    sink_result: Any
+    sink_result: Packed
     sampled: set[int] = field(default_factory=set)
+
+    @property
+    def nbytes(self) -> int:
+        return self.sink_result.nbytes + 120 + 40 * len(self.counts) + 100 * len(self.sampled)
 
 
 FileKey = tuple[str, int, int, int]
@@ -72,48 +76,33 @@ def file_key(lf: LogFile) -> FileKey | None:
     return (str(lf.path), st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-class ScanCache:
-    """Least-recently-used map of (file identity, consumer key) to :class:`FileResult` (thread-safe)."""
+SCAN = "scan"
+"""The kind of the :data:`~debug_training_logs.memo.MEMO` entries that hold scan results."""
 
-    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
-        self.max_entries = max_entries
-        self._items: OrderedDict[tuple[FileKey, str], Any] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
+
+class ScanCache:
+    """(file identity, consumer key) -> packed result, kept in the process's one byte-bounded cache
+    (:data:`~debug_training_logs.memo.MEMO`, least recently used out; thread-safe)."""
+
+    def __init__(self, memo: Memo = MEMO) -> None:
+        self.memo = memo
 
     def get(self, fk: FileKey | None, key: str) -> Any:
         if fk is None:
             return None
-        with self._lock:
-            v = self._items.get((fk, key))
-            if v is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end((fk, key))
-            self.hits += 1
-            return v
+        return self.memo.get((SCAN, fk, key))
 
-    def put(self, fk: FileKey | None, key: str, value: Any) -> None:
-        if fk is None:
-            return
-        with self._lock:
-            self._items[(fk, key)] = value
-            self._items.move_to_end((fk, key))
-            while len(self._items) > self.max_entries:
-                self._items.popitem(last=False)
+    def put(self, fk: FileKey | None, key: str, value: Any, nbytes: int) -> None:
+        if fk is not None:
+            self.memo.put((SCAN, fk, key), value, nbytes)
 
     def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self.hits = self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._items)
+        """Empty the process's whole cache (scan results, tool results, checkpoints): a test's fresh start."""
+        self.memo.clear()
 
 
 CACHE = ScanCache()
-"""The process's cache (the MCP server keeps it across tool calls; a CLI run lives one call)."""
+"""The process's scan results (the MCP server keeps them across tool calls; a CLI run lives one call)."""
 
 _companions: ContextVar[tuple[Consumer, ...]] = ContextVar("scan_companions", default=())
 _default_companions: tuple[Consumer, ...] = ()

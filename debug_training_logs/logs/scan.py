@@ -51,15 +51,13 @@ import os
 import re as std_re
 import re._constants as sre_c
 import re._parser as sre_parse
-import threading
 import time
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import re2
 from re2 import _re2
@@ -78,6 +76,7 @@ from debug_training_logs.logs.reader import (
     iter_chunks,
     open_binary,
 )
+from debug_training_logs.memo import MEMO
 
 FALLBACK_BUDGET_S = 20.0
 """Seconds the fallback (``regex`` module, backtracking) patterns may spend in total over one whole search, across
@@ -1633,6 +1632,43 @@ def scan_files(
     the ``[rankN]:`` global ranks seen anywhere in each file (for coverage). ``plan``: a precomputed
     :func:`make_plan` (default: planned from a sample of ``files``).
     """
+    results: list[FileScan | None] = [None] * len(files)
+    for i, r in scan_each(
+        files,
+        spec,
+        sink_factory,
+        _as_is,
+        head_lines=head_lines,
+        tail_lines=tail_lines,
+        collect_ranks=collect_ranks,
+        plan=plan,
+    ):
+        results[i] = r
+    return [r for r in results if r is not None]
+
+
+T = TypeVar("T")
+
+
+def _as_is(s: FileScan) -> FileScan:
+    return s
+
+
+def scan_each(
+    files: Sequence[LogFile],
+    spec: PatternSpec,
+    sink_factory: SinkFactory | None,
+    pack: Callable[[FileScan], T],
+    *,
+    head_lines: int = 0,
+    tail_lines: int = 0,
+    collect_ranks: bool = True,
+    plan: Plan | None = None,
+) -> Iterator[tuple[int, T]]:
+    """Scan every file for ``spec`` (arguments as :func:`scan_files`) and yield ``(index in files, pack(result))``
+    as each file is done, in no set order. ``pack`` (picklable) runs where the file was scanned, in the worker
+    process: what it returns is all that crosses back, so the caller can fold each file's result and let it go
+    instead of holding every file's objects. The files' :class:`Checkpoints` are remembered here either way."""
     compile_patterns(spec)
     if plan is None:
         plan = make_plan(spec, _sample(files))
@@ -1640,60 +1676,71 @@ def scan_files(
     _BUDGET = _Budget(FALLBACK_BUDGET_S) if plan.fallback else None  # one budget for this whole search
     workers = _worker_count(files)
     total = len(files)
-    results: list[FileScan | None] = [None] * total
     progress.report(0, total, f"scanning {total} file(s), {sum(f.size for f in files):,} bytes, {workers} process(es)")
     if workers == 1:
         for i, lf in enumerate(files):
-            results[i] = _scan_one(lf, spec, plan, sink_factory, head_lines, tail_lines, collect_ranks)
+            cp, packed = _scan_packed(lf, spec, plan, sink_factory, head_lines, tail_lines, collect_ranks, pack)
+            _remember(lf, cp)
             progress.report(i + 1, total, f"scanned {lf.rel}")
-    else:
-        order = sorted(range(total), key=lambda i: -files[i].size)  # biggest first: better packing
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
-            futures = {
-                pool.submit(_scan_one, files[i], spec, plan, sink_factory, head_lines, tail_lines, collect_ranks): i
-                for i in order
-            }
-            for done, fut in enumerate(as_completed(futures), start=1):
-                i = futures[fut]
-                results[i] = fut.result()
-                progress.report(done, total, f"scanned {files[i].rel}")
-    out = [r for r in results if r is not None]
-    remember_checkpoints(out)
-    return out
+            yield i, packed
+        return
+    order = sorted(range(total), key=lambda i: -files[i].size)  # biggest first: better packing
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
+        futures: dict[Future[tuple[Checkpoints | None, T]], int] = {
+            pool.submit(
+                _scan_packed, files[i], spec, plan, sink_factory, head_lines, tail_lines, collect_ranks, pack
+            ): i
+            for i in order
+        }
+        for done, fut in enumerate(as_completed(futures), start=1):
+            i = futures.pop(fut)  # the future (and its result) is not kept once handed over
+            cp, packed = fut.result()
+            del fut
+            _remember(files[i], cp)
+            progress.report(done, total, f"scanned {files[i].rel}")
+            yield i, packed
 
 
-KNOWN_CHECKPOINTS = 65_536
-"""Files whose :class:`Checkpoints` this process keeps (least recently scanned out): a 10,240-rank job has ~1,300."""
+def _scan_packed(
+    lf: LogFile,
+    spec: PatternSpec,
+    plan: Plan,
+    sink_factory: SinkFactory | None,
+    head_n: int,
+    tail_n: int,
+    collect_ranks: bool,
+    pack: Callable[[FileScan], T],
+) -> tuple[Checkpoints | None, T]:
+    s = _scan_one(lf, spec, plan, sink_factory, head_n, tail_n, collect_ranks)
+    return s.checkpoints, pack(s)
 
-_known: OrderedDict[str, Checkpoints] = OrderedDict()
-_known_lock = threading.Lock()
+
+CHECKPOINTS = "checkpoints"
+"""The kind of the :data:`~debug_training_logs.memo.MEMO` entries that hold a file's :class:`Checkpoints`."""
 
 
-def remember_checkpoints(scans: Sequence[FileScan]) -> None:
-    """Keep the checkpoints of ``scans`` for :func:`checkpoints_for` (done by :func:`scan_files`)."""
-    with _known_lock:
-        for s in scans:
-            if s.checkpoints is not None:
-                for key in {str(s.file.path), os.path.realpath(s.file.path)}:  # as discovered, and resolved
-                    _known[key] = s.checkpoints
-                    _known.move_to_end(key)
-        while len(_known) > KNOWN_CHECKPOINTS:
-            _known.popitem(last=False)
+def _checkpoint_bytes(cp: Checkpoints) -> int:
+    return 300 + 80 * len(cp.offsets)  # two tuples of ints, the stamp
+
+
+def _remember(lf: LogFile, cp: Checkpoints | None) -> None:
+    if cp is None:
+        return
+    for key in {str(lf.path), os.path.realpath(lf.path)}:  # as discovered, and resolved
+        MEMO.put((CHECKPOINTS, key), cp, _checkpoint_bytes(cp))
 
 
 def checkpoints_for(lf: LogFile) -> Checkpoints | None:
     """The checkpoints a scan of this process recorded for ``lf``, if the file is still as it was then (same size,
     mtime and inode); None for a compressed, changed or never scanned file (read it from the top)."""
-    if lf.compression != "none" or not _known:
+    if lf.compression != "none":
         return None
-    with _known_lock:
-        cp = _known.get(str(lf.path))
+    cp = MEMO.get((CHECKPOINTS, str(lf.path)))
     if cp is None:
-        with _known_lock:
-            cp = _known.get(os.path.realpath(lf.path))
+        cp = MEMO.get((CHECKPOINTS, os.path.realpath(lf.path)))
     if cp is None or _file_stamp(lf) != cp.stamp:
         return None
-    return cp
+    return cp  # type: ignore[no-any-return]
 
 
 TAIL_SEEK_BYTES = 256 << 10

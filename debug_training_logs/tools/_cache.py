@@ -2,24 +2,22 @@
 
 Paging and filtering (``offset``, ``ranks``, ``daemon`` ...) call a tool again on the same logs; without a cache each
 page would read every file again. The key is the directory and every discovered file's name, size and mtime, so a
-changed, added or removed file means a new scan. Only the last few results are kept (one entry is one table).
+changed, added or removed file means a new scan. The entries share the process's one byte-bounded cache
+(:data:`~debug_training_logs.memo.MEMO`) with the scan results and checkpoints.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from debug_training_logs.logs.discovery import discover
+from debug_training_logs.memo import MEMO, estimate
 
 T = TypeVar("T")
-MAX_ENTRIES = 4
-
-_lock = threading.Lock()
-_entries: OrderedDict[Hashable, Any] = OrderedDict()
+TOOL = "tool"
+"""The kind of the :data:`~debug_training_logs.memo.MEMO` entries that hold tool results."""
 
 
 def files_key(root: Path, archives: bool = False) -> tuple[Hashable, ...]:
@@ -36,15 +34,12 @@ def files_key(root: Path, archives: bool = False) -> tuple[Hashable, ...]:
 
 def cached(kind: str, root: Path, extra: Hashable, compute: Callable[[], T], *, archives: bool = False) -> T:
     """``compute()``, or its earlier result for the same ``kind``, ``extra`` arguments and unchanged files
-    (``archives``: the analysis reads .tar.gz archives too, so they are part of the key)."""
-    key = (kind, extra, files_key(root, archives))
-    with _lock:
-        if key in _entries:
-            _entries.move_to_end(key)
-            return _entries[key]  # type: ignore[no-any-return]
+    (``archives``: the analysis reads .tar.gz archives too, so they are part of the key). Kept in the process's one
+    cache (:data:`~debug_training_logs.memo.MEMO`) at its estimated size, so a big table may push older entries out."""
+    key = (TOOL, kind, extra, files_key(root, archives))
+    got = MEMO.get(key)
+    if got is not None:
+        return got[0]  # type: ignore[no-any-return]
     value = compute()
-    with _lock:
-        _entries[key] = value
-        while len(_entries) > MAX_ENTRIES:
-            _entries.popitem(last=False)
+    MEMO.put(key, (value,), estimate(value))  # in a 1-tuple: a result that is None is kept too
     return value

@@ -1,0 +1,209 @@
+"""The process's one cache of results computed from log files, bounded by an estimate of its bytes.
+
+A CLI run lives one command, but the MCP server lives long: an agent calls ``job_overview``, ``grep_all_ranks``,
+``nccl_state_table``, ``timeline``, ``diagnose`` and ``verify_conclusion`` in a row on the same directory, and each
+call after the first must reuse the first one's scan. Three kinds of entry share this one least-recently-used map
+(keys are tuples whose first item names the kind):
+
+* ``("scan", file identity, consumer key)``: one consumer's share of one file's scan, as compressed pickles
+  (:class:`Packed`; :mod:`~debug_training_logs.analysis.scan_cache`);
+* ``("tool", kind, arguments, files)``: a tool's whole result over a directory
+  (:mod:`~debug_training_logs.tools._cache`);
+* ``("checkpoints", path)``: where a scan saw line starts in a plain file
+  (:func:`~debug_training_logs.logs.scan.checkpoints_for`).
+
+Each entry is put with an estimate of the bytes it holds; the least recently used go when the total passes
+:data:`MAX_BYTES`, so memory stays bounded however many jobs a server is asked about. Knows nothing of what it holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import pickle
+import sys
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+MAX_BYTES = int(os.environ.get("DEBUG_TRAINING_LOGS_CACHE_MB", "96")) << 20
+"""The cache's budget in bytes (estimated): ``DEBUG_TRAINING_LOGS_CACHE_MB``, default 96 MiB. The packed scan results
+of every tool's questions (the server's companions) take ~3.7 KB per rank: ~4 MB for a 1,024-rank job, ~40 MB for
+10,240 ranks, so a server keeps the job it is asked about (and its tables) while the process stays under 300 MB."""
+
+ENTRY_OVERHEAD = 200
+"""Bytes counted per entry on top of its own estimate (key tuple, map slot)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """A value kept as compressed pickles (a few times smaller than the objects, and no objects for the garbage
+    collector to walk). A tuple value is packed item by item (``items`` True), so one item can be read alone."""
+
+    blobs: tuple[bytes, ...]
+    items: bool
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(b) for b in self.blobs) + 64 + 40 * len(self.blobs)
+
+
+def pack(value: Any) -> Packed:
+    """``value`` as a :class:`Packed` (compression level 1: fast, and pickles of log text shrink 3-5x)."""
+    if isinstance(value, tuple) and type(value) is tuple:
+        return Packed(tuple(_dump(v) for v in value), True)
+    return Packed((_dump(value),), False)
+
+
+def unpack(p: Packed) -> Any:
+    """The value :func:`pack` was given (a new copy on every call)."""
+    if p.items:
+        return tuple(_load(b) for b in p.blobs)
+    return _load(p.blobs[0])
+
+
+def unpack_item(p: Packed, k: int) -> Any:
+    """Item ``k`` of a packed tuple, without reading the others."""
+    if not p.items:
+        return unpack(p)[k]
+    return _load(p.blobs[k])
+
+
+def _dump(v: Any) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(v)
+    return zlib.compress(buf.getbuffer(), 1)
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a frozen slotted dataclass as a call of its ``__init__`` with its fields: the same object back, made
+    several times faster than by the ``__setstate__`` that ``dataclass`` adds (a Python loop over ``fields()`` per
+    object; a job's parsed lines are hundreds of thousands of such objects)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        cls = type(obj)
+        names = _INIT_FIELDS.get(cls, _UNKNOWN)
+        if names is _UNKNOWN:
+            names = _INIT_FIELDS[cls] = _init_fields(cls)
+        if names is None:
+            return NotImplemented
+        return cls, tuple(getattr(obj, n) for n in names)
+
+
+_UNKNOWN: Any = object()
+_INIT_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _init_fields(cls: type) -> tuple[str, ...] | None:
+    """The field names to call ``cls(*values)`` with, or None when that would not rebuild the same object (not a
+    slotted frozen dataclass with dataclass-made pickling, or a field its ``__init__`` does not take)."""
+    if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
+        return None
+    if getattr(getattr(cls, "__setstate__", None), "__name__", "") != "_dataclass_setstate":
+        return None
+    fs = dataclasses.fields(cls)
+    if not all(f.init for f in fs):
+        return None
+    return tuple(f.name for f in fs)
+
+
+def _load(b: bytes) -> Any:
+    return pickle.loads(zlib.decompress(b))
+
+
+def estimate(obj: Any, limit: int = 100_000) -> int:
+    """Bytes held by ``obj`` and what it refers to (containers, dataclasses, pydantic models), by ``sys.getsizeof``
+    over at most ``limit`` objects; past that, the mean so far times the objects still queued (an estimate)."""
+    seen: set[int] = set()
+    stack = [obj]
+    total = visited = 0
+    while stack and visited < limit:
+        o = stack.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        visited += 1
+        total += sys.getsizeof(o)
+        if isinstance(o, (str, bytes, int, float, bool, type(None))):
+            continue
+        if isinstance(o, Packed):
+            total += o.nbytes
+        elif isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+        else:
+            d = getattr(o, "__dict__", None)
+            if d is not None:
+                stack.append(d)
+            for cls in type(o).__mro__:
+                for name in getattr(cls, "__slots__", ()):
+                    v = getattr(o, name, None)
+                    if v is not None:
+                        stack.append(v)
+    if stack:
+        total += total // max(visited, 1) * len(stack)
+    return total
+
+
+class Memo:
+    """Least-recently-used map from a hashable key to a value, bounded by the sum of the values' estimated bytes
+    (thread-safe: the server runs tools in threads)."""
+
+    def __init__(self, max_bytes: int = MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.nbytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> Any:
+        """The value put under ``key``, or None (and it becomes the most recently used)."""
+        with self._lock:
+            got = self._items.get(key)
+            if got is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return got[0]
+
+    def put(self, key: Hashable, value: Any, nbytes: int) -> None:
+        """Keep ``value`` (which holds about ``nbytes``); older entries go while the total is over the budget. A
+        value larger than the whole budget is not kept."""
+        size = nbytes + ENTRY_OVERHEAD
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.nbytes -= old[1]
+            if size > self.max_bytes:
+                return
+            self._items[key] = (value, size)
+            self.nbytes += size
+            while self.nbytes > self.max_bytes:
+                _k, (_v, n) = self._items.popitem(last=False)
+                self.nbytes -= n
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.nbytes = self.hits = self.misses = 0
+
+    def drop(self, kind: str) -> None:
+        """Forget every entry whose key starts with ``kind``."""
+        with self._lock:
+            for key in [k for k in self._items if isinstance(k, tuple) and k and k[0] == kind]:
+                self.nbytes -= self._items.pop(key)[1]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+MEMO = Memo()
+"""The process's one cache (the MCP server keeps it across tool calls; a CLI run lives one call)."""

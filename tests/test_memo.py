@@ -1,0 +1,116 @@
+"""The process's one cache (scan results, tool results, checkpoints): bounded by its bytes, least recently used out,
+and a scan still answers right when its own results do not all fit."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from debug_training_logs import memo
+from debug_training_logs.analysis import inventory
+from debug_training_logs.analysis.grep import GrepSink
+from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
+from debug_training_logs.memo import Memo, estimate, pack, unpack, unpack_item
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def test_the_least_recently_used_go_first_and_the_total_stays_under_the_budget() -> None:
+    m = Memo(max_bytes=10_000)
+    for i in range(5):
+        m.put(("k", i), f"v{i}", 1_500)
+    assert len(m) == 5 and m.nbytes <= 10_000
+    assert m.get(("k", 0)) == "v0"  # now the most recently used
+    for i in range(5, 9):
+        m.put(("k", i), f"v{i}", 1_500)
+        assert m.nbytes <= m.max_bytes
+    assert m.get(("k", 0)) == "v0"
+    assert m.get(("k", 1)) is None and m.get(("k", 2)) is None  # the oldest untouched ones went
+    m.put(("huge",), "x", 20_000)  # larger than the whole budget: not kept, nothing else pushed out for it
+    assert m.get(("huge",)) is None and m.get(("k", 8)) == "v8"
+    m.put(("k", 8), "again", 100)  # a new value under the same key replaces the old one's bytes
+    assert m.get(("k", 8)) == "again" and m.nbytes == sum(n for _v, n in m._items.values())
+    m.put(("other",), "kept", 100)
+    m.drop("k")
+    assert len(m) == 1 and m.get(("other",)) == "kept" and m.nbytes == 100 + memo.ENTRY_OVERHEAD
+
+
+@dataclass
+class _Row:
+    rank: int
+    text: str
+
+
+def test_packed_values_round_trip_and_one_item_reads_alone() -> None:
+    value = ({"a": [_Row(1, "x" * 300)] * 3}, [_Row(2, "y")], None)
+    p = pack(value)
+    assert p.items and len(p.blobs) == 3
+    assert unpack(p) == value and unpack_item(p, 1) == [_Row(2, "y")] and unpack_item(p, 2) is None
+    single = pack([_Row(3, "z" * 10_000)])
+    assert not single.items and unpack(single) == [_Row(3, "z" * 10_000)]
+    assert single.nbytes < 2_000  # compressed: log text repeats
+
+
+@dataclass(frozen=True, slots=True)
+class _Frozen:
+    line: int
+    text: str
+    parts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Derived:
+    a: int
+    b: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "b", self.a * 2)
+
+
+def test_frozen_slotted_dataclasses_come_back_equal_and_shared_ones_stay_shared() -> None:
+    one = _Frozen(7, "x", ("a", "b"))
+    value = ([one, one, _Frozen(8, "y")], _Derived(3))
+    back = unpack(pack(value))
+    assert back == value and back[0][0] is back[0][1] and back[1].b == 6
+    assert memo._init_fields(_Frozen) == ("line", "text", "parts") and memo._init_fields(_Derived) is None
+
+
+def test_estimate_grows_with_what_an_object_holds() -> None:
+    small = [_Row(i, "t" * 100) for i in range(100)]
+    big = [_Row(i, "t" * 100) for i in range(10_000)]
+    s, b = estimate(small), estimate(big)
+    assert 100 * 149 < s < 100 * 800
+    assert 90 * s < b < 110 * s
+    assert 0.5 * b < estimate(big, limit=5_000) < 2 * b  # past the limit: extrapolated, still the right size
+
+
+def _grep(logs: Path) -> Any:
+    job = inventory.scan_job(logs, [g.regex for g in DEFAULT_PATTERNS], GrepSink)
+    return [r for r in job.caller_results], job.inventory.ranks, [f.counts for f in job.files]
+
+
+def test_a_scan_larger_than_the_cache_still_answers_and_the_cache_stays_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(FIXTURES / "data_stall", tmp_path / "job")
+    logs = tmp_path / "job" / "logs"
+    passes: list[int] = []
+    real = inventory.scan_each
+
+    def counted(files: Any, *a: Any, **kw: Any) -> Any:
+        passes.append(len(files))
+        return real(files, *a, **kw)
+
+    monkeypatch.setattr(inventory, "scan_each", counted)
+    roomy = _grep(logs)
+    assert _grep(logs) == roomy and len(passes) == 1  # the default budget: the second question reads nothing
+    tiny = Memo(max_bytes=memo.MEMO.nbytes // 3)
+    monkeypatch.setattr(memo, "MEMO", tiny)
+    monkeypatch.setattr(inventory.CACHE, "memo", tiny)
+    assert _grep(logs) == roomy  # the scan's own results, not the cache's, answer it
+    assert len(passes) == 2 and 0 < tiny.nbytes <= tiny.max_bytes
+    assert _grep(logs) == roomy and len(passes) == 3  # too little room to keep the job: read again, same answer
