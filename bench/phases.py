@@ -106,12 +106,13 @@ def main() -> int:
     tool_by_name("diagnose" if args.command[0] == "analyze" else args.command[0])
     imports = (time.perf_counter() - wall, time.process_time() - cpu)
     from debug_training_logs.logs import scan
+    from debug_training_logs.memo import MEMO
     from debug_training_logs.tools import _cache
 
     scan._worker_count = lambda files: 1  # the whole scan in this process
 
     def run() -> tuple[float, float]:
-        _cache._entries.clear()
+        MEMO.drop(_cache.TOOL)  # tool results only: with --post the scan stays cached
         w, c = time.perf_counter(), time.process_time()
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
             cli.main(args.command)
