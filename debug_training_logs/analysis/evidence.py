@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import accumulate, pairwise
 from pathlib import Path
-from typing import Any, Literal, get_args, overload
+from typing import Any, Literal, get_args
 
 from debug_training_logs import progress
 from debug_training_logs.analysis import attempts as attempts_mod
@@ -90,6 +90,7 @@ from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, N
 from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, WallTime, parse_wall_time, with_year
+from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs.attribution import rank_of_line, strip_ansi
 from debug_training_logs.logs.discovery import LogFile, sniff_compression
 from debug_training_logs.logs.nearest_time import TIMESTAMP
@@ -828,7 +829,7 @@ class _SeriesBuilder:
         )
 
 
-class PointSeries(Sequence[tuple[str, int, datetime | None, float]]):
+class PointSeries(LazySequence[tuple[str, int, datetime | None, float]]):
     """One rank's series, (file, line, worker-clock time or None, value) per point in (file, line) order, held as
     flat arrays; each point is made on access."""
 
@@ -838,15 +839,7 @@ class PointSeries(Sequence[tuple[str, int, datetime | None, float]]):
     def __len__(self) -> int:
         return len(self.lines)
 
-    @overload
-    def __getitem__(self, i: int) -> tuple[str, int, datetime | None, float]: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[tuple[str, int, datetime | None, float]]: ...
-    def __getitem__(
-        self, i: int | slice
-    ) -> tuple[str, int, datetime | None, float] | list[tuple[str, int, datetime | None, float]]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+    def _at(self, i: int) -> tuple[str, int, datetime | None, float]:
         t = self.times[i]
         return (self.rels[self.rel_at[i]], self.lines[i], None if t == _NO_TIME else _EPOCH + t * _US, self.values[i])
 

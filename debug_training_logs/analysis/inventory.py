@@ -12,10 +12,11 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
+from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs.attribution import (
     NCCL_INIT_RANK,
     RAY_PREFIX,
@@ -622,7 +623,7 @@ def _pack_scan(layout: tuple[tuple[int, int], ...], s: FileScan) -> tuple[Packed
     return base, shares
 
 
-class _Bases(Sequence[FileScan]):
+class _Bases(LazySequence[FileScan]):
     """Each file's own facts (lines, ranks, head, tail, problem), unpacked on each access: a job's files are read one
     by one and let go, never all held at once."""
 
@@ -632,35 +633,23 @@ class _Bases(Sequence[FileScan]):
     def __len__(self) -> int:
         return len(self.bases)
 
-    @overload
-    def __getitem__(self, i: int) -> FileScan: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[FileScan]: ...
-    def __getitem__(self, i: int | slice) -> FileScan | list[FileScan]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+    def _at(self, i: int) -> FileScan:
         b: FileScan = unpack_item(self.bases[i], 0)
         return replace(b, file=self.found[i])
 
 
-class _Facts(Sequence[FileFacts]):
+class _Facts(LazySequence[FileFacts]):
     def __init__(self, bases: Sequence[Packed]) -> None:
         self.bases = bases
 
     def __len__(self) -> int:
         return len(self.bases)
 
-    @overload
-    def __getitem__(self, i: int) -> FileFacts: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[FileFacts]: ...
-    def __getitem__(self, i: int | slice) -> FileFacts | list[FileFacts]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+    def _at(self, i: int) -> FileFacts:
         return unpack_item(self.bases[i], 1)  # type: ignore[no-any-return]
 
 
-class _Results(Sequence[Any]):
+class _Results(LazySequence[Any]):
     """One consumer's per-file sink results, unpacked on access (the latest one is kept: callers walk
     ``zip(job.files, job.caller_results)``, which asks for each file's result twice in a row)."""
 
@@ -671,15 +660,7 @@ class _Results(Sequence[Any]):
     def __len__(self) -> int:
         return len(self.per_file)
 
-    @overload
-    def __getitem__(self, i: int) -> Any: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[Any]: ...
-    def __getitem__(self, i: int | slice) -> Any:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
+    def _at(self, i: int) -> Any:
         last = self._last  # read once: another thread may walk the same scan
         if last[0] != i:
             last = self._last = (i, unpack(self.per_file[i].sink_result))
@@ -699,7 +680,7 @@ class _Results(Sequence[Any]):
         return None if got is None else got[k]
 
 
-class _Files(Sequence[FileScan]):
+class _Files(LazySequence[FileScan]):
     """One consumer's view of the job's files: each file's facts with its counts (its sink result is not unpacked
     here: read ``JobScan.caller_results``, or :func:`result_item` for one item of it)."""
 
@@ -709,15 +690,7 @@ class _Files(Sequence[FileScan]):
     def __len__(self) -> int:
         return len(self.per_file)
 
-    @overload
-    def __getitem__(self, i: int) -> FileScan: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[FileScan]: ...
-    def __getitem__(self, i: int | slice) -> FileScan | list[FileScan]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
+    def _at(self, i: int) -> FileScan:
         r = self.per_file[i]
         b = self.bases[i]
         b.counts, b.sampled = list(r.counts), set(r.sampled)
@@ -727,7 +700,7 @@ class _Files(Sequence[FileScan]):
 R = TypeVar("R")
 
 
-class PerFile(Sequence[R]):
+class PerFile(LazySequence[R]):
     """Each file's sink result of a scan (or item ``k`` of it, a tuple), unpacked one file at a time on access,
     ``kind(rel)`` where a file's result is not a ``kind`` (its sink returned nothing): a fold walks a job's files
     without holding every file's objects at once."""
@@ -738,13 +711,7 @@ class PerFile(Sequence[R]):
     def __len__(self) -> int:
         return len(self.job.caller_results)
 
-    @overload
-    def __getitem__(self, i: int) -> R: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[R]: ...
-    def __getitem__(self, i: int | slice) -> R | list[R]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+    def _at(self, i: int) -> R:
         got = self.job.caller_results[i] if self.k is None else result_item(self.job, i, self.k)
         return got if isinstance(got, self.kind) else self.kind(self.job.inventory.files[i].rel)  # type: ignore[arg-type]
 
