@@ -30,7 +30,18 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-MAX_BYTES = int(os.environ.get("DEBUG_TRAINING_LOGS_CACHE_MB", "96")) << 20
+
+def _budget_mb(text: str | None, default: int = 96) -> int:
+    """``DEBUG_TRAINING_LOGS_CACHE_MB`` as a whole number of MiB >= 0; a value that is not one leaves the default
+    (a typo in the environment must not stop the server from starting)."""
+    try:
+        mb = int((text or "").strip())
+    except ValueError:
+        return default
+    return mb if mb >= 0 else default
+
+
+MAX_BYTES = _budget_mb(os.environ.get("DEBUG_TRAINING_LOGS_CACHE_MB")) << 20
 """The cache's budget in bytes (estimated): ``DEBUG_TRAINING_LOGS_CACHE_MB``, default 96 MiB. The packed scan results
 of every tool's questions (the server's companions) take ~3.7 KB per rank: ~4 MB for a 1,024-rank job, ~40 MB for
 10,240 ranks, so a server keeps the job it is asked about (and its tables) while the process stays under 300 MB."""

@@ -114,3 +114,10 @@ def test_a_scan_larger_than_the_cache_still_answers_and_the_cache_stays_bounded(
     assert _grep(logs) == roomy  # the scan's own results, not the cache's, answer it
     assert len(passes) == 2 and 0 < tiny.nbytes <= tiny.max_bytes
     assert _grep(logs) == roomy and len(passes) == 3  # too little room to keep the job: read again, same answer
+
+
+@pytest.mark.parametrize(
+    ("text", "mb"), [(None, 96), ("", 96), ("abc", 96), ("-5", 96), ("1.5", 96), (" 32 ", 32), ("0", 0), ("4096", 4096)]
+)
+def test_cache_budget_from_the_environment_never_stops_the_import(text: str | None, mb: int) -> None:
+    assert memo._budget_mb(text) == mb
