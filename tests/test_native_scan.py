@@ -225,6 +225,8 @@ def test_choose_anchors_picks_the_rarest_pair() -> None:
     # theXq: th 3, he 3, eX 2, Xq 1 (times seen); Xqth: Xq 1, qt 2, th 3
     assert mod.choose_anchors(sample, [b"theXq", b"x", b"Xqth"]) == [3, 0, 0]
     assert mod.choose_anchors(b"", [b"ab"]) == [0]
+    with pytest.raises(TypeError, match="every needle must be bytes"):
+        mod.choose_anchors(b"ab", [b"ab", "ab"])
 
 
 ALPHABET = st.sampled_from([b"a", b"b", b"c", b"\n", b"\r", b"\x00", b"\xff", b"\xc3", b" "])

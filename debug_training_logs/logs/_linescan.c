@@ -553,6 +553,32 @@ static PyTypeObject FinderType = {
 /* ----------------------------------------------------------------------------------------------------------------- */
 /* module functions */
 
+/* The (buffer, needles) arguments of choose_anchors and count_literals: *view filled and *seq a fast sequence whose
+ * items are all bytes (non-empty ones when nonempty). On failure an exception is set, nothing is held, -1 returned. */
+static int
+buffer_and_needles(PyObject *args, Py_buffer *view, PyObject **seq, int nonempty)
+{
+    PyObject *needles_obj;
+    if (!PyArg_ParseTuple(args, "y*O", view, &needles_obj))
+        return -1;
+    *seq = PySequence_Fast(needles_obj, "needles must be a sequence of bytes");
+    if (*seq == NULL) {
+        PyBuffer_Release(view);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(*seq); i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(*seq, i);
+        if (!PyBytes_Check(o) || (nonempty && PyBytes_GET_SIZE(o) == 0)) {
+            PyErr_SetString(PyExc_TypeError,
+                            nonempty ? "every needle must be non-empty bytes" : "every needle must be bytes");
+            Py_CLEAR(*seq);
+            PyBuffer_Release(view);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(choose_anchors_doc,
 "choose_anchors(sample, needles) -> list[int]\n\n"
 "Per needle, the offset of its byte pair that occurs least often in sample (ties: the static guess), 0 for\n"
@@ -562,14 +588,9 @@ static PyObject *
 choose_anchors(PyObject *Py_UNUSED(mod), PyObject *args)
 {
     Py_buffer view;
-    PyObject *needles_obj;
-    if (!PyArg_ParseTuple(args, "y*O", &view, &needles_obj))
+    PyObject *seq;
+    if (buffer_and_needles(args, &view, &seq, 0) < 0)
         return NULL;
-    PyObject *seq = PySequence_Fast(needles_obj, "needles must be a sequence of bytes");
-    if (seq == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
     uint32_t *count = PyMem_Calloc(65536, sizeof(uint32_t));
     if (count == NULL) {
         Py_DECREF(seq);
@@ -589,10 +610,6 @@ choose_anchors(PyObject *Py_UNUSED(mod), PyObject *args)
         goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyBytes_Check(o)) {
-            PyErr_SetString(PyExc_TypeError, "every needle must be bytes");
-            goto fail;
-        }
         const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(o);
         Py_ssize_t len = PyBytes_GET_SIZE(o);
         Py_ssize_t k = 0;
@@ -804,14 +821,9 @@ static PyObject *
 count_literals(PyObject *Py_UNUSED(mod), PyObject *args)
 {
     Py_buffer view;
-    PyObject *needles_obj;
-    if (!PyArg_ParseTuple(args, "y*O", &view, &needles_obj))
+    PyObject *seq;
+    if (buffer_and_needles(args, &view, &seq, 1) < 0)
         return NULL;
-    PyObject *seq = PySequence_Fast(needles_obj, "needles must be a sequence of bytes");
-    if (seq == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject *out = NULL;
     /* needles grouped by their first byte (one-byte needles) or first pair; per needle the next offset at which an
@@ -828,10 +840,6 @@ count_literals(PyObject *Py_UNUSED(mod), PyObject *args)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyBytes_Check(o) || PyBytes_GET_SIZE(o) == 0) {
-            PyErr_SetString(PyExc_TypeError, "every needle must be non-empty bytes");
-            goto done;
-        }
         const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(o);
         if (PyBytes_GET_SIZE(o) == 1)
             single_first[s[0] + 1]++;
