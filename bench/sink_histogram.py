@@ -36,7 +36,7 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
     files: list[tuple[Any, Any, int, list[tuple[list[int], int, str]]]] = []
     patterns: list[tuple[str, ...]] = []
     init, on_hit = inventory._CompositeSink.__init__, inventory._CompositeSink.on_hit
-    scan_files = getattr(inventory, "scan_files")  # noqa: B009
+    scan_each = getattr(inventory, "scan_each")  # noqa: B009
 
     def rec_init(self: Any, lf: Any, parts: Any, markers_at: int) -> None:
         init(self, lf, parts, markers_at)
@@ -47,29 +47,33 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
         self.calls.append((list(ids), line_no, line))
         on_hit(self, ids, line_no, line)
 
-    def rec_scan(fs: Any, spec: Any, factory: Any, **kw: Any) -> Any:
+    def rec_scan(fs: Any, spec: Any, factory: Any, *args: Any, **kw: Any) -> Any:
         patterns.append(spec.patterns)
-        return scan_files(fs, spec, factory, **kw)
+        return scan_each(fs, spec, factory, *args, **kw)
 
     setattr(scan, "_worker_count", lambda fs: 1)  # noqa: B010
     setattr(inventory._CompositeSink, "__init__", rec_init)  # noqa: B010
     setattr(inventory._CompositeSink, "on_hit", rec_hit)  # noqa: B010
-    setattr(inventory, "scan_files", rec_scan)  # noqa: B010
+    setattr(inventory, "scan_each", rec_scan)  # noqa: B010
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
             cli.main([*argv, "--json"])
     finally:
         setattr(inventory._CompositeSink, "__init__", init)  # noqa: B010
         setattr(inventory._CompositeSink, "on_hit", on_hit)  # noqa: B010
-        setattr(inventory, "scan_files", scan_files)  # noqa: B010
+        setattr(inventory, "scan_each", scan_each)  # noqa: B010
     return files, patterns[0] if patterns else ()
 
 
-def replay(files: list[tuple[Any, Any, int, list[tuple[list[int], int, str]]]]) -> tuple[float, dict[Key, float]]:
-    """One replay of every recorded call into fresh sinks: (CPU seconds, CPU seconds per (sink, global ids))."""
+def replay(
+    files: list[tuple[Any, Any, int, list[tuple[list[int], int, str]]]],
+) -> tuple[float, dict[Key, float], Counter[Key]]:
+    """One replay of every recorded call into fresh sinks: (CPU seconds, CPU seconds per (sink, global ids), calls
+    per (sink, global ids))."""
     getattr(templates, "_shared", {}).clear()
     clock = time.process_time_ns
     spent: dict[Key, float] = defaultdict(float)
+    hits: Counter[Key] = Counter()
     for lf, parts, k, calls in files:
         sink = inventory._CompositeSink(lf, parts, k)
         offsets = {id(s): off for s, off, _n in sink.parts}
@@ -78,15 +82,19 @@ def replay(files: list[tuple[Any, Any, int, list[tuple[list[int], int, str]]]]) 
             if inv_ids is not None:
                 t = clock()
                 sink.inventory.on_hit(inv_ids, line_no, line)
-                spent[("inventory", tuple(i + k for i in inv_ids))] += clock() - t
+                key: Key = ("inventory", tuple(i + k for i in inv_ids))
+                spent[key] += clock() - t
+                hits[key] += 1
             for part, mine in shares:
                 t = clock()
                 part.on_hit(mine, line_no, line)
-                spent[(type(part).__name__, tuple(i + offsets[id(part)] for i in mine))] += clock() - t
+                key = (type(part).__name__, tuple(i + offsets[id(part)] for i in mine))
+                spent[key] += clock() - t
+                hits[key] += 1
         t = clock()
         sink.finish()
         spent[("finish", ())] += clock() - t
-    return sum(spent.values()) / 1e9, {key: ns / 1e9 for key, ns in spent.items()}
+    return sum(spent.values()) / 1e9, {key: ns / 1e9 for key, ns in spent.items()}, hits
 
 
 def main() -> int:
@@ -101,17 +109,7 @@ def main() -> int:
         return 1
     gc.set_threshold(*cli.GC_THRESHOLDS)
     runs = sorted((replay(files) for _ in range(args.rounds)), key=lambda r: r[0])
-    total, spent = runs[len(runs) // 2]
-    hits: Counter[Key] = Counter()
-    for lf, parts, k, recorded in files:
-        sink = inventory._CompositeSink(lf, parts, k)
-        offsets = {id(s): off for s, off, _n in sink.parts}
-        for call_ids, _n, _line in recorded:
-            inv_ids, shares = sink._route(call_ids)
-            if inv_ids is not None:
-                hits[("inventory", tuple(i + k for i in inv_ids))] += 1
-            for part, mine in shares:
-                hits[(type(part).__name__, tuple(i + offsets[id(part)] for i in mine))] += 1
+    total, spent, hits = runs[len(runs) // 2]
     n, k = len(files), files[0][2]
     total_calls = sum(len(f[3]) for f in files)
     print(
