@@ -103,7 +103,7 @@ class _Budget:
 
 
 _BUDGET: _Budget | None = None
-"""The budget of the search in progress (set by :func:`scan_files` before worker processes fork)."""
+"""The budget of the search in progress (set by :func:`scan_each` before worker processes fork)."""
 
 
 def _budget() -> _Budget:
