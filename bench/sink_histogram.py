@@ -38,10 +38,10 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
     init, on_hit = inventory._CompositeSink.__init__, inventory._CompositeSink.on_hit
     scan_each = getattr(inventory, "scan_each")  # noqa: B009
 
-    def rec_init(self: Any, lf: Any, parts: Any, markers_at: int) -> None:
-        init(self, lf, parts, markers_at)
+    def rec_init(self: Any, lf: Any, parts: Any, markers_at: int, markers: Any = inventory.MARKERS) -> None:
+        init(self, lf, parts, markers_at, markers)
         self.calls = []
-        files.append((lf, parts, markers_at, self.calls))
+        files.append((lf, (parts, markers), markers_at, self.calls))
 
     def rec_hit(self: Any, ids: list[int], line_no: int, line: str) -> None:
         self.calls.append((list(ids), line_no, line))
@@ -75,7 +75,7 @@ def replay(
     spent: dict[Key, float] = defaultdict(float)
     hits: Counter[Key] = Counter()
     for lf, parts, k, calls in files:
-        sink = inventory._CompositeSink(lf, parts, k)
+        sink = inventory._CompositeSink(lf, parts[0], k, parts[1])  # (consumers' sinks, inventory markers)
         offsets = {id(s): off for s, off, _n in sink.parts}
         for ids, line_no, line in calls:
             inv_ids, shares = sink._route(ids)
@@ -119,7 +119,8 @@ def main() -> int:
     print(f"{'sink':13} {'hits/file':>9} {'us/hit':>7} {'ms':>7}  patterns")
     for key, sec in sorted(spent.items(), key=lambda kv: -kv[1])[: args.top]:
         role, key_ids = key
-        names = [inventory.MARKERS[i - k].name if i >= k else patterns[i].replace("\\", "")[:28] for i in key_ids]
+        markers = files[0][1][1]
+        names = [markers[i - k].name if i >= k else patterns[i].replace("\\", "")[:28] for i in key_ids]
         got = hits.get(key, 0)
         print(f"{role:13} {got / n:9.1f} {sec * 1e6 / max(got, 1):7.1f} {sec * 1e3:7.1f}  {', '.join(names)[:90]}")
     return 0

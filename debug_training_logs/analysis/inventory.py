@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -154,16 +156,18 @@ class FileFacts:
 
 
 class InventorySink:
-    """Collects :class:`FileFacts` from the inventory markers' hits in one file."""
+    """Collects :class:`FileFacts` from the inventory markers' hits in one file (``markers``: the scan's marker set,
+    whose ids the hits carry)."""
 
-    def __init__(self, lf: LogFile) -> None:
+    def __init__(self, lf: LogFile, markers: tuple[Marker, ...] = MARKERS) -> None:
         self.facts = FileFacts(rel=lf.rel)
+        self.markers = markers
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
         f = self.facts
         text = strip_ansi(line)
         for pid in pattern_ids:
-            name = MARKERS[pid].name
+            name = self.markers[pid].name
             f.markers[name] = f.markers.get(name, 0) + 1
             f.first_marker_line.setdefault(name, (line_no, text[:300]))
             if name == "nccl_init":
@@ -247,10 +251,16 @@ class _CompositeSink:
     """Routes one file's hits: each consumer's pattern ids (shifted back to its own 0..k-1) to its sink, the
     inventory markers' to an :class:`InventorySink` (one scan, every consumer)."""
 
-    def __init__(self, lf: LogFile, parts: tuple[tuple[SinkFactory | None, int, int], ...], markers_at: int) -> None:
+    def __init__(
+        self,
+        lf: LogFile,
+        parts: tuple[tuple[SinkFactory | None, int, int], ...],
+        markers_at: int,
+        markers: tuple[Marker, ...] = MARKERS,
+    ) -> None:
         self.parts = [(f(lf) if f is not None else None, off, k) for f, off, k in parts]
         self.markers_at = markers_at
-        self.inventory = InventorySink(lf)
+        self.inventory = InventorySink(lf, markers)
         self._routes: dict[tuple[int, ...], tuple[list[int] | None, list[tuple[Sink, list[int]]]]] = {}
         """Id set -> (the inventory's ids, each sink's ids): a file repeats a few sets, each split once."""
 
@@ -286,9 +296,9 @@ class _CompositeSink:
 
 
 def _composite_sink(
-    parts: tuple[tuple[SinkFactory | None, int, int], ...], markers_at: int, lf: LogFile
+    parts: tuple[tuple[SinkFactory | None, int, int], ...], markers_at: int, markers: tuple[Marker, ...], lf: LogFile
 ) -> _CompositeSink:
-    return _CompositeSink(lf, parts, markers_at)
+    return _CompositeSink(lf, parts, markers_at, markers)
 
 
 LineKeep = Callable[[str, int, str], bool]
@@ -521,6 +531,44 @@ def _factory_name(f: SinkFactory | None) -> str:
 _BASE = "inventory"
 """Cache key of a file's own facts (lines, ranks, head, tail, problem, inventory markers)."""
 
+COVERAGE_MARKERS: frozenset[str] = frozenset(
+    {"nccl_init", "lightning_member", "world_size_kv", "world_size_launcher", "default_pg_size", "child_failed", "ray"}
+)
+"""The markers a job's coverage comes from: each file's global ranks (Ray ``[rank=N]`` prefixes, Lightning
+``GLOBAL_RANK``, the world communicator's NCCL init lines, the torchrun failure table) and the world size with its
+evidence. An inventory scanned with only these has the same files, ranks, world size and evidence, missing ranks,
+line counts, year hint and start/end as the full one (the rest comes from the scan engine: ``[rankN]:`` prefixes,
+each file's head and tail); its ``markers``, ``marker_examples``, ``nodes`` and versions are partial."""
+
+_lean: ContextVar[frozenset[str] | None] = ContextVar("lean_inventory", default=None)
+
+
+@contextmanager
+def lean_inventory(markers: frozenset[str] = COVERAGE_MARKERS) -> Iterator[None]:
+    """Within the block, a job scan that reads files searches only the inventory ``markers`` (for a tool that reads
+    nothing of the inventory but what they give, e.g. the NCCL table reads coverage, line counts and the year): fewer
+    literals, fewer candidate lines, fewer hits through Python. A file's full inventory in the scan cache still
+    serves; a lean one is cached under its own key, so it never answers a tool that needs the full inventory.
+
+    Not applied while companions are in force (:func:`~debug_training_logs.analysis.scan_cache.companions`: a
+    server scans every tool's consumers in its first scan, and the tools after it need the full inventory)."""
+    token = _lean.set(markers if not companions() else None)
+    try:
+        yield
+    finally:
+        _lean.reset(token)
+
+
+def _markers_in_force() -> tuple[tuple[Marker, ...], str]:
+    """The inventory markers a scan searches now and the cache key of the file facts they give."""
+    lean = _lean.get()
+    if lean is None:
+        return MARKERS, _BASE
+    chosen = tuple(m for m in MARKERS if m.name in lean)
+    if len(chosen) == len(MARKERS):
+        return MARKERS, _BASE
+    return chosen, f"{_BASE}[{','.join(m.name for m in chosen)}]"
+
 
 def scan_consumers(
     logs_dir: str | Path, consumers: Sequence[Consumer], *, files: Sequence[LogFile] | None = None
@@ -540,9 +588,12 @@ def scan_consumers(
             raise ValueError("consumers of one scan share one case mode")
         wanted.setdefault(c.key, c)
     fkeys = [file_key(lf) for lf in found]
+    markers, base_key = _markers_in_force()
+    # a file's full facts serve a lean scan too (a superset: the same lines give the same coverage facts)
+    base_keys = (_BASE,) if base_key == _BASE else (_BASE, base_key)
 
-    def ckey(c: Consumer | None, lf: LogFile) -> str:
-        return f"{c.key if c is not None else _BASE}|{lf.rel}"
+    def ckey(c: Consumer | None, lf: LogFile, base: str = base_key) -> str:
+        return f"{c.key if c is not None else base}|{lf.rel}"
 
     # Every entry this call reads, held from the moment it is found: the cache is bounded, so this scan's own puts
     # may push out an entry that was there when the files to read were chosen (or one of this scan's own).
@@ -552,11 +603,12 @@ def scan_consumers(
         key = (j, c.key if c is not None else _BASE)
         if key in held:
             return False
-        got = CACHE.get(fkeys[j], ckey(c, found[j]))
-        if got is None:
-            return True
-        held[key] = got
-        return False
+        for base in base_keys if c is None else (base_key,):
+            got = CACHE.get(fkeys[j], ckey(c, found[j], base))
+            if got is not None:
+                held[key] = got
+                return False
+        return True
 
     need = [j for j in range(len(found)) if missing(j, None) or any(missing(j, c) for c in consumers)]
     if need:
@@ -569,16 +621,16 @@ def scan_consumers(
             dense_flags += [i in c.dense for i in range(len(c.patterns))]
             pats += c.patterns
         k = len(pats)
-        caps = (None,) * k + tuple(m.cap for m in MARKERS)
-        dense_flags += [m.dense for m in MARKERS]
+        caps = (None,) * k + tuple(m.cap for m in markers)
+        dense_flags += [m.dense for m in markers]
         spec = PatternSpec(
-            tuple(pats) + tuple(m.regex for m in MARKERS),
+            tuple(pats) + tuple(m.regex for m in markers),
             ignore_case,
             max_hits=caps,
             dense=tuple(dense_flags) if any(dense_flags) else None,
         )
         parts = tuple((c.sink, off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
-        factory = functools.partial(_composite_sink, parts, k)
+        factory = functools.partial(_composite_sink, parts, k, markers)
         layout = tuple((off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
         packer = functools.partial(_pack_scan, layout)
         job_files = [found[j] for j in need]

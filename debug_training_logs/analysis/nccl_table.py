@@ -41,7 +41,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from debug_training_logs.analysis.inventory import Inventory, LineKeep, PerFile, missing_set, missing_text, scan_job
+from debug_training_logs.analysis.inventory import (
+    Inventory,
+    LineKeep,
+    PerFile,
+    lean_inventory,
+    missing_set,
+    missing_text,
+    scan_job,
+)
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
@@ -1094,7 +1102,8 @@ def nccl_state_table(
 
     ``world_size``: the job's world size as the caller knows it (the launch command), for logs that do not state it.
     ``keep``: only those lines (one attempt's, :mod:`~debug_training_logs.analysis.attempts`)."""
-    job = scan_job(logs_dir, NCCL_PATTERNS, NcclSink, files=files, keep=keep)
+    with lean_inventory():  # the table reads coverage, line counts and the year of the inventory, nothing else
+        job = scan_job(logs_dir, NCCL_PATTERNS, NcclSink, files=files, keep=keep)
     return build_table(list(PerFile(job, FileEvents)), job.inventory, job.coverage(), limit, world_size=world_size)
 
 

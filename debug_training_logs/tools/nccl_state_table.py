@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis import nccl_table as analysis
-from debug_training_logs.analysis.inventory import consumer_for
+from debug_training_logs.analysis.inventory import consumer_for, lean_inventory
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.models import Coverage, Evidence
 from debug_training_logs.paths import input_dir
@@ -351,16 +351,18 @@ def nccl_state_table(
     `ranks` (those ranks' rows) or `offset`/`limit` (every row, page by page).
     """
     root = input_dir(logs_dir)
-    split, chosen = choose(root, attempt, consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink))  # one pass
-    keep = split.keeper(chosen) if chosen is not None else None
     wanted = _parse_ranks(ranks)
-    # Pages and rank filters of the same logs reuse one scan (the table is computed from every row either way).
-    table = cached(
-        "nccl_state_table",
-        root,
-        (world_size, chosen),
-        lambda: analysis.nccl_state_table(root, limit=ALL, world_size=world_size, keep=keep),
-    )
+    # one pass for the attempts and the table; of the inventory, the table reads only what coverage comes from
+    with lean_inventory():
+        split, chosen = choose(root, attempt, consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink))
+        keep = split.keeper(chosen) if chosen is not None else None
+        # Pages and rank filters of the same logs reuse one scan (the table is computed from every row either way).
+        table = cached(
+            "nccl_state_table",
+            root,
+            (world_size, chosen),
+            lambda: analysis.nccl_state_table(root, limit=ALL, world_size=world_size, keep=keep),
+        )
     order = {p.pg: i for i, p in enumerate(table.process_groups)}
     rows = sorted(table.rows, key=lambda r: (order.get(r.pg, len(order)), r.rank))
     if offset is None and wanted is None:
