@@ -288,3 +288,24 @@ def test_a_server_keeps_the_full_inventory(monkeypatch: pytest.MonkeyPatch, tmp_
         assert seen == []  # the first scan kept every marker: the overview reads nothing
     finally:
         set_default_companions(())
+
+
+def test_one_inventory_per_job_and_a_changed_file_builds_a_new_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    logs = _write(tmp_path)
+    built: list[int] = []
+    real = inventory._build_inventory
+
+    def counting(*a: Any, **k: Any) -> Any:
+        built.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(inventory, "_build_inventory", counting)
+    first = tool.nccl_state_table(str(logs)).model_dump(mode="json")
+    assert len(built) == 1  # the attempt split's scan and the table's own (a cache hit) share it
+    assert first["coverage"]["world_size"] == 8
+    with (logs / "node-1.out").open("a") as fh:
+        fh.write("Initializing distributed: GLOBAL_RANK: 8, MEMBER: 9/9\n")
+    again = tool.nccl_state_table(str(logs)).model_dump(mode="json")
+    assert len(built) == 2 and again["coverage"]["world_size"] == 9 and again["coverage"]["ranks_found"] == "0-8"

@@ -648,8 +648,8 @@ def scan_consumers(
         return held[(j, c.key if c is not None else _BASE)]
 
     bases: list[Packed] = [lookup(j, None) for j in range(len(found))]
+    inventory = _inventory_of(found, bases, skipped)
     view = _Bases(found, bases)
-    inventory = _build_inventory(view, _Facts(bases), skipped)
     out: dict[str, JobScan] = {}
     for c in consumers:
         per_file: list[FileResult] = [lookup(j, c) for j in range(len(found))]
@@ -657,6 +657,29 @@ def scan_consumers(
             root=root, files=_Files(view, per_file), caller_results=_Results(per_file), inventory=inventory
         )
     return out
+
+
+_LAST_INVENTORY: tuple[tuple[Packed, ...], tuple[LogFile, ...], tuple[Skipped, ...], Inventory] | None = None
+"""The latest inventory built and what it was built from: a tool that splits attempts first (one scan) and then
+scans for its own consumers (a cache hit) asks for the same job's inventory twice in a row."""
+
+
+def _inventory_of(found: Sequence[LogFile], bases: list[Packed], skipped: list[Skipped]) -> Inventory:
+    """The job's inventory from each file's packed facts; built again only when the facts are not the very objects
+    (``is``) the latest one was built from (cache entries are never changed in place: a changed file is a new entry)."""
+    global _LAST_INVENTORY
+    last = _LAST_INVENTORY  # read once: another thread may replace it
+    if (
+        last is not None
+        and len(last[0]) == len(bases)
+        and all(a is b for a, b in zip(last[0], bases, strict=True))
+        and last[1] == tuple(found)
+        and last[2] == tuple(skipped)
+    ):
+        return last[3]
+    inventory = _build_inventory(_Bases(found, bases), _Facts(bases), skipped)
+    _LAST_INVENTORY = (tuple(bases), tuple(found), tuple(skipped), inventory)
+    return inventory
 
 
 def _pack_scan(layout: tuple[tuple[int, int], ...], s: FileScan) -> tuple[Packed, list[FileResult]]:

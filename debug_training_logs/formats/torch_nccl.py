@@ -607,7 +607,27 @@ def find_header(text: str) -> tuple[Header | None, int]:
     return None, 0
 
 
+_SHARED_MAX = 4096
+"""Distinct PG prefixes (and WorkNCCL records) a process keeps to hand out again (see :func:`_pg_from`)."""
+_PG_SEEN: dict[str, PGPrefix] = {}
+_WORK_SEEN: dict[str, Work | None] = {}
+
+
 def _pg_from(m: re.Match[str]) -> PGPrefix:
+    """The PG prefix ``m`` matched. The same prefix text gives the same object (its groups depend on the matched text
+    alone: the regex has no look-around or anchor), so a file's lines share it: a rank writes its PG prefix on every
+    line, and one object is pickled once per file result and rebuilt once when unpacked."""
+    key = m.group(0)
+    got = _PG_SEEN.get(key)
+    if got is None:
+        got = _pg_build(m)
+        if len(_PG_SEEN) >= _SHARED_MAX:
+            _PG_SEEN.clear()
+        _PG_SEEN[key] = got
+    return got
+
+
+def _pg_build(m: re.Match[str]) -> PGPrefix:
     pg_id, guid, desc5, name, desc4, rank = m.group("id", "guid", "desc5", "name", "desc4", "rank")
     if pg_id is not None:
         return PGPrefix("guid", pg_id, guid, desc5 or None, int(rank))
@@ -637,11 +657,19 @@ def _int(v: str | None) -> int | None:
 
 
 def _work(m: re.Match[str]) -> Work | None:
-    f = _WORK_FIELDS.search(m.group("work"))
-    if f is None:
-        return None
-    seq, op, nin, nout, shape, timeout = f.group("seq", "op", "nin", "nout", "shape", "timeout")
-    return Work(_int(seq), op, _int(nin), _int(nout), shape, int(timeout))
+    """The WorkNCCL record of ``m`` (a function of its text: every rank of a collective shares one object)."""
+    text = m.group("work")
+    if text in _WORK_SEEN:
+        return _WORK_SEEN[text]
+    f = _WORK_FIELDS.search(text)
+    got = None
+    if f is not None:
+        seq, op, nin, nout, shape, timeout = f.group("seq", "op", "nin", "nout", "shape", "timeout")
+        got = Work(_int(seq), op, _int(nin), _int(nout), shape, int(timeout))
+    if len(_WORK_SEEN) >= _SHARED_MAX:
+        _WORK_SEEN.clear()
+    _WORK_SEEN[text] = got
+    return got
 
 
 def _timeout_event(text: str, start: int) -> WatchdogTimeout | None:
