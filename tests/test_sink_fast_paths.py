@@ -42,7 +42,7 @@ def _plain_text(line: str) -> str:
 def test_nccl_pretests_hold_on_every_family_prefix_and_wrap(version: str) -> None:
     lines = _matrix_lines(version)
     assert len(lines) > 1000
-    headers = dumps = timeouts = 0
+    headers = dumps = timeouts = statuses = 0
     for line in lines:
         text = tn._text(line)
         assert text == _plain_text(line), line
@@ -58,7 +58,14 @@ def test_nccl_pretests_hold_on_every_family_prefix_and_wrap(version: str) -> Non
         if tn._TIMEOUT.search(text) is not None:
             timeouts += 1
             assert "WorkNCCL(" in text, line
+        for family, rx in tn._STATUS:
+            if rx.search(text) is not None:
+                statuses += 1
+                assert tn._STATUS_WORD[family] in text, line
+        if tn._GLOBAL_RANK.match(line) is not None:
+            assert tn._starts_new_record(line), line  # the fast path's answer for lines opening with [rankN]:
     assert headers and timeouts
+    assert statuses or version in ("2.0", "2.1", "2.2")  # status lines exist from 2.3 on
     assert dumps or version in ("2.0", "2.1", "2.2")  # the dump signal exists from 2.3 on
 
 

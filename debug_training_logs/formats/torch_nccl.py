@@ -222,6 +222,10 @@ _DUMP: Final = (
 )
 
 
+_STATUS_WORD: Final = {"failure_detected": "sequence", "exception_detected": "either", "timeout_at": "Timeout"}
+"""A word each :data:`_STATUS` regex holds whole: a line without it skips that regex (every dump-signal line holds
+``work``, and was searched for the three status wordings before)."""
+
 _DUMP_WORD: Final = {"2.3": "start", "2.4": "start", "2.5+": "best"}
 """A word each family's :data:`_DUMP` messages hold whole (``will start to dump`` / ``try our best``): lines without it
 skip that family's regexes."""
@@ -737,6 +741,8 @@ def parse_message(text: str, start: int = 0) -> Event | None:
                 )
     if "work" in text:
         for family, rx in _STATUS:
+            if _STATUS_WORD[family] not in text:
+                continue
             s = rx.search(text, start)
             if s is not None:
                 return StatusLine(
@@ -979,6 +985,12 @@ def starts_new_record(line: str) -> bool:
     Strict on purpose: a wrapped piece may begin with ``[PG ID ...`` or ``[Rank 3]`` (the break fell before it), so
     a bare ``[`` is not a record start; a c10/glog header, ``[rankN]:``, a launcher prefix, a known record opening or a
     line that ends inside such an opener is."""
+    if line.startswith("[rank") and _GLOBAL_RANK.match(line) is not None:
+        return True  # what :func:`_starts_new_record` says of such a line, without removing prefixes first
+    return _starts_new_record(line)
+
+
+def _starts_new_record(line: str) -> bool:
     text = strip_ansi(line)
     if not text.strip():
         return True
