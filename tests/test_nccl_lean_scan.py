@@ -309,3 +309,16 @@ def test_one_inventory_per_job_and_a_changed_file_builds_a_new_one(
         fh.write("Initializing distributed: GLOBAL_RANK: 8, MEMBER: 9/9\n")
     again = tool.nccl_state_table(str(logs)).model_dump(mode="json")
     assert len(built) == 2 and again["coverage"]["world_size"] == 9 and again["coverage"]["ranks_found"] == "0-8"
+
+
+RESTARTED = sorted(
+    p for base in ("real_torch", "real_torch_2_14") for p in (FIXTURES / base).glob("restart*/*logs") if p.is_dir()
+)
+
+
+@pytest.mark.parametrize("attempt", [None, 0, 1])
+@pytest.mark.parametrize("logs", RESTARTED, ids=[str(p.relative_to(FIXTURES)) for p in RESTARTED])
+def test_restarted_jobs_every_attempt(monkeypatch: pytest.MonkeyPatch, logs: Path, attempt: int | None) -> None:
+    got = assert_lean_equals_full(monkeypatch, logs, attempt=attempt)
+    if attempt is not None:  # the table is one attempt's lines: a second scan, with a line filter
+        assert len(got["attempts"]) >= 2 and got["attempt"] == attempt
