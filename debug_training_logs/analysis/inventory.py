@@ -538,7 +538,8 @@ COVERAGE_MARKERS: frozenset[str] = frozenset(
 ``GLOBAL_RANK``, the world communicator's NCCL init lines, the torchrun failure table) and the world size with its
 evidence. An inventory scanned with only these has the same files, ranks, world size and evidence, missing ranks,
 line counts, year hint and start/end as the full one (the rest comes from the scan engine: ``[rankN]:`` prefixes,
-each file's head and tail); its ``markers``, ``marker_examples``, ``nodes`` and versions are partial."""
+each file's head and tail); its ``markers``, ``marker_examples``, ``nodes`` (and each file's ``node``) and versions
+are partial."""
 
 _lean: ContextVar[frozenset[str] | None] = ContextVar("lean_inventory", default=None)
 
