@@ -46,7 +46,7 @@ from array import array
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import accumulate, pairwise
 from pathlib import Path
@@ -390,8 +390,45 @@ class EvidenceSink:
                     series = out.memory_mb[rank] = _Series()
                 series.add(line_no, wt, float(mm.group(1)))
 
-    def finish(self) -> tuple[_FileHits, FileEvents, WorkerClockFacts]:
-        return self.out, self.nccl.finish(), self.clock.finish()
+    def finish(self) -> tuple[_FileHits, FileEvents, WorkerClockFacts, _FileSeries]:
+        return _without_series(self.out), self.nccl.finish(), self.clock.finish(), _file_series(self.out)
+
+
+@dataclass
+class _FileSeries:
+    """One file's step-time and memory series as flat arrays per rank (made in the scan's worker process, so the main
+    process only joins arrays): per kind ("step", "memory"), rank -> (lines, times, values), times in microseconds
+    since 1970 on the worker clock or :data:`_NO_TIME`. A rank's series whose points include a time without a year
+    (it needs the job's year, known only once every file is read) is kept as its points instead (``raw``)."""
+
+    arrays: dict[str, dict[int | None, tuple[array[int], array[int], array[float]]]] = field(default_factory=dict)
+    raw: dict[str, dict[int | None, list[tuple[int, WallTime | None, float]]]] = field(default_factory=dict)
+
+
+def _without_series(fh: _FileHits) -> _FileHits:
+    """``fh`` without its series (they travel as :class:`_FileSeries`)."""
+    return replace(fh, step_ms={}, memory_mb={})
+
+
+def _file_series(fh: _FileHits) -> _FileSeries:
+    out = _FileSeries()
+    for kind, per_rank in (("step", fh.step_ms), ("memory", fh.memory_mb)):
+        arrays: dict[int | None, tuple[array[int], array[int], array[float]]] = {}
+        raw: dict[int | None, list[tuple[int, WallTime | None, float]]] = {}
+        for rank, s in per_rank.items():
+            if any(wt is not None and wt.year is None for _ln, wt, _v in s.points):
+                raw[rank] = s.points
+                continue
+            times = array("q")
+            for _ln, wt, _v in s.points:
+                t = with_year(wt, None) if wt is not None else None  # the line's own year
+                times.append(_NO_TIME if t is None else (t - _EPOCH) // _US)
+            arrays[rank] = (array("q", [p[0] for p in s.points]), times, array("d", [p[2] for p in s.points]))
+        if arrays:
+            out.arrays[kind] = arrays
+        if raw:
+            out.raw[kind] = raw
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -757,14 +794,22 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
                 rr = rank_of(rel, r)
                 if rr is not None:
                     counts_by_rank[name][rr] += n
-        for key, per_rank in (("step", fh.step_ms), ("memory", fh.memory_mb)):
-            for r, s in per_rank.items():
+        fseries = result_item(job, j, 3)
+        for key in ("step", "memory"):
+            for r, arrays in fseries.arrays.get(key, {}).items():
                 rr = rank_of(rel, r)
                 if rr is not None:
                     b = series[key].get(rr)
                     if b is None:
                         b = series[key][rr] = _SeriesBuilder()
-                    b.add(rel, s.points, year)
+                    b.add_arrays(rel, *arrays)
+            for r, points in fseries.raw.get(key, {}).items():
+                rr = rank_of(rel, r)
+                if rr is not None:
+                    b = series[key].get(rr)
+                    if b is None:
+                        b = series[key][rr] = _SeriesBuilder()
+                    b.add(rel, points, year)
         for r, (n, host) in fh.rank_host.items():
             if n >= hosts.get(r, (0, ""))[0]:
                 hosts[r] = (n, host)
@@ -814,9 +859,20 @@ class _SeriesBuilder:
             self.times.append(_NO_TIME if t is None else (t - _EPOCH) // _US)
             self.values.append(v)
 
+    def add_arrays(self, rel: str, lines: array[int], times: array[int], values: array[float]) -> None:
+        """The points of one file, as :class:`_FileSeries` holds them (times already on the worker clock)."""
+        if not self.rels or self.rels[-1] != rel:
+            self.rels.append(rel)
+        self.rel_at.extend(array("l", [len(self.rels) - 1]) * len(lines))
+        self.lines.extend(lines)
+        self.times.extend(times)
+        self.values.extend(values)
+
     def points(self) -> PointSeries:
         """The points in (file, line) order (stable: equal keys keep the order they came in)."""
         rels, rel_at, lines = self.rels, self.rel_at, self.lines
+        if len(rels) == 1 and lines.tolist() == sorted(lines):  # one file's points, in line order
+            return PointSeries(rels, rel_at, lines, self.times, self.values)
         order = sorted(range(len(lines)), key=lambda i: (rels[rel_at[i]], lines[i]))
         if order == list(range(len(lines))):
             return PointSeries(rels, rel_at, lines, self.times, self.values)
@@ -1212,19 +1268,25 @@ def series_jumps(series: Series, factor: float) -> list[SeriesJump]:
     for rank, points in sorted(series.items()):
         if len(points) < SERIES_BASELINE_POINTS + SERIES_SUSTAIN_POINTS:
             continue
-        baseline = statistics.median(v for *_, v in points[:SERIES_BASELINE_POINTS])
+        values = _values(points)
+        baseline = statistics.median(values[:SERIES_BASELINE_POINTS])
         if baseline <= 0:
             continue
         run = 0
         high = factor * baseline
-        for i in range(SERIES_BASELINE_POINTS, len(points)):
-            run = run + 1 if points[i][-1] >= high else 0
+        for i in range(SERIES_BASELINE_POINTS, len(values)):
+            run = run + 1 if values[i] >= high else 0
             if run == SERIES_SUSTAIN_POINTS:
                 rel, ln, t, _ = points[i - SERIES_SUSTAIN_POINTS + 1]
-                peak = max(v for *_, v in points[i - SERIES_SUSTAIN_POINTS + 1 :])
+                peak = max(values[i - SERIES_SUSTAIN_POINTS + 1 :])
                 out.append(SeriesJump(rank, rel, baseline, peak, ln, t, f"{baseline:.0f} -> {peak:.0f}"))
                 break
     return out
+
+
+def _values(points: Sequence[tuple[str, int, datetime | None, float]]) -> Sequence[float]:
+    """A series' values alone (a :class:`PointSeries`' own array: no point is made)."""
+    return points.values if isinstance(points, PointSeries) else [v for *_, v in points]
 
 
 def memory_creep(series: Series) -> list[SeriesJump]:
@@ -1233,7 +1295,7 @@ def memory_creep(series: Series) -> list[SeriesJump]:
     for rank, points in sorted(series.items()):
         if len(points) < SERIES_BASELINE_POINTS:
             continue
-        values = [v for *_, v in points]
+        values = _values(points)
         rises = sum(1 for a, b in pairwise(values) if b > a)
         if values[0] > 0 and values[-1] >= MEMORY_CREEP_FACTOR * values[0] and rises >= 0.7 * (len(values) - 1):
             rel, ln, t, _ = points[0]

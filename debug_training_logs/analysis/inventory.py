@@ -725,24 +725,43 @@ def result_item(job: JobScan, i: int, k: int) -> Any:
     return None if r is None else r[k]
 
 
-def _file_ranks(scan: FileScan, facts: FileFacts, world_size: int | None) -> tuple[set[int], str]:
-    """Every global rank the file shows, from every source that names a global rank (their union: a file can carry
-    ``[rankN]:`` lines for some ranks and only Lightning/NCCL lines for others); the file name only as a last resort."""
+@dataclass(frozen=True, slots=True)
+class _RankSources:
+    """What :func:`_ranks_of` reads of one file, taken from its scan and facts once (the inventory asks twice: before
+    and after the world size is known)."""
+
+    rel: str
+    prefixes: set[int]
+    ray: set[int]
+    lightning: set[int]
+    nccl_ranks: dict[int, int]
+    srun: set[int]
+    """``srun --label`` task ids of the head and tail (only read when no other source names a rank; only computed
+    when none of the sources but NCCL's does)."""
+
+    @staticmethod
+    def of(scan: FileScan, facts: FileFacts) -> _RankSources:
+        prefixes, ray, lightning = set(scan.ranks), set(facts.ray_ranks), set(facts.member_ranks)
+        srun = set() if prefixes or ray or lightning else _srun_labels(scan.head + scan.tail)
+        return _RankSources(scan.file.rel, prefixes, ray, lightning, facts.nccl_ranks, srun)
+
+
+def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]:
     found: dict[str, set[int]] = {
-        "[rankN]: prefixes": set(scan.ranks),
-        "Ray [rank=N] prefixes": set(facts.ray_ranks),
-        "Lightning GLOBAL_RANK lines": set(facts.member_ranks),
+        "[rankN]: prefixes": src.prefixes,
+        "Ray [rank=N] prefixes": src.ray,
+        "Lightning GLOBAL_RANK lines": src.lightning,
     }
     if world_size is not None:
         found["NCCL init 'rank R nranks N' of the world communicator"] = {
-            r for r, n in facts.nccl_ranks.items() if n == world_size
+            r for r, n in src.nccl_ranks.items() if n == world_size
         }
     if not any(found.values()):
-        found["srun --label task ids"] = _srun_labels(scan.head + scan.tail)
+        found["srun --label task ids"] = src.srun
     ranks = set().union(*found.values())
     if ranks:
         return ranks, ", ".join(name for name, rs in found.items() if rs)
-    name_rank = file_name_rank(scan.file.rel)
+    name_rank = file_name_rank(src.rel)
     if name_rank is not None:
         return {name_rank}, "file name"
     return set(), "none"
@@ -837,25 +856,35 @@ def _world_comm(facts: Sequence[FileFacts], known: dict[str, set[int]]) -> tuple
     return None
 
 
-def _times(scans: Sequence[FileScan], year_hint: int | None) -> tuple[TimePoint | None, TimePoint | None]:
+def _file_times(s: FileScan) -> tuple[TimePoint | None, TimePoint | None]:
+    """The file's first timed line of its head and last timed line of its tail."""
+    first: TimePoint | None = None
+    last: TimePoint | None = None
+    for i, ln in enumerate(s.head):
+        t = parse_wall_time(ln)
+        if t is not None:
+            first = TimePoint(t, s.file.rel, i + 1, ln[:300])
+            break
+    first_tail = s.lines - len(s.tail) + 1
+    for j in range(len(s.tail) - 1, -1, -1):
+        t = parse_wall_time(s.tail[j])
+        if t is not None:
+            last = TimePoint(t, s.file.rel, first_tail + j, s.tail[j][:300])
+            break
+    return first, last
+
+
+def _earliest_latest(
+    ends: Sequence[tuple[TimePoint | None, TimePoint | None]], year_hint: int | None
+) -> tuple[TimePoint | None, TimePoint | None]:
+    """The earliest of the files' first times and the latest of their last ones (the first file wins a tie)."""
     start: TimePoint | None = None
     end: TimePoint | None = None
-    for s in scans:
-        for i, ln in enumerate(s.head):
-            t = parse_wall_time(ln)
-            if t is not None:
-                tp = TimePoint(t, s.file.rel, i + 1, ln[:300])
-                if start is None or _key(t, year_hint) < _key(start.time, year_hint):
-                    start = tp
-                break
-        first_tail = s.lines - len(s.tail) + 1
-        for j in range(len(s.tail) - 1, -1, -1):
-            t = parse_wall_time(s.tail[j])
-            if t is not None:
-                tp = TimePoint(t, s.file.rel, first_tail + j, s.tail[j][:300])
-                if end is None or _key(t, year_hint) > _key(end.time, year_hint):
-                    end = tp
-                break
+    for first, last in ends:
+        if first is not None and (start is None or _key(first.time, year_hint) < _key(start.time, year_hint)):
+            start = first
+        if last is not None and (end is None or _key(last.time, year_hint) > _key(end.time, year_hint)):
+            end = last
     return start, end
 
 
@@ -873,15 +902,49 @@ def _year_hint(scans: Sequence[FileScan]) -> int | None:
 
 
 def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skipped: list[Skipped]) -> Inventory:
-    known = {f.rel: _file_ranks(s, f, None)[0] for s, f in zip(scans, facts, strict=True)}
-    world_size, ws_evidence = _world_size(facts, known)
+    """The job's inventory, reading each file's scan and facts once (they are unpacked on each access): what the
+    world size and the time bounds need of a file is kept, small, until every file is read."""
+    sources: list[_RankSources] = []
+    world_facts: list[FileFacts] = []  # only what _world_size reads
+    per_file: list[tuple[LogFile, int, str | None, FileFacts]] = []  # (file, lines, problem, hosts and failures)
+    ends: list[tuple[TimePoint | None, TimePoint | None]] = []
+    markers: dict[str, int] = {}
+    examples: dict[str, tuple[str, int, str]] = {}
+    nccl_versions: set[str] = set()
+    torch_versions: set[str] = set()
+    year: int | None = None
+    for s, f in zip(scans, facts, strict=True):
+        sources.append(_RankSources.of(s, f))
+        world_facts.append(
+            FileFacts(
+                rel=f.rel,
+                nccl_ranks=f.nccl_ranks,
+                world_size_lines=f.world_size_lines,
+                world_claims=f.world_claims,
+                best_nranks=f.best_nranks,
+            )
+        )
+        if year is None:
+            year = _year_hint((s,))
+        ends.append(_file_times(s))
+        for name, n in f.markers.items():
+            markers[name] = markers.get(name, 0) + n
+            if name not in examples:
+                ln, text = f.first_marker_line[name]
+                examples[name] = (f.rel, ln, text)
+        nccl_versions |= f.nccl_versions
+        torch_versions |= f.torch_versions
+        light = FileFacts(
+            rel=f.rel, child_failed_ranks=f.child_failed_ranks, hosts=f.hosts, launcher_hosts=f.launcher_hosts
+        )
+        per_file.append((s.file, s.lines, s.problem, light))
+    known = {src.rel: _ranks_of(src, None)[0] for src in sources}
+    world_size, ws_evidence = _world_size(world_facts, known)
     files: list[FileInventory] = []
     all_ranks: set[int] = set()
     hosts: set[str] = set()
-    markers: dict[str, int] = {}
-    examples: dict[str, tuple[str, int, str]] = {}
-    for s, f in zip(scans, facts, strict=True):
-        ranks, source = _file_ranks(s, f, world_size)
+    for (lf, n_lines, problem, f), src in zip(per_file, sources, strict=True):
+        ranks, source = _ranks_of(src, world_size)
         if f.child_failed_ranks - ranks:
             # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
             # (a rank that hung and was SIGTERMed may have no [rankN]: line of its own)
@@ -889,18 +952,10 @@ def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skip
             source = f"{source}, torchrun failure table" if source != "none" else "torchrun failure table"
         all_ranks |= ranks
         own = f.hosts or f.launcher_hosts
-        node = sorted(own)[0] if len(own) == 1 else file_name_node(s.file.rel)
-        files.append(
-            FileInventory(s.file.rel, s.file.size, s.file.compression, ranks, source, node, s.lines, s.problem)
-        )
+        node = sorted(own)[0] if len(own) == 1 else file_name_node(lf.rel)
+        files.append(FileInventory(lf.rel, lf.size, lf.compression, ranks, source, node, n_lines, problem))
         hosts |= f.hosts | f.launcher_hosts
-        for name, n in f.markers.items():
-            markers[name] = markers.get(name, 0) + n
-            if name not in examples:
-                ln, text = f.first_marker_line[name]
-                examples[name] = (f.rel, ln, text)
-    year = _year_hint(scans)
-    start, end = _times(scans, year)
+    start, end = _earliest_latest(ends, year)
     return Inventory(
         files=files,
         skipped=skipped,
@@ -910,8 +965,8 @@ def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skip
         nodes=sorted(hosts) if hosts else sorted({f.node for f in files if f.node}),
         markers=markers,
         marker_examples=examples,
-        nccl_versions=sorted({v for f in facts for v in f.nccl_versions}),
-        torch_versions=sorted({v for f in facts for v in f.torch_versions}),
+        nccl_versions=sorted(nccl_versions),
+        torch_versions=sorted(torch_versions),
         start=start,
         end=end,
         year_hint=year,
