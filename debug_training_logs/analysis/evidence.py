@@ -81,13 +81,14 @@ from debug_training_logs.analysis.inventory import (
     Marker,
     PerFile,
     consumer_for,
+    file_result_item,
     kept_sink,
     result_item,
     scan_consumers,
 )
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
-from debug_training_logs.analysis.scan_cache import Consumer
+from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, WallTime, parse_wall_time, with_year
 from debug_training_logs.lazy import LazySequence
@@ -961,9 +962,13 @@ def _table_time(text: str | None, year: int) -> datetime | None:
         return None
 
 
-def nccl_state(worker: WorkerEvidence) -> NcclState:
-    """The job's NCCL state table (``nccl_table.build_table`` over the evidence scan's NCCL lines)."""
-    files = list(worker.nccl_files)  # unpacked once for the table's several passes, let go when the state is built
+def nccl_state(worker: WorkerEvidence, early: dict[int, FileEvents] | None = None) -> NcclState:
+    """The job's NCCL state table (``nccl_table.build_table`` over the evidence scan's NCCL lines); ``early``: files'
+    NCCL lines already unpacked (by index in the scan), the others are unpacked here."""
+    # unpacked once for the table's several passes, let go when the state is built
+    got = early or {}
+    lazy = worker.nccl_files
+    files = [got[j] if j in got else lazy[j] for j in range(len(lazy))]
     table = build_table(files, worker.job.inventory, worker.coverage, limit=1 << 30)
     year = worker.year
     cited = {(r.file or "", r.line or 0) for r in table.rows}
@@ -1207,13 +1212,24 @@ def gather_evidence(
     aggregate per file as they read, so they must see only that attempt's lines; the launcher facts of the attempt
     are derived from the first pass by line (:func:`~debug_training_logs.analysis.launcher.for_attempt`)."""
     ec, lc = evidence_consumer(), launcher_scan.consumer()
-    jobs = scan_consumers(logs_dir, [ec, lc])
+    early: dict[int, FileEvents] = {}
+
+    def arrived(j: int, results: dict[str, FileResult]) -> None:
+        # the NCCL table's input, unpacked while the scan's workers read the other files (the main process waits
+        # for them there): nccl_state later finds it unpacked
+        fr = results.get(ec.key)
+        fe = file_result_item(fr, 1) if fr is not None else None
+        if isinstance(fe, FileEvents):
+            early[j] = fe
+
+    jobs = scan_consumers(logs_dir, [ec, lc], on_file=arrived)
     whole = launcher_scan.from_job_scan(jobs[lc.key])
-    split = attempts_mod.split(logs_dir, files=[s.file for s in jobs[lc.key].files], launcher_facts=whole)
+    split = attempts_mod.split(logs_dir, files=jobs[lc.key].log_files(), launcher_facts=whole)
     chosen = split.choose(attempt)
     if chosen is None:
-        ev = evidence_from_scan(jobs[ec.key], ais_dir, fr_dir, whole)
+        ev = evidence_from_scan(jobs[ec.key], ais_dir, fr_dir, whole, early_nccl=early)
     else:
+        early.clear()
         keep = split.keeper(chosen)
         facts = launcher_scan.for_attempt(jobs[lc.key], keep)
         progress.report(1, 1, f"attempt {chosen} of {split.count}: a second pass keeps only its lines")
@@ -1230,12 +1246,16 @@ def evidence_from_scan(
     ais_dir: Path | None = None,
     fr_dir: Path | None = None,
     launcher_facts: launcher_scan.LauncherFacts | None = None,
+    early_nccl: dict[int, FileEvents] | None = None,
 ) -> JobEvidence:
     """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass, the
     launcher facts (``launcher_facts``, default from the shared scan: a cache hit when the launcher consumer was
-    scanned along) and the flight-recorder dumps."""
+    scanned along) and the flight-recorder dumps. ``early_nccl``: files' NCCL lines already unpacked (see
+    :func:`nccl_state`); the dict is emptied once the table is built."""
     worker = worker_evidence_from_scan(job)
-    nccl = nccl_state(worker)
+    nccl = nccl_state(worker, early_nccl)
+    if early_nccl is not None:
+        early_nccl.clear()
     ais = gather_ais_evidence(ais_dir, worker, nccl) if ais_dir is not None else None
     return JobEvidence(
         worker=worker,
@@ -1245,7 +1265,7 @@ def evidence_from_scan(
         memory_creep=memory_creep(worker.memory_mb),
         launcher=launcher_facts
         if launcher_facts is not None
-        else launcher_scan.gather(job.root, files=[s.file for s in job.files])
+        else launcher_scan.gather(job.root, files=job.log_files())
         if job.files
         else None,
         flight_recorder=fr_dumps.gather(job.root, fr_dir),

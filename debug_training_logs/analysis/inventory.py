@@ -402,6 +402,12 @@ class JobScan:
     """Per file: this consumer's sink result (None where its sink saw nothing to return)."""
     inventory: Inventory
 
+    def log_files(self) -> list[LogFile]:
+        """The scanned files, in order (without unpacking their scans)."""
+        if isinstance(self.files, _Files):
+            return list(self.files.bases.found)
+        return [s.file for s in self.files]
+
     def coverage(self) -> Coverage:
         inv = self.inventory
         unreadable = [UnreadableFile(file=f.rel, reason=f.problem) for f in inv.files if f.problem]
@@ -523,11 +529,17 @@ _BASE = "inventory"
 
 
 def scan_consumers(
-    logs_dir: str | Path, consumers: Sequence[Consumer], *, files: Sequence[LogFile] | None = None
+    logs_dir: str | Path,
+    consumers: Sequence[Consumer],
+    *,
+    files: Sequence[LogFile] | None = None,
+    on_file: Callable[[int, dict[str, FileResult]], None] | None = None,
 ) -> dict[str, JobScan]:
     """One scan of every file under ``logs_dir`` for all ``consumers`` (and the companions in force, see
     :mod:`~debug_training_logs.analysis.scan_cache`), skipping files whose results are all cached; one
-    :class:`JobScan` per consumer key, sharing the inventory."""
+    :class:`JobScan` per consumer key, sharing the inventory. ``on_file(j, results)`` is called as each scanned file's
+    results arrive (file ``j`` of the scan's files, consumer key -> result), while the other files are still being
+    scanned: work on one file's result can start there (files found in the cache are not announced)."""
     if files is None:
         found, skipped = discover(logs_dir)
     else:
@@ -591,6 +603,8 @@ def scan_consumers(
             for c, fr in zip(run, results, strict=True):
                 held[(j, c.key)] = fr
                 CACHE.put(fkeys[j], ckey(c, found[j]), fr, fr.nbytes)
+            if on_file is not None:
+                on_file(j, {c.key: fr for c, fr in zip(run, results, strict=True)})
 
     def lookup(j: int, c: Consumer | None) -> Any:
         return held[(j, c.key if c is not None else _BASE)]
@@ -673,11 +687,7 @@ class _Results(LazySequence[Any]):
         last = self._last
         if last[0] == i:
             return None if last[1] is None else last[1][k]
-        p = self.per_file[i].sink_result
-        if p.items:
-            return unpack_item(p, k)
-        got = unpack(p)
-        return None if got is None else got[k]
+        return file_result_item(self.per_file[i], k)
 
 
 class _Files(LazySequence[FileScan]):
@@ -714,6 +724,16 @@ class PerFile(LazySequence[R]):
     def _at(self, i: int) -> R:
         got = self.job.caller_results[i] if self.k is None else result_item(self.job, i, self.k)
         return got if isinstance(got, self.kind) else self.kind(self.job.inventory.files[i].rel)  # type: ignore[arg-type]
+
+
+def file_result_item(fr: FileResult, k: int) -> Any:
+    """Item ``k`` of one file's (tuple) sink result as the cache keeps it, unpacking only that item; None for no
+    result."""
+    p = fr.sink_result
+    if p.items:
+        return unpack_item(p, k)
+    got = unpack(p)
+    return None if got is None else got[k]
 
 
 def result_item(job: JobScan, i: int, k: int) -> Any:

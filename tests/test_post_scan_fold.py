@@ -1,0 +1,169 @@
+"""The job-level fold after the scan takes per-file work from the scan's workers, and its result equals the old
+in-process computation.
+
+* The step-time and memory series are made into flat arrays in the worker that scanned the file
+  (``EvidenceSink.finish``); the main process only joins them. Reference: the sink's own per-file points, converted
+  and ordered in this process the way the fold did before (every point's time from its line's year or the job's).
+* The NCCL table's input is unpacked as each file's result arrives, while the other files are still being scanned
+  (``scan_consumers(on_file=...)``); the table equals one built from the lazily unpacked results.
+
+Each over: one file, two files, eighteen files, .gz and .zst copies, a series whose times have no year (the raw
+fallback), and a restarted job (the chosen attempt's second pass), with one and with two scan processes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zstandard
+
+from debug_training_logs.analysis import evidence
+from debug_training_logs.analysis.evidence import (
+    SIGNALS,
+    WORKER_FALLBACK_YEAR,
+    EvidenceSink,
+    gather_evidence,
+    worker_patterns,
+)
+from debug_training_logs.analysis.inventory import LineKeep, result_item, scan_job
+from debug_training_logs.analysis.scan_cache import CACHE
+from debug_training_logs.formats.timestamps import with_year
+from debug_training_logs.logs import scan
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+Points = dict[str, dict[int, list[tuple[str, int, datetime | None, float]]]]
+
+
+class _RawSink(EvidenceSink):
+    """The evidence sink, returning its own per-file hits and series as they are before the worker packs them."""
+
+    def finish(self) -> Any:
+        return self.out
+
+
+def _reference_series(logs: Path, keep: LineKeep | None = None) -> Points:
+    """Every rank's step-time and memory points, converted and ordered in this process as the fold did before."""
+    dense = [i for i, s in enumerate(SIGNALS) if s.dense]
+    job = scan_job(logs, worker_patterns(), _RawSink, dense=dense, keep=keep)
+    inv = job.inventory
+    year = inv.year_hint or WORKER_FALLBACK_YEAR
+    single = {f.rel: next(iter(f.ranks)) for f in inv.files if len(f.ranks) == 1}
+    out: Points = {"step": defaultdict(list), "memory": defaultdict(list)}
+    for fs, fh in zip(job.files, job.caller_results, strict=True):
+        if fh is None:
+            continue
+        rel = fs.file.rel
+        for kind, per_rank in (("step", fh.step_ms), ("memory", fh.memory_mb)):
+            for r, series in per_rank.items():
+                rank = r if r is not None else single.get(rel)
+                if rank is not None:
+                    out[kind][rank] += [
+                        (rel, ln, with_year(wt, year) if wt is not None else None, v) for ln, wt, v in series.points
+                    ]
+    return {k: {r: sorted(p, key=lambda x: (x[0], x[1])) for r, p in d.items()} for k, d in out.items()}
+
+
+def _copy(src: Path, dst: Path, compress: str | None = None, edit: Any = None) -> Path:
+    dst.mkdir(parents=True)
+    for f in sorted(src.iterdir()):
+        data = f.read_bytes()
+        if edit is not None:
+            data = edit(data)
+        if compress == "gz":
+            (dst / (f.name + ".gz")).write_bytes(gzip.compress(data))
+        elif compress == "zst":
+            (dst / (f.name + ".zst")).write_bytes(zstandard.ZstdCompressor().compress(data))
+        else:
+            (dst / f.name).write_bytes(data)
+    return dst
+
+
+_DATED = re.compile(rb"\[(\d{4})-(\d\d)-(\d\d) (\d\d:\d\d:\d\d)\]")
+
+
+def _yearless(data: bytes) -> bytes:
+    """Megatron's dated step lines with a glog-style time instead (no year)."""
+    return _DATED.sub(lambda m: b"I" + m.group(2) + m.group(3) + b" " + m.group(4) + b".000000 1 train.py:1]", data)
+
+
+def _job(name: str, tmp: Path) -> Path:
+    if name == "gz":
+        return _copy(FIXTURES / "throughput_collapse" / "logs", tmp / "gz", "gz")
+    if name == "zst":
+        return _copy(FIXTURES / "memory_creep_oom" / "logs", tmp / "zst", "zst")
+    if name == "yearless":
+        return _copy(FIXTURES / "throughput_collapse" / "logs", tmp / "yearless", edit=_yearless)
+    return FIXTURES / name / "logs" if (FIXTURES / name / "logs").is_dir() else FIXTURES / name / "torchrun_logs"
+
+
+JOBS = [
+    "missing_node_identical",  # one file
+    "throughput_collapse",  # step-time series
+    "memory_creep_oom",  # memory series
+    "oom_untimed_tail",  # eighteen files
+    "gz",
+    "zst",
+    "yearless",
+    "real_torch/restart",  # a restarted job: the chosen attempt's own pass
+]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("name", JOBS)
+def test_the_fold_equals_the_in_process_computation(
+    name: str, workers: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = _job(name, tmp_path)
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    early_sizes: list[int] = []
+    real_state = evidence.nccl_state
+
+    def spy(worker: Any, early: Any = None) -> Any:
+        early_sizes.append(len(early or {}))
+        return real_state(worker, early)
+
+    monkeypatch.setattr(evidence, "nccl_state", spy)
+    ev = gather_evidence(logs)
+    keep = ev.attempts.keeper(ev.attempt) if ev.attempts is not None and ev.attempt is not None else None
+    got = {
+        "step": {r: list(p) for r, p in ev.worker.step_ms.items()},
+        "memory": {r: list(p) for r, p in ev.worker.memory_mb.items()},
+    }
+    CACHE.clear()
+    want = _reference_series(logs, keep)
+    assert got == want
+    if name in ("throughput_collapse", "gz", "yearless"):
+        assert got["step"] and all(len(p) > 10 for p in got["step"].values())
+    if name == "zst":
+        assert got["memory"]
+    fallback = [bool(result_item(ev.worker.job, j, 3).raw) for j in range(len(ev.worker.job.files))]
+    if name == "yearless":  # the points went as they are, and took the job's year in this process
+        assert all(fallback)
+        t = next(p for pts in got["step"].values() for p in pts if p[2] is not None)[2]
+        assert t is not None and t.year == ev.worker.year
+    else:
+        assert not any(fallback)
+    # the NCCL state from the early-unpacked lines equals one built from the scan's results unpacked afterwards
+    # (every file was scanned, none came from the cache: each one's NCCL lines arrived early; a chosen attempt's
+    # second pass has none)
+    assert early_sizes == [len(ev.worker.job.files) if keep is None else 0]
+    assert ev.nccl == real_state(ev.worker)
+
+
+def test_a_job_whose_files_state_no_year_in_their_head_keeps_the_job_year(tmp_path: Path) -> None:
+    """Yearless step times in one file, a dated line in another file's head: the points take that year."""
+    logs = _copy(FIXTURES / "throughput_collapse" / "logs", tmp_path / "mixed", edit=_yearless)
+    first = sorted(logs.iterdir())[0]
+    first.write_bytes(b"[NeMo I 2031-05-21 07:00:00 exp_manager:400] start\n" + first.read_bytes())
+    ev = gather_evidence(logs)
+    years = {p[2].year for pts in ev.worker.step_ms.values() for p in pts if p[2] is not None}
+    assert years == {2031}
+    CACHE.clear()
+    assert {r: list(p) for r, p in ev.worker.step_ms.items()} == _reference_series(logs)["step"]
