@@ -766,8 +766,8 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
     clock_facts: list[tuple[str, WorkerClockFacts]] = []
     series: dict[str, dict[int, _SeriesBuilder]] = {"step": {}, "memory": {}}
     hosts: dict[int, tuple[int, str]] = {}
-    for j, fs in enumerate(job.files):
-        rel = fs.file.rel
+    for j, lf in enumerate(job.log_files()):
+        rel = lf.rel
         fh = result_item(job, j, 0)
         if fh is None:
             continue
@@ -928,14 +928,10 @@ def _file_ends(
     job: JobScan, single_rank: dict[str, int], conv: Callable[[WallTime | None], datetime | None]
 ) -> dict[str, Hit]:
     out: dict[str, Hit] = {}
-    for fs in job.files:
-        first_tail = fs.lines - len(fs.tail) + 1
-        for j in range(len(fs.tail) - 1, -1, -1):
-            wt = parse_wall_time(fs.tail[j])
-            if wt is not None:
-                rel = fs.file.rel
-                out[rel] = Hit("end", rel, first_tail + j, cut(fs.tail[j]), single_rank.get(rel), conv(wt))
-                break
+    for f in job.inventory.files:  # the inventory found each file's last timed line in its tail
+        if f.last_timed is not None:
+            line, text, wt = f.last_timed
+            out[f.rel] = Hit("end", f.rel, line, text, single_rank.get(f.rel), conv(wt))
     return out
 
 

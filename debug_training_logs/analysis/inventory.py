@@ -28,7 +28,7 @@ from debug_training_logs.logs.attribution import (
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
 from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFactory, scan_each
 from debug_training_logs.memo import Packed, pack, unpack, unpack_item
-from debug_training_logs.models import Coverage, UnreadableFile
+from debug_training_logs.models import Coverage, UnreadableFile, cut
 from debug_training_logs.ranges import format_ranges
 
 PRESENCE_CAP = 20
@@ -336,6 +336,10 @@ class FileInventory:
     node: str | None
     lines: int
     problem: str | None
+    last_timed: tuple[int, str, WallTime] | None = None
+    """The file's last line with a time, from its tail: (line number, text cut for citation, its time)."""
+    line_ranks: set[int] = field(default_factory=set)
+    """The global ranks the file's line prefixes name (``[rankN]:``, inline ``[rankN] ``: the scan's collection)."""
 
 
 @dataclass
@@ -889,7 +893,7 @@ def _file_times(s: FileScan) -> tuple[TimePoint | None, TimePoint | None]:
     for j in range(len(s.tail) - 1, -1, -1):
         t = parse_wall_time(s.tail[j])
         if t is not None:
-            last = TimePoint(t, s.file.rel, first_tail + j, s.tail[j][:300])
+            last = TimePoint(t, s.file.rel, first_tail + j, s.tail[j])
             break
     return first, last
 
@@ -928,6 +932,7 @@ def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skip
     world_facts: list[FileFacts] = []  # only what _world_size reads
     per_file: list[tuple[LogFile, int, str | None, FileFacts]] = []  # (file, lines, problem, hosts and failures)
     ends: list[tuple[TimePoint | None, TimePoint | None]] = []
+    lasts: list[tuple[int, str, WallTime] | None] = []
     markers: dict[str, int] = {}
     examples: dict[str, tuple[str, int, str]] = {}
     nccl_versions: set[str] = set()
@@ -958,12 +963,18 @@ def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skip
             rel=f.rel, child_failed_ranks=f.child_failed_ranks, hosts=f.hosts, launcher_hosts=f.launcher_hosts
         )
         per_file.append((s.file, s.lines, s.problem, light))
+        last = ends[-1][1]
+        if last is not None:  # the whole line for the file's end (cut for citation), 300 characters for the job's
+            lasts.append((last.line, cut(last.text), last.time))
+            ends[-1] = (ends[-1][0], replace(last, text=last.text[:300]))
+        else:
+            lasts.append(None)
     known = {src.rel: _ranks_of(src, None)[0] for src in sources}
     world_size, ws_evidence = _world_size(world_facts, known)
     files: list[FileInventory] = []
     all_ranks: set[int] = set()
     hosts: set[str] = set()
-    for (lf, n_lines, problem, f), src in zip(per_file, sources, strict=True):
+    for (lf, n_lines, problem, f), src, last_timed in zip(per_file, sources, lasts, strict=True):
         ranks, source = _ranks_of(src, world_size)
         if f.child_failed_ranks - ranks:
             # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
@@ -973,7 +984,11 @@ def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skip
         all_ranks |= ranks
         own = f.hosts or f.launcher_hosts
         node = sorted(own)[0] if len(own) == 1 else file_name_node(lf.rel)
-        files.append(FileInventory(lf.rel, lf.size, lf.compression, ranks, source, node, n_lines, problem))
+        files.append(
+            FileInventory(
+                lf.rel, lf.size, lf.compression, ranks, source, node, n_lines, problem, last_timed, src.prefixes
+            )
+        )
         hosts |= f.hosts | f.launcher_hosts
     start, end = _earliest_latest(ends, year)
     return Inventory(

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from debug_training_logs.analysis.inventory import JobScan, LineKeep, consumer_for, scan_job
+from debug_training_logs.analysis.inventory import JobScan, LineKeep, consumer_for, result_item, scan_job
 from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import gloo, torchrun
 from debug_training_logs.logs.attribution import strip_ansi
@@ -315,8 +315,17 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: L
 def from_job_scan(job: JobScan) -> LauncherFacts:
     """The facts from a :func:`~debug_training_logs.analysis.inventory.scan_job` run with :data:`PATTERNS` and
     :func:`sink_factory`."""
-    items = ((s.file.rel, r, s.ranks) for s, r in zip(job.files, job.caller_results, strict=True))
-    return _facts(items, len(job.files))  # one file's result at a time (a 10,240-rank job's would take ~25 MB)
+    files = job.inventory.files  # the scan's rank collection per file, without unpacking each file's scan
+    items = ((f.rel, _result(job, j), f.line_ranks) for j, f in enumerate(files))
+    return _facts(items, len(files))  # one file's result at a time (a 10,240-rank job's would take ~25 MB)
+
+
+def _result(job: JobScan, j: int) -> Any:
+    """File ``j``'s :meth:`_LineSink.finish` result without the hits kept for :func:`for_attempt` (not unpacked)."""
+    first = result_item(job, j, 0)
+    if first is None:
+        return None
+    return first, result_item(job, j, 1), result_item(job, j, 2), None, result_item(job, j, 4)
 
 
 def for_attempt(job: JobScan, keep: LineKeep) -> LauncherFacts | None:
