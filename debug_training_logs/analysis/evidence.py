@@ -82,6 +82,7 @@ from debug_training_logs.analysis.inventory import (
     PerFile,
     consumer_for,
     file_result_item,
+    file_year,
     kept_sink,
     result_item,
     scan_consumers,
@@ -96,7 +97,14 @@ from debug_training_logs.logs.attribution import rank_of_line, strip_ansi
 from debug_training_logs.logs.discovery import LogFile, sniff_compression
 from debug_training_logs.logs.nearest_time import TIMESTAMP
 from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_chunks
-from debug_training_logs.logs.scan import MAX_LINE_CHARS, Checkpoints, checkpoints_for, line_windows, seek_line
+from debug_training_logs.logs.scan import (
+    MAX_LINE_CHARS,
+    Checkpoints,
+    FileScan,
+    checkpoints_for,
+    line_windows,
+    seek_line,
+)
 from debug_training_logs.models import Coverage, Evidence, cut
 from debug_training_logs.ranges import parse_ranges
 
@@ -432,6 +440,111 @@ def _file_series(fh: _FileHits) -> _FileSeries:
     return out
 
 
+def _refine(result: tuple[_FileHits, FileEvents, WorkerClockFacts, _FileSeries], scan: FileScan) -> tuple[Any, ...]:
+    """:class:`EvidenceSink`'s result as the scan keeps it (:attr:`~debug_training_logs.analysis.scan_cache.Consumer.
+    refine`, run in the worker that scanned the file): (None, NCCL lines, clock facts, series, :class:`_FileDigest`),
+    or with the raw hits in place of the digest when it cannot be made (a time without a year that the file's own
+    year cannot take: February 29)."""
+    fh, fe, clock, series = result
+    digest = _digest(fh, file_year(scan) or WORKER_FALLBACK_YEAR)
+    return (fh if digest is None else None, fe, clock, series, digest)
+
+
+@dataclass
+class _SignalDigest:
+    """One signal's share of one file, as :class:`Hit` s (made in the scan's worker)."""
+
+    count: int
+    hits: list[Hit]
+    """The kept hits (the first ones, each rank's first and last), one per line."""
+    yearless: bytes
+    """Per hit: which of its times (1 ``time``, 2 ``after``, 4 ``before``) took the assumed year (its line has none)."""
+    first: dict[int | None, int]
+    """The line's own rank (None: the line names none) -> index in :attr:`hits` of its first hit."""
+    last: dict[int | None, int]
+    count_by_rank: dict[int | None, int]
+
+
+@dataclass
+class _FileDigest:
+    """One file's evidence hits made into :class:`Hit` s in the worker that scanned it, times taking :attr:`year` where
+    their line has none; the job's fold redoes only the times of a file that assumed another year than the job's."""
+
+    year: int
+    signals: dict[str, _SignalDigest]
+    rank_host: dict[int, tuple[int, str]]
+
+
+def _digest(fh: _FileHits, year: int) -> _FileDigest | None:
+    rel = fh.rel
+    done: dict[int, tuple[WallTime, datetime | None, int]] = {}  # id -> (the object, its datetime, yearless 0/1)
+
+    def conv(wt: WallTime | None) -> tuple[datetime | None, int]:
+        if wt is None:
+            return None, 0
+        known = done.get(id(wt))
+        if known is None:
+            t = with_year(wt, year)
+            if t is None and wt.year is None:
+                raise _NoDigest
+            known = done[id(wt)] = (wt, t, 0 if wt.year is not None else 1)
+        return known[1], known[2]
+
+    signals: dict[str, _SignalDigest] = {}
+    try:
+        for name, t in fh.tallies.items():
+            hits: list[Hit] = []
+            flags = bytearray()
+            at: dict[int, int] = {}  # line -> index in hits (a line's first raw hit is the kept one)
+            for raw in (*t.samples, *t.first_by_rank.values(), *t.last_by_rank.values()):
+                if raw.line in at:
+                    continue
+                at[raw.line] = len(hits)
+                (when, a), (after, b), (before, c) = conv(raw.wt), conv(raw.after), conv(raw.before)
+                hits.append(Hit(name, rel, raw.line, raw.text, raw.rank, when, after, before))
+                flags.append(a | b << 1 | c << 2)
+            signals[name] = _SignalDigest(
+                t.count,
+                hits,
+                bytes(flags),
+                {r: at[raw.line] for r, raw in t.first_by_rank.items()},
+                {r: at[raw.line] for r, raw in t.last_by_rank.items()},
+                dict(t.count_by_rank),
+            )
+    except _NoDigest:
+        return None
+    return _FileDigest(year, signals, dict(fh.rank_host))
+
+
+class _NoDigest(Exception):
+    """A time without a year that the assumed year cannot take (February 29 of a common year)."""
+
+
+def _job_hits(sd: _SignalDigest, assumed: int, year: int, single: int | None) -> list[Hit]:
+    """A file's hits of one signal as the job sees them: in the job's ``year`` where their line has none (made with
+    ``assumed``), with the file's ``single`` rank where their line names none."""
+    hits = sd.hits
+    if assumed != year and any(sd.yearless):
+        hits = [_in_year(h, f, year) if f else h for h, f in zip(hits, sd.yearless, strict=True)]
+    if single is not None and any(h.rank is None for h in hits):
+        hits = [replace(h, rank=single) if h.rank is None else h for h in hits]
+    return hits
+
+
+def _in_year(h: Hit, flags: int, year: int) -> Hit:
+    """``h`` with the times that took an assumed year in ``year`` (None where ``year`` has no such day)."""
+
+    def moved(t: datetime | None, bit: int) -> datetime | None:
+        if t is None or not flags & bit:
+            return t
+        try:
+            return t.replace(year=year)
+        except ValueError:
+            return None
+
+    return replace(h, time=moved(h.time, 1), after=moved(h.after, 2), before=moved(h.before, 4))
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Evidence types (what consumers see)
 
@@ -709,7 +822,8 @@ def evidence_consumer(keep: LineKeep | None = None) -> Consumer:
     every rank's first and last ones, never one Python call per step line); ``keep`` restricts its sink to some
     lines (one attempt's)."""
     factory: Any = EvidenceSink if keep is None else functools.partial(kept_sink, keep, EvidenceSink)
-    return consumer_for(worker_patterns(), factory, dense=[i for i, s in enumerate(SIGNALS) if s.dense])
+    dense = [i for i, s in enumerate(SIGNALS) if s.dense]
+    return consumer_for(worker_patterns(), factory, dense=dense, refine=_refine)
 
 
 def scan_worker_logs(logs_dir: Path, keep: LineKeep | None = None) -> JobScan:
@@ -768,13 +882,39 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
     hosts: dict[int, tuple[int, str]] = {}
     for j, lf in enumerate(job.log_files()):
         rel = lf.rel
-        fh = result_item(job, j, 0)
-        if fh is None:
+        digest: _FileDigest | None = result_item(job, j, 4)
+        fh = result_item(job, j, 0) if digest is None else None
+        if digest is None and fh is None:
             continue
+        fh_hosts: dict[int, tuple[int, str]] = {}
+        clock_facts.append((rel, result_item(job, j, 2)))
+        if digest is not None:
+            for name, sd in digest.signals.items():
+                counts[name] += sd.count
+                hits = _job_hits(sd, digest.year, year, single_rank.get(rel))
+                if hits:
+                    kept_here = kept[name]
+                    for h in hits:  # one per line
+                        kept_here[(rel, h.line)] = h
+                for i in sd.first.values():
+                    h = hits[i]
+                    if h.rank is not None and _before(h, first_by_rank[name].get(h.rank)):
+                        first_by_rank[name][h.rank] = h
+                for i in sd.last.values():
+                    h = hits[i]
+                    prev = last_by_rank[name].get(h.rank) if h.rank is not None else None
+                    if h.rank is not None and (prev is None or _before(prev, h)):
+                        last_by_rank[name][h.rank] = h
+                for r, n in sd.count_by_rank.items():
+                    rr = rank_of(rel, r)
+                    if rr is not None:
+                        counts_by_rank[name][rr] += n
+            fh_hosts = digest.rank_host
+        if fh is not None:
+            fh_hosts = fh.rank_host
         converted.clear()  # one file's objects share identities; the next file's are new ones (and the memos
         made.clear()  # must not hold every file's objects at once)
-        clock_facts.append((rel, result_item(job, j, 2)))
-        for name, t in fh.tallies.items():
+        for name, t in fh.tallies.items() if fh is not None else ():
             counts[name] += t.count
             raws = [*t.samples, *t.first_by_rank.values(), *t.last_by_rank.values()]
             if raws:
@@ -811,7 +951,7 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
                     if b is None:
                         b = series[key][rr] = _SeriesBuilder()
                     b.add(rel, points, year)
-        for r, (n, host) in fh.rank_host.items():
+        for r, (n, host) in fh_hosts.items():
             if n >= hosts.get(r, (0, ""))[0]:
                 hosts[r] = (n, host)
     return WorkerEvidence(

@@ -514,10 +514,16 @@ def scan_job(
 
 
 def consumer_for(
-    patterns: Sequence[str], sink_factory: SinkFactory | None, *, dense: Sequence[int] = (), ignore_case: bool = False
+    patterns: Sequence[str],
+    sink_factory: SinkFactory | None,
+    *,
+    dense: Sequence[int] = (),
+    ignore_case: bool = False,
+    refine: Callable[[Any, FileScan], Any] | None = None,
 ) -> Consumer:
-    """The :class:`Consumer` that :func:`scan_job` makes of these arguments (for declaring companions)."""
-    return Consumer(_factory_name(sink_factory), tuple(patterns), sink_factory, frozenset(dense), ignore_case)
+    """The :class:`Consumer` that :func:`scan_job` makes of these arguments (for declaring companions); ``refine``:
+    see :attr:`Consumer.refine`."""
+    return Consumer(_factory_name(sink_factory), tuple(patterns), sink_factory, frozenset(dense), ignore_case, refine)
 
 
 def _factory_name(f: SinkFactory | None) -> str:
@@ -596,7 +602,7 @@ def scan_consumers(
         parts = tuple((c.sink, off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
         factory = functools.partial(_composite_sink, parts, k)
         layout = tuple((off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
-        packer = functools.partial(_pack_scan, layout)
+        packer = functools.partial(_pack_scan, layout, tuple(c.refine for c in run))
         job_files = [found[j] for j in need]
         for i, (base, results) in scan_each(
             job_files, spec, factory, packer, head_lines=HEAD_LINES, tail_lines=TAIL_LINES
@@ -625,10 +631,14 @@ def scan_consumers(
     return out
 
 
-def _pack_scan(layout: tuple[tuple[int, int], ...], s: FileScan) -> tuple[Packed, list[FileResult]]:
+def _pack_scan(
+    layout: tuple[tuple[int, int], ...], refiners: tuple[Callable[[Any, FileScan], Any] | None, ...], s: FileScan
+) -> tuple[Packed, list[FileResult]]:
     """One file's scan as the cache keeps it (run in the worker that scanned it, so only these bytes cross back):
-    the file's own facts packed once, and each consumer's share (``layout``: its first pattern id and count)."""
+    the file's own facts packed once, and each consumer's share (``layout``: its first pattern id and count), its
+    sink's result refined first where the consumer says so (:attr:`Consumer.refine`)."""
     results, facts = s.sink_result if s.sink_result is not None else ([None] * len(layout), None)
+    results = [r if r is None or f is None else f(r, s) for r, f in zip(results, refiners, strict=True)]
     base = pack((replace(s, counts=[], sink_result=None, sampled=set()), facts or FileFacts(rel=s.file.rel)))
     shares = [
         FileResult(
@@ -916,12 +926,13 @@ def _key(t: WallTime, year_hint: int | None) -> tuple[int, int, int, int, int, i
     return (t.year or year_hint or 0, t.month, t.day, t.hour, t.minute, t.second, t.microsecond)
 
 
-def _year_hint(scans: Sequence[FileScan]) -> int | None:
-    for s in scans:
-        for ln in s.head + s.tail:
-            t = parse_wall_time(ln)
-            if t is not None and t.year is not None:
-                return t.year
+def file_year(scan: FileScan) -> int | None:
+    """The year the first dated line of the file's head or tail states (None when none states one); the job's year
+    is the first file's that has one."""
+    for ln in scan.head + scan.tail:
+        t = parse_wall_time(ln)
+        if t is not None and t.year is not None:
+            return t.year
     return None
 
 
@@ -950,7 +961,7 @@ def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skip
             )
         )
         if year is None:
-            year = _year_hint((s,))
+            year = file_year(s)
         ends.append(_file_times(s))
         for name, n in f.markers.items():
             markers[name] = markers.get(name, 0) + n

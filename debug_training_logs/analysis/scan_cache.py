@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.logs.scan import SinkFactory
+from debug_training_logs.logs.scan import FileScan, SinkFactory
 from debug_training_logs.memo import MEMO, Memo, Packed
 
 
@@ -41,11 +41,15 @@ class Consumer:
     sink: SinkFactory | None
     dense: frozenset[int] = frozenset()
     ignore_case: bool = False
+    refine: Callable[[Any, FileScan], Any] | None = None
+    """Run on the sink's result (not None) with the file's scan (head, tail, lines), in the worker that scanned the
+    file, before the result is packed: per-file work on it is done there, in parallel. Part of the key."""
 
     @property
     def key(self) -> str:
         h = hashlib.sha1(repr((self.patterns, sorted(self.dense), self.ignore_case)).encode()).hexdigest()[:16]
-        return f"{self.name}:{h}"
+        refined = "" if self.refine is None else f"+{self.refine.__module__}.{self.refine.__qualname__}"
+        return f"{self.name}{refined}:{h}"
 
 
 @dataclass
