@@ -1,18 +1,24 @@
 """The job-level fold after the scan takes per-file work from the scan's workers, and its result equals the old
 in-process computation.
 
+* Each file's evidence hits are made into :class:`Hit` s in the worker that scanned it (``Consumer.refine``), times
+  in the file's own year, moved to the job's year in the fold when the two differ; ranks from a single-rank file's
+  own rank in the fold. Reference: the fold's in-process path over the raw hits (a refine that makes no digest).
 * The step-time and memory series are made into flat arrays in the worker that scanned the file
   (``EvidenceSink.finish``); the main process only joins them. Reference: the sink's own per-file points, converted
   and ordered in this process the way the fold did before (every point's time from its line's year or the job's).
 * The NCCL table's input is unpacked as each file's result arrives, while the other files are still being scanned
   (``scan_consumers(on_file=...)``); the table equals one built from the lazily unpacked results.
 
-Each over: one file, two files, eighteen files, .gz and .zst copies, a series whose times have no year (the raw
-fallback), and a restarted job (the chosen attempt's second pass), with one and with two scan processes.
+Each over: one file, two files, eighteen files (some state no year: their hits move to the job's year; some lines
+name no rank), .gz and .zst copies, a series whose times have no year (the raw fallback), February 29 without a year
+in a common year (no digest: the raw hits), and a restarted job (the chosen attempt's second pass), with one and
+with two scan processes.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import re
 from collections import defaultdict
@@ -28,10 +34,19 @@ from debug_training_logs.analysis.evidence import (
     SIGNALS,
     WORKER_FALLBACK_YEAR,
     EvidenceSink,
+    WorkerEvidence,
     gather_evidence,
+    worker_evidence_from_scan,
     worker_patterns,
 )
-from debug_training_logs.analysis.inventory import LineKeep, result_item, scan_job
+from debug_training_logs.analysis.inventory import (
+    LineKeep,
+    consumer_for,
+    kept_sink,
+    result_item,
+    scan_consumers,
+    scan_job,
+)
 from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.formats.timestamps import with_year
 from debug_training_logs.logs import scan
@@ -70,6 +85,50 @@ def _reference_series(logs: Path, keep: LineKeep | None = None) -> Points:
     return {k: {r: sorted(p, key=lambda x: (x[0], x[1])) for r, p in d.items()} for k, d in out.items()}
 
 
+def _no_digest(result: tuple[Any, ...], scan: Any) -> tuple[Any, ...]:
+    """The evidence's refine without its digest: the fold reads the raw hits, in this process."""
+    return (*result, None)
+
+
+def _reference_worker(logs: Path, keep: LineKeep | None) -> WorkerEvidence:
+    dense = [i for i, s in enumerate(SIGNALS) if s.dense]
+    factory: Any = EvidenceSink if keep is None else functools.partial(kept_sink, keep, EvidenceSink)
+    c = consumer_for(worker_patterns(), factory, dense=dense, refine=_no_digest)
+    return worker_evidence_from_scan(scan_consumers(logs, [c])[c.key])
+
+
+def _facts(w: WorkerEvidence) -> dict[str, Any]:
+    return {
+        "tallies": w.tallies,
+        "counts": w.counts,
+        "counts_by_rank": w.counts_by_rank,
+        "first_by_rank": w.first_by_rank,
+        "last_by_rank": w.last_by_rank,
+        "rank_host": w.rank_host,
+        "file_host": w.file_host,
+        "file_end": w.file_end,
+        "step_ms": {r: list(p) for r, p in w.step_ms.items()},
+        "memory_mb": {r: list(p) for r, p in w.memory_mb.items()},
+        "clock": w.clock.facts,
+    }
+
+
+def _feb29(tmp: Path) -> Path:
+    """2025 is a common year: a yearless February 29 has no day in it."""
+    logs = tmp / "feb29"
+    logs.mkdir()
+    for node in range(2):
+        r = 4 * node
+        (logs / f"error-1-{node}.out").write_text(
+            "[NeMo I 2025-02-28 23:59:50 exp_manager:400] Experiments will be logged at /results\n"
+            f"[rank{r}]:[E229 00:00:0{node}.000000000 ProcessGroupNCCL.cpp:1] [Rank {r}] Traceback (most recent call "
+            "last):\n"
+            f"[rank{r}]: RuntimeError: DataLoader worker (pid 7) is killed by signal: Killed.\n"
+            "[NeMo I 2025-02-28 23:59:59 exp_manager:400] done\n"
+        )
+    return logs
+
+
 def _copy(src: Path, dst: Path, compress: str | None = None, edit: Any = None) -> Path:
     dst.mkdir(parents=True)
     for f in sorted(src.iterdir()):
@@ -100,6 +159,8 @@ def _job(name: str, tmp: Path) -> Path:
         return _copy(FIXTURES / "memory_creep_oom" / "logs", tmp / "zst", "zst")
     if name == "yearless":
         return _copy(FIXTURES / "throughput_collapse" / "logs", tmp / "yearless", edit=_yearless)
+    if name == "feb29":
+        return _feb29(tmp)
     return FIXTURES / name / "logs" if (FIXTURES / name / "logs").is_dir() else FIXTURES / name / "torchrun_logs"
 
 
@@ -111,6 +172,7 @@ JOBS = [
     "gz",
     "zst",
     "yearless",
+    "feb29",
     "real_torch/restart",  # a restarted job: the chosen attempt's own pass
 ]
 
@@ -139,6 +201,19 @@ def test_the_fold_equals_the_in_process_computation(
     CACHE.clear()
     want = _reference_series(logs, keep)
     assert got == want
+    # the hits made in the workers equal the fold's own over the raw hits, in this process
+    digests = [result_item(ev.worker.job, j, 4) for j in range(len(ev.worker.job.files))]
+    monkeypatch.setattr(scan, "_worker_count", lambda files: 1)
+    assert _facts(ev.worker) == _facts(_reference_worker(logs, keep))
+    year = ev.worker.year
+    if name == "feb29":
+        assert digests == [None, None] and ev.worker.tallies["traceback"][0].time is None
+    else:
+        assert all(d is not None for d in digests)
+    if name == "oom_untimed_tail":  # files that state no year took the job's, and lines without a rank the file's
+        assert any(d.year != year and any(sd.yearless) for d in digests for sd in d.signals.values())
+        assert any(h.rank is None for d in digests for sd in d.signals.values() for h in sd.hits)
+    CACHE.clear()
     if name in ("throughput_collapse", "gz", "yearless"):
         assert got["step"] and all(len(p) > 10 for p in got["step"].values())
     if name == "zst":
