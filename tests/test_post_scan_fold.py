@@ -7,6 +7,9 @@ in-process computation.
 * The step-time and memory series are made into flat arrays in the worker that scanned the file
   (``EvidenceSink.finish``); the main process only joins them. Reference: the sink's own per-file points, converted
   and ordered in this process the way the fold did before (every point's time from its line's year or the job's).
+* Each torchrun agent's attempt boundaries (its stop candidates and whether workers ran again after them) are
+  found in the worker that scanned its file (``attempts.refine_launcher``); ``attempts.split`` reads nothing back.
+  Reference: the split that reads the lines back itself, over every restart shape of fixtures/real_torch.
 * The NCCL table's input is unpacked as each file's result arrives, while the other files are still being scanned
   (``scan_consumers(on_file=...)``); the table equals one built from the lazily unpacked results.
 
@@ -29,7 +32,7 @@ from typing import Any
 import pytest
 import zstandard
 
-from debug_training_logs.analysis import evidence
+from debug_training_logs.analysis import attempts, evidence, launcher
 from debug_training_logs.analysis.evidence import (
     SIGNALS,
     WORKER_FALLBACK_YEAR,
@@ -242,3 +245,43 @@ def test_a_job_whose_files_state_no_year_in_their_head_keeps_the_job_year(tmp_pa
     assert years == {2031}
     CACHE.clear()
     assert {r: list(p) for r, p in ev.worker.step_ms.items()} == _reference_series(logs)["step"]
+
+
+RESTARTS = [
+    p
+    for base in ("real_torch", "real_torch_2_14")
+    for shape in sorted((FIXTURES / base).iterdir())
+    if shape.name.startswith("restart")
+    for p in (shape / "logs",)  # (the torchrun_logs layout numbers attempts by directory: no agent stops to read)
+    if p.is_dir()
+]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("logs", RESTARTS, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
+def test_attempt_boundaries_found_in_the_workers_equal_a_split_that_reads_back(
+    logs: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    c = launcher.consumer()
+    job = scan_consumers(logs, [c])[c.key]
+    facts = launcher.from_job_scan(job)
+    assert facts.file_boundaries
+    read_back: list[str] = []
+    real = attempts._file_boundaries
+
+    def counted(lf: Any, cands: Any, checkpoints: Any = None) -> Any:
+        read_back.append(lf.rel)
+        return real(lf, cands, checkpoints)
+
+    monkeypatch.setattr(attempts, "_file_boundaries", counted)
+    got = attempts.split(logs, files=job.log_files(), launcher_facts=facts)
+    assert read_back == []  # every agent's file came with its boundaries
+    facts.file_boundaries.clear()
+    want = attempts.split(logs, files=job.log_files(), launcher_facts=facts)
+    assert read_back
+    assert got.count == want.count > 1
+    assert (got.method, got.boundaries, got.dir_attempt) == (want.method, want.boundaries, want.dir_attempt)
+    assert [(a.index, a.outcome, a.ranks, a.start, a.end, a.evidence) for a in got.attempts] == [
+        (a.index, a.outcome, a.ranks, a.start, a.end, a.evidence) for a in want.attempts
+    ]

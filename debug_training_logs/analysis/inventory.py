@@ -750,6 +750,17 @@ def file_result_item(fr: FileResult, k: int) -> Any:
     return None if got is None else got[k]
 
 
+def result_size(job: JobScan, i: int) -> int:
+    """How many items file ``i``'s (tuple) sink result has (0 for no result), without unpacking it."""
+    res = job.caller_results
+    if isinstance(res, _Results):
+        p = res.per_file[i].sink_result
+        if p.items:
+            return len(p.blobs)
+    r = res[i]
+    return 0 if r is None else len(r)
+
+
 def result_item(job: JobScan, i: int, k: int) -> Any:
     """Item ``k`` of file ``i``'s sink result (a tuple), unpacking only that item when the scan's results are packed."""
     res = job.caller_results

@@ -35,7 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from debug_training_logs.analysis.inventory import JobScan, LineKeep, consumer_for, result_item, scan_job
+from debug_training_logs.analysis.inventory import (
+    JobScan,
+    LineKeep,
+    consumer_for,
+    result_item,
+    result_size,
+    scan_job,
+)
 from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import gloo, torchrun
 from debug_training_logs.logs.attribution import strip_ansi
@@ -210,6 +217,10 @@ class LauncherFacts:
     files: int
     truncated_lines: int
     inline_rank_files: dict[str, set[int]]
+    file_boundaries: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Per file: its agent's stop candidates and the attempt boundaries found after them, worked out in the worker
+    that scanned the file (:func:`~debug_training_logs.analysis.attempts.refine_launcher`; empty when the scan did
+    not: :func:`~debug_training_logs.analysis.attempts.split` reads the lines back itself)."""
 
     def agent_count(self) -> int:
         """Distinct torchrun agents (one per node) whose own lines were read, by PID."""
@@ -300,7 +311,9 @@ def consumer() -> Consumer:
     """The launcher scan as a consumer of the shared job scan (:func:`~debug_training_logs.analysis.inventory.
     scan_consumers`): scanned with a tool's own patterns, its facts cost no pass of their own (and a second tool call
     in one server finds them in the scan cache)."""
-    return consumer_for(PATTERNS, sink_factory())
+    from debug_training_logs.analysis.attempts import refine_launcher  # attempts reads this module's facts
+
+    return consumer_for(PATTERNS, sink_factory(), refine=refine_launcher)
 
 
 def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: LineKeep | None = None) -> LauncherFacts:
@@ -317,7 +330,18 @@ def from_job_scan(job: JobScan) -> LauncherFacts:
     :func:`sink_factory`."""
     files = job.inventory.files  # the scan's rank collection per file, without unpacking each file's scan
     items = ((f.rel, _result(job, j), f.line_ranks) for j, f in enumerate(files))
-    return _facts(items, len(files))  # one file's result at a time (a 10,240-rank job's would take ~25 MB)
+    facts = _facts(items, len(files))  # one file's result at a time (a 10,240-rank job's would take ~25 MB)
+    for j, f in enumerate(files):
+        if result_size(job, j) > 5:  # refined in the worker (attempts.refine_launcher)
+            found = result_item(job, j, 5)
+            if found is not None:
+                facts.file_boundaries[f.rel] = found
+    return facts
+
+
+def file_facts(rel: str, result: Any) -> LauncherFacts:
+    """The facts of one file alone, from its sink's result (its agent's facts are all its own)."""
+    return _facts([(rel, result, set())], 1)
 
 
 def _result(job: JobScan, j: int) -> Any:
