@@ -10,6 +10,8 @@ in-process computation.
 * Each torchrun agent's attempt boundaries (its stop candidates and whether workers ran again after them) are
   found in the worker that scanned its file (``attempts.refine_launcher``); ``attempts.split`` reads nothing back.
   Reference: the split that reads the lines back itself, over every restart shape of fixtures/real_torch.
+* The launcher's kept lines are parsed (torchrun events, gloo errors, ranks, own exceptions) in the worker that
+  scanned the file; the facts equal those of lines parsed in this process, over every fixtures/real_torch shape.
 * The NCCL table's input is unpacked as each file's result arrives, while the other files are still being scanned
   (``scan_consumers(on_file=...)``); the table equals one built from the lazily unpacked results.
 
@@ -47,6 +49,7 @@ from debug_training_logs.analysis.inventory import (
     consumer_for,
     kept_sink,
     result_item,
+    result_size,
     scan_consumers,
     scan_job,
 )
@@ -285,3 +288,56 @@ def test_attempt_boundaries_found_in_the_workers_equal_a_split_that_reads_back(
     assert [(a.index, a.outcome, a.ranks, a.start, a.end, a.evidence) for a in got.attempts] == [
         (a.index, a.outcome, a.ranks, a.start, a.end, a.evidence) for a in want.attempts
     ]
+
+
+LAUNCHER_JOBS = [
+    p
+    for base in ("real_torch", "real_torch_2_14")
+    for shape in sorted((FIXTURES / base).iterdir())
+    for p in (shape / "logs", shape / "torchrun_logs")
+    if p.is_dir()
+]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("logs", LAUNCHER_JOBS, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
+def test_launcher_lines_parsed_in_the_workers_give_the_facts_parsed_here(
+    logs: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    c = launcher.consumer()
+    job = scan_consumers(logs, [c])[c.key]
+    assert all(result_size(job, j) in (0, 7) for j in range(len(job.files)))
+    got = launcher.from_job_scan(job)
+    plain = consumer_for(launcher.PATTERNS, launcher.sink_factory())  # no refine: every line parsed here
+    want = launcher.from_job_scan(scan_consumers(logs, [plain])[plain.key])
+    assert got == want
+
+
+SIGTERM_LINE = (
+    "I0521 08:00:00.000000 4242 torch/distributed/elastic/multiprocessing/api.py:1] Sending process 77 closing signal "
+    "SIGTERM"
+)
+
+
+def test_parse_lines_reads_each_line_as_the_facts_need() -> None:
+    """One kept line each: an agent's SIGTERM, an own exception, a victim exception, a traceback header, a line of a
+    local rank the tee prefix pairs with its global rank, and a line with no rank."""
+    lines = [
+        (1, "[default1]:[rank3]: starting"),
+        (2, SIGTERM_LINE),
+        (3, "[rank3]: ValueError: bad batch"),
+        (4, "[rank3]: torch.distributed.DistBackendError: NCCL communicator was aborted"),
+        (5, "[rank3]: Traceback (most recent call last):"),
+        (6, "[default1]: KeyError: 'x'"),
+        (7, "KeyError: 'no rank'"),
+    ]
+    local_to_global, per_line = launcher.parse_lines(lines, [])
+    assert local_to_global[1] == 3
+    pids = [p for p, *_ in per_line]
+    ranks = [r for _p, _e, r, _g, _o in per_line]
+    own = [o for *_, o in per_line]
+    assert pids == [None, 4242, None, None, None, None, None]
+    assert per_line[1][1] is not None and per_line[1][1].signal == "SIGTERM"
+    assert ranks == [3, None, 3, 3, 3, 3, None]
+    assert own == [False, False, True, False, False, True, False]

@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from debug_training_logs.analysis.launcher import LauncherFacts, file_facts
+from debug_training_logs.analysis.launcher import LauncherFacts, file_facts, parse_lines
 from debug_training_logs.analysis.launcher import gather as gather_launcher
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.timestamps import parse_wall_time
@@ -248,12 +248,14 @@ def _file_boundaries(
 
 
 def refine_launcher(result: tuple[Any, ...], scan: FileScan) -> tuple[Any, ...]:
-    """The launcher sink's result with item 5 added, in the worker that scanned the file
-    (:attr:`~debug_training_logs.analysis.scan_cache.Consumer.refine`): (the file's stop candidates, the attempt
-    boundaries after them), or None when its agent stopped nothing; :func:`split` then reads nothing back."""
-    cands = _stop_candidates(file_facts(scan.file.rel, result)).get(scan.file.rel)
+    """The launcher sink's result with items 5 and 6 added, in the worker that scanned the file
+    (:attr:`~debug_training_logs.analysis.scan_cache.Consumer.refine`): 5 (the file's stop candidates, the attempt
+    boundaries after them), or None when its agent stopped nothing (:func:`split` then reads nothing back); 6 its
+    kept lines parsed (:func:`~debug_training_logs.analysis.launcher.parse_lines`)."""
+    parsed = parse_lines(result[0], result[4])
+    cands = _stop_candidates(file_facts(scan.file.rel, (*result, parsed))).get(scan.file.rel)
     found = (cands, _file_boundaries(scan.file, cands, scan.checkpoints)) if cands else None
-    return (*result, found)
+    return (*result, found, parsed)
 
 
 CLUSTER_GAP_S = 5.0

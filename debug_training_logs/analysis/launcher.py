@@ -349,7 +349,8 @@ def _result(job: JobScan, j: int) -> Any:
     first = result_item(job, j, 0)
     if first is None:
         return None
-    return first, result_item(job, j, 1), result_item(job, j, 2), None, result_item(job, j, 4)
+    parsed = result_item(job, j, 6) if result_size(job, j) > 6 else None  # parsed in the worker
+    return first, result_item(job, j, 1), result_item(job, j, 2), None, result_item(job, j, 4), parsed
 
 
 def for_attempt(job: JobScan, keep: LineKeep) -> LauncherFacts | None:
@@ -372,6 +373,50 @@ def for_attempt(job: JobScan, keep: LineKeep) -> LauncherFacts | None:
     return _facts(items, len(job.files))
 
 
+_AGENT_EVENTS = (
+    torchrun.SendingSignal,
+    torchrun.WorkerFailed,
+    torchrun.RestartDecision,
+    torchrun.RendezvousResult,
+    torchrun.RendezvousError,
+    torchrun.StoreListenFailed,
+    torchrun.StoreUnreachable,
+    torchrun.GroupState,
+)
+"""The torchrun events :func:`_facts` reads (any other parse of a line is dropped)."""
+
+_Parsed = tuple[dict[int, int], list[tuple[int | None, Any, int | None, Any, bool]]]
+
+
+def parse_lines(lines: list[tuple[int, str]], file_tables: list[torchrun.ChildFailedTable]) -> _Parsed:
+    """What :func:`_facts` reads of each kept line of one file, parsed once: (the file's local -> global ranks, per
+    line (agent PID, torchrun event, global rank, gloo mismatch or victim error, an own exception line)). Run in the
+    scan's worker (:func:`~debug_training_logs.analysis.attempts.refine_launcher`), or here for a replayed attempt."""
+    local_to_global: dict[int, int] = {}
+    for _no, text in lines:  # '[default1]:[rank3]: ...' pairs a tee prefix with its global rank
+        lm, gm = _LOCAL_PREFIX.match(text), _GLOBAL_RANK.search(text)
+        if lm and gm:
+            local_to_global.setdefault(int(lm.group(1)), int(gm.group(1)))
+    for t in file_tables:
+        for f in t.failures:
+            local_to_global[f.local_rank] = f.rank
+    per_line: list[tuple[int | None, Any, int | None, Any, bool]] = []
+    for _no, text in lines:
+        pm = _AGENT_LINE.match(text)
+        ev = torchrun.parse_line(text)
+        rank = _rank_of(text, local_to_global)
+        g: Any = None
+        own = False
+        if rank is not None:
+            g = gloo.parse_line(text)
+            if not (isinstance(g, gloo.CollectiveMismatch) or (isinstance(g, gloo.GlooError) and g.victim)):
+                g = None
+                own = bool(_EXC_LINE.search(text)) and not text.rstrip().endswith("Traceback (most recent call last):")
+                own = own and not _VICTIM_EXCEPTIONS.search(text)
+        per_line.append((int(pm.group(1)) if pm else None, ev if isinstance(ev, _AGENT_EVENTS) else None, rank, g, own))
+    return local_to_global, per_line
+
+
 def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> LauncherFacts:
     fates: dict[int, RankFate] = {}
     agents: list[AgentFacts] = []
@@ -387,7 +432,8 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
     for rel, result, inline_ranks in items:
         if result is None:
             continue
-        lines, b, dropped, _hits, file_tables = result
+        lines, b, dropped, _hits, file_tables = result[:5]
+        parsed: _Parsed = result[5] if len(result) > 5 and result[5] is not None else parse_lines(lines, file_tables)
         benign.update(b)
         truncated += dropped
         if inline_ranks:
@@ -395,20 +441,13 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
         node = _node_of(rel, file_tables)
         agent = AgentFacts(file=rel, node=node)
         agents.append(agent)
-        local_to_global: dict[int, int] = {}
+        local_to_global, per_line = parsed
         torn_pids: set[int] = set()
-        for _no, text in lines:  # '[default1]:[rank3]: ...' pairs a tee prefix with its global rank
-            lm, gm = _LOCAL_PREFIX.match(text), _GLOBAL_RANK.search(text)
-            if lm and gm:
-                local_to_global.setdefault(int(lm.group(1)), int(gm.group(1)))
         for t in file_tables:
             tables.append((rel, t))
-            for f in t.failures:
-                local_to_global[f.local_rank] = f.rank
-        for no, text in lines:
-            if pm := _AGENT_LINE.match(text):
-                agent.pids.add(int(pm.group(1)))
-            ev = torchrun.parse_line(text)
+        for (no, text), (pid, ev, rank, g, own) in zip(lines, per_line, strict=True):
+            if pid is not None:
+                agent.pids.add(pid)
             if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
                 torn_pids.add(ev.pid)
                 agent.teardowns.append(no)
@@ -426,10 +465,8 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
                 agent.unreachable.append((ev.host, _ev(rel, no, text)))
             elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
                 agent.succeeded.append(_ev(rel, no, text))
-            rank = _rank_of(text, local_to_global)
             if rank is None:
                 continue
-            g = gloo.parse_line(text)
             if isinstance(g, gloo.CollectiveMismatch):
                 mismatches.append((rank, g, _ev(rel, no, text)))
                 fate(rank).mismatch = g
@@ -442,9 +479,7 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
                     rf.comm_error, rf.comm_kind = _ev(rel, no, text), g.kind
                 rf.timed_out = rf.timed_out or g.kind == "timeout"
                 continue
-            if _EXC_LINE.search(text) and not text.rstrip().endswith("Traceback (most recent call last):"):
-                if _VICTIM_EXCEPTIONS.search(text):
-                    continue
+            if own:
                 rf = fate(rank)
                 rf.own_error = _ev(rel, no, text)  # the last one wins: the outermost exception line
                 if len(rf.errors) < MAX_ERRORS_PER_RANK:
