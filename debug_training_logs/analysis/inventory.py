@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
@@ -621,7 +621,7 @@ def scan_consumers(
 
     bases: list[Packed] = [lookup(j, None) for j in range(len(found))]
     view = _Bases(found, bases)
-    inventory = _build_inventory(view, _Facts(bases), skipped)
+    inventory = _build_inventory(found, _Shares(bases), _Facts(bases), skipped)
     out: dict[str, JobScan] = {}
     for c in consumers:
         per_file: list[FileResult] = [lookup(j, c) for j in range(len(found))]
@@ -639,7 +639,8 @@ def _pack_scan(
     sink's result refined first where the consumer says so (:attr:`Consumer.refine`)."""
     results, facts = s.sink_result if s.sink_result is not None else ([None] * len(layout), None)
     results = [r if r is None or f is None else f(r, s) for r, f in zip(results, refiners, strict=True)]
-    base = pack((replace(s, counts=[], sink_result=None, sampled=set()), facts or FileFacts(rel=s.file.rel)))
+    facts = facts or FileFacts(rel=s.file.rel)
+    base = pack((replace(s, counts=[], sink_result=None, sampled=set()), facts, _file_share(s, facts)))
     shares = [
         FileResult(
             counts=s.counts[off : off + n],
@@ -675,6 +676,17 @@ class _Facts(LazySequence[FileFacts]):
 
     def _at(self, i: int) -> FileFacts:
         return unpack_item(self.bases[i], 1)  # type: ignore[no-any-return]
+
+
+class _Shares(LazySequence["_FileShare"]):
+    def __init__(self, bases: Sequence[Packed]) -> None:
+        self.bases = bases
+
+    def __len__(self) -> int:
+        return len(self.bases)
+
+    def _at(self, i: int) -> _FileShare:
+        return unpack_item(self.bases[i], 2)  # type: ignore[no-any-return]
 
 
 class _Results(LazySequence[Any]):
@@ -770,8 +782,7 @@ def result_item(job: JobScan, i: int, k: int) -> Any:
     return None if r is None else r[k]
 
 
-@dataclass(frozen=True, slots=True)
-class _RankSources:
+class _RankSources(NamedTuple):
     """What :func:`_ranks_of` reads of one file, taken from its scan and facts once (the inventory asks twice: before
     and after the world size is known)."""
 
@@ -831,7 +842,7 @@ _CLAIM_NAMES = {
 }
 
 
-def _world_size(facts: Sequence[FileFacts], known: dict[str, set[int]]) -> tuple[int | None, str]:
+def _world_size(facts: Sequence[_WorldFacts], known: dict[str, set[int]]) -> tuple[int | None, str]:
     """The world size from evidence about the world only, and which line says so; conflicting evidence is named.
 
     Sources, most trusted first: Lightning ``MEMBER: m/N``; a line stating ``world_size``/``WORLD_SIZE``, torchrun's
@@ -869,7 +880,7 @@ def _world_size(facts: Sequence[FileFacts], known: dict[str, set[int]]) -> tuple
     return n, "; ".join([text, *notes])
 
 
-def _world_comm(facts: Sequence[FileFacts], known: dict[str, set[int]]) -> tuple[int, str] | None:
+def _world_comm(facts: Sequence[_WorldFacts], known: dict[str, set[int]]) -> tuple[int, str] | None:
     """(N, evidence) when the largest NCCL communicator is the world's. Every process joins the world communicator
     with comm rank = global rank, so in each file whose global ranks other sources name, its comm ranks must be
     exactly those ranks (a sub-communicator's restart at 0 and cover only some processes), and at least two ranks
@@ -947,12 +958,74 @@ def file_year(scan: FileScan) -> int | None:
     return None
 
 
-def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skipped: list[Skipped]) -> Inventory:
-    """The job's inventory, reading each file's scan and facts once (they are unpacked on each access): what the
-    world size and the time bounds need of a file is kept, small, until every file is read."""
+class _WorldFacts(NamedTuple):
+    """What :func:`_world_size` reads of a file's facts."""
+
+    rel: str
+    nccl_ranks: dict[int, int]
+    world_size_lines: list[tuple[int, int, str]]
+    world_claims: list[tuple[int, str, int, str]]
+    best_nranks: tuple[int, int, str] | None
+
+
+class _Hosts(NamedTuple):
+    """A file's hosts and the ranks of its failure tables."""
+
+    child_failed_ranks: set[int]
+    hosts: set[str]
+    launcher_hosts: set[str]
+
+
+class _FileShare(NamedTuple):
+    """What the job's inventory reads of one file, worked out in the worker that scanned it (the third item of the
+    file's packed base): the main process unpacks this, not the file's head, tail and facts."""
+
+    sources: _RankSources
+    world: _WorldFacts
+    light: _Hosts
+    first: TimePoint | None
+    last: TimePoint | None
+    last_timed: tuple[int, str, WallTime] | None
+    year: int | None
+    markers: dict[str, int]
+    first_marker_line: dict[str, tuple[int, str]]
+    nccl_versions: set[str]
+    torch_versions: set[str]
+    lines: int
+    problem: str | None
+
+
+def _file_share(s: FileScan, f: FileFacts) -> _FileShare:
+    first, last = _file_times(s)
+    last_timed = None
+    if last is not None:  # the whole line for the file's end (cut for citation), 300 characters for the job's
+        last_timed = (last.line, cut(last.text), last.time)
+        last = replace(last, text=last.text[:300])
+    return _FileShare(
+        sources=_RankSources.of(s, f),
+        world=_WorldFacts(f.rel, f.nccl_ranks, f.world_size_lines, f.world_claims, f.best_nranks),
+        light=_Hosts(f.child_failed_ranks, f.hosts, f.launcher_hosts),
+        first=first,
+        last=last,
+        last_timed=last_timed,
+        year=file_year(s),
+        markers=f.markers,
+        first_marker_line=f.first_marker_line,
+        nccl_versions=f.nccl_versions,
+        torch_versions=f.torch_versions,
+        lines=s.lines,
+        problem=s.problem,
+    )
+
+
+def _build_inventory(
+    found: Sequence[LogFile], shares: Sequence[_FileShare], facts: Sequence[FileFacts], skipped: list[Skipped]
+) -> Inventory:
+    """The job's inventory from each file's share (:class:`_FileShare`, unpacked once per file; ``facts`` are only
+    kept, lazily, on the inventory)."""
     sources: list[_RankSources] = []
-    world_facts: list[FileFacts] = []  # only what _world_size reads
-    per_file: list[tuple[LogFile, int, str | None, FileFacts]] = []  # (file, lines, problem, hosts and failures)
+    world_facts: list[_WorldFacts] = []
+    per_file: list[tuple[LogFile, int, str | None, _Hosts]] = []  # (file, lines, problem, hosts and failures)
     ends: list[tuple[TimePoint | None, TimePoint | None]] = []
     lasts: list[tuple[int, str, WallTime] | None] = []
     markers: dict[str, int] = {}
@@ -960,37 +1033,21 @@ def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skip
     nccl_versions: set[str] = set()
     torch_versions: set[str] = set()
     year: int | None = None
-    for s, f in zip(scans, facts, strict=True):
-        sources.append(_RankSources.of(s, f))
-        world_facts.append(
-            FileFacts(
-                rel=f.rel,
-                nccl_ranks=f.nccl_ranks,
-                world_size_lines=f.world_size_lines,
-                world_claims=f.world_claims,
-                best_nranks=f.best_nranks,
-            )
-        )
+    for lf, d in zip(found, shares, strict=True):
+        sources.append(d.sources)
+        world_facts.append(d.world)
         if year is None:
-            year = file_year(s)
-        ends.append(_file_times(s))
-        for name, n in f.markers.items():
+            year = d.year
+        ends.append((d.first, d.last))
+        lasts.append(d.last_timed)
+        for name, n in d.markers.items():
             markers[name] = markers.get(name, 0) + n
             if name not in examples:
-                ln, text = f.first_marker_line[name]
-                examples[name] = (f.rel, ln, text)
-        nccl_versions |= f.nccl_versions
-        torch_versions |= f.torch_versions
-        light = FileFacts(
-            rel=f.rel, child_failed_ranks=f.child_failed_ranks, hosts=f.hosts, launcher_hosts=f.launcher_hosts
-        )
-        per_file.append((s.file, s.lines, s.problem, light))
-        last = ends[-1][1]
-        if last is not None:  # the whole line for the file's end (cut for citation), 300 characters for the job's
-            lasts.append((last.line, cut(last.text), last.time))
-            ends[-1] = (ends[-1][0], replace(last, text=last.text[:300]))
-        else:
-            lasts.append(None)
+                ln, text = d.first_marker_line[name]
+                examples[name] = (d.world.rel, ln, text)
+        nccl_versions |= d.nccl_versions
+        torch_versions |= d.torch_versions
+        per_file.append((lf, d.lines, d.problem, d.light))
     known = {src.rel: _ranks_of(src, None)[0] for src in sources}
     world_size, ws_evidence = _world_size(world_facts, known)
     files: list[FileInventory] = []

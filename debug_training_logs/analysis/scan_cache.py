@@ -16,6 +16,7 @@ job's results cost a few times less than as objects, and only the tool that read
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -45,8 +46,10 @@ class Consumer:
     """Run on the sink's result (not None) with the file's scan (head, tail, lines), in the worker that scanned the
     file, before the result is packed: per-file work on it is done there, in parallel. Part of the key."""
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
+        """The name, the refine and a hash of the patterns, dense flags and case mode (worked out once: a job's scan
+        asks for it per file)."""
         h = hashlib.sha1(repr((self.patterns, sorted(self.dense), self.ignore_case)).encode()).hexdigest()[:16]
         refined = "" if self.refine is None else f"+{self.refine.__module__}.{self.refine.__qualname__}"
         return f"{self.name}{refined}:{h}"
