@@ -1132,9 +1132,12 @@ def nccl_state(worker: WorkerEvidence, early: dict[int, FileEvents] | None = Non
         for r in table.rows
     ]
     groups = []
+    by_pg: dict[str, list[NcclRow]] = defaultdict(list)
+    for r in rows:
+        by_pg[r.pg].append(r)
     for p in table.process_groups:
         key = p.pg if p.pg is not None else "?"
-        mine = [r for r in rows if r.pg == key]
+        mine = by_pg.get(key, [])
         root_ahead = p.classification == "root_ahead" and bool(p.ahead_ranks)
         groups.append(
             ProcessGroupState(

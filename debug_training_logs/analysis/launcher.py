@@ -448,37 +448,39 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
         for (no, text), (pid, ev, rank, g, own) in zip(lines, per_line, strict=True):
             if pid is not None:
                 agent.pids.add(pid)
-            if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
-                torn_pids.add(ev.pid)
-                agent.teardowns.append(no)
-            elif isinstance(ev, torchrun.WorkerFailed):
-                agent.worker_failed.append((no, ev))
-            elif isinstance(ev, torchrun.RestartDecision):
-                agent.restarts.append(_ev(rel, no, text))
-            elif isinstance(ev, torchrun.RendezvousResult):
-                agent.restart_counts.append((no, ev.restart_count))
-            elif isinstance(ev, torchrun.RendezvousError):
-                agent.rendezvous_errors.append(_ev(rel, no, text))
-            elif isinstance(ev, torchrun.StoreListenFailed):
-                agent.listen_failures.append(_ev(rel, no, text))
-            elif isinstance(ev, torchrun.StoreUnreachable) and len(agent.unreachable) < 8:
-                agent.unreachable.append((ev.host, _ev(rel, no, text)))
-            elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
-                agent.succeeded.append(_ev(rel, no, text))
+            if ev is not None:  # an agent's event (most kept lines are a rank's)
+                if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
+                    torn_pids.add(ev.pid)
+                    agent.teardowns.append(no)
+                elif isinstance(ev, torchrun.WorkerFailed):
+                    agent.worker_failed.append((no, ev))
+                elif isinstance(ev, torchrun.RestartDecision):
+                    agent.restarts.append(_ev(rel, no, text))
+                elif isinstance(ev, torchrun.RendezvousResult):
+                    agent.restart_counts.append((no, ev.restart_count))
+                elif isinstance(ev, torchrun.RendezvousError):
+                    agent.rendezvous_errors.append(_ev(rel, no, text))
+                elif isinstance(ev, torchrun.StoreListenFailed):
+                    agent.listen_failures.append(_ev(rel, no, text))
+                elif isinstance(ev, torchrun.StoreUnreachable) and len(agent.unreachable) < 8:
+                    agent.unreachable.append((ev.host, _ev(rel, no, text)))
+                elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
+                    agent.succeeded.append(_ev(rel, no, text))
             if rank is None:
                 continue
-            if isinstance(g, gloo.CollectiveMismatch):
-                mismatches.append((rank, g, _ev(rel, no, text)))
-                fate(rank).mismatch = g
-                continue
-            if isinstance(g, gloo.GlooError) and g.victim:
-                rf = fate(rank)
-                if len(rf.errors) < MAX_ERRORS_PER_RANK:
-                    rf.errors.append(_ev(rel, no, text))
-                if rf.comm_error is None or (g.kind == "timeout" and not rf.timed_out):
-                    rf.comm_error, rf.comm_kind = _ev(rel, no, text), g.kind
-                rf.timed_out = rf.timed_out or g.kind == "timeout"
-                continue
+            if g is not None:  # a gloo mismatch or a victim's error (parse_lines keeps no other)
+                if isinstance(g, gloo.CollectiveMismatch):
+                    mismatches.append((rank, g, _ev(rel, no, text)))
+                    fate(rank).mismatch = g
+                    continue
+                if isinstance(g, gloo.GlooError) and g.victim:
+                    rf = fate(rank)
+                    if len(rf.errors) < MAX_ERRORS_PER_RANK:
+                        rf.errors.append(_ev(rel, no, text))
+                    if rf.comm_error is None or (g.kind == "timeout" and not rf.timed_out):
+                        rf.comm_error, rf.comm_kind = _ev(rel, no, text), g.kind
+                    rf.timed_out = rf.timed_out or g.kind == "timeout"
+                    continue
             if own:
                 rf = fate(rank)
                 rf.own_error = _ev(rel, no, text)  # the last one wins: the outermost exception line
