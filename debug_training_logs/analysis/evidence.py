@@ -32,6 +32,13 @@ Within one file lines are in write order, so these per-file bounds also bound th
 cannot order a line against the first symptom, the states can: the last output of a rank that crashed (or stalled)
 and never entered the collective the others waited in came before their timeout.
 
+Where the work runs: per-file work is done in the scan's worker processes, in parallel, and the main process only
+merges small per-file results. :meth:`EvidenceSink.finish` makes a file's step-time and memory series into flat arrays;
+the consumer's refine (:func:`_refine`, given the file's head and tail) makes its hits into :class:`Hit` s with times in
+the file's own year (the fold moves them to the job's year when the two differ) and leaves the raw hits only when it
+cannot (a yearless February 29 in a common year). :func:`gather_evidence` unpacks each file's NCCL lines as its
+result arrives, while the other files are still being scanned.
+
 Nothing here imports the verifier or the decision procedure.
 """
 
