@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 
 from debug_training_logs import __version__, progress
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.memo import one_command
 from debug_training_logs.render import render_text
 from debug_training_logs.tools.registry import CLI_NAMES, ToolSpec, all_tools, tool_by_name
 
@@ -408,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     spec = tool_by_name(ns._tool)
     assert spec is not None
     try:
-        with _cli_progress(ns.verbose), _fewer_collections():
+        with _cli_progress(ns.verbose), _fewer_collections(), one_command():
             result = _analyze_with_html(ns) if getattr(ns, "html", None) else run_tool(spec, ns)
     except UserInputError as exc:
         print(f"debug-training-logs {ns.command}: {exc}", file=sys.stderr)

@@ -26,7 +26,8 @@ import sys
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,6 +174,8 @@ class Memo:
         self.nbytes = 0
         self.hits = 0
         self.misses = 0
+        self.keep_results = True
+        """False while the process answers one command and exits (:func:`one_command`)."""
 
     def get(self, key: Hashable) -> Any:
         """The value put under ``key``, or None (and it becomes the most recently used)."""
@@ -218,3 +221,17 @@ class Memo:
 
 MEMO = Memo()
 """The process's one cache (the MCP server keeps it across tool calls; a CLI run lives one call)."""
+
+
+@contextmanager
+def one_command() -> Iterator[None]:
+    """Within the block the process answers one command and then exits (the CLI): a tool's whole result is not kept
+    for a later call, since none comes, so its size is never estimated (a walk over every object of a big table). The
+    scan results and checkpoints are still kept: the command's own later steps read them. The server never enters
+    this: it keeps and bounds everything."""
+    before = MEMO.keep_results
+    MEMO.keep_results = False
+    try:
+        yield
+    finally:
+        MEMO.keep_results = before

@@ -121,3 +121,30 @@ def test_a_scan_larger_than_the_cache_still_answers_and_the_cache_stays_bounded(
 )
 def test_cache_budget_from_the_environment_never_stops_the_import(text: str | None, mb: int) -> None:
     assert memo._budget_mb(text) == mb
+
+
+def test_one_cli_command_keeps_no_tool_result_and_the_server_still_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within ``one_command`` (the CLI) a tool's result is computed, never sized nor kept; outside it (the server)
+    the second call with the same arguments is answered from the cache."""
+    from debug_training_logs.tools import _cache
+
+    logs = FIXTURES / "cuda_oom" / "logs"
+    calls: list[int] = []
+
+    def compute() -> dict[str, int]:
+        calls.append(1)
+        return {"rows": len(calls)}
+
+    def no_estimate(obj: Any, limit: int = 0) -> int:
+        raise AssertionError("sized in a one-command process")
+
+    with monkeypatch.context() as m:
+        m.setattr(_cache, "estimate", no_estimate)
+        with memo.one_command():
+            assert not memo.MEMO.keep_results
+            assert _cache.cached("t", logs, None, compute) == {"rows": 1}
+            assert _cache.cached("t", logs, None, compute) == {"rows": 2}
+    assert memo.MEMO.keep_results
+    assert not any(isinstance(k, tuple) and k[0] == _cache.TOOL for k in memo.MEMO._items)
+    assert _cache.cached("t", logs, None, compute) == {"rows": 3}
+    assert _cache.cached("t", logs, None, compute) == {"rows": 3} and len(calls) == 3

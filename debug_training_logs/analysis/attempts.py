@@ -29,13 +29,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from debug_training_logs.analysis.launcher import LauncherFacts
+from debug_training_logs.analysis.launcher import LauncherFacts, file_facts, parse_lines
 from debug_training_logs.analysis.launcher import gather as gather_launcher
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.timestamps import parse_wall_time
 from debug_training_logs.logs.discovery import LogFile, discover
-from debug_training_logs.logs.scan import lines_at
+from debug_training_logs.logs.scan import Checkpoints, FileScan, lines_at
 from debug_training_logs.models import Evidence, cut
 
 _ATTEMPT_DIR = re.compile(r"(?:^|/)attempt_(\d+)/")
@@ -187,29 +188,8 @@ def split(
     for rel, cands in _stop_candidates(lf).items():
         if rel in dir_attempt or rel not in by_rel or not cands:
             continue
-        # collapse a burst (SIGTERMs, the failure line, 'will restart') into its last line
-        bursts: list[tuple[int, str]] = []
-        for no, why, _ in cands:
-            if bursts and no - bursts[-1][0] <= 8:
-                bursts[-1] = (no, bursts[-1][1] if "restart" in bursts[-1][1] else why)
-            else:
-                bursts.append((no, why))
-        wanted = {n for b, _ in bursts for n in range(b, b + LOOKAHEAD_LINES + 1)}
-        text = lines_at(by_rel[rel], wanted)
-        # several agents appending to one file (sbatch's single slurm-<jobid>.out): another node's workers go on
-        # logging after this agent stopped, so only the agent's own restart lines count there
-        agents = {m.group(1) for b, _ in bursts if (m := _AGENT_PID.match(text.get(b, "")))}
-        shared = len(agents) > 1
-        found: list[Boundary] = []
-        for b, why in bursts:
-            after = [text[n] for n in range(b + 1, b + LOOKAHEAD_LINES + 1) if n in text]
-            pid = m.group(1) if (m := _AGENT_PID.match(text.get(b, ""))) else None
-            started = any(_STARTING.search(t) is not None and (not shared or _pid_of(t) == pid) for t in after)
-            workers = not shared and any(_WORKER_LINE.search(t) and not _AGENT_OWN.search(t) for t in after)
-            # a decision to restart is not an attempt until workers run again (a closed rendezvous ends the job)
-            if started or workers:
-                times = [t for n in range(b, 0, -1) if n in text and (t := _time(text[n])) is not None][:1]
-                found.append(Boundary(rel, b, len(found), times[0] if times else None, why, cut(text.get(b, ""))))
+        early = lf.file_boundaries.get(rel)
+        found = early[1] if early is not None and early[0] == cands else _file_boundaries(by_rel[rel], cands)
         if found:
             boundaries[rel] = found
     _number_by_time(boundaries)
@@ -233,6 +213,49 @@ def split(
         else "no restart seen"
     )
     return Attempts(attempts, boundaries, dir_attempt, method)
+
+
+def _file_boundaries(
+    lf: LogFile, cands: list[tuple[int, str, str]], checkpoints: Checkpoints | None = None
+) -> list[Boundary]:
+    """The attempt boundaries of one agent's file: each burst of stop candidates after which workers ran again (the
+    lines after it are read back, from the scan's ``checkpoints`` of the file when given)."""
+    rel = lf.rel
+    # collapse a burst (SIGTERMs, the failure line, 'will restart') into its last line
+    bursts: list[tuple[int, str]] = []
+    for no, why, _ in cands:
+        if bursts and no - bursts[-1][0] <= 8:
+            bursts[-1] = (no, bursts[-1][1] if "restart" in bursts[-1][1] else why)
+        else:
+            bursts.append((no, why))
+    wanted = {n for b, _ in bursts for n in range(b, b + LOOKAHEAD_LINES + 1)}
+    text = lines_at(lf, wanted, checkpoints=checkpoints)
+    # several agents appending to one file (sbatch's single slurm-<jobid>.out): another node's workers go on
+    # logging after this agent stopped, so only the agent's own restart lines count there
+    agents = {m.group(1) for b, _ in bursts if (m := _AGENT_PID.match(text.get(b, "")))}
+    shared = len(agents) > 1
+    found: list[Boundary] = []
+    for b, why in bursts:
+        after = [text[n] for n in range(b + 1, b + LOOKAHEAD_LINES + 1) if n in text]
+        pid = m.group(1) if (m := _AGENT_PID.match(text.get(b, ""))) else None
+        started = any(_STARTING.search(t) is not None and (not shared or _pid_of(t) == pid) for t in after)
+        workers = not shared and any(_WORKER_LINE.search(t) and not _AGENT_OWN.search(t) for t in after)
+        # a decision to restart is not an attempt until workers run again (a closed rendezvous ends the job)
+        if started or workers:
+            times = [t for n in range(b, 0, -1) if n in text and (t := _time(text[n])) is not None][:1]
+            found.append(Boundary(rel, b, len(found), times[0] if times else None, why, cut(text.get(b, ""))))
+    return found
+
+
+def refine_launcher(result: tuple[Any, ...], scan: FileScan) -> tuple[Any, ...]:
+    """The launcher sink's result with items 5 and 6 added, in the worker that scanned the file
+    (:attr:`~debug_training_logs.analysis.scan_cache.Consumer.refine`): 5 (the file's stop candidates, the attempt
+    boundaries after them), or None when its agent stopped nothing (:func:`split` then reads nothing back); 6 its
+    kept lines parsed (:func:`~debug_training_logs.analysis.launcher.parse_lines`)."""
+    parsed = parse_lines(result[0], result[4])
+    cands = _stop_candidates(file_facts(scan.file.rel, (*result, parsed))).get(scan.file.rel)
+    found = (cands, _file_boundaries(scan.file, cands, scan.checkpoints)) if cands else None
+    return (*result, found, parsed)
 
 
 CLUSTER_GAP_S = 5.0

@@ -32,6 +32,13 @@ Within one file lines are in write order, so these per-file bounds also bound th
 cannot order a line against the first symptom, the states can: the last output of a rank that crashed (or stalled)
 and never entered the collective the others waited in came before their timeout.
 
+Where the work runs: per-file work is done in the scan's worker processes, in parallel, and the main process only
+merges small per-file results. :meth:`EvidenceSink.finish` makes a file's step-time and memory series into flat arrays;
+the consumer's refine (:func:`_refine`, given the file's head and tail) makes its hits into :class:`Hit` s with times in
+the file's own year (the fold moves them to the job's year when the two differ) and leaves the raw hits only when it
+cannot (a yearless February 29 in a common year). :func:`gather_evidence` unpacks each file's NCCL lines as its
+result arrives, while the other files are still being scanned.
+
 Nothing here imports the verifier or the decision procedure.
 """
 
@@ -46,7 +53,7 @@ from array import array
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import accumulate, pairwise
 from pathlib import Path
@@ -81,13 +88,15 @@ from debug_training_logs.analysis.inventory import (
     Marker,
     PerFile,
     consumer_for,
+    file_result_item,
+    file_year,
     kept_sink,
     result_item,
     scan_consumers,
 )
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
-from debug_training_logs.analysis.scan_cache import Consumer
+from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, WallTime, parse_wall_time, with_year
 from debug_training_logs.lazy import LazySequence
@@ -95,7 +104,14 @@ from debug_training_logs.logs.attribution import rank_of_line, strip_ansi
 from debug_training_logs.logs.discovery import LogFile, sniff_compression
 from debug_training_logs.logs.nearest_time import TIMESTAMP
 from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_chunks
-from debug_training_logs.logs.scan import MAX_LINE_CHARS, Checkpoints, checkpoints_for, line_windows, seek_line
+from debug_training_logs.logs.scan import (
+    MAX_LINE_CHARS,
+    Checkpoints,
+    FileScan,
+    checkpoints_for,
+    line_windows,
+    seek_line,
+)
 from debug_training_logs.models import Coverage, Evidence, cut
 from debug_training_logs.ranges import parse_ranges
 
@@ -390,8 +406,150 @@ class EvidenceSink:
                     series = out.memory_mb[rank] = _Series()
                 series.add(line_no, wt, float(mm.group(1)))
 
-    def finish(self) -> tuple[_FileHits, FileEvents, WorkerClockFacts]:
-        return self.out, self.nccl.finish(), self.clock.finish()
+    def finish(self) -> tuple[_FileHits, FileEvents, WorkerClockFacts, _FileSeries]:
+        return _without_series(self.out), self.nccl.finish(), self.clock.finish(), _file_series(self.out)
+
+
+@dataclass
+class _FileSeries:
+    """One file's step-time and memory series as flat arrays per rank (made in the scan's worker process, so the main
+    process only joins arrays): per kind ("step", "memory"), rank -> (lines, times, values), times in microseconds
+    since 1970 on the worker clock or :data:`_NO_TIME`. A rank's series whose points include a time without a year
+    (it needs the job's year, known only once every file is read) is kept as its points instead (``raw``)."""
+
+    arrays: dict[str, dict[int | None, tuple[array[int], array[int], array[float]]]] = field(default_factory=dict)
+    raw: dict[str, dict[int | None, list[tuple[int, WallTime | None, float]]]] = field(default_factory=dict)
+
+
+def _without_series(fh: _FileHits) -> _FileHits:
+    """``fh`` without its series (they travel as :class:`_FileSeries`)."""
+    return replace(fh, step_ms={}, memory_mb={})
+
+
+def _file_series(fh: _FileHits) -> _FileSeries:
+    out = _FileSeries()
+    for kind, per_rank in (("step", fh.step_ms), ("memory", fh.memory_mb)):
+        arrays: dict[int | None, tuple[array[int], array[int], array[float]]] = {}
+        raw: dict[int | None, list[tuple[int, WallTime | None, float]]] = {}
+        for rank, s in per_rank.items():
+            if any(wt is not None and wt.year is None for _ln, wt, _v in s.points):
+                raw[rank] = s.points
+                continue
+            times = array("q")
+            for _ln, wt, _v in s.points:
+                t = with_year(wt, None) if wt is not None else None  # the line's own year
+                times.append(_NO_TIME if t is None else (t - _EPOCH) // _US)
+            arrays[rank] = (array("q", [p[0] for p in s.points]), times, array("d", [p[2] for p in s.points]))
+        if arrays:
+            out.arrays[kind] = arrays
+        if raw:
+            out.raw[kind] = raw
+    return out
+
+
+def _refine(result: tuple[_FileHits, FileEvents, WorkerClockFacts, _FileSeries], scan: FileScan) -> tuple[Any, ...]:
+    """:class:`EvidenceSink`'s result as the scan keeps it (:attr:`~debug_training_logs.analysis.scan_cache.Consumer.
+    refine`, run in the worker that scanned the file): (None, NCCL lines, clock facts, series, :class:`_FileDigest`),
+    or with the raw hits in place of the digest when it cannot be made (a time without a year that the file's own
+    year cannot take: February 29)."""
+    fh, fe, clock, series = result
+    digest = _digest(fh, file_year(scan) or WORKER_FALLBACK_YEAR)
+    return (fh if digest is None else None, fe, clock, series, digest)
+
+
+@dataclass
+class _SignalDigest:
+    """One signal's share of one file, as :class:`Hit` s (made in the scan's worker)."""
+
+    count: int
+    hits: list[Hit]
+    """The kept hits (the first ones, each rank's first and last), one per line."""
+    yearless: bytes
+    """Per hit: which of its times (1 ``time``, 2 ``after``, 4 ``before``) took the assumed year (its line has none)."""
+    first: dict[int | None, int]
+    """The line's own rank (None: the line names none) -> index in :attr:`hits` of its first hit."""
+    last: dict[int | None, int]
+    count_by_rank: dict[int | None, int]
+
+
+@dataclass
+class _FileDigest:
+    """One file's evidence hits made into :class:`Hit` s in the worker that scanned it, times taking :attr:`year` where
+    their line has none; the job's fold redoes only the times of a file that assumed another year than the job's."""
+
+    year: int
+    signals: dict[str, _SignalDigest]
+    rank_host: dict[int, tuple[int, str]]
+
+
+def _digest(fh: _FileHits, year: int) -> _FileDigest | None:
+    rel = fh.rel
+    done: dict[int, tuple[WallTime, datetime | None, int]] = {}  # id -> (the object, its datetime, yearless 0/1)
+
+    def conv(wt: WallTime | None) -> tuple[datetime | None, int]:
+        if wt is None:
+            return None, 0
+        known = done.get(id(wt))
+        if known is None:
+            t = with_year(wt, year)
+            if t is None and wt.year is None:
+                raise _NoDigest
+            known = done[id(wt)] = (wt, t, 0 if wt.year is not None else 1)
+        return known[1], known[2]
+
+    signals: dict[str, _SignalDigest] = {}
+    try:
+        for name, t in fh.tallies.items():
+            hits: list[Hit] = []
+            flags = bytearray()
+            at: dict[int, int] = {}  # line -> index in hits (a line's first raw hit is the kept one)
+            for raw in (*t.samples, *t.first_by_rank.values(), *t.last_by_rank.values()):
+                if raw.line in at:
+                    continue
+                at[raw.line] = len(hits)
+                (when, a), (after, b), (before, c) = conv(raw.wt), conv(raw.after), conv(raw.before)
+                hits.append(Hit(name, rel, raw.line, raw.text, raw.rank, when, after, before))
+                flags.append(a | b << 1 | c << 2)
+            signals[name] = _SignalDigest(
+                t.count,
+                hits,
+                bytes(flags),
+                {r: at[raw.line] for r, raw in t.first_by_rank.items()},
+                {r: at[raw.line] for r, raw in t.last_by_rank.items()},
+                dict(t.count_by_rank),
+            )
+    except _NoDigest:
+        return None
+    return _FileDigest(year, signals, dict(fh.rank_host))
+
+
+class _NoDigest(Exception):
+    """A time without a year that the assumed year cannot take (February 29 of a common year)."""
+
+
+def _job_hits(sd: _SignalDigest, assumed: int, year: int, single: int | None) -> list[Hit]:
+    """A file's hits of one signal as the job sees them: in the job's ``year`` where their line has none (made with
+    ``assumed``), with the file's ``single`` rank where their line names none."""
+    hits = sd.hits
+    if assumed != year and any(sd.yearless):
+        hits = [_in_year(h, f, year) if f else h for h, f in zip(hits, sd.yearless, strict=True)]
+    if single is not None and any(h.rank is None for h in hits):
+        hits = [replace(h, rank=single) if h.rank is None else h for h in hits]
+    return hits
+
+
+def _in_year(h: Hit, flags: int, year: int) -> Hit:
+    """``h`` with the times that took an assumed year in ``year`` (None where ``year`` has no such day)."""
+
+    def moved(t: datetime | None, bit: int) -> datetime | None:
+        if t is None or not flags & bit:
+            return t
+        try:
+            return t.replace(year=year)
+        except ValueError:
+            return None
+
+    return replace(h, time=moved(h.time, 1), after=moved(h.after, 2), before=moved(h.before, 4))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -671,7 +829,8 @@ def evidence_consumer(keep: LineKeep | None = None) -> Consumer:
     every rank's first and last ones, never one Python call per step line); ``keep`` restricts its sink to some
     lines (one attempt's)."""
     factory: Any = EvidenceSink if keep is None else functools.partial(kept_sink, keep, EvidenceSink)
-    return consumer_for(worker_patterns(), factory, dense=[i for i, s in enumerate(SIGNALS) if s.dense])
+    dense = [i for i, s in enumerate(SIGNALS) if s.dense]
+    return consumer_for(worker_patterns(), factory, dense=dense, refine=_refine)
 
 
 def scan_worker_logs(logs_dir: Path, keep: LineKeep | None = None) -> JobScan:
@@ -728,15 +887,41 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
     clock_facts: list[tuple[str, WorkerClockFacts]] = []
     series: dict[str, dict[int, _SeriesBuilder]] = {"step": {}, "memory": {}}
     hosts: dict[int, tuple[int, str]] = {}
-    for j, fs in enumerate(job.files):
-        rel = fs.file.rel
-        fh = result_item(job, j, 0)
-        if fh is None:
+    for j, lf in enumerate(job.log_files()):
+        rel = lf.rel
+        digest: _FileDigest | None = result_item(job, j, 4)
+        fh = result_item(job, j, 0) if digest is None else None
+        if digest is None and fh is None:
             continue
+        fh_hosts: dict[int, tuple[int, str]] = {}
+        clock_facts.append((rel, result_item(job, j, 2)))
+        if digest is not None:
+            for name, sd in digest.signals.items():
+                counts[name] += sd.count
+                hits = _job_hits(sd, digest.year, year, single_rank.get(rel))
+                if hits:
+                    kept_here = kept[name]
+                    for h in hits:  # one per line
+                        kept_here[(rel, h.line)] = h
+                for i in sd.first.values():
+                    h = hits[i]
+                    if h.rank is not None and _before(h, first_by_rank[name].get(h.rank)):
+                        first_by_rank[name][h.rank] = h
+                for i in sd.last.values():
+                    h = hits[i]
+                    prev = last_by_rank[name].get(h.rank) if h.rank is not None else None
+                    if h.rank is not None and (prev is None or _before(prev, h)):
+                        last_by_rank[name][h.rank] = h
+                for r, n in sd.count_by_rank.items():
+                    rr = rank_of(rel, r)
+                    if rr is not None:
+                        counts_by_rank[name][rr] += n
+            fh_hosts = digest.rank_host
+        if fh is not None:
+            fh_hosts = fh.rank_host
         converted.clear()  # one file's objects share identities; the next file's are new ones (and the memos
         made.clear()  # must not hold every file's objects at once)
-        clock_facts.append((rel, result_item(job, j, 2)))
-        for name, t in fh.tallies.items():
+        for name, t in fh.tallies.items() if fh is not None else ():
             counts[name] += t.count
             raws = [*t.samples, *t.first_by_rank.values(), *t.last_by_rank.values()]
             if raws:
@@ -757,15 +942,23 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
                 rr = rank_of(rel, r)
                 if rr is not None:
                     counts_by_rank[name][rr] += n
-        for key, per_rank in (("step", fh.step_ms), ("memory", fh.memory_mb)):
-            for r, s in per_rank.items():
+        fseries = result_item(job, j, 3)
+        for key in ("step", "memory"):
+            for r, arrays in fseries.arrays.get(key, {}).items():
                 rr = rank_of(rel, r)
                 if rr is not None:
                     b = series[key].get(rr)
                     if b is None:
                         b = series[key][rr] = _SeriesBuilder()
-                    b.add(rel, s.points, year)
-        for r, (n, host) in fh.rank_host.items():
+                    b.add_arrays(rel, *arrays)
+            for r, points in fseries.raw.get(key, {}).items():
+                rr = rank_of(rel, r)
+                if rr is not None:
+                    b = series[key].get(rr)
+                    if b is None:
+                        b = series[key][rr] = _SeriesBuilder()
+                    b.add(rel, points, year)
+        for r, (n, host) in fh_hosts.items():
             if n >= hosts.get(r, (0, ""))[0]:
                 hosts[r] = (n, host)
     return WorkerEvidence(
@@ -814,9 +1007,20 @@ class _SeriesBuilder:
             self.times.append(_NO_TIME if t is None else (t - _EPOCH) // _US)
             self.values.append(v)
 
+    def add_arrays(self, rel: str, lines: array[int], times: array[int], values: array[float]) -> None:
+        """The points of one file, as :class:`_FileSeries` holds them (times already on the worker clock)."""
+        if not self.rels or self.rels[-1] != rel:
+            self.rels.append(rel)
+        self.rel_at.extend(array("l", [len(self.rels) - 1]) * len(lines))
+        self.lines.extend(lines)
+        self.times.extend(times)
+        self.values.extend(values)
+
     def points(self) -> PointSeries:
         """The points in (file, line) order (stable: equal keys keep the order they came in)."""
         rels, rel_at, lines = self.rels, self.rel_at, self.lines
+        if len(rels) == 1 and lines.tolist() == sorted(lines):  # one file's points, in line order
+            return PointSeries(rels, rel_at, lines, self.times, self.values)
         order = sorted(range(len(lines)), key=lambda i: (rels[rel_at[i]], lines[i]))
         if order == list(range(len(lines))):
             return PointSeries(rels, rel_at, lines, self.times, self.values)
@@ -871,14 +1075,10 @@ def _file_ends(
     job: JobScan, single_rank: dict[str, int], conv: Callable[[WallTime | None], datetime | None]
 ) -> dict[str, Hit]:
     out: dict[str, Hit] = {}
-    for fs in job.files:
-        first_tail = fs.lines - len(fs.tail) + 1
-        for j in range(len(fs.tail) - 1, -1, -1):
-            wt = parse_wall_time(fs.tail[j])
-            if wt is not None:
-                rel = fs.file.rel
-                out[rel] = Hit("end", rel, first_tail + j, cut(fs.tail[j]), single_rank.get(rel), conv(wt))
-                break
+    for f in job.inventory.files:  # the inventory found each file's last timed line in its tail
+        if f.last_timed is not None:
+            line, text, wt = f.last_timed
+            out[f.rel] = Hit("end", f.rel, line, text, single_rank.get(f.rel), conv(wt))
     return out
 
 
@@ -905,9 +1105,13 @@ def _table_time(text: str | None, year: int) -> datetime | None:
         return None
 
 
-def nccl_state(worker: WorkerEvidence) -> NcclState:
-    """The job's NCCL state table (``nccl_table.build_table`` over the evidence scan's NCCL lines)."""
-    files = list(worker.nccl_files)  # unpacked once for the table's several passes, let go when the state is built
+def nccl_state(worker: WorkerEvidence, early: dict[int, FileEvents] | None = None) -> NcclState:
+    """The job's NCCL state table (``nccl_table.build_table`` over the evidence scan's NCCL lines); ``early``: files'
+    NCCL lines already unpacked (by index in the scan), the others are unpacked here."""
+    # unpacked once for the table's several passes, let go when the state is built
+    got = early or {}
+    lazy = worker.nccl_files
+    files = [got[j] if j in got else lazy[j] for j in range(len(lazy))]
     table = build_table(files, worker.job.inventory, worker.coverage, limit=1 << 30)
     year = worker.year
     cited = {(r.file or "", r.line or 0) for r in table.rows}
@@ -935,9 +1139,12 @@ def nccl_state(worker: WorkerEvidence) -> NcclState:
         for r in table.rows
     ]
     groups = []
+    by_pg: dict[str, list[NcclRow]] = defaultdict(list)
+    for r in rows:
+        by_pg[r.pg].append(r)
     for p in table.process_groups:
         key = p.pg if p.pg is not None else "?"
-        mine = [r for r in rows if r.pg == key]
+        mine = by_pg.get(key, [])
         root_ahead = p.classification == "root_ahead" and bool(p.ahead_ranks)
         groups.append(
             ProcessGroupState(
@@ -1151,13 +1358,24 @@ def gather_evidence(
     aggregate per file as they read, so they must see only that attempt's lines; the launcher facts of the attempt
     are derived from the first pass by line (:func:`~debug_training_logs.analysis.launcher.for_attempt`)."""
     ec, lc = evidence_consumer(), launcher_scan.consumer()
-    jobs = scan_consumers(logs_dir, [ec, lc])
+    early: dict[int, FileEvents] = {}
+
+    def arrived(j: int, results: dict[str, FileResult]) -> None:
+        # the NCCL table's input, unpacked while the scan's workers read the other files (the main process waits
+        # for them there): nccl_state later finds it unpacked
+        fr = results.get(ec.key)
+        fe = file_result_item(fr, 1) if fr is not None else None
+        if isinstance(fe, FileEvents):
+            early[j] = fe
+
+    jobs = scan_consumers(logs_dir, [ec, lc], on_file=arrived)
     whole = launcher_scan.from_job_scan(jobs[lc.key])
-    split = attempts_mod.split(logs_dir, files=[s.file for s in jobs[lc.key].files], launcher_facts=whole)
+    split = attempts_mod.split(logs_dir, files=jobs[lc.key].log_files(), launcher_facts=whole)
     chosen = split.choose(attempt)
     if chosen is None:
-        ev = evidence_from_scan(jobs[ec.key], ais_dir, fr_dir, whole)
+        ev = evidence_from_scan(jobs[ec.key], ais_dir, fr_dir, whole, early_nccl=early)
     else:
+        early.clear()
         keep = split.keeper(chosen)
         facts = launcher_scan.for_attempt(jobs[lc.key], keep)
         progress.report(1, 1, f"attempt {chosen} of {split.count}: a second pass keeps only its lines")
@@ -1174,12 +1392,16 @@ def evidence_from_scan(
     ais_dir: Path | None = None,
     fr_dir: Path | None = None,
     launcher_facts: launcher_scan.LauncherFacts | None = None,
+    early_nccl: dict[int, FileEvents] | None = None,
 ) -> JobEvidence:
     """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass, the
     launcher facts (``launcher_facts``, default from the shared scan: a cache hit when the launcher consumer was
-    scanned along) and the flight-recorder dumps."""
+    scanned along) and the flight-recorder dumps. ``early_nccl``: files' NCCL lines already unpacked (see
+    :func:`nccl_state`); the dict is emptied once the table is built."""
     worker = worker_evidence_from_scan(job)
-    nccl = nccl_state(worker)
+    nccl = nccl_state(worker, early_nccl)
+    if early_nccl is not None:
+        early_nccl.clear()
     ais = gather_ais_evidence(ais_dir, worker, nccl) if ais_dir is not None else None
     return JobEvidence(
         worker=worker,
@@ -1189,7 +1411,7 @@ def evidence_from_scan(
         memory_creep=memory_creep(worker.memory_mb),
         launcher=launcher_facts
         if launcher_facts is not None
-        else launcher_scan.gather(job.root, files=[s.file for s in job.files])
+        else launcher_scan.gather(job.root, files=job.log_files())
         if job.files
         else None,
         flight_recorder=fr_dumps.gather(job.root, fr_dir),
@@ -1212,19 +1434,25 @@ def series_jumps(series: Series, factor: float) -> list[SeriesJump]:
     for rank, points in sorted(series.items()):
         if len(points) < SERIES_BASELINE_POINTS + SERIES_SUSTAIN_POINTS:
             continue
-        baseline = statistics.median(v for *_, v in points[:SERIES_BASELINE_POINTS])
+        values = _values(points)
+        baseline = statistics.median(values[:SERIES_BASELINE_POINTS])
         if baseline <= 0:
             continue
         run = 0
         high = factor * baseline
-        for i in range(SERIES_BASELINE_POINTS, len(points)):
-            run = run + 1 if points[i][-1] >= high else 0
+        for i in range(SERIES_BASELINE_POINTS, len(values)):
+            run = run + 1 if values[i] >= high else 0
             if run == SERIES_SUSTAIN_POINTS:
                 rel, ln, t, _ = points[i - SERIES_SUSTAIN_POINTS + 1]
-                peak = max(v for *_, v in points[i - SERIES_SUSTAIN_POINTS + 1 :])
+                peak = max(values[i - SERIES_SUSTAIN_POINTS + 1 :])
                 out.append(SeriesJump(rank, rel, baseline, peak, ln, t, f"{baseline:.0f} -> {peak:.0f}"))
                 break
     return out
+
+
+def _values(points: Sequence[tuple[str, int, datetime | None, float]]) -> Sequence[float]:
+    """A series' values alone (a :class:`PointSeries`' own array: no point is made)."""
+    return points.values if isinstance(points, PointSeries) else [v for *_, v in points]
 
 
 def memory_creep(series: Series) -> list[SeriesJump]:
@@ -1233,7 +1461,7 @@ def memory_creep(series: Series) -> list[SeriesJump]:
     for rank, points in sorted(series.items()):
         if len(points) < SERIES_BASELINE_POINTS:
             continue
-        values = [v for *_, v in points]
+        values = _values(points)
         rises = sum(1 for a, b in pairwise(values) if b > a)
         if values[0] > 0 and values[-1] >= MEMORY_CREEP_FACTOR * values[0] and rises >= 0.7 * (len(values) - 1):
             rel, ln, t, _ = points[0]

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
@@ -30,7 +30,7 @@ from debug_training_logs.logs.attribution import (
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
 from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFactory, scan_each
 from debug_training_logs.memo import Packed, pack, unpack, unpack_item
-from debug_training_logs.models import Coverage, UnreadableFile
+from debug_training_logs.models import Coverage, UnreadableFile, cut
 from debug_training_logs.ranges import format_ranges
 
 PRESENCE_CAP = 20
@@ -346,6 +346,10 @@ class FileInventory:
     node: str | None
     lines: int
     problem: str | None
+    last_timed: tuple[int, str, WallTime] | None = None
+    """The file's last line with a time, from its tail: (line number, text cut for citation, its time)."""
+    line_ranks: set[int] = field(default_factory=set)
+    """The global ranks the file's line prefixes name (``[rankN]:``, inline ``[rankN] ``: the scan's collection)."""
 
 
 @dataclass
@@ -411,6 +415,12 @@ class JobScan:
     caller_results: Sequence[Any]
     """Per file: this consumer's sink result (None where its sink saw nothing to return)."""
     inventory: Inventory
+
+    def log_files(self) -> list[LogFile]:
+        """The scanned files, in order (without unpacking their scans)."""
+        if isinstance(self.files, _Files):
+            return list(self.files.bases.found)
+        return [s.file for s in self.files]
 
     def coverage(self) -> Coverage:
         inv = self.inventory
@@ -514,10 +524,16 @@ def scan_job(
 
 
 def consumer_for(
-    patterns: Sequence[str], sink_factory: SinkFactory | None, *, dense: Sequence[int] = (), ignore_case: bool = False
+    patterns: Sequence[str],
+    sink_factory: SinkFactory | None,
+    *,
+    dense: Sequence[int] = (),
+    ignore_case: bool = False,
+    refine: Callable[[Any, FileScan], Any] | None = None,
 ) -> Consumer:
-    """The :class:`Consumer` that :func:`scan_job` makes of these arguments (for declaring companions)."""
-    return Consumer(_factory_name(sink_factory), tuple(patterns), sink_factory, frozenset(dense), ignore_case)
+    """The :class:`Consumer` that :func:`scan_job` makes of these arguments (for declaring companions); ``refine``:
+    see :attr:`Consumer.refine`."""
+    return Consumer(_factory_name(sink_factory), tuple(patterns), sink_factory, frozenset(dense), ignore_case, refine)
 
 
 def _factory_name(f: SinkFactory | None) -> str:
@@ -572,11 +588,17 @@ def _markers_in_force() -> tuple[tuple[Marker, ...], str]:
 
 
 def scan_consumers(
-    logs_dir: str | Path, consumers: Sequence[Consumer], *, files: Sequence[LogFile] | None = None
+    logs_dir: str | Path,
+    consumers: Sequence[Consumer],
+    *,
+    files: Sequence[LogFile] | None = None,
+    on_file: Callable[[int, dict[str, FileResult]], None] | None = None,
 ) -> dict[str, JobScan]:
     """One scan of every file under ``logs_dir`` for all ``consumers`` (and the companions in force, see
     :mod:`~debug_training_logs.analysis.scan_cache`), skipping files whose results are all cached; one
-    :class:`JobScan` per consumer key, sharing the inventory."""
+    :class:`JobScan` per consumer key, sharing the inventory. ``on_file(j, results)`` is called as each scanned file's
+    results arrive (file ``j`` of the scan's files, consumer key -> result), while the other files are still being
+    scanned: work on one file's result can start there (files found in the cache are not announced)."""
     if files is None:
         found, skipped = discover(logs_dir)
     else:
@@ -633,7 +655,7 @@ def scan_consumers(
         parts = tuple((c.sink, off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
         factory = functools.partial(_composite_sink, parts, k, markers)
         layout = tuple((off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
-        packer = functools.partial(_pack_scan, layout)
+        packer = functools.partial(_pack_scan, layout, tuple(c.refine for c in run))
         job_files = [found[j] for j in need]
         for i, (base, results) in scan_each(
             job_files, spec, factory, packer, head_lines=HEAD_LINES, tail_lines=TAIL_LINES
@@ -644,6 +666,8 @@ def scan_consumers(
             for c, fr in zip(run, results, strict=True):
                 held[(j, c.key)] = fr
                 CACHE.put(fkeys[j], ckey(c, found[j]), fr, fr.nbytes)
+            if on_file is not None:
+                on_file(j, {c.key: fr for c, fr in zip(run, results, strict=True)})
 
     def lookup(j: int, c: Consumer | None) -> Any:
         return held[(j, c.key if c is not None else _BASE)]
@@ -678,16 +702,21 @@ def _inventory_of(found: Sequence[LogFile], bases: list[Packed], skipped: list[S
         and last[2] == tuple(skipped)
     ):
         return last[3]
-    inventory = _build_inventory(_Bases(found, bases), _Facts(bases), skipped)
+    inventory = _build_inventory(found, _Shares(bases), _Facts(bases), skipped)
     _LAST_INVENTORY = (tuple(bases), tuple(found), tuple(skipped), inventory)
     return inventory
 
 
-def _pack_scan(layout: tuple[tuple[int, int], ...], s: FileScan) -> tuple[Packed, list[FileResult]]:
+def _pack_scan(
+    layout: tuple[tuple[int, int], ...], refiners: tuple[Callable[[Any, FileScan], Any] | None, ...], s: FileScan
+) -> tuple[Packed, list[FileResult]]:
     """One file's scan as the cache keeps it (run in the worker that scanned it, so only these bytes cross back):
-    the file's own facts packed once, and each consumer's share (``layout``: its first pattern id and count)."""
+    the file's own facts packed once, and each consumer's share (``layout``: its first pattern id and count), its
+    sink's result refined first where the consumer says so (:attr:`Consumer.refine`)."""
     results, facts = s.sink_result if s.sink_result is not None else ([None] * len(layout), None)
-    base = pack((replace(s, counts=[], sink_result=None, sampled=set()), facts or FileFacts(rel=s.file.rel)))
+    results = [r if r is None or f is None else f(r, s) for r, f in zip(results, refiners, strict=True)]
+    facts = facts or FileFacts(rel=s.file.rel)
+    base = pack((replace(s, counts=[], sink_result=None, sampled=set()), facts, _file_share(s, facts)))
     shares = [
         FileResult(
             counts=s.counts[off : off + n],
@@ -725,6 +754,17 @@ class _Facts(LazySequence[FileFacts]):
         return unpack_item(self.bases[i], 1)  # type: ignore[no-any-return]
 
 
+class _Shares(LazySequence["_FileShare"]):
+    def __init__(self, bases: Sequence[Packed]) -> None:
+        self.bases = bases
+
+    def __len__(self) -> int:
+        return len(self.bases)
+
+    def _at(self, i: int) -> _FileShare:
+        return unpack_item(self.bases[i], 2)  # type: ignore[no-any-return]
+
+
 class _Results(LazySequence[Any]):
     """One consumer's per-file sink results, unpacked on access (the latest one is kept: callers walk
     ``zip(job.files, job.caller_results)``, which asks for each file's result twice in a row)."""
@@ -749,11 +789,7 @@ class _Results(LazySequence[Any]):
         last = self._last
         if last[0] == i:
             return None if last[1] is None else last[1][k]
-        p = self.per_file[i].sink_result
-        if p.items:
-            return unpack_item(p, k)
-        got = unpack(p)
-        return None if got is None else got[k]
+        return file_result_item(self.per_file[i], k)
 
 
 class _Files(LazySequence[FileScan]):
@@ -792,6 +828,27 @@ class PerFile(LazySequence[R]):
         return got if isinstance(got, self.kind) else self.kind(self.job.inventory.files[i].rel)  # type: ignore[arg-type]
 
 
+def file_result_item(fr: FileResult, k: int) -> Any:
+    """Item ``k`` of one file's (tuple) sink result as the cache keeps it, unpacking only that item; None for no
+    result."""
+    p = fr.sink_result
+    if p.items:
+        return unpack_item(p, k)
+    got = unpack(p)
+    return None if got is None else got[k]
+
+
+def result_size(job: JobScan, i: int) -> int:
+    """How many items file ``i``'s (tuple) sink result has (0 for no result), without unpacking it."""
+    res = job.caller_results
+    if isinstance(res, _Results):
+        p = res.per_file[i].sink_result
+        if p.items:
+            return len(p.blobs)
+    r = res[i]
+    return 0 if r is None else len(r)
+
+
 def result_item(job: JobScan, i: int, k: int) -> Any:
     """Item ``k`` of file ``i``'s sink result (a tuple), unpacking only that item when the scan's results are packed."""
     res = job.caller_results
@@ -801,24 +858,42 @@ def result_item(job: JobScan, i: int, k: int) -> Any:
     return None if r is None else r[k]
 
 
-def _file_ranks(scan: FileScan, facts: FileFacts, world_size: int | None) -> tuple[set[int], str]:
-    """Every global rank the file shows, from every source that names a global rank (their union: a file can carry
-    ``[rankN]:`` lines for some ranks and only Lightning/NCCL lines for others); the file name only as a last resort."""
+class _RankSources(NamedTuple):
+    """What :func:`_ranks_of` reads of one file, taken from its scan and facts once (the inventory asks twice: before
+    and after the world size is known)."""
+
+    rel: str
+    prefixes: set[int]
+    ray: set[int]
+    lightning: set[int]
+    nccl_ranks: dict[int, int]
+    srun: set[int]
+    """``srun --label`` task ids of the head and tail (only read when no other source names a rank; only computed
+    when none of the sources but NCCL's does)."""
+
+    @staticmethod
+    def of(scan: FileScan, facts: FileFacts) -> _RankSources:
+        prefixes, ray, lightning = set(scan.ranks), set(facts.ray_ranks), set(facts.member_ranks)
+        srun = set() if prefixes or ray or lightning else _srun_labels(scan.head + scan.tail)
+        return _RankSources(scan.file.rel, prefixes, ray, lightning, facts.nccl_ranks, srun)
+
+
+def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]:
     found: dict[str, set[int]] = {
-        "[rankN]: prefixes": set(scan.ranks),
-        "Ray [rank=N] prefixes": set(facts.ray_ranks),
-        "Lightning GLOBAL_RANK lines": set(facts.member_ranks),
+        "[rankN]: prefixes": src.prefixes,
+        "Ray [rank=N] prefixes": src.ray,
+        "Lightning GLOBAL_RANK lines": src.lightning,
     }
     if world_size is not None:
         found["NCCL init 'rank R nranks N' of the world communicator"] = {
-            r for r, n in facts.nccl_ranks.items() if n == world_size
+            r for r, n in src.nccl_ranks.items() if n == world_size
         }
     if not any(found.values()):
-        found["srun --label task ids"] = _srun_labels(scan.head + scan.tail)
+        found["srun --label task ids"] = src.srun
     ranks = set().union(*found.values())
     if ranks:
         return ranks, ", ".join(name for name, rs in found.items() if rs)
-    name_rank = file_name_rank(scan.file.rel)
+    name_rank = file_name_rank(src.rel)
     if name_rank is not None:
         return {name_rank}, "file name"
     return set(), "none"
@@ -843,7 +918,7 @@ _CLAIM_NAMES = {
 }
 
 
-def _world_size(facts: Sequence[FileFacts], known: dict[str, set[int]]) -> tuple[int | None, str]:
+def _world_size(facts: Sequence[_WorldFacts], known: dict[str, set[int]]) -> tuple[int | None, str]:
     """The world size from evidence about the world only, and which line says so; conflicting evidence is named.
 
     Sources, most trusted first: Lightning ``MEMBER: m/N``; a line stating ``world_size``/``WORLD_SIZE``, torchrun's
@@ -881,7 +956,7 @@ def _world_size(facts: Sequence[FileFacts], known: dict[str, set[int]]) -> tuple
     return n, "; ".join([text, *notes])
 
 
-def _world_comm(facts: Sequence[FileFacts], known: dict[str, set[int]]) -> tuple[int, str] | None:
+def _world_comm(facts: Sequence[_WorldFacts], known: dict[str, set[int]]) -> tuple[int, str] | None:
     """(N, evidence) when the largest NCCL communicator is the world's. Every process joins the world communicator
     with comm rank = global rank, so in each file whose global ranks other sources name, its comm ranks must be
     exactly those ranks (a sub-communicator's restart at 0 and cover only some processes), and at least two ranks
@@ -913,25 +988,35 @@ def _world_comm(facts: Sequence[FileFacts], known: dict[str, set[int]]) -> tuple
     return None
 
 
-def _times(scans: Sequence[FileScan], year_hint: int | None) -> tuple[TimePoint | None, TimePoint | None]:
+def _file_times(s: FileScan) -> tuple[TimePoint | None, TimePoint | None]:
+    """The file's first timed line of its head and last timed line of its tail."""
+    first: TimePoint | None = None
+    last: TimePoint | None = None
+    for i, ln in enumerate(s.head):
+        t = parse_wall_time(ln)
+        if t is not None:
+            first = TimePoint(t, s.file.rel, i + 1, ln[:300])
+            break
+    first_tail = s.lines - len(s.tail) + 1
+    for j in range(len(s.tail) - 1, -1, -1):
+        t = parse_wall_time(s.tail[j])
+        if t is not None:
+            last = TimePoint(t, s.file.rel, first_tail + j, s.tail[j])
+            break
+    return first, last
+
+
+def _earliest_latest(
+    ends: Sequence[tuple[TimePoint | None, TimePoint | None]], year_hint: int | None
+) -> tuple[TimePoint | None, TimePoint | None]:
+    """The earliest of the files' first times and the latest of their last ones (the first file wins a tie)."""
     start: TimePoint | None = None
     end: TimePoint | None = None
-    for s in scans:
-        for i, ln in enumerate(s.head):
-            t = parse_wall_time(ln)
-            if t is not None:
-                tp = TimePoint(t, s.file.rel, i + 1, ln[:300])
-                if start is None or _key(t, year_hint) < _key(start.time, year_hint):
-                    start = tp
-                break
-        first_tail = s.lines - len(s.tail) + 1
-        for j in range(len(s.tail) - 1, -1, -1):
-            t = parse_wall_time(s.tail[j])
-            if t is not None:
-                tp = TimePoint(t, s.file.rel, first_tail + j, s.tail[j][:300])
-                if end is None or _key(t, year_hint) > _key(end.time, year_hint):
-                    end = tp
-                break
+    for first, last in ends:
+        if first is not None and (start is None or _key(first.time, year_hint) < _key(start.time, year_hint)):
+            start = first
+        if last is not None and (end is None or _key(last.time, year_hint) > _key(end.time, year_hint)):
+            end = last
     return start, end
 
 
@@ -939,25 +1024,113 @@ def _key(t: WallTime, year_hint: int | None) -> tuple[int, int, int, int, int, i
     return (t.year or year_hint or 0, t.month, t.day, t.hour, t.minute, t.second, t.microsecond)
 
 
-def _year_hint(scans: Sequence[FileScan]) -> int | None:
-    for s in scans:
-        for ln in s.head + s.tail:
-            t = parse_wall_time(ln)
-            if t is not None and t.year is not None:
-                return t.year
+def file_year(scan: FileScan) -> int | None:
+    """The year the first dated line of the file's head or tail states (None when none states one); the job's year
+    is the first file's that has one."""
+    for ln in scan.head + scan.tail:
+        t = parse_wall_time(ln)
+        if t is not None and t.year is not None:
+            return t.year
     return None
 
 
-def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skipped: list[Skipped]) -> Inventory:
-    known = {f.rel: _file_ranks(s, f, None)[0] for s, f in zip(scans, facts, strict=True)}
-    world_size, ws_evidence = _world_size(facts, known)
+class _WorldFacts(NamedTuple):
+    """What :func:`_world_size` reads of a file's facts."""
+
+    rel: str
+    nccl_ranks: dict[int, int]
+    world_size_lines: list[tuple[int, int, str]]
+    world_claims: list[tuple[int, str, int, str]]
+    best_nranks: tuple[int, int, str] | None
+
+
+class _Hosts(NamedTuple):
+    """A file's hosts and the ranks of its failure tables."""
+
+    child_failed_ranks: set[int]
+    hosts: set[str]
+    launcher_hosts: set[str]
+
+
+class _FileShare(NamedTuple):
+    """What the job's inventory reads of one file, worked out in the worker that scanned it (the third item of the
+    file's packed base): the main process unpacks this, not the file's head, tail and facts."""
+
+    sources: _RankSources
+    world: _WorldFacts
+    light: _Hosts
+    first: TimePoint | None
+    last: TimePoint | None
+    last_timed: tuple[int, str, WallTime] | None
+    year: int | None
+    markers: dict[str, int]
+    first_marker_line: dict[str, tuple[int, str]]
+    nccl_versions: set[str]
+    torch_versions: set[str]
+    lines: int
+    problem: str | None
+
+
+def _file_share(s: FileScan, f: FileFacts) -> _FileShare:
+    first, last = _file_times(s)
+    last_timed = None
+    if last is not None:  # the whole line for the file's end (cut for citation), 300 characters for the job's
+        last_timed = (last.line, cut(last.text), last.time)
+        last = replace(last, text=last.text[:300])
+    return _FileShare(
+        sources=_RankSources.of(s, f),
+        world=_WorldFacts(f.rel, f.nccl_ranks, f.world_size_lines, f.world_claims, f.best_nranks),
+        light=_Hosts(f.child_failed_ranks, f.hosts, f.launcher_hosts),
+        first=first,
+        last=last,
+        last_timed=last_timed,
+        year=file_year(s),
+        markers=f.markers,
+        first_marker_line=f.first_marker_line,
+        nccl_versions=f.nccl_versions,
+        torch_versions=f.torch_versions,
+        lines=s.lines,
+        problem=s.problem,
+    )
+
+
+def _build_inventory(
+    found: Sequence[LogFile], shares: Sequence[_FileShare], facts: Sequence[FileFacts], skipped: list[Skipped]
+) -> Inventory:
+    """The job's inventory from each file's share (:class:`_FileShare`, unpacked once per file; ``facts`` are only
+    kept, lazily, on the inventory)."""
+    sources: list[_RankSources] = []
+    world_facts: list[_WorldFacts] = []
+    per_file: list[tuple[LogFile, int, str | None, _Hosts]] = []  # (file, lines, problem, hosts and failures)
+    ends: list[tuple[TimePoint | None, TimePoint | None]] = []
+    lasts: list[tuple[int, str, WallTime] | None] = []
+    markers: dict[str, int] = {}
+    examples: dict[str, tuple[str, int, str]] = {}
+    nccl_versions: set[str] = set()
+    torch_versions: set[str] = set()
+    year: int | None = None
+    for lf, d in zip(found, shares, strict=True):
+        sources.append(d.sources)
+        world_facts.append(d.world)
+        if year is None:
+            year = d.year
+        ends.append((d.first, d.last))
+        lasts.append(d.last_timed)
+        for name, n in d.markers.items():
+            markers[name] = markers.get(name, 0) + n
+            if name not in examples:
+                ln, text = d.first_marker_line[name]
+                examples[name] = (d.world.rel, ln, text)
+        nccl_versions |= d.nccl_versions
+        torch_versions |= d.torch_versions
+        per_file.append((lf, d.lines, d.problem, d.light))
+    known = {src.rel: _ranks_of(src, None)[0] for src in sources}
+    world_size, ws_evidence = _world_size(world_facts, known)
     files: list[FileInventory] = []
     all_ranks: set[int] = set()
     hosts: set[str] = set()
-    markers: dict[str, int] = {}
-    examples: dict[str, tuple[str, int, str]] = {}
-    for s, f in zip(scans, facts, strict=True):
-        ranks, source = _file_ranks(s, f, world_size)
+    for (lf, n_lines, problem, f), src, last_timed in zip(per_file, sources, lasts, strict=True):
+        ranks, source = _ranks_of(src, world_size)
         if f.child_failed_ranks - ranks:
             # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
             # (a rank that hung and was SIGTERMed may have no [rankN]: line of its own)
@@ -965,18 +1138,14 @@ def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skip
             source = f"{source}, torchrun failure table" if source != "none" else "torchrun failure table"
         all_ranks |= ranks
         own = f.hosts or f.launcher_hosts
-        node = sorted(own)[0] if len(own) == 1 else file_name_node(s.file.rel)
+        node = sorted(own)[0] if len(own) == 1 else file_name_node(lf.rel)
         files.append(
-            FileInventory(s.file.rel, s.file.size, s.file.compression, ranks, source, node, s.lines, s.problem)
+            FileInventory(
+                lf.rel, lf.size, lf.compression, ranks, source, node, n_lines, problem, last_timed, src.prefixes
+            )
         )
         hosts |= f.hosts | f.launcher_hosts
-        for name, n in f.markers.items():
-            markers[name] = markers.get(name, 0) + n
-            if name not in examples:
-                ln, text = f.first_marker_line[name]
-                examples[name] = (f.rel, ln, text)
-    year = _year_hint(scans)
-    start, end = _times(scans, year)
+    start, end = _earliest_latest(ends, year)
     return Inventory(
         files=files,
         skipped=skipped,
@@ -986,8 +1155,8 @@ def _build_inventory(scans: Sequence[FileScan], facts: Sequence[FileFacts], skip
         nodes=sorted(hosts) if hosts else sorted({f.node for f in files if f.node}),
         markers=markers,
         marker_examples=examples,
-        nccl_versions=sorted({v for f in facts for v in f.nccl_versions}),
-        torch_versions=sorted({v for f in facts for v in f.torch_versions}),
+        nccl_versions=sorted(nccl_versions),
+        torch_versions=sorted(torch_versions),
         start=start,
         end=end,
         year_hint=year,

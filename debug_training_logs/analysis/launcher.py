@@ -35,7 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from debug_training_logs.analysis.inventory import JobScan, LineKeep, consumer_for, scan_job
+from debug_training_logs.analysis.inventory import (
+    JobScan,
+    LineKeep,
+    consumer_for,
+    result_item,
+    result_size,
+    scan_consumers,
+    scan_job,
+)
 from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import gloo, torchrun
 from debug_training_logs.logs.attribution import strip_ansi
@@ -210,6 +218,10 @@ class LauncherFacts:
     files: int
     truncated_lines: int
     inline_rank_files: dict[str, set[int]]
+    file_boundaries: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Per file: its agent's stop candidates and the attempt boundaries found after them, worked out in the worker
+    that scanned the file (:func:`~debug_training_logs.analysis.attempts.refine_launcher`; empty when the scan did
+    not: :func:`~debug_training_logs.analysis.attempts.split` reads the lines back itself)."""
 
     def agent_count(self) -> int:
         """Distinct torchrun agents (one per node) whose own lines were read, by PID."""
@@ -300,7 +312,9 @@ def consumer() -> Consumer:
     """The launcher scan as a consumer of the shared job scan (:func:`~debug_training_logs.analysis.inventory.
     scan_consumers`): scanned with a tool's own patterns, its facts cost no pass of their own (and a second tool call
     in one server finds them in the scan cache)."""
-    return consumer_for(PATTERNS, sink_factory())
+    from debug_training_logs.analysis.attempts import refine_launcher  # attempts reads this module's facts
+
+    return consumer_for(PATTERNS, sink_factory(), refine=refine_launcher)
 
 
 def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: LineKeep | None = None) -> LauncherFacts:
@@ -308,15 +322,37 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: L
     companions in force, see :mod:`~debug_training_logs.analysis.scan_cache`); ``keep``: only those lines (one
     attempt's; prefer :func:`for_attempt` on the whole job's scan, which reads nothing)."""
     if keep is None:
-        return from_job_scan(scan_job(logs_dir, PATTERNS, sink_factory(), files=files))
+        me = consumer()  # the consumer the companions and the attempt split declare: one cache entry for all
+        return from_job_scan(scan_consumers(logs_dir, [me], files=files)[me.key])
     return from_job_scan(scan_job(logs_dir, PATTERNS, _LineSink, files=files, keep=keep))
 
 
 def from_job_scan(job: JobScan) -> LauncherFacts:
     """The facts from a :func:`~debug_training_logs.analysis.inventory.scan_job` run with :data:`PATTERNS` and
     :func:`sink_factory`."""
-    items = ((s.file.rel, r, s.ranks) for s, r in zip(job.files, job.caller_results, strict=True))
-    return _facts(items, len(job.files))  # one file's result at a time (a 10,240-rank job's would take ~25 MB)
+    files = job.inventory.files  # the scan's rank collection per file, without unpacking each file's scan
+    items = ((f.rel, _result(job, j), f.line_ranks) for j, f in enumerate(files))
+    facts = _facts(items, len(files))  # one file's result at a time (a 10,240-rank job's would take ~25 MB)
+    for j, f in enumerate(files):
+        if result_size(job, j) > 5:  # refined in the worker (attempts.refine_launcher)
+            found = result_item(job, j, 5)
+            if found is not None:
+                facts.file_boundaries[f.rel] = found
+    return facts
+
+
+def file_facts(rel: str, result: Any) -> LauncherFacts:
+    """The facts of one file alone, from its sink's result (its agent's facts are all its own)."""
+    return _facts([(rel, result, set())], 1)
+
+
+def _result(job: JobScan, j: int) -> Any:
+    """File ``j``'s :meth:`_LineSink.finish` result without the hits kept for :func:`for_attempt` (not unpacked)."""
+    first = result_item(job, j, 0)
+    if first is None:
+        return None
+    parsed = result_item(job, j, 6) if result_size(job, j) > 6 else None  # parsed in the worker
+    return first, result_item(job, j, 1), result_item(job, j, 2), None, result_item(job, j, 4), parsed
 
 
 def for_attempt(job: JobScan, keep: LineKeep) -> LauncherFacts | None:
@@ -339,6 +375,50 @@ def for_attempt(job: JobScan, keep: LineKeep) -> LauncherFacts | None:
     return _facts(items, len(job.files))
 
 
+_AGENT_EVENTS = (
+    torchrun.SendingSignal,
+    torchrun.WorkerFailed,
+    torchrun.RestartDecision,
+    torchrun.RendezvousResult,
+    torchrun.RendezvousError,
+    torchrun.StoreListenFailed,
+    torchrun.StoreUnreachable,
+    torchrun.GroupState,
+)
+"""The torchrun events :func:`_facts` reads (any other parse of a line is dropped)."""
+
+_Parsed = tuple[dict[int, int], list[tuple[int | None, Any, int | None, Any, bool]]]
+
+
+def parse_lines(lines: list[tuple[int, str]], file_tables: list[torchrun.ChildFailedTable]) -> _Parsed:
+    """What :func:`_facts` reads of each kept line of one file, parsed once: (the file's local -> global ranks, per
+    line (agent PID, torchrun event, global rank, gloo mismatch or victim error, an own exception line)). Run in the
+    scan's worker (:func:`~debug_training_logs.analysis.attempts.refine_launcher`), or here for a replayed attempt."""
+    local_to_global: dict[int, int] = {}
+    for _no, text in lines:  # '[default1]:[rank3]: ...' pairs a tee prefix with its global rank
+        lm, gm = _LOCAL_PREFIX.match(text), _GLOBAL_RANK.search(text)
+        if lm and gm:
+            local_to_global.setdefault(int(lm.group(1)), int(gm.group(1)))
+    for t in file_tables:
+        for f in t.failures:
+            local_to_global[f.local_rank] = f.rank
+    per_line: list[tuple[int | None, Any, int | None, Any, bool]] = []
+    for _no, text in lines:
+        pm = _AGENT_LINE.match(text)
+        ev = torchrun.parse_line(text)
+        rank = _rank_of(text, local_to_global)
+        g: Any = None
+        own = False
+        if rank is not None:
+            g = gloo.parse_line(text)
+            if not (isinstance(g, gloo.CollectiveMismatch) or (isinstance(g, gloo.GlooError) and g.victim)):
+                g = None
+                own = bool(_EXC_LINE.search(text)) and not text.rstrip().endswith("Traceback (most recent call last):")
+                own = own and not _VICTIM_EXCEPTIONS.search(text)
+        per_line.append((int(pm.group(1)) if pm else None, ev if isinstance(ev, _AGENT_EVENTS) else None, rank, g, own))
+    return local_to_global, per_line
+
+
 def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> LauncherFacts:
     fates: dict[int, RankFate] = {}
     agents: list[AgentFacts] = []
@@ -354,7 +434,8 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
     for rel, result, inline_ranks in items:
         if result is None:
             continue
-        lines, b, dropped, _hits, file_tables = result
+        lines, b, dropped, _hits, file_tables = result[:5]
+        parsed: _Parsed = result[5] if len(result) > 5 and result[5] is not None else parse_lines(lines, file_tables)
         benign.update(b)
         truncated += dropped
         if inline_ranks:
@@ -362,56 +443,47 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
         node = _node_of(rel, file_tables)
         agent = AgentFacts(file=rel, node=node)
         agents.append(agent)
-        local_to_global: dict[int, int] = {}
+        local_to_global, per_line = parsed
         torn_pids: set[int] = set()
-        for _no, text in lines:  # '[default1]:[rank3]: ...' pairs a tee prefix with its global rank
-            lm, gm = _LOCAL_PREFIX.match(text), _GLOBAL_RANK.search(text)
-            if lm and gm:
-                local_to_global.setdefault(int(lm.group(1)), int(gm.group(1)))
         for t in file_tables:
             tables.append((rel, t))
-            for f in t.failures:
-                local_to_global[f.local_rank] = f.rank
-        for no, text in lines:
-            if pm := _AGENT_LINE.match(text):
-                agent.pids.add(int(pm.group(1)))
-            ev = torchrun.parse_line(text)
-            if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
-                torn_pids.add(ev.pid)
-                agent.teardowns.append(no)
-            elif isinstance(ev, torchrun.WorkerFailed):
-                agent.worker_failed.append((no, ev))
-            elif isinstance(ev, torchrun.RestartDecision):
-                agent.restarts.append(_ev(rel, no, text))
-            elif isinstance(ev, torchrun.RendezvousResult):
-                agent.restart_counts.append((no, ev.restart_count))
-            elif isinstance(ev, torchrun.RendezvousError):
-                agent.rendezvous_errors.append(_ev(rel, no, text))
-            elif isinstance(ev, torchrun.StoreListenFailed):
-                agent.listen_failures.append(_ev(rel, no, text))
-            elif isinstance(ev, torchrun.StoreUnreachable) and len(agent.unreachable) < 8:
-                agent.unreachable.append((ev.host, _ev(rel, no, text)))
-            elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
-                agent.succeeded.append(_ev(rel, no, text))
-            rank = _rank_of(text, local_to_global)
+        for (no, text), (pid, ev, rank, g, own) in zip(lines, per_line, strict=True):
+            if pid is not None:
+                agent.pids.add(pid)
+            if ev is not None:  # an agent's event (most kept lines are a rank's)
+                if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
+                    torn_pids.add(ev.pid)
+                    agent.teardowns.append(no)
+                elif isinstance(ev, torchrun.WorkerFailed):
+                    agent.worker_failed.append((no, ev))
+                elif isinstance(ev, torchrun.RestartDecision):
+                    agent.restarts.append(_ev(rel, no, text))
+                elif isinstance(ev, torchrun.RendezvousResult):
+                    agent.restart_counts.append((no, ev.restart_count))
+                elif isinstance(ev, torchrun.RendezvousError):
+                    agent.rendezvous_errors.append(_ev(rel, no, text))
+                elif isinstance(ev, torchrun.StoreListenFailed):
+                    agent.listen_failures.append(_ev(rel, no, text))
+                elif isinstance(ev, torchrun.StoreUnreachable) and len(agent.unreachable) < 8:
+                    agent.unreachable.append((ev.host, _ev(rel, no, text)))
+                elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
+                    agent.succeeded.append(_ev(rel, no, text))
             if rank is None:
                 continue
-            g = gloo.parse_line(text)
-            if isinstance(g, gloo.CollectiveMismatch):
-                mismatches.append((rank, g, _ev(rel, no, text)))
-                fate(rank).mismatch = g
-                continue
-            if isinstance(g, gloo.GlooError) and g.victim:
-                rf = fate(rank)
-                if len(rf.errors) < MAX_ERRORS_PER_RANK:
-                    rf.errors.append(_ev(rel, no, text))
-                if rf.comm_error is None or (g.kind == "timeout" and not rf.timed_out):
-                    rf.comm_error, rf.comm_kind = _ev(rel, no, text), g.kind
-                rf.timed_out = rf.timed_out or g.kind == "timeout"
-                continue
-            if _EXC_LINE.search(text) and not text.rstrip().endswith("Traceback (most recent call last):"):
-                if _VICTIM_EXCEPTIONS.search(text):
+            if g is not None:  # a gloo mismatch or a victim's error (parse_lines keeps no other)
+                if isinstance(g, gloo.CollectiveMismatch):
+                    mismatches.append((rank, g, _ev(rel, no, text)))
+                    fate(rank).mismatch = g
                     continue
+                if isinstance(g, gloo.GlooError) and g.victim:
+                    rf = fate(rank)
+                    if len(rf.errors) < MAX_ERRORS_PER_RANK:
+                        rf.errors.append(_ev(rel, no, text))
+                    if rf.comm_error is None or (g.kind == "timeout" and not rf.timed_out):
+                        rf.comm_error, rf.comm_kind = _ev(rel, no, text), g.kind
+                    rf.timed_out = rf.timed_out or g.kind == "timeout"
+                    continue
+            if own:
                 rf = fate(rank)
                 rf.own_error = _ev(rel, no, text)  # the last one wins: the outermost exception line
                 if len(rf.errors) < MAX_ERRORS_PER_RANK:

@@ -16,16 +16,17 @@ job's results cost a few times less than as objects, and only the tool that read
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.logs.scan import SinkFactory
+from debug_training_logs.logs.scan import FileScan, SinkFactory
 from debug_training_logs.memo import MEMO, Memo, Packed
 
 
@@ -41,11 +42,17 @@ class Consumer:
     sink: SinkFactory | None
     dense: frozenset[int] = frozenset()
     ignore_case: bool = False
+    refine: Callable[[Any, FileScan], Any] | None = None
+    """Run on the sink's result (not None) with the file's scan (head, tail, lines), in the worker that scanned the
+    file, before the result is packed: per-file work on it is done there, in parallel. Part of the key."""
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
+        """The name, the refine and a hash of the patterns, dense flags and case mode (worked out once: a job's scan
+        asks for it per file)."""
         h = hashlib.sha1(repr((self.patterns, sorted(self.dense), self.ignore_case)).encode()).hexdigest()[:16]
-        return f"{self.name}:{h}"
+        refined = "" if self.refine is None else f"+{self.refine.__module__}.{self.refine.__qualname__}"
+        return f"{self.name}{refined}:{h}"
 
 
 @dataclass

@@ -35,7 +35,10 @@ def files_key(root: Path, archives: bool = False) -> tuple[Hashable, ...]:
 def cached(kind: str, root: Path, extra: Hashable, compute: Callable[[], T], *, archives: bool = False) -> T:
     """``compute()``, or its earlier result for the same ``kind``, ``extra`` arguments and unchanged files
     (``archives``: the analysis reads .tar.gz archives too, so they are part of the key). Kept in the process's one
-    cache (:data:`~debug_training_logs.memo.MEMO`) at its estimated size, so a big table may push older entries out."""
+    cache (:data:`~debug_training_logs.memo.MEMO`) at its estimated size, so a big table may push older entries out;
+    not kept within :func:`~debug_training_logs.memo.one_command` (the CLI)."""
+    if not MEMO.keep_results:  # one CLI command: no later call would read it
+        return compute()
     key = (TOOL, kind, extra, files_key(root, archives))
     got = MEMO.get(key)
     if got is not None:

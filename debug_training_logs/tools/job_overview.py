@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from debug_training_logs.analysis import attempts, launcher
-from debug_training_logs.analysis.inventory import MARKERS, Inventory, TimePoint, scan_job, time_text
+from debug_training_logs.analysis.inventory import MARKERS, Inventory, TimePoint, scan_consumers, time_text
 from debug_training_logs.models import Coverage
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
@@ -267,7 +267,8 @@ def job_overview(
     `file_groups` sums up every file in a few rows; `files` lists the odd ones first, `offset` pages through all.
     """
     root = input_dir(logs_dir)
-    job = scan_job(root, launcher.PATTERNS, launcher.sink_factory())  # one scan: inventory and launcher facts
+    lc = launcher.consumer()  # one scan: inventory and launcher facts (the attempt split's own consumer)
+    job = scan_consumers(root, [lc])[lc.key]
     overview = build_overview(job.inventory, job.coverage(), limit, offset)
     facts = launcher.from_job_scan(job)
     split = attempts.split(root, files=[s.file for s in job.files], launcher_facts=facts)
