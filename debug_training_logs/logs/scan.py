@@ -670,6 +670,17 @@ class _Matcher:
             by_lit = sorted({lit for lit, _ in lits})
             self.line_ac = ac.BytesAhoCorasick(by_lit, matchkind=ac.MATCHKIND_STANDARD)
             self.line_lit_ids = [tuple(sorted(self.literal_ids[lit])) for lit in by_lit]
+        # with the native finder, which names every needle of a candidate line, the patterns a line can match are
+        # known without the Set: those of its needles (plus the DFA patterns when a DFA search found the line), each
+        # checked by its own regex, or not at all when the pattern is the needle itself (a pure literal)
+        self.pure: frozenset[int] = frozenset(
+            i
+            for i in {i for _, i in lits}
+            if not spec.ignore_case
+            and (text := _pure_literal(spec.patterns[i])) is not None
+            and {lit for lit, j in lits if j == i} == {text}
+        )
+        self.candidates: dict[tuple[tuple[int, ...], bool], tuple[tuple[int, ...], tuple[tuple[int, Any], ...]]] = {}
         # a pattern given twice (two consumers of one scan ask for the same ISO timestamp, say) is searched once:
         # the DFA only proposes candidate lines, the Set says which patterns each one matches
         dfa_pats = list(dict.fromkeys(spec.patterns[i] for i in plan.dfa if i in active))
@@ -716,6 +727,25 @@ class _Matcher:
     def idle(self) -> bool:
         return self.prefilter is None and self.dfa is None and not self.fallback
 
+    def checks(self, needles: tuple[int, ...], dfa_line: bool) -> tuple[tuple[int, ...], tuple[tuple[int, Any], ...]]:
+        """For a candidate line holding exactly the finder's ``needles`` (indexes into its sorted literals), found by a
+        DFA search too or not: (the pattern ids it matches for sure, (pattern id, RE2 ``Match``) of those to check).
+        Every other searched pattern cannot match it."""
+        key = (needles, dfa_line)
+        got = self.candidates.get(key)
+        if got is None:
+            cands: set[int] = set(self.always) if dfa_line else set()
+            for nd in needles:
+                cands.update(self.line_lit_ids[nd])
+            got = (
+                tuple(i for i in sorted(cands) if i in self.pure),
+                tuple((i, self.verify[i].Match) for i in sorted(cands) if i not in self.pure),
+            )
+            if len(self.candidates) >= 4096:
+                self.candidates.clear()
+            self.candidates[key] = got
+        return got
+
     def line_ids(self, line: bytes) -> list[int]:
         """Which searched (RE2) patterns match ``line``: one RE2 Set pass, exact per-pattern checks if it says none
         (a Set that ran out of DFA memory also says none)."""
@@ -728,6 +758,31 @@ class _Matcher:
             for pid, _s, _e in self.line_ac.find_matches_as_indexes(line, overlapping=True):
                 cands.update(self.line_lit_ids[pid])
         return [i for i in sorted(cands) if self.verify[i].Match(_UNANCHORED, line, 0, n)[0][0] >= 0]
+
+
+_PURE_META = frozenset(".^$*+?{}[]|()\\")
+
+
+def _pure_literal(pattern: str) -> bytes | None:
+    """The bytes ``pattern`` matches when it is a plain literal (printable ASCII, only punctuation or spaces escaped),
+    read the same way by RE2 and Python; else None. A line matches it exactly when it holds those bytes."""
+    if not pattern.isascii():
+        return None
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 >= n or pattern[i + 1].isalnum() or not pattern[i + 1].isprintable():
+                return None
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if c in _PURE_META or not c.isprintable():
+            return None
+        out.append(c)
+        i += 1
+    return "".join(out).encode() if out else None
 
 
 _EDGE_SENSITIVE = std_re.compile(r"\\[Az]|\(\?(?!:)")
@@ -905,7 +960,12 @@ Hit = tuple[int, int, list[int], int]
 
 
 def _hits_in_chunk(
-    chunk: Buffer, m: _Matcher, more: dict[int, list[int]] | None = None, lo: int = 0, hi: int | None = None
+    chunk: Buffer,
+    m: _Matcher,
+    more: dict[int, list[int]] | None = None,
+    lo: int = 0,
+    hi: int | None = None,
+    left: dict[int, int] | None = None,
 ) -> tuple[list[Hit], int]:
     """Every line of ``chunk[lo:hi]`` any active pattern matches, in order, and the number of newlines in it (-1 when
     not counted: the caller counts), searched as if ``chunk[lo:hi]`` were the whole buffer (the caller passes a span
@@ -913,6 +973,8 @@ def _hits_in_chunk(
     ``more``: further (line start -> pattern ids) already checked (the dense patterns' sample). Line indexes (newlines
     between ``lo`` and the line) come from the native finder's pass."""
     n = len(chunk) if hi is None else hi
+    if m.finder is not None and not m.prefilters:
+        return _native_hits(chunk, m, more, lo, n, left)
     find, rfind = chunk.find, chunk.rfind
     starts: list[int] = []  # candidate line starts for the RE2 patterns, ascending
     index_of: dict[int, tuple[int, int]] = {}  # line start -> (line end, line index), from the native finder
@@ -1000,6 +1062,118 @@ def _hits_in_chunk(
     return out, newlines
 
 
+def _dfa_starts(chunk: Buffer, m: _Matcher, lo: int, n: int) -> list[int]:
+    """Starts of the lines of ``chunk[lo:n]`` any of the matcher's DFA searches finds (a superset of the lines its DFA
+    patterns match), ascending."""
+    find, rfind = chunk.find, chunk.rfind
+    starts: list[int] = []
+    for dfa in m.dfas:
+        match = dfa.Match
+        extra: list[int] = []
+        pos = lo
+        while pos <= n:
+            s = match(_UNANCHORED, chunk, pos, n)[0][0]
+            if s < 0:
+                break
+            ls = rfind(b"\n", lo, s) + 1 or lo
+            if ls >= n:  # the empty "line" after the final newline is not a line
+                break
+            extra.append(ls)
+            le = find(b"\n", s, n)
+            if le < 0:
+                break
+            pos = le + 1
+        starts = sorted(set(starts) | set(extra)) if starts else extra
+    return starts
+
+
+def _native_hits(
+    chunk: Buffer, m: _Matcher, more: dict[int, list[int]] | None, lo: int, n: int, left: dict[int, int] | None
+) -> tuple[list[Hit], int]:
+    """:func:`_hits_in_chunk` with the native finder: it names every needle of each candidate line, so a line is
+    checked only against the patterns of those needles (a pure literal pattern not at all) and the DFA patterns when
+    a DFA search found it too; the same hits as one RE2 Set pass per line (the Set is still used for a line with
+    several patterns to check: one call instead of several).
+
+    ``left``: per capped pattern, how many more of its lines the caller can count (one more than its cap leaves: the
+    first line may repeat the last one of the window before); once that many are found, the pattern is no longer
+    checked on the lines after (the caller drops its hits there anyway)."""
+    find = chunk.find
+    dfa_starts = _dfa_starts(chunk, m, lo, n) if m.dfas else []
+    dfa_set = set(dfa_starts)
+    found: dict[int, list[int]] = dict(more) if more else {}
+    index_of: dict[int, tuple[int, int]] = {}  # line start -> (line end, line index), from the native finder
+    checks = m.checks
+    left = dict(left) if left else None
+    spent: dict[int, int] = {}  # capped pattern -> the line start after which it is not checked
+    newlines = 0
+    pos = lo
+    while pos < n:
+        page, nl, stop = m.finder.find_lines(chunk, pos, NATIVE_PAGE_LINES, n, True)
+        for ls, le, rel, needles in page:
+            index_of[ls] = (le, newlines + rel)
+            sure, check = checks(needles, ls in dfa_set)
+            if spent and check:
+                check = tuple(c for c in check if c[0] not in spent)
+            if not check:
+                ids = list(sure)
+            elif len(check) == 1:
+                line = chunk[ls:le]
+                ids = [*sure, check[0][0]] if check[0][1](_UNANCHORED, line, 0, le - ls)[0][0] >= 0 else list(sure)
+            else:
+                line = chunk[ls:le]
+                ids = m.line_ids(line)
+            if ids:
+                have = found.get(ls)
+                found[ls] = ids if have is None else sorted(set(have) | set(ids))
+                if left:
+                    for i in ids:
+                        if i in left:
+                            left[i] -= 1
+                            if left[i] == 0:
+                                spent[i] = ls
+        newlines += nl
+        pos = stop
+    if dfa_starts:
+        dfa_only = [(i, m.verify[i].Match, spent.get(i, n)) for i in m.always]
+        for ls in dfa_starts:
+            if ls in index_of:
+                continue
+            le = find(b"\n", ls, n)
+            le = n if le < 0 else le
+            line = chunk[ls:le]
+            size = le - ls
+            ids = [i for i, match, after in dfa_only if ls <= after and match(_UNANCHORED, line, 0, size)[0][0] >= 0]
+            if ids:
+                have = found.get(ls)
+                found[ls] = ids if have is None else sorted(set(have) | set(ids))
+    for i, multi, single in m.fallback:
+        hits = _run_fallback(multi, functools.partial(_finditer, multi, cast(bytes, chunk)))  # bytes (spans_ok)
+        for hit in hits:
+            ls = chunk.rfind(b"\n", 0, hit.start()) + 1
+            if ls >= n:
+                break
+            le = find(b"\n", ls)
+            line = chunk[ls : (n if le < 0 else le)]
+            if _run_fallback(single, functools.partial(_search, single, line)) is not None:
+                got = found.setdefault(ls, [])
+                if i not in got:
+                    got.append(i)
+    out: list[Hit] = []
+    order = sorted(found)
+    unnumbered = [ls for ls in order if ls not in index_of]
+    if unnumbered:
+        # lines the finder did not flag (DFA, fallback, dense sample) are numbered natively too, so the caller
+        # never counts newlines
+        for ls, rel in zip(unnumbered, m.native.line_indexes(chunk, unnumbered, lo), strict=True):
+            le = find(b"\n", ls, n)
+            index_of[ls] = (n if le < 0 else le, rel)
+    for ls in order:
+        le, rel = index_of[ls]
+        out.append((ls, le, sorted(found[ls]), rel))
+    return out, newlines
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Dense patterns: a bounded sample in the middle of a file, every hit in its head and tail
 
@@ -1032,55 +1206,101 @@ class _Dense:
 
         Candidates come from ``bytes.find`` of the pattern's needles (each needle's next position is remembered, so a
         window is searched about once per needle whatever the stride); a candidate line is checked with RE2."""
+        return self.sample_pieces(buf, ids, [(lo, len(buf) if hi is None else hi)])[0]
+
+    def sample_pieces(
+        self, buf: Buffer, ids: frozenset[int], bounds: Sequence[tuple[int, int]]
+    ) -> tuple[dict[int, list[int]], list[bool]]:
+        """:meth:`sample` of each piece ``buf[lo:hi]`` of ``bounds`` (ascending, not overlapping), merged, and per
+        piece whether it delivered a line. With the extension, one native call per pattern proposes every piece's
+        stride walk; the lines are checked with RE2, and a piece is walked on in Python only after a line that fails
+        (the walk then goes on as :meth:`_walk` would have)."""
         out: dict[int, list[int]] = {}
-        n = len(buf) if hi is None else hi
-        find, rfind = buf.find, buf.rfind
+        flags = [False] * len(bounds)
         for i, needles, rx in self.items:
             if i not in ids:
                 continue
-            nxt: dict[bytes, int] = {}
-            pos = lo
-            tries = 0
             finder = self.finders.get(i)
-            while pos < n:
-                if finder is not None:
-                    # the first line from pos holding a needle that starts at or after pos (as bytes.find would)
-                    page = finder.find_lines(buf, pos, 1, n)[0]
-                    if not page:
-                        break
-                    ls, le = page[0][0], page[0][1]
-                    if ls == pos and pos > lo and buf[pos - 1] != 10:
-                        # the finder never looks before pos; the line began earlier
-                        ls = rfind(b"\n", lo, pos) + 1 or lo
+            if finder is None:
+                for j, (lo, hi) in enumerate(bounds):
+                    flags[j] = self._walk(buf, i, needles, rx, None, lo, hi, lo, 0, out) or flags[j]
+                continue
+            match = rx.Match
+            for j, chain in enumerate(finder.sample(buf, bounds, DENSE_STRIDE)):
+                for ls, le in chain:
+                    line = buf[ls:le]
+                    if match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
+                        have = out.get(ls)
+                        if have is None:
+                            out[ls] = [i]
+                        else:
+                            have.append(i)
+                        flags[j] = True
+                        continue
+                    # the first line that fails its check: walk on from there as the Python walk does
+                    lo, hi = bounds[j]
+                    flags[j] = self._walk(buf, i, needles, rx, finder, lo, hi, le + 1, 1, out) or flags[j]
+                    break
+        return out, flags
+
+    def _walk(
+        self,
+        buf: Buffer,
+        i: int,
+        needles: tuple[bytes, ...],
+        rx: Any,
+        finder: Any,
+        lo: int,
+        n: int,
+        pos: int,
+        tries: int,
+        out: dict[int, list[int]],
+    ) -> bool:
+        """Pattern ``i``'s stride walk over ``buf[lo:n]`` from ``pos`` (``tries``: lines failed in a row so far),
+        adding its lines to ``out``; whether it added any."""
+        find, rfind = buf.find, buf.rfind
+        nxt: dict[bytes, int] = {}
+        added = False
+        while pos < n:
+            if finder is not None:
+                # the first line from pos holding a needle that starts at or after pos (as bytes.find would)
+                page = finder.find_lines(buf, pos, 1, n)[0]
+                if not page:
+                    break
+                ls, le = page[0][0], page[0][1]
+                if ls == pos and pos > lo and buf[pos - 1] != 10:
+                    # the finder never looks before pos; the line began earlier
+                    ls = rfind(b"\n", lo, pos) + 1 or lo
+            else:
+                if needles:
+                    s = n
+                    for nd in needles:
+                        p = nxt.get(nd, -1)
+                        if p < pos:
+                            p = find(nd, pos, n)
+                            p = n if p < 0 else p
+                            nxt[nd] = p
+                        s = min(s, p)
                 else:
-                    if needles:
-                        s = n
-                        for nd in needles:
-                            p = nxt.get(nd, -1)
-                            if p < pos:
-                                p = find(nd, pos, n)
-                                p = n if p < 0 else p
-                                nxt[nd] = p
-                            s = min(s, p)
-                    else:
-                        s = rx.Match(_UNANCHORED, buf, pos, n)[0][0]  # only on a bytes buffer (see spans_ok)
-                        s = n if s < 0 else s
-                    if s >= n:
-                        break
-                    ls = rfind(b"\n", lo, s) + 1 or lo
-                    le = find(b"\n", s, n)
-                    le = n if le < 0 else le
-                line = buf[ls:le]
-                if rx.Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
-                    out.setdefault(ls, []).append(i)
-                    pos = max(ls + DENSE_STRIDE, le + 1)
-                    tries = 0
-                    continue
-                tries += 1
-                pos = le + 1 if tries < 8 else max(le + 1, ls + DENSE_STRIDE)
-                if tries >= 8:
-                    tries = 0
-        return out
+                    s = rx.Match(_UNANCHORED, buf, pos, n)[0][0]  # only on a bytes buffer (see spans_ok)
+                    s = n if s < 0 else s
+                if s >= n:
+                    break
+                ls = rfind(b"\n", lo, s) + 1 or lo
+                le = find(b"\n", s, n)
+                le = n if le < 0 else le
+            line = buf[ls:le]
+            if rx.Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
+                out.setdefault(ls, []).append(i)
+                added = True
+                pos = max(ls + DENSE_STRIDE, le + 1)
+                tries = 0
+                continue
+            tries += 1
+            pos = le + 1 if tries < 8 else max(le + 1, ls + DENSE_STRIDE)
+            if tries >= 8:
+                tries = 0
+        return added
 
     def tail_start(self, buf: bytes | mmap.mmap, ranks: set[str], limit: int) -> int:
         """Offset (a line start) in ``buf`` from which every rank of ``ranks`` (``[rankN]:`` digit strings; empty:
@@ -1400,16 +1620,23 @@ def _scan_one(
                 extra: dict[int, list[int]] | None = None
                 samples = [False] * (last - k + 1)  # per piece: did the dense sample deliver lines
                 if dense is not None and sampled & active:
-                    extra = {}
-                    for j in range(k, last + 1):
-                        got = dense.sample(piece, sampled & active, bounds[j][0] - shift, bounds[j][1] - shift)
-                        samples[j - k] = bool(got)
-                        extra.update(got)
+                    extra, samples = dense.sample_pieces(
+                        piece, sampled & active, [(b_lo - shift, b_hi - shift) for b_lo, b_hi in bounds[k : last + 1]]
+                    )
                 counted_to = p_lo
                 line_at = line_base
                 deactivate: list[int] = []
                 hits, newlines = (
-                    ([], -1) if matcher.idle and not extra else _hits_in_chunk(piece, matcher, extra, p_lo, p_hi)
+                    ([], -1)
+                    if matcher.idle and not extra
+                    else _hits_in_chunk(
+                        piece,
+                        matcher,
+                        extra,
+                        p_lo,
+                        p_hi,
+                        {i: cast(int, caps[i]) - counts[i] + 1 for i in capped_ids if i in searched},
+                    )
                 )
                 j = k  # the piece of the hit
                 changed_in: int | None = None  # the first piece in which the search changed
