@@ -694,6 +694,12 @@ class _Matcher:
             # the \b at 2.6 GB/s)
             search = dict(plan.dfa_search)
             self.dfas = [_re2.RE2(("(?m)" + search.get(pat, _relaxed(pat))).encode(), opts) for pat in dfa_pats]
+        # per DFA search: the pattern ids it stands for (None: one alternation of many patterns)
+        self.dfa_ids: list[tuple[int, ...] | None] = (
+            [tuple(i for i in plan.dfa if i in active and spec.patterns[i] == pat) for pat in dfa_pats]
+            if len(dfa_pats) <= SEPARATE_DFA_MAX
+            else [None]
+        )
         self.dfa = self.dfas[0] if self.dfas else None
         self.verify: dict[int, Any] = {i: _re2.RE2(spec.patterns[i].encode(), opts) for i in searched}
         self.set: Any = None
@@ -1062,14 +1068,16 @@ def _hits_in_chunk(
     return out, newlines
 
 
-def _dfa_starts(chunk: Buffer, m: _Matcher, lo: int, n: int) -> list[int]:
+def _dfa_starts(chunk: Buffer, m: _Matcher, lo: int, n: int, left: dict[int, int] | None = None) -> list[int]:
     """Starts of the lines of ``chunk[lo:n]`` any of the matcher's DFA searches finds (a superset of the lines its DFA
-    patterns match), ascending."""
+    patterns match), ascending. ``left`` (see :func:`_native_hits`): a search whose patterns are all capped stops
+    after the line where each of them has that many matching lines (the caller drops their later hits anyway)."""
     find, rfind = chunk.find, chunk.rfind
     starts: list[int] = []
-    for dfa in m.dfas:
+    for dfa, ids in zip(m.dfas, m.dfa_ids, strict=True):
         match = dfa.Match
         extra: list[int] = []
+        budget = {i: left[i] for i in ids} if left and ids and all(i in left for i in ids) else None
         pos = lo
         while pos <= n:
             s = match(_UNANCHORED, chunk, pos, n)[0][0]
@@ -1080,6 +1088,13 @@ def _dfa_starts(chunk: Buffer, m: _Matcher, lo: int, n: int) -> list[int]:
                 break
             extra.append(ls)
             le = find(b"\n", s, n)
+            if budget is not None:
+                line = chunk[ls : n if le < 0 else le]
+                for i in budget:
+                    if budget[i] > 0 and m.verify[i].Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
+                        budget[i] -= 1
+                if not any(budget.values()):
+                    break
             if le < 0:
                 break
             pos = le + 1
@@ -1099,7 +1114,7 @@ def _native_hits(
     first line may repeat the last one of the window before); once that many are found, the pattern is no longer
     checked on the lines after (the caller drops its hits there anyway)."""
     find = chunk.find
-    dfa_starts = _dfa_starts(chunk, m, lo, n) if m.dfas else []
+    dfa_starts = _dfa_starts(chunk, m, lo, n, left) if m.dfas else []
     dfa_set = set(dfa_starts)
     found: dict[int, list[int]] = dict(more) if more else {}
     index_of: dict[int, tuple[int, int]] = {}  # line start -> (line end, line index), from the native finder
@@ -1561,6 +1576,7 @@ def _scan_one(
     tail_windows: list[tuple[Buffer, int, int, bool]] = []  # (buffer, start, end, continues) not yet in ``tail``
     run = 1  # pieces searched together (see below)
     capped_ids = [i for i in range(k) if caps[i] is not None]
+    capped_set = frozenset(capped_ids)
     for buf, lo, hi, is_last in _spans(lf, problems):
         n = hi - lo
         lines_before = line_base
@@ -1640,16 +1656,19 @@ def _scan_one(
                 )
                 j = k  # the piece of the hit
                 changed_in: int | None = None  # the first piece in which the search changed
+                piece_end = bounds[j][1] - shift  # the end of piece j in ``piece``
                 for ls, le, ids, rel in hits:
-                    while ls + shift >= bounds[j][1]:
-                        j += 1
-                    if changed_in is not None and j > changed_in:
-                        break
+                    if ls >= piece_end:
+                        while ls + shift >= bounds[j][1]:
+                            j += 1
+                        piece_end = bounds[j][1] - shift
+                        if changed_in is not None and j > changed_in:
+                            break
                     # (counted here only without the native finder: ``piece`` is then bytes)
                     line_at = line_base + rel if rel >= 0 else line_at + cast(bytes, piece).count(b"\n", counted_to, ls)
                     counted_to = ls
                     kept = ids
-                    if spec.max_hits is not None:
+                    if capped_set and not capped_set.isdisjoint(ids):
                         kept = []
                         for i in ids:
                             cap = caps[i]
@@ -1669,9 +1688,11 @@ def _scan_one(
                         last_hit = (line_at + 1, kept)
                     for i in kept:
                         counts[i] += 1
-                        if i in head_dense and counts[i] >= DENSE_HEAD_HITS:
-                            head_dense.discard(i)  # from the next piece on, sampled (the tail is searched in full)
-                            changed_in = j if changed_in is None else changed_in
+                    if head_dense and not head_dense.isdisjoint(kept):
+                        for i in kept:
+                            if i in head_dense and counts[i] >= DENSE_HEAD_HITS:
+                                head_dense.discard(i)  # from the next piece on, sampled (the tail is searched in full)
+                                changed_in = j if changed_in is None else changed_in
                     if sink is not None:
                         raw = piece[ls:le] if le - ls <= MAX_LINE_CHARS else _shown_part(piece[ls:le], kept, matcher)
                         sink.on_hit(kept, line_at + 1, decode(raw).rstrip("\r"))
