@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import itertools
 import mmap
 import os
 import random
@@ -830,7 +831,7 @@ def test_finder_every_needle_and_stride_sample_fuzz(needles: list[bytes], body: 
         line = body[ls:le]
         assert named == tuple(i for i, nd in enumerate(needles) if b"\n" not in nd and nd in line)
     cuts = sorted({lo, hi, *(rnd.randrange(lo, hi + 1) for _ in range(rnd.randrange(4)))})
-    bounds = list(zip(cuts, cuts[1:], strict=False))
+    bounds = list(itertools.pairwise(cuts))
     stride = rnd.choice([1, 2, 7, 50, 1000])
     assert f.sample(body, bounds, stride) == [[*stride_walk(body, needles, a, b, stride)] for a, b in bounds]
 

@@ -17,9 +17,13 @@
  * Needles holding a newline can never lie inside a line and are ignored. Nothing is read outside [start, end).
  * A candidate is checked with one word compare of the needle's first 8 bytes before memcmp.
  *
+ * find_lines(every=True) also names every distinct needle inside each line it reports (the scan then checks a line
+ * only against the patterns of those needles), and sample() proposes a dense pattern's stride walk over many pieces
+ * in one call.
+ *
  * The scan searches spans of a memory-mapped file in place (Py_buffer: bytes, mmap, memoryview), so every function
  * takes a start and end. Also here: collect_ranks (the distinct '[rankN]:' digit strings of a span, one SSE2 pass
- * for "[r"), count_literals (non-overlapping counts of many literals in one pass, as bytes.count, for the planner's
+ * for "[r", AVX2 where the CPU has it), count_literals (non-overlapping counts of many literals in one pass, as bytes.count, for the planner's
  * sample) and line_indexes (newlines before ascending offsets).
  *
  * Built by setup.py (optional: without a compiler the scan uses ahocorasick_rs). After editing this file, rebuild with

@@ -9,9 +9,11 @@ Never loops over lines in Python to search. How it gets near ripgrep's speed (nu
   a window every line holding a literal with its line number. Without the extension (no compiler at install, or
   ``DEBUG_TRAINING_LOGS_NO_NATIVE=1``) the literals go into ``ahocorasick_rs`` automata (Rust's ``aho-corasick`` with
   the Teddy SIMD searcher) in passes of <= :data:`AC_GROUP`, with identical results. Only the lines flagged are cut out
-  and checked with one RE2 ``Set`` pass that says which patterns match (per-line semantics, like ``rg -c`` per
-  pattern). RE2 passes with memchr-accelerated prefixes were measured too: with 20-40 literals the passes add up to
-  less than one DFA pass, so they are not used.
+  and checked (per-line semantics, like ``rg -c`` per pattern): the native finder names every literal in a flagged
+  line, so only the patterns of those literals (and the DFA patterns, on lines a DFA search found too) can match it;
+  a pattern that is a plain literal needs no check, one left is checked by its own RE2, several by one RE2 ``Set``
+  pass (:meth:`_Matcher.checks`; the fallback uses the ``Set`` on every line). RE2 passes with memchr-accelerated
+  prefixes were measured too: with 20-40 literals the passes add up to less than one DFA pass, so they are not used.
 * **RE2 DFA otherwise.** A pattern with no usable literal (``\\d+ errors``), or no ``ahocorasick_rs``, makes the
   plan one combined RE2 alternation over the buffer (~0.6 GB/s per core), still linear time.
 * **Lines only for hits.** Line numbers come from the native pass (newlines counted between hits), else from
@@ -34,7 +36,10 @@ Never loops over lines in Python to search. How it gets near ripgrep's speed (nu
 * **Files are spread over processes** sized to the cores; a :class:`Sink` per file aggregates in the worker and only
   its small ``finish()`` summary crosses back (ripgrep's ``Sink`` idea). Memory stays flat in corpus size.
 * **Caps.** ``PatternSpec.max_hits`` stops a presence marker (one that hits every NeMo line, say) after N hits in a
-  file: it then leaves that file's search, so a dense marker does not cost a Python call per line.
+  file: it then leaves that file's search, so a dense marker does not cost a Python call per line. Within a pass, a
+  capped pattern is no longer checked (nor its DFA search continued) once the lines found make its cap certain.
+* **Dense samples natively.** The stride walk of a dense pattern over every piece of a run is one native call
+  (``Finder.sample``); Python checks the lines it proposes and walks on by itself only after one that fails.
 
 Patterns RE2 cannot express (back-references, look-arounds) fall back to the ``regex`` module with a timeout per
 chunk; a pattern that still times out is a :class:`UserInputError`, as is an invalid one.
