@@ -833,7 +833,12 @@ def test_finder_every_needle_and_stride_sample_fuzz(needles: list[bytes], body: 
     cuts = sorted({lo, hi, *(rnd.randrange(lo, hi + 1) for _ in range(rnd.randrange(4)))})
     bounds = list(itertools.pairwise(cuts))
     stride = rnd.choice([1, 2, 7, 50, 1000])
-    assert f.sample(body, bounds, stride) == [[*stride_walk(body, needles, a, b, stride)] for a, b in bounds]
+    walks = [stride_walk(body, needles, a, b, stride) for a, b in bounds]
+    assert f.sample(body, bounds, stride) == walks
+    base = rnd.randrange(lo + 1)  # with line indexes counted from base
+    assert f.sample(body, bounds, stride, base) == [
+        [(ls, le, body.count(b"\n", base, ls)) for ls, le in walk] for walk in walks
+    ]
 
 
 def test_finder_sample_and_every_reject_bad_arguments() -> None:
@@ -847,6 +852,8 @@ def test_finder_sample_and_every_reject_bad_arguments() -> None:
         f.sample(b"abc", [(0,)], 10)
     with pytest.raises(TypeError):
         f.sample(b"abc", 5, 10)
+    with pytest.raises(ValueError, match="ascend"):
+        f.sample(b"abc", [(0, 3)], 10, 1)
     assert f.sample(b"x ab\nab", [], 3) == []
     assert f.find_lines(b"ab ab\nq", every=True) == ([(0, 5, 0, (0,))], 1, 7)
     many = [bytes([65 + i // 26, 97 + i % 26]) for i in range(100)]  # more distinct needles in a line than 64

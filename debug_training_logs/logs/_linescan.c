@@ -588,25 +588,27 @@ Finder_find_lines(Finder *self, PyObject *args, PyObject *kwds)
 }
 
 PyDoc_STRVAR(sample_doc,
-"sample(buf, bounds, stride) -> list[list[tuple[int, int]]]\n\n"
+"sample(buf, bounds, stride, base=-1) -> list[list[tuple[int, int]]]\n\n"
 "Per (lo, hi) of bounds (ascending pieces of buf), the lines a stride walk over buf[lo:hi] proposes, as\n"
 "(line_start, line_end) pairs: from pos = lo, the first line holding a needle that starts at or after pos (a\n"
 "line that began before pos, when pos is not a line start, is given from its real start, never before lo),\n"
 "then pos = max(line_start + stride, line_end + 1), until no line is left. The caller checks the lines and\n"
-"walks on by itself after the first that fails its check (as if every line proposed here passed).");
+"walks on by itself after the first that fails its check (as if every line proposed here passed). base >= 0 (at\n"
+"most the first piece's lo): each pair gets a third item, the newlines in buf[base:line_start].");
 
 static PyObject *
 Finder_sample(Finder *self, PyObject *args)
 {
     Py_buffer view;
     PyObject *bounds_obj;
-    Py_ssize_t stride;
+    Py_ssize_t stride, base = -1;
     if (self->blob == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Finder is not initialised");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "y*On", &view, &bounds_obj, &stride))
+    if (!PyArg_ParseTuple(args, "y*On|n", &view, &bounds_obj, &stride, &base))
         return NULL;
+    Py_ssize_t counted_to = base, lines = 0; /* newlines in buf[base:counted_to] */
     PyObject *seq = PySequence_Fast(bounds_obj, "bounds must be a sequence of (lo, hi) pairs");
     if (seq == NULL) {
         PyBuffer_Release(&view);
@@ -624,6 +626,10 @@ Finder_sample(Finder *self, PyObject *args)
             goto fail;
         if (lo < 0 || hi > view.len || lo > hi) {
             PyErr_SetString(PyExc_ValueError, "a piece lies outside the buffer");
+            goto fail;
+        }
+        if (base >= 0 && lo < counted_to) {
+            PyErr_SetString(PyExc_ValueError, "pieces must ascend from base");
             goto fail;
         }
         PyObject *chain = PyList_New(0);
@@ -645,7 +651,14 @@ Finder_sample(Finder *self, PyObject *args)
                 const unsigned char *before = last_nl(buf + lo, buf + pos);
                 ls = before ? (before - buf) + 1 : lo;
             }
-            PyObject *t = Py_BuildValue("(nn)", ls, le);
+            PyObject *t;
+            if (base >= 0) {
+                lines += count_nl(buf + counted_to, ls - counted_to);
+                counted_to = ls;
+                t = Py_BuildValue("(nnn)", ls, le, lines);
+            } else {
+                t = Py_BuildValue("(nn)", ls, le);
+            }
             if (t == NULL || PyList_Append(chain, t) < 0) {
                 Py_XDECREF(t);
                 goto fail;

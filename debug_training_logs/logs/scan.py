@@ -977,6 +977,7 @@ def _hits_in_chunk(
     lo: int = 0,
     hi: int | None = None,
     left: dict[int, int] | None = None,
+    more_at: dict[int, tuple[int, int]] | None = None,
 ) -> tuple[list[Hit], int]:
     """Every line of ``chunk[lo:hi]`` any active pattern matches, in order, and the number of newlines in it (-1 when
     not counted: the caller counts), searched as if ``chunk[lo:hi]`` were the whole buffer (the caller passes a span
@@ -985,7 +986,7 @@ def _hits_in_chunk(
     between ``lo`` and the line) come from the native finder's pass."""
     n = len(chunk) if hi is None else hi
     if m.finder is not None and not m.prefilters:
-        return _native_hits(chunk, m, more, lo, n, left)
+        return _native_hits(chunk, m, more, lo, n, left, more_at)
     find, rfind = chunk.find, chunk.rfind
     starts: list[int] = []  # candidate line starts for the RE2 patterns, ascending
     index_of: dict[int, tuple[int, int]] = {}  # line start -> (line end, line index), from the native finder
@@ -1108,7 +1109,13 @@ def _dfa_starts(chunk: Buffer, m: _Matcher, lo: int, n: int, left: dict[int, int
 
 
 def _native_hits(
-    chunk: Buffer, m: _Matcher, more: dict[int, list[int]] | None, lo: int, n: int, left: dict[int, int] | None
+    chunk: Buffer,
+    m: _Matcher,
+    more: dict[int, list[int]] | None,
+    lo: int,
+    n: int,
+    left: dict[int, int] | None,
+    more_at: dict[int, tuple[int, int]] | None = None,
 ) -> tuple[list[Hit], int]:
     """:func:`_hits_in_chunk` with the native finder: it names every needle of each candidate line, so a line is
     checked only against the patterns of those needles (a pure literal pattern not at all) and the DFA patterns when
@@ -1117,12 +1124,14 @@ def _native_hits(
 
     ``left``: per capped pattern, how many more of its lines the caller can count (one more than its cap leaves: the
     first line may repeat the last one of the window before); once that many are found, the pattern is no longer
-    checked on the lines after (the caller drops its hits there anyway)."""
+    checked on the lines after (the caller drops its hits there anyway). ``more_at``: (line end, line index) of lines
+    of ``more`` already known (the others are numbered here)."""
     find = chunk.find
     dfa_starts = _dfa_starts(chunk, m, lo, n, left) if m.dfas else []
     dfa_set = set(dfa_starts)
-    found: dict[int, list[int]] = dict(more) if more else {}
-    index_of: dict[int, tuple[int, int]] = {}  # line start -> (line end, line index), from the native finder
+    recs: list[Hit] = []  # the finder's lines that hit, ascending
+    rec_starts: list[int] = []
+    seen: set[int] = set()  # every line the finder flagged
     checks = m.checks
     left = dict(left) if left else None
     spent: dict[int, int] = {}  # capped pattern -> the line start after which it is not checked
@@ -1131,21 +1140,27 @@ def _native_hits(
     while pos < n:
         page, nl, stop = m.finder.find_lines(chunk, pos, NATIVE_PAGE_LINES, n, True)
         for ls, le, rel, needles in page:
-            index_of[ls] = (le, newlines + rel)
-            sure, check = checks(needles, ls in dfa_set)
+            if dfa_set:
+                seen.add(ls)
+                sure, check = checks(needles, ls in dfa_set)
+            else:
+                sure, check = checks(needles, False)
             if spent and check:
                 check = tuple(c for c in check if c[0] not in spent)
             if not check:
                 ids = list(sure)
             elif len(check) == 1:
                 line = chunk[ls:le]
-                ids = [*sure, check[0][0]] if check[0][1](_UNANCHORED, line, 0, le - ls)[0][0] >= 0 else list(sure)
+                ids = (
+                    sorted([*sure, check[0][0]])
+                    if check[0][1](_UNANCHORED, line, 0, le - ls)[0][0] >= 0
+                    else list(sure)
+                )
             else:
-                line = chunk[ls:le]
-                ids = m.line_ids(line)
+                ids = sorted(m.line_ids(chunk[ls:le]))
             if ids:
-                have = found.get(ls)
-                found[ls] = ids if have is None else sorted(set(have) | set(ids))
+                recs.append((ls, le, ids, newlines + rel))
+                rec_starts.append(ls)
                 if left:
                     for i in ids:
                         if i in left:
@@ -1154,10 +1169,11 @@ def _native_hits(
                                 spent[i] = ls
         newlines += nl
         pos = stop
+    found: dict[int, list[int]] = dict(more) if more else {}  # lines the finder did not bring, or more patterns
     if dfa_starts:
         dfa_only = [(i, m.verify[i].Match, spent.get(i, n)) for i in m.always]
         for ls in dfa_starts:
-            if ls in index_of:
+            if ls in seen:
                 continue
             le = find(b"\n", ls, n)
             le = n if le < 0 else le
@@ -1179,19 +1195,37 @@ def _native_hits(
                 got = found.setdefault(ls, [])
                 if i not in got:
                     got.append(i)
-    out: list[Hit] = []
-    order = sorted(found)
-    unnumbered = [ls for ls in order if ls not in index_of]
-    if unnumbered:
-        # lines the finder did not flag (DFA, fallback, dense sample) are numbered natively too, so the caller
-        # never counts newlines
-        for ls, rel in zip(unnumbered, m.native.line_indexes(chunk, unnumbered, lo), strict=True):
-            le = find(b"\n", ls, n)
-            index_of[ls] = (n if le < 0 else le, rel)
-    for ls in order:
-        le, rel = index_of[ls]
-        out.append((ls, le, sorted(found[ls]), rel))
-    return out, newlines
+    if not found:
+        return recs, newlines
+    # merge: a line the finder brought gets the other patterns; the rest are numbered natively (one counting pass)
+    # unless the sample knew where they are, so the caller never counts newlines
+    others: list[int] = []
+    for ls, ids in found.items():
+        k = bisect_left(rec_starts, ls)
+        if k < len(rec_starts) and rec_starts[k] == ls:
+            r = recs[k]
+            recs[k] = (ls, r[1], sorted(set(r[2]) | set(ids)), r[3])
+        else:
+            others.append(ls)
+    if others:
+        others.sort()
+        known = more_at or {}
+        unnumbered = [ls for ls in others if ls not in known]
+        index_of = (
+            dict(zip(unnumbered, m.native.line_indexes(chunk, unnumbered, lo), strict=True)) if unnumbered else {}
+        )
+        for ls in others:
+            at = known.get(ls)
+            if at is None:
+                le = find(b"\n", ls, n)
+                at = (n if le < 0 else le, index_of[ls])
+            recs.append((ls, at[0], sorted(found[ls]), at[1]))
+        recs.sort(key=_line_start)
+    return recs, newlines
+
+
+def _line_start(hit: Hit) -> int:
+    return hit[0]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -1229,12 +1263,18 @@ class _Dense:
         return self.sample_pieces(buf, ids, [(lo, len(buf) if hi is None else hi)])[0]
 
     def sample_pieces(
-        self, buf: Buffer, ids: frozenset[int], bounds: Sequence[tuple[int, int]]
+        self,
+        buf: Buffer,
+        ids: frozenset[int],
+        bounds: Sequence[tuple[int, int]],
+        where: dict[int, tuple[int, int]] | None = None,
+        base: int = 0,
     ) -> tuple[dict[int, list[int]], list[bool]]:
         """:meth:`sample` of each piece ``buf[lo:hi]`` of ``bounds`` (ascending, not overlapping), merged, and per
         piece whether it delivered a line. With the extension, one native call per pattern proposes every piece's
         stride walk; the lines are checked with RE2, and a piece is walked on in Python only after a line that fails
-        (the walk then goes on as :meth:`_walk` would have)."""
+        (the walk then goes on as :meth:`_walk` would have). ``where``: filled with (line end, newlines in
+        ``buf[base:line start]``) of the lines the native walk delivered (``base``: at most the first piece's start)."""
         out: dict[int, list[int]] = {}
         flags = [False] * len(bounds)
         for i, needles, rx in self.items:
@@ -1246,13 +1286,15 @@ class _Dense:
                     flags[j] = self._walk(buf, i, needles, rx, None, lo, hi, lo, 0, out) or flags[j]
                 continue
             match = rx.Match
-            for j, chain in enumerate(finder.sample(buf, bounds, DENSE_STRIDE)):
-                for ls, le in chain:
+            for j, chain in enumerate(finder.sample(buf, bounds, DENSE_STRIDE, base)):
+                for ls, le, rel in chain:
                     line = buf[ls:le]
                     if match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
                         have = out.get(ls)
                         if have is None:
                             out[ls] = [i]
+                            if where is not None:
+                                where[ls] = (le, rel)
                         else:
                             have.append(i)
                         flags[j] = True
@@ -1640,9 +1682,14 @@ def _scan_one(
                 p_lo, p_hi = first_lo - shift, last_hi - shift
                 extra: dict[int, list[int]] | None = None
                 samples = [False] * (last - k + 1)  # per piece: did the dense sample deliver lines
+                extra_at: dict[int, tuple[int, int]] = {}  # (line end, line index) of sampled lines, when known
                 if dense is not None and sampled & active:
                     extra, samples = dense.sample_pieces(
-                        piece, sampled & active, [(b_lo - shift, b_hi - shift) for b_lo, b_hi in bounds[k : last + 1]]
+                        piece,
+                        sampled & active,
+                        [(b_lo - shift, b_hi - shift) for b_lo, b_hi in bounds[k : last + 1]],
+                        extra_at,
+                        p_lo,
                     )
                 counted_to = p_lo
                 line_at = line_base
@@ -1657,6 +1704,7 @@ def _scan_one(
                         p_lo,
                         p_hi,
                         {i: cast(int, caps[i]) - counts[i] + 1 for i in capped_ids if i in searched},
+                        extra_at,
                     )
                 )
                 j = k  # the piece of the hit
