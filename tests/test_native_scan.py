@@ -864,6 +864,26 @@ def test_finder_sample_and_every_reject_bad_arguments() -> None:
 @pytest.mark.parametrize(
     ("pattern", "want"),
     [
+        ("NCCL WARN|NET/IB ?: |ibv_\\w+ failed", {b"NCCL WARN"}),
+        ("a|(b|c)|[|x]|d", {b"a", b"d"}),
+        (r"x\|y|z", {b"x|y", b"z"}),
+        ("CUDA out of memory|OutOfMemoryError", {b"CUDA out of memory", b"OutOfMemoryError"}),
+        ("(a|b)", set()),
+        ("(?i)abc|def", set()),  # a flag may reach every branch
+        ("abc|(?m)def", set()),
+        ("ab|[a|]c|d", {b"ab", b"d"}),  # a | inside a class does not cut
+        ("a.c|a\\.c", {b"a.c"}),
+        ("", set()),
+    ],
+)
+def test_pure_branches_are_top_level_plain_literals(pattern: str, want: set[bytes]) -> None:
+    """A top-level alternative that is a plain literal proves a line holding it matches the whole pattern."""
+    assert scan._pure_branches(pattern) == want
+
+
+@pytest.mark.parametrize(
+    ("pattern", "want"),
+    [
         ("NCCL WARN", b"NCCL WARN"),
         (r"ollective\ operation\ timeout", b"ollective operation timeout"),
         (r"Timeout\(ms\)=", b"Timeout(ms)="),
@@ -904,7 +924,8 @@ def _check_file(rnd: random.Random, kind: str) -> bytes:
         b"[rank%d]: DEBUG:lhotse %d %s",
         b"[rank%d]: Lhotse %d %s",
         b"[rank%d]: step %d loss=%s",  # dense
-        b"[rank%d]: step x%d %s",  # a dense needle on a line its regex does not match
+        b"[rank%d]: step x%d %s",  # a dense needle on a line its regex does not match, unless it holds loss=nan
+        b"[rank%d]: step x%d loss=%s",
         b"[rank%d]: nothing %d %s",
     ]
     lines = []
@@ -947,10 +968,11 @@ def test_candidate_checks_caps_and_samples_native_equal_fallback(
         "lhotse",
         "lhotse|Lhotse",
         "lhotse|Lhotse",
-        r"step \d+",
+        r"step \d+|loss=nan",  # dense, with a plain-literal alternative
+        r"NCCL WARN|WARN n\w+ 7|errors? n",  # one plain-literal alternative
     )
-    caps = (None, rnd.choice([None, 2]), None, rnd.choice([1, 5]), rnd.choice([3, 40]), 3, 2, 4, 4, None)
-    spec = PatternSpec(patterns, max_hits=caps, dense=tuple(p == r"step \d+" for p in patterns))
+    caps = (None, rnd.choice([None, 2]), None, rnd.choice([1, 5]), rnd.choice([3, 40]), 3, 2, 4, 4, None, None)
+    spec = PatternSpec(patterns, max_hits=caps, dense=tuple(p.startswith("step") for p in patterns))
     monkeypatch.setattr(scan, "WINDOW", rnd.choice([500, 4000, 1 << 20]))
     monkeypatch.setattr(scan, "CHUNK", 8000)
     monkeypatch.setattr("debug_training_logs.logs.reader.CHUNK", 8000)

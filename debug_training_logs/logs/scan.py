@@ -11,9 +11,11 @@ Never loops over lines in Python to search. How it gets near ripgrep's speed (nu
   the Teddy SIMD searcher) in passes of <= :data:`AC_GROUP`, with identical results. Only the lines flagged are cut out
   and checked (per-line semantics, like ``rg -c`` per pattern): the native finder names every literal in a flagged
   line, so only the patterns of those literals (and the DFA patterns, on lines a DFA search found too) can match it;
-  a pattern that is a plain literal needs no check, one left is checked by its own RE2, several by one RE2 ``Set``
-  pass (:meth:`_Matcher.checks`; the fallback uses the ``Set`` on every line). RE2 passes with memchr-accelerated
-  prefixes were measured too: with 20-40 literals the passes add up to less than one DFA pass, so they are not used.
+  a pattern one of whose top-level alternatives is a plain literal found in the line needs no check
+  (:func:`_pure_branches`; nor does a dense sample line holding one), one left is checked by its own RE2, several
+  by one RE2 ``Set`` pass (:meth:`_Matcher.checks`; the fallback uses the ``Set`` on every line). RE2 passes with
+  memchr-accelerated prefixes were measured too: with 20-40 literals the passes add up to less than one DFA pass,
+  so they are not used.
 * **RE2 DFA otherwise.** A pattern with no usable literal (``\\d+ errors``), or no ``ahocorasick_rs``, makes the
   plan one combined RE2 alternation over the buffer (~0.6 GB/s per core), still linear time.
 * **Lines only for hits.** Line numbers come from the native pass (newlines counted between hits), else from
@@ -678,13 +680,15 @@ class _Matcher:
         # with the native finder, which names every needle of a candidate line, the patterns a line can match are
         # known without the Set: those of its needles (plus the DFA patterns when a DFA search found the line), each
         # checked by its own regex, or not at all when the pattern is the needle itself (a pure literal)
-        self.pure: frozenset[int] = frozenset(
-            i
-            for i in {i for _, i in lits}
-            if not spec.ignore_case
-            and (text := _pure_literal(spec.patterns[i])) is not None
-            and {lit for lit, j in lits if j == i} == {text}
-        )
+        # (a needle that is a whole top-level branch of a pattern, ``NCCL WARN`` of ``NCCL WARN|ibv_\w+ failed``, is
+        # as good: a line holding it matches the pattern)
+        self.sure_of: list[frozenset[int]] = []  # per needle (finder order): the patterns it proves
+        if lits:
+            branches = {i: _pure_branches(spec.patterns[i]) if not spec.ignore_case else frozenset() for _, i in lits}
+            self.sure_of = [
+                frozenset(i for i in self.literal_ids[lit] if lit in branches[i])
+                for lit in sorted({lit for lit, _ in lits})
+            ]
         self.candidates: dict[tuple[tuple[int, ...], bool], tuple[tuple[int, ...], tuple[tuple[int, Any], ...]]] = {}
         # a pattern given twice (two consumers of one scan ask for the same ISO timestamp, say) is searched once:
         # the DFA only proposes candidate lines, the Set says which patterns each one matches
@@ -740,17 +744,20 @@ class _Matcher:
 
     def checks(self, needles: tuple[int, ...], dfa_line: bool) -> tuple[tuple[int, ...], tuple[tuple[int, Any], ...]]:
         """For a candidate line holding exactly the finder's ``needles`` (indexes into its sorted literals), found by a
-        DFA search too or not: (the pattern ids it matches for sure, (pattern id, RE2 ``Match``) of those to check).
-        Every other searched pattern cannot match it."""
+        DFA search too or not: (the pattern ids it matches for sure: one of its needles is a whole top-level branch of
+        the pattern, :func:`_pure_branches`; (pattern id, RE2 ``Match``) of those to check). Every other searched
+        pattern cannot match it."""
         key = (needles, dfa_line)
         got = self.candidates.get(key)
         if got is None:
             cands: set[int] = set(self.always) if dfa_line else set()
+            sure: set[int] = set()
             for nd in needles:
                 cands.update(self.line_lit_ids[nd])
+                sure.update(self.sure_of[nd])
             got = (
-                tuple(i for i in sorted(cands) if i in self.pure),
-                tuple((i, self.verify[i].Match) for i in sorted(cands) if i not in self.pure),
+                tuple(i for i in sorted(cands) if i in sure),
+                tuple((i, self.verify[i].Match) for i in sorted(cands) if i not in sure),
             )
             if len(self.candidates) >= 4096:
                 self.candidates.clear()
@@ -794,6 +801,34 @@ def _pure_literal(pattern: str) -> bytes | None:
         out.append(c)
         i += 1
     return "".join(out).encode() if out else None
+
+
+def _pure_branches(pattern: str) -> frozenset[bytes]:
+    """The top-level alternatives of ``pattern`` that are plain literals (:func:`_pure_literal`): a line holding one
+    matches the pattern. None for a pattern with inline flags (other than ``(?:``)."""
+    if std_re.search(r"\(\?(?!:)", pattern):
+        return frozenset()
+    out: set[bytes] = set()
+    depth, i, start, n = 0, 0, 0, len(pattern)
+    while i <= n:
+        c = pattern[i] if i < n else "|"
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i = _class_end(pattern, i)
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            lit = _pure_literal(pattern[start:i])
+            if lit is not None:
+                out.add(lit)
+            start = i + 1
+        i += 1
+    return frozenset(out)
 
 
 _EDGE_SENSITIVE = std_re.compile(r"\\[Az]|\(\?(?!:)")
@@ -1240,6 +1275,10 @@ class _Dense:
         self.items: list[tuple[int, tuple[bytes, ...], Any]] = [
             (i, needles, _re2.RE2(spec.patterns[i].encode(), opts)) for i, needles in plan.dense
         ]
+        # per dense pattern: its top-level alternatives that are plain literals (a line holding one matches it)
+        self.sure: dict[int, tuple[bytes, ...]] = {
+            i: tuple(sorted(_pure_branches(spec.patterns[i]))) if not spec.ignore_case else () for i, _n in plan.dense
+        }
         # the native finder over each pattern's needles (one pass for all of them, not one find per needle), and over
         # every dense needle for the tail (searched backwards); None: bytes.find/rfind per needle, same answers
         native = _native()
@@ -1286,10 +1325,11 @@ class _Dense:
                     flags[j] = self._walk(buf, i, needles, rx, None, lo, hi, lo, 0, out) or flags[j]
                 continue
             match = rx.Match
+            sure = self.sure[i]
             for j, chain in enumerate(finder.sample(buf, bounds, DENSE_STRIDE, base)):
                 for ls, le, rel in chain:
                     line = buf[ls:le]
-                    if match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
+                    if (sure and any(lit in line for lit in sure)) or match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
                         have = out.get(ls)
                         if have is None:
                             out[ls] = [i]
