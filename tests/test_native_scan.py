@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import itertools
 import mmap
 import os
 import random
@@ -788,3 +789,194 @@ def test_scan_edge_matrix_native_equals_fallback(tmp_path: Path, monkeypatch: py
         monkeypatch.setattr(scan, "CHUNK", 4000)
     calls = assert_same_scans(root, monkeypatch, spec, sample=rnd.choice([b"", None]))
     assert calls > 0
+
+
+def stride_walk(buf: bytes, needles: list[bytes], lo: int, hi: int, stride: int) -> list[tuple[int, int]]:
+    """What ``Finder.sample`` proposes for ``buf[lo:hi]``, with ``bytes.find``: from pos, the line of the first needle
+    starting at or after pos (its start never before lo), then pos = max(line start + stride, line end + 1)."""
+    out: list[tuple[int, int]] = []
+    pos = lo
+    usable = [nd for nd in needles if b"\n" not in nd]
+    while pos < hi:
+        starts = [p for nd in usable if (p := buf.find(nd, pos, hi)) >= 0]
+        if not starts:
+            break
+        s = min(starts)
+        ls = buf.rfind(b"\n", lo, s) + 1 or lo
+        le = buf.find(b"\n", s, hi)
+        le = hi if le < 0 else le
+        out.append((ls, le))
+        pos = max(ls + stride, le + 1)
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    needles=st.lists(st.lists(ALPHABET, min_size=1, max_size=5).map(b"".join), min_size=0, max_size=8, unique=True),
+    body=st.lists(ALPHABET, max_size=400).map(b"".join),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_finder_every_needle_and_stride_sample_fuzz(needles: list[bytes], body: bytes, seed: int) -> None:
+    """``find_lines(every=True)`` names exactly the needles (distinct, as the scan gives them) inside each line (a
+    needle holding a newline never); ``sample`` proposes the stride walk of every piece (pieces cut anywhere, strides down to one byte)."""
+    mod = _linescan()
+    rnd = random.Random(seed)
+    anchors = [rnd.randrange(max(1, len(nd) - 1)) for nd in needles] if rnd.random() < 0.5 else None
+    f = mod.Finder(needles, anchors)
+    lo, hi = sorted(rnd.randrange(len(body) + 1) for _ in range(2))
+    hits, _nl, stop = f.find_lines(body, lo, 0, hi, True)
+    want, _ = reference(body[lo:hi], needles)
+    assert [(ls - lo, le - lo, rel) for ls, le, rel, _n in hits] == want and stop == hi
+    for ls, le, _rel, named in hits:
+        line = body[ls:le]
+        assert named == tuple(i for i, nd in enumerate(needles) if b"\n" not in nd and nd in line)
+    cuts = sorted({lo, hi, *(rnd.randrange(lo, hi + 1) for _ in range(rnd.randrange(4)))})
+    bounds = list(itertools.pairwise(cuts))
+    stride = rnd.choice([1, 2, 7, 50, 1000])
+    walks = [stride_walk(body, needles, a, b, stride) for a, b in bounds]
+    assert f.sample(body, bounds, stride) == walks
+    base = rnd.randrange(lo + 1)  # with line indexes counted from base
+    assert f.sample(body, bounds, stride, base) == [
+        [(ls, le, body.count(b"\n", base, ls)) for ls, le in walk] for walk in walks
+    ]
+
+
+def test_finder_sample_and_every_reject_bad_arguments() -> None:
+    mod = _linescan()
+    f = mod.Finder([b"ab"])
+    with pytest.raises(ValueError, match="outside the buffer"):
+        f.sample(b"abc", [(0, 4)], 10)
+    with pytest.raises(ValueError, match="outside the buffer"):
+        f.sample(b"abc", [(2, 1)], 10)
+    with pytest.raises(TypeError):
+        f.sample(b"abc", [(0,)], 10)
+    with pytest.raises(TypeError):
+        f.sample(b"abc", 5, 10)
+    with pytest.raises(ValueError, match="ascend"):
+        f.sample(b"abc", [(0, 3)], 10, 1)
+    assert f.sample(b"x ab\nab", [], 3) == []
+    assert f.find_lines(b"ab ab\nq", every=True) == ([(0, 5, 0, (0,))], 1, 7)
+    many = [bytes([65 + i // 26, 97 + i % 26]) for i in range(100)]  # more distinct needles in a line than 64
+    line = b" ".join(many)
+    assert mod.Finder(many).find_lines(line, every=True)[0][0][3] == tuple(range(100))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "want"),
+    [
+        ("NCCL WARN|NET/IB ?: |ibv_\\w+ failed", {b"NCCL WARN"}),
+        ("a|(b|c)|[|x]|d", {b"a", b"d"}),
+        (r"x\|y|z", {b"x|y", b"z"}),
+        ("CUDA out of memory|OutOfMemoryError", {b"CUDA out of memory", b"OutOfMemoryError"}),
+        ("(a|b)", set()),
+        ("(?i)abc|def", set()),  # a flag may reach every branch
+        ("abc|(?m)def", set()),
+        ("ab|[a|]c|d", {b"ab", b"d"}),  # a | inside a class does not cut
+        ("a.c|a\\.c", {b"a.c"}),
+        ("", set()),
+    ],
+)
+def test_pure_branches_are_top_level_plain_literals(pattern: str, want: set[bytes]) -> None:
+    """A top-level alternative that is a plain literal proves a line holding it matches the whole pattern."""
+    assert scan._pure_branches(pattern) == want
+
+
+@pytest.mark.parametrize(
+    ("pattern", "want"),
+    [
+        ("NCCL WARN", b"NCCL WARN"),
+        (r"ollective\ operation\ timeout", b"ollective operation timeout"),
+        (r"Timeout\(ms\)=", b"Timeout(ms)="),
+        (r"a\.b\[c\]\{d\}", b"a.b[c]{d}"),
+        ("a.b", None),
+        (r"\d+ errors", None),
+        (r"Traceback \(most", b"Traceback (most"),
+        (r"x\n", None),
+        (r"x\x41", None),
+        (r"x\101", None),
+        ("tab\there", None),
+        ("a|b", None),
+        ("ab?", None),
+        ("(?i)ab", None),
+        ("^ab", None),
+        ("ab$", None),
+        ("caf\u00e9", None),
+        ("", None),
+        ("trailing\\", None),
+    ],
+)
+def test_pure_literal_only_where_re2_reads_a_plain_literal(pattern: str, want: bytes | None) -> None:
+    """A pattern whose needle is the pattern itself needs no regex check; anything RE2 could read otherwise is not
+    one (escapes other than punctuation, classes, anchors, flags, control or non-ASCII characters)."""
+    assert scan._pure_literal(pattern) == want
+    if want is not None:
+        import re2
+
+        assert re2.compile(pattern).search(b"x " + want + b" y") is not None
+
+
+def _check_file(rnd: random.Random, kind: str) -> bytes:
+    words = [
+        b"[rank%d]: NCCL WARN net %d7 %s",  # two pure literals and a regex sharing a needle
+        b"[rank%d]: WARN net %d %s",
+        b"[rank%d]: Traceback (most recent call last) %d %s",
+        b"%d: %d errors %s",  # a capped pattern without a literal (the DFA) and one with
+        b"[rank%d]: DEBUG:lhotse %d %s",
+        b"[rank%d]: Lhotse %d %s",
+        b"[rank%d]: step %d loss=%s",  # dense
+        b"[rank%d]: step x%d %s",  # a dense needle on a line its regex does not match, unless it holds loss=nan
+        b"[rank%d]: step x%d loss=%s",
+        b"[rank%d]: nothing %d %s",
+    ]
+    lines = []
+    for _ in range(rnd.randrange(200, 900)):
+        w = rnd.choice(words)
+        lines.append(w % (rnd.randrange(9), rnd.randrange(100), rnd.choice([b"nan", b"1.5"])))
+        if rnd.random() < 0.01:
+            lines[-1] += b"".join(b"\rstep %d NCCL WARN %d" % (k, k) for k in range(rnd.randrange(50, 300)))
+    sep = b"\r\n" if kind == "crlf" else b"\n"
+    data = sep.join(lines)
+    return data if kind == "no final newline" else data + sep
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_candidate_checks_caps_and_samples_native_equal_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """The native path checks a candidate line only against the patterns of the needles in it (pure literals not at
+    all), stops checking a capped pattern (and a capped DFA search) once its cap is sure to be reached, and takes the
+    dense sample's stride walk from one native call per pattern, walking on in Python after a line that fails its
+    check: every field and sink call equals the fallback's (one RE2 Set per line, Python walk), with caps reached
+    mid-window and mid-piece, a pattern given twice, long lines cut at ``\\r``, CRLF, no final newline, .gz."""
+    rnd = random.Random(seed)
+    root = tmp_path / "logs"
+    root.mkdir()
+    kinds = ["plain", "crlf", "no final newline"]
+    for f in range(4):
+        data = _check_file(rnd, kinds[f % 3])
+        if f == 3:
+            (root / "node-3.log.gz").write_bytes(gzip.compress(data))
+        else:
+            (root / f"node-{f}.log").write_bytes(data)
+    patterns = (
+        "NCCL WARN",
+        "WARN net",
+        r"net \d+7",
+        r"Traceback \(most recent call last\)",
+        r"^\d+:",
+        r"[0-9]{2} errors",
+        "lhotse",
+        "lhotse|Lhotse",
+        "lhotse|Lhotse",
+        r"step \d+|loss=nan",  # dense, with a plain-literal alternative
+        r"NCCL WARN|WARN n\w+ 7|errors? n",  # one plain-literal alternative
+    )
+    caps = (None, rnd.choice([None, 2]), None, rnd.choice([1, 5]), rnd.choice([3, 40]), 3, 2, 4, 4, None, None)
+    spec = PatternSpec(patterns, max_hits=caps, dense=tuple(p.startswith("step") for p in patterns))
+    monkeypatch.setattr(scan, "WINDOW", rnd.choice([500, 4000, 1 << 20]))
+    monkeypatch.setattr(scan, "CHUNK", 8000)
+    monkeypatch.setattr("debug_training_logs.logs.reader.CHUNK", 8000)
+    monkeypatch.setattr(scan, "CAPPED_PIECE_BYTES", rnd.choice([150, 2000]))
+    monkeypatch.setattr(scan, "DENSE_HEAD_HITS", rnd.choice([3, 64]))
+    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([100, 3000]))
+    assert assert_same_scans(root, monkeypatch, spec, sample=rnd.choice([b"", None])) > 0

@@ -17,9 +17,13 @@
  * Needles holding a newline can never lie inside a line and are ignored. Nothing is read outside [start, end).
  * A candidate is checked with one word compare of the needle's first 8 bytes before memcmp.
  *
+ * find_lines(every=True) also names every distinct needle inside each line it reports (the scan then checks a line
+ * only against the patterns of those needles), and sample() proposes a dense pattern's stride walk over many pieces
+ * in one call.
+ *
  * The scan searches spans of a memory-mapped file in place (Py_buffer: bytes, mmap, memoryview), so every function
  * takes a start and end. Also here: collect_ranks (the distinct '[rankN]:' digit strings of a span, one SSE2 pass
- * for "[r"), count_literals (non-overlapping counts of many literals in one pass, as bytes.count, for the planner's
+ * for "[r", AVX2 where the CPU has it), count_literals (non-overlapping counts of many literals in one pass, as bytes.count, for the planner's
  * sample) and line_indexes (newlines before ascending offsets).
  *
  * Built by setup.py (optional: without a compiler the scan uses ahocorasick_rs). After editing this file, rebuild with
@@ -427,6 +431,96 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
     return pos;
 }
 
+/* Append to *found (capacity cap, *count used) every distinct needle occurring inside buf[ls:le] (a line: no needle
+ * holding a newline is anchored), in order of their anchor positions. Returns -1 when more than cap were found. */
+static int
+line_needles(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t *found,
+             Py_ssize_t cap, Py_ssize_t *count)
+{
+    for (Py_ssize_t q = ls; q < le; q++) {
+        Py_ssize_t cand[2];
+        int nc = 0;
+        int32_t one = f->single[buf[q]];
+        if (one >= 0)
+            cand[nc++] = one;
+        if (q + 1 < le) {
+            unsigned v = pair_at(buf + q);
+            if (f->tab[v] && (f->has_bucket[v >> 3] & (1u << (v & 7)))) {
+                uint32_t b = f->bucket_of[v];
+                for (uint32_t j = f->bucket_start[b]; j < f->bucket_start[b + 1]; j++) {
+                    uint32_t i = f->items[j];
+                    Py_ssize_t st = q - f->anchor[i];
+                    Py_ssize_t len = f->length[i];
+                    if (st < ls || st + len > le)
+                        continue;
+                    if (memcmp(buf + st, f->blob + f->offset[i], (size_t)len) != 0)
+                        continue;
+                    int dup = 0;
+                    for (Py_ssize_t k = 0; k < *count; k++)
+                        dup |= found[k] == (Py_ssize_t)i;
+                    if (dup)
+                        continue;
+                    if (*count >= cap)
+                        return -1;
+                    found[(*count)++] = (Py_ssize_t)i;
+                }
+            }
+        }
+        for (int c = 0; c < nc; c++) {
+            int dup = 0;
+            for (Py_ssize_t k = 0; k < *count; k++)
+                dup |= found[k] == cand[c];
+            if (dup)
+                continue;
+            if (*count >= cap)
+                return -1;
+            found[(*count)++] = cand[c];
+        }
+    }
+    return 0;
+}
+
+/* A tuple of the distinct needles (ascending indexes) inside buf[ls:le], or NULL with an exception set. */
+static PyObject *
+line_needle_tuple(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le)
+{
+    Py_ssize_t local[64];
+    Py_ssize_t *found = local, cap = 64, count = 0;
+    Py_ssize_t *heap = NULL;
+    if (line_needles(f, buf, ls, le, found, cap, &count) < 0) {
+        /* more distinct needles in one line than fit on the stack: every needle at most once */
+        cap = f->n_needles;
+        heap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(cap ? cap : 1));
+        if (heap == NULL)
+            return PyErr_NoMemory();
+        found = heap;
+        count = 0;
+        line_needles(f, buf, ls, le, found, cap, &count);
+    }
+    /* ascending (insertion sort: a handful) */
+    for (Py_ssize_t i = 1; i < count; i++) {
+        Py_ssize_t x = found[i], j = i - 1;
+        while (j >= 0 && found[j] > x) {
+            found[j + 1] = found[j];
+            j--;
+        }
+        found[j + 1] = x;
+    }
+    PyObject *t = PyTuple_New(count);
+    if (t != NULL) {
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *o = PyLong_FromSsize_t(found[i]);
+            if (o == NULL) {
+                Py_CLEAR(t);
+                break;
+            }
+            PyTuple_SET_ITEM(t, i, o);
+        }
+    }
+    PyMem_Free(heap);
+    return t;
+}
+
 PyDoc_STRVAR(find_lines_doc,
 "find_lines(buf, start=0, max_lines=0, end=len(buf)) -> (hits, newlines, stop)\n\n"
 "Every line of buf[start:end] holding a needle, in one pass, as if buf[start:end] were the whole buffer (nothing\n"
@@ -434,19 +528,20 @@ PyDoc_STRVAR(find_lines_doc,
 "line_end excludes the newline (end at most), line_index counts the newlines between start and line_start, and\n"
 "needle is the index of one needle found in that line. newlines: newlines in buf[start:stop]. stop: end, or, when\n"
 "max_lines > 0 lines were found, just past the last one's newline (call again from there: start must be a line\n"
-"start).");
+"start). every=True: needle is instead the tuple of every distinct needle inside the line (ascending indexes).");
 
 static PyObject *
 Finder_find_lines(Finder *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"buf", "start", "max_lines", "end", NULL};
+    static char *kwlist[] = {"buf", "start", "max_lines", "end", "every", NULL};
     Py_buffer view;
     Py_ssize_t start = 0, max_lines = 0, end = -1;
+    int every = 0;
     if (self->blob == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Finder is not initialised");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|nnn", kwlist, &view, &start, &max_lines, &end))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|nnnp", kwlist, &view, &start, &max_lines, &end, &every))
         return NULL;
     Py_ssize_t n = end < 0 ? view.len : end;
     if (n > view.len || start < 0 || start > n) {
@@ -459,28 +554,129 @@ Finder_find_lines(Finder *self, PyObject *args, PyObject *kwds)
     Py_BEGIN_ALLOW_THREADS
     stop = scan(self, (const unsigned char *)view.buf, start, n, max_lines, &hits, &newlines);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
     if (stop < 0) {
+        PyBuffer_Release(&view);
         PyMem_RawFree(hits.items);
         return PyErr_NoMemory();
     }
     PyObject *list = PyList_New(hits.len);
     if (list == NULL) {
+        PyBuffer_Release(&view);
         PyMem_RawFree(hits.items);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < hits.len; i++) {
         Hit *h = &hits.items[i];
-        PyObject *t = Py_BuildValue("(nnnn)", h->start, h->end, h->line, h->needle);
+        PyObject *t;
+        if (every) {
+            PyObject *nd = line_needle_tuple(self, (const unsigned char *)view.buf, h->start, h->end);
+            t = nd == NULL ? NULL : Py_BuildValue("(nnnN)", h->start, h->end, h->line, nd);
+        } else {
+            t = Py_BuildValue("(nnnn)", h->start, h->end, h->line, h->needle);
+        }
         if (t == NULL) {
             Py_DECREF(list);
+            PyBuffer_Release(&view);
             PyMem_RawFree(hits.items);
             return NULL;
         }
         PyList_SET_ITEM(list, i, t);
     }
+    PyBuffer_Release(&view);
     PyMem_RawFree(hits.items);
     return Py_BuildValue("(Nnn)", list, newlines, stop);
+}
+
+PyDoc_STRVAR(sample_doc,
+"sample(buf, bounds, stride, base=-1) -> list[list[tuple[int, int]]]\n\n"
+"Per (lo, hi) of bounds (ascending pieces of buf), the lines a stride walk over buf[lo:hi] proposes, as\n"
+"(line_start, line_end) pairs: from pos = lo, the first line holding a needle that starts at or after pos (a\n"
+"line that began before pos, when pos is not a line start, is given from its real start, never before lo),\n"
+"then pos = max(line_start + stride, line_end + 1), until no line is left. The caller checks the lines and\n"
+"walks on by itself after the first that fails its check (as if every line proposed here passed). base >= 0 (at\n"
+"most the first piece's lo): each pair gets a third item, the newlines in buf[base:line_start].");
+
+static PyObject *
+Finder_sample(Finder *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *bounds_obj;
+    Py_ssize_t stride, base = -1;
+    if (self->blob == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Finder is not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*On|n", &view, &bounds_obj, &stride, &base))
+        return NULL;
+    Py_ssize_t counted_to = base, lines = 0; /* newlines in buf[base:counted_to] */
+    PyObject *seq = PySequence_Fast(bounds_obj, "bounds must be a sequence of (lo, hi) pairs");
+    if (seq == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t n_pieces = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n_pieces);
+    HitVec hits = {NULL, 0, 0};
+    if (out == NULL)
+        goto fail;
+    for (Py_ssize_t k = 0; k < n_pieces; k++) {
+        Py_ssize_t lo, hi;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "nn;bounds must hold (lo, hi) pairs", &lo, &hi))
+            goto fail;
+        if (lo < 0 || hi > view.len || lo > hi) {
+            PyErr_SetString(PyExc_ValueError, "a piece lies outside the buffer");
+            goto fail;
+        }
+        if (base >= 0 && lo < counted_to) {
+            PyErr_SetString(PyExc_ValueError, "pieces must ascend from base");
+            goto fail;
+        }
+        PyObject *chain = PyList_New(0);
+        if (chain == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, k, chain);
+        Py_ssize_t pos = lo;
+        while (pos < hi) {
+            Py_ssize_t nl;
+            hits.len = 0;
+            if (scan(self, buf, pos, hi, 1, &hits, &nl) < 0) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            if (hits.len == 0)
+                break;
+            Py_ssize_t ls = hits.items[0].start, le = hits.items[0].end;
+            if (ls == pos && pos > lo && buf[pos - 1] != '\n') {
+                const unsigned char *before = last_nl(buf + lo, buf + pos);
+                ls = before ? (before - buf) + 1 : lo;
+            }
+            PyObject *t;
+            if (base >= 0) {
+                lines += count_nl(buf + counted_to, ls - counted_to);
+                counted_to = ls;
+                t = Py_BuildValue("(nnn)", ls, le, lines);
+            } else {
+                t = Py_BuildValue("(nn)", ls, le);
+            }
+            if (t == NULL || PyList_Append(chain, t) < 0) {
+                Py_XDECREF(t);
+                goto fail;
+            }
+            Py_DECREF(t);
+            pos = ls + stride > le + 1 ? ls + stride : le + 1;
+        }
+    }
+    PyMem_RawFree(hits.items);
+    Py_DECREF(seq);
+    PyBuffer_Release(&view);
+    return out;
+fail:
+    PyMem_RawFree(hits.items);
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    PyBuffer_Release(&view);
+    return NULL;
 }
 
 PyDoc_STRVAR(rfind_doc,
@@ -532,6 +728,7 @@ Finder_len(Finder *self, PyObject *Py_UNUSED(ignored))
 static PyMethodDef Finder_methods[] = {
     {"find_lines", (PyCFunction)(void (*)(void))Finder_find_lines, METH_VARARGS | METH_KEYWORDS, find_lines_doc},
     {"rfind", (PyCFunction)(void (*)(void))Finder_rfind, METH_VARARGS | METH_KEYWORDS, rfind_doc},
+    {"sample", (PyCFunction)Finder_sample, METH_VARARGS, sample_doc},
     {"needle_count", (PyCFunction)Finder_len, METH_NOARGS, "Number of needles."},
     {NULL, NULL, 0, NULL},
 };
@@ -717,6 +914,27 @@ find_lbr_r(const unsigned char *p, const unsigned char *e)
     return NULL;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* find_lbr_r with AVX2 (32 positions per step), used when the CPU has it */
+__attribute__((target("avx2"))) static const unsigned char *
+find_lbr_r_avx2(const unsigned char *p, const unsigned char *e)
+{
+    const __m256i lb = _mm256_set1_epi8('[');
+    const __m256i r = _mm256_set1_epi8('r');
+    while (e - p >= 33) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)p);
+        __m256i c = _mm256_loadu_si256((const __m256i *)(p + 1));
+        unsigned mask = (unsigned)_mm256_movemask_epi8(_mm256_and_si256(_mm256_cmpeq_epi8(a, lb), _mm256_cmpeq_epi8(c, r)));
+        if (mask)
+            return p + __builtin_ctz(mask);
+        p += 32;
+    }
+    return find_lbr_r(p, e);
+}
+#define HAVE_AVX2_PATH 1
+#endif
+
 PyDoc_STRVAR(collect_ranks_doc,
 "collect_ranks(buf, seen, start=0, end=len(buf)) -> int\n\n"
 "Add to the set seen the digit string N (str) of every '[rankN]:' or '[rankN] ' in buf[start:end] (N: ASCII\n"
@@ -753,8 +971,14 @@ collect_ranks(PyObject *Py_UNUSED(mod), PyObject *args, PyObject *kwds)
     const unsigned char *b = (const unsigned char *)view.buf;
     Py_ssize_t added = 0, p = start;
     int failed = 0;
+#ifdef HAVE_AVX2_PATH
+    const unsigned char *(*find)(const unsigned char *, const unsigned char *) =
+        __builtin_cpu_supports("avx2") ? find_lbr_r_avx2 : find_lbr_r;
+#else
+    const unsigned char *(*find)(const unsigned char *, const unsigned char *) = find_lbr_r;
+#endif
     while (p < end) {
-        const unsigned char *hit = find_lbr_r(b + p, b + end);
+        const unsigned char *hit = find(b + p, b + end);
         if (hit == NULL)
             break;
         Py_ssize_t at = hit - b;

@@ -9,9 +9,13 @@ Never loops over lines in Python to search. How it gets near ripgrep's speed (nu
   a window every line holding a literal with its line number. Without the extension (no compiler at install, or
   ``DEBUG_TRAINING_LOGS_NO_NATIVE=1``) the literals go into ``ahocorasick_rs`` automata (Rust's ``aho-corasick`` with
   the Teddy SIMD searcher) in passes of <= :data:`AC_GROUP`, with identical results. Only the lines flagged are cut out
-  and checked with one RE2 ``Set`` pass that says which patterns match (per-line semantics, like ``rg -c`` per
-  pattern). RE2 passes with memchr-accelerated prefixes were measured too: with 20-40 literals the passes add up to
-  less than one DFA pass, so they are not used.
+  and checked (per-line semantics, like ``rg -c`` per pattern): the native finder names every literal in a flagged
+  line, so only the patterns of those literals (and the DFA patterns, on lines a DFA search found too) can match it;
+  a pattern one of whose top-level alternatives is a plain literal found in the line needs no check
+  (:func:`_pure_branches`; nor does a dense sample line holding one), one left is checked by its own RE2, several
+  by one RE2 ``Set`` pass (:meth:`_Matcher.checks`; the fallback uses the ``Set`` on every line). RE2 passes with
+  memchr-accelerated prefixes were measured too: with 20-40 literals the passes add up to less than one DFA pass,
+  so they are not used.
 * **RE2 DFA otherwise.** A pattern with no usable literal (``\\d+ errors``), or no ``ahocorasick_rs``, makes the
   plan one combined RE2 alternation over the buffer (~0.6 GB/s per core), still linear time.
 * **Lines only for hits.** Line numbers come from the native pass (newlines counted between hits), else from
@@ -34,7 +38,10 @@ Never loops over lines in Python to search. How it gets near ripgrep's speed (nu
 * **Files are spread over processes** sized to the cores; a :class:`Sink` per file aggregates in the worker and only
   its small ``finish()`` summary crosses back (ripgrep's ``Sink`` idea). Memory stays flat in corpus size.
 * **Caps.** ``PatternSpec.max_hits`` stops a presence marker (one that hits every NeMo line, say) after N hits in a
-  file: it then leaves that file's search, so a dense marker does not cost a Python call per line.
+  file: it then leaves that file's search, so a dense marker does not cost a Python call per line. Within a pass, a
+  capped pattern is no longer checked (nor its DFA search continued) once the lines found make its cap certain.
+* **Dense samples natively.** The stride walk of a dense pattern over every piece of a run is one native call
+  (``Finder.sample``); Python checks the lines it proposes and walks on by itself only after one that fails.
 
 Patterns RE2 cannot express (back-references, look-arounds) fall back to the ``regex`` module with a timeout per
 chunk; a pattern that still times out is a :class:`UserInputError`, as is an invalid one.
@@ -670,6 +677,19 @@ class _Matcher:
             by_lit = sorted({lit for lit, _ in lits})
             self.line_ac = ac.BytesAhoCorasick(by_lit, matchkind=ac.MATCHKIND_STANDARD)
             self.line_lit_ids = [tuple(sorted(self.literal_ids[lit])) for lit in by_lit]
+        # with the native finder, which names every needle of a candidate line, the patterns a line can match are
+        # known without the Set: those of its needles (plus the DFA patterns when a DFA search found the line), each
+        # checked by its own regex, or not at all when the pattern is the needle itself (a pure literal)
+        # (a needle that is a whole top-level branch of a pattern, ``NCCL WARN`` of ``NCCL WARN|ibv_\w+ failed``, is
+        # as good: a line holding it matches the pattern)
+        self.sure_of: list[frozenset[int]] = []  # per needle (finder order): the patterns it proves
+        if lits:
+            branches = {i: _pure_branches(spec.patterns[i]) if not spec.ignore_case else frozenset() for _, i in lits}
+            self.sure_of = [
+                frozenset(i for i in self.literal_ids[lit] if lit in branches[i])
+                for lit in sorted({lit for lit, _ in lits})
+            ]
+        self.candidates: dict[tuple[tuple[int, ...], bool], tuple[tuple[int, ...], tuple[tuple[int, Any], ...]]] = {}
         # a pattern given twice (two consumers of one scan ask for the same ISO timestamp, say) is searched once:
         # the DFA only proposes candidate lines, the Set says which patterns each one matches
         dfa_pats = list(dict.fromkeys(spec.patterns[i] for i in plan.dfa if i in active))
@@ -683,6 +703,12 @@ class _Matcher:
             # the \b at 2.6 GB/s)
             search = dict(plan.dfa_search)
             self.dfas = [_re2.RE2(("(?m)" + search.get(pat, _relaxed(pat))).encode(), opts) for pat in dfa_pats]
+        # per DFA search: the pattern ids it stands for (None: one alternation of many patterns)
+        self.dfa_ids: list[tuple[int, ...] | None] = (
+            [tuple(i for i in plan.dfa if i in active and spec.patterns[i] == pat) for pat in dfa_pats]
+            if len(dfa_pats) <= SEPARATE_DFA_MAX
+            else [None]
+        )
         self.dfa = self.dfas[0] if self.dfas else None
         self.verify: dict[int, Any] = {i: _re2.RE2(spec.patterns[i].encode(), opts) for i in searched}
         self.set: Any = None
@@ -716,6 +742,28 @@ class _Matcher:
     def idle(self) -> bool:
         return self.prefilter is None and self.dfa is None and not self.fallback
 
+    def checks(self, needles: tuple[int, ...], dfa_line: bool) -> tuple[tuple[int, ...], tuple[tuple[int, Any], ...]]:
+        """For a candidate line holding exactly the finder's ``needles`` (indexes into its sorted literals), found by a
+        DFA search too or not: (the pattern ids it matches for sure: one of its needles is a whole top-level branch of
+        the pattern, :func:`_pure_branches`; (pattern id, RE2 ``Match``) of those to check). Every other searched
+        pattern cannot match it."""
+        key = (needles, dfa_line)
+        got = self.candidates.get(key)
+        if got is None:
+            cands: set[int] = set(self.always) if dfa_line else set()
+            sure: set[int] = set()
+            for nd in needles:
+                cands.update(self.line_lit_ids[nd])
+                sure.update(self.sure_of[nd])
+            got = (
+                tuple(i for i in sorted(cands) if i in sure),
+                tuple((i, self.verify[i].Match) for i in sorted(cands) if i not in sure),
+            )
+            if len(self.candidates) >= 4096:
+                self.candidates.clear()
+            self.candidates[key] = got
+        return got
+
     def line_ids(self, line: bytes) -> list[int]:
         """Which searched (RE2) patterns match ``line``: one RE2 Set pass, exact per-pattern checks if it says none
         (a Set that ran out of DFA memory also says none)."""
@@ -728,6 +776,59 @@ class _Matcher:
             for pid, _s, _e in self.line_ac.find_matches_as_indexes(line, overlapping=True):
                 cands.update(self.line_lit_ids[pid])
         return [i for i in sorted(cands) if self.verify[i].Match(_UNANCHORED, line, 0, n)[0][0] >= 0]
+
+
+_PURE_META = frozenset(".^$*+?{}[]|()\\")
+
+
+def _pure_literal(pattern: str) -> bytes | None:
+    """The bytes ``pattern`` matches when it is a plain literal (printable ASCII, only punctuation or spaces escaped),
+    read the same way by RE2 and Python; else None. A line matches it exactly when it holds those bytes."""
+    if not pattern.isascii():
+        return None
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 >= n or pattern[i + 1].isalnum() or not pattern[i + 1].isprintable():
+                return None
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if c in _PURE_META or not c.isprintable():
+            return None
+        out.append(c)
+        i += 1
+    return "".join(out).encode() if out else None
+
+
+def _pure_branches(pattern: str) -> frozenset[bytes]:
+    """The top-level alternatives of ``pattern`` that are plain literals (:func:`_pure_literal`): a line holding one
+    matches the pattern. None for a pattern with inline flags (other than ``(?:``)."""
+    if std_re.search(r"\(\?(?!:)", pattern):
+        return frozenset()
+    out: set[bytes] = set()
+    depth, i, start, n = 0, 0, 0, len(pattern)
+    while i <= n:
+        c = pattern[i] if i < n else "|"
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i = _class_end(pattern, i)
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            lit = _pure_literal(pattern[start:i])
+            if lit is not None:
+                out.add(lit)
+            start = i + 1
+        i += 1
+    return frozenset(out)
 
 
 _EDGE_SENSITIVE = std_re.compile(r"\\[Az]|\(\?(?!:)")
@@ -905,7 +1006,13 @@ Hit = tuple[int, int, list[int], int]
 
 
 def _hits_in_chunk(
-    chunk: Buffer, m: _Matcher, more: dict[int, list[int]] | None = None, lo: int = 0, hi: int | None = None
+    chunk: Buffer,
+    m: _Matcher,
+    more: dict[int, list[int]] | None = None,
+    lo: int = 0,
+    hi: int | None = None,
+    left: dict[int, int] | None = None,
+    more_at: dict[int, tuple[int, int]] | None = None,
 ) -> tuple[list[Hit], int]:
     """Every line of ``chunk[lo:hi]`` any active pattern matches, in order, and the number of newlines in it (-1 when
     not counted: the caller counts), searched as if ``chunk[lo:hi]`` were the whole buffer (the caller passes a span
@@ -913,6 +1020,8 @@ def _hits_in_chunk(
     ``more``: further (line start -> pattern ids) already checked (the dense patterns' sample). Line indexes (newlines
     between ``lo`` and the line) come from the native finder's pass."""
     n = len(chunk) if hi is None else hi
+    if m.finder is not None and not m.prefilters:
+        return _native_hits(chunk, m, more, lo, n, left, more_at)
     find, rfind = chunk.find, chunk.rfind
     starts: list[int] = []  # candidate line starts for the RE2 patterns, ascending
     index_of: dict[int, tuple[int, int]] = {}  # line start -> (line end, line index), from the native finder
@@ -1000,6 +1109,160 @@ def _hits_in_chunk(
     return out, newlines
 
 
+def _dfa_starts(chunk: Buffer, m: _Matcher, lo: int, n: int, left: dict[int, int] | None = None) -> list[int]:
+    """Starts of the lines of ``chunk[lo:n]`` any of the matcher's DFA searches finds (a superset of the lines its DFA
+    patterns match), ascending. ``left`` (see :func:`_native_hits`): a search whose patterns are all capped stops
+    after the line where each of them has that many matching lines (the caller drops their later hits anyway)."""
+    find, rfind = chunk.find, chunk.rfind
+    starts: list[int] = []
+    for dfa, ids in zip(m.dfas, m.dfa_ids, strict=True):
+        match = dfa.Match
+        extra: list[int] = []
+        budget = {i: left[i] for i in ids} if left and ids and all(i in left for i in ids) else None
+        pos = lo
+        while pos <= n:
+            s = match(_UNANCHORED, chunk, pos, n)[0][0]
+            if s < 0:
+                break
+            ls = rfind(b"\n", lo, s) + 1 or lo
+            if ls >= n:  # the empty "line" after the final newline is not a line
+                break
+            extra.append(ls)
+            le = find(b"\n", s, n)
+            if budget is not None:
+                line = chunk[ls : n if le < 0 else le]
+                for i in budget:
+                    if budget[i] > 0 and m.verify[i].Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
+                        budget[i] -= 1
+                if not any(budget.values()):
+                    break
+            if le < 0:
+                break
+            pos = le + 1
+        starts = sorted(set(starts) | set(extra)) if starts else extra
+    return starts
+
+
+def _native_hits(
+    chunk: Buffer,
+    m: _Matcher,
+    more: dict[int, list[int]] | None,
+    lo: int,
+    n: int,
+    left: dict[int, int] | None,
+    more_at: dict[int, tuple[int, int]] | None = None,
+) -> tuple[list[Hit], int]:
+    """:func:`_hits_in_chunk` with the native finder: it names every needle of each candidate line, so a line is
+    checked only against the patterns of those needles (a pure literal pattern not at all) and the DFA patterns when
+    a DFA search found it too; the same hits as one RE2 Set pass per line (the Set is still used for a line with
+    several patterns to check: one call instead of several).
+
+    ``left``: per capped pattern, how many more of its lines the caller can count (one more than its cap leaves: the
+    first line may repeat the last one of the window before); once that many are found, the pattern is no longer
+    checked on the lines after (the caller drops its hits there anyway). ``more_at``: (line end, line index) of lines
+    of ``more`` already known (the others are numbered here)."""
+    find = chunk.find
+    dfa_starts = _dfa_starts(chunk, m, lo, n, left) if m.dfas else []
+    dfa_set = set(dfa_starts)
+    recs: list[Hit] = []  # the finder's lines that hit, ascending
+    rec_starts: list[int] = []
+    seen: set[int] = set()  # every line the finder flagged
+    checks = m.checks
+    left = dict(left) if left else None
+    spent: dict[int, int] = {}  # capped pattern -> the line start after which it is not checked
+    newlines = 0
+    pos = lo
+    while pos < n:
+        page, nl, stop = m.finder.find_lines(chunk, pos, NATIVE_PAGE_LINES, n, True)
+        for ls, le, rel, needles in page:
+            if dfa_set:
+                seen.add(ls)
+                sure, check = checks(needles, ls in dfa_set)
+            else:
+                sure, check = checks(needles, False)
+            if spent and check:
+                check = tuple(c for c in check if c[0] not in spent)
+            if not check:
+                ids = list(sure)
+            elif len(check) == 1:
+                line = chunk[ls:le]
+                ids = (
+                    sorted([*sure, check[0][0]])
+                    if check[0][1](_UNANCHORED, line, 0, le - ls)[0][0] >= 0
+                    else list(sure)
+                )
+            else:
+                ids = sorted(m.line_ids(chunk[ls:le]))
+            if ids:
+                recs.append((ls, le, ids, newlines + rel))
+                rec_starts.append(ls)
+                if left:
+                    for i in ids:
+                        if i in left:
+                            left[i] -= 1
+                            if left[i] == 0:
+                                spent[i] = ls
+        newlines += nl
+        pos = stop
+    found: dict[int, list[int]] = dict(more) if more else {}  # lines the finder did not bring, or more patterns
+    if dfa_starts:
+        dfa_only = [(i, m.verify[i].Match, spent.get(i, n)) for i in m.always]
+        for ls in dfa_starts:
+            if ls in seen:
+                continue
+            le = find(b"\n", ls, n)
+            le = n if le < 0 else le
+            line = chunk[ls:le]
+            size = le - ls
+            ids = [i for i, match, after in dfa_only if ls <= after and match(_UNANCHORED, line, 0, size)[0][0] >= 0]
+            if ids:
+                have = found.get(ls)
+                found[ls] = ids if have is None else sorted(set(have) | set(ids))
+    for i, multi, single in m.fallback:
+        hits = _run_fallback(multi, functools.partial(_finditer, multi, cast(bytes, chunk)))  # bytes (spans_ok)
+        for hit in hits:
+            ls = chunk.rfind(b"\n", 0, hit.start()) + 1
+            if ls >= n:
+                break
+            le = find(b"\n", ls)
+            line = chunk[ls : (n if le < 0 else le)]
+            if _run_fallback(single, functools.partial(_search, single, line)) is not None:
+                got = found.setdefault(ls, [])
+                if i not in got:
+                    got.append(i)
+    if not found:
+        return recs, newlines
+    # merge: a line the finder brought gets the other patterns; the rest are numbered natively (one counting pass)
+    # unless the sample knew where they are, so the caller never counts newlines
+    others: list[int] = []
+    for ls, ids in found.items():
+        k = bisect_left(rec_starts, ls)
+        if k < len(rec_starts) and rec_starts[k] == ls:
+            r = recs[k]
+            recs[k] = (ls, r[1], sorted(set(r[2]) | set(ids)), r[3])
+        else:
+            others.append(ls)
+    if others:
+        others.sort()
+        known = more_at or {}
+        unnumbered = [ls for ls in others if ls not in known]
+        index_of = (
+            dict(zip(unnumbered, m.native.line_indexes(chunk, unnumbered, lo), strict=True)) if unnumbered else {}
+        )
+        for ls in others:
+            at = known.get(ls)
+            if at is None:
+                le = find(b"\n", ls, n)
+                at = (n if le < 0 else le, index_of[ls])
+            recs.append((ls, at[0], sorted(found[ls]), at[1]))
+        recs.sort(key=_line_start)
+    return recs, newlines
+
+
+def _line_start(hit: Hit) -> int:
+    return hit[0]
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Dense patterns: a bounded sample in the middle of a file, every hit in its head and tail
 
@@ -1012,6 +1275,10 @@ class _Dense:
         self.items: list[tuple[int, tuple[bytes, ...], Any]] = [
             (i, needles, _re2.RE2(spec.patterns[i].encode(), opts)) for i, needles in plan.dense
         ]
+        # per dense pattern: its top-level alternatives that are plain literals (a line holding one matches it)
+        self.sure: dict[int, tuple[bytes, ...]] = {
+            i: tuple(sorted(_pure_branches(spec.patterns[i]))) if not spec.ignore_case else () for i, _n in plan.dense
+        }
         # the native finder over each pattern's needles (one pass for all of them, not one find per needle), and over
         # every dense needle for the tail (searched backwards); None: bytes.find/rfind per needle, same answers
         native = _native()
@@ -1032,55 +1299,110 @@ class _Dense:
 
         Candidates come from ``bytes.find`` of the pattern's needles (each needle's next position is remembered, so a
         window is searched about once per needle whatever the stride); a candidate line is checked with RE2."""
+        return self.sample_pieces(buf, ids, [(lo, len(buf) if hi is None else hi)])[0]
+
+    def sample_pieces(
+        self,
+        buf: Buffer,
+        ids: frozenset[int],
+        bounds: Sequence[tuple[int, int]],
+        where: dict[int, tuple[int, int]] | None = None,
+        base: int = 0,
+    ) -> tuple[dict[int, list[int]], list[bool]]:
+        """:meth:`sample` of each piece ``buf[lo:hi]`` of ``bounds`` (ascending, not overlapping), merged, and per
+        piece whether it delivered a line. With the extension, one native call per pattern proposes every piece's
+        stride walk; the lines are checked with RE2, and a piece is walked on in Python only after a line that fails
+        (the walk then goes on as :meth:`_walk` would have). ``where``: filled with (line end, newlines in
+        ``buf[base:line start]``) of the lines the native walk delivered (``base``: at most the first piece's start)."""
         out: dict[int, list[int]] = {}
-        n = len(buf) if hi is None else hi
-        find, rfind = buf.find, buf.rfind
+        flags = [False] * len(bounds)
         for i, needles, rx in self.items:
             if i not in ids:
                 continue
-            nxt: dict[bytes, int] = {}
-            pos = lo
-            tries = 0
             finder = self.finders.get(i)
-            while pos < n:
-                if finder is not None:
-                    # the first line from pos holding a needle that starts at or after pos (as bytes.find would)
-                    page = finder.find_lines(buf, pos, 1, n)[0]
-                    if not page:
-                        break
-                    ls, le = page[0][0], page[0][1]
-                    if ls == pos and pos > lo and buf[pos - 1] != 10:
-                        # the finder never looks before pos; the line began earlier
-                        ls = rfind(b"\n", lo, pos) + 1 or lo
+            if finder is None:
+                for j, (lo, hi) in enumerate(bounds):
+                    flags[j] = self._walk(buf, i, needles, rx, None, lo, hi, lo, 0, out) or flags[j]
+                continue
+            match = rx.Match
+            sure = self.sure[i]
+            for j, chain in enumerate(finder.sample(buf, bounds, DENSE_STRIDE, base)):
+                for ls, le, rel in chain:
+                    line = buf[ls:le]
+                    if (sure and any(lit in line for lit in sure)) or match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
+                        have = out.get(ls)
+                        if have is None:
+                            out[ls] = [i]
+                            if where is not None:
+                                where[ls] = (le, rel)
+                        else:
+                            have.append(i)
+                        flags[j] = True
+                        continue
+                    # the first line that fails its check: walk on from there as the Python walk does
+                    lo, hi = bounds[j]
+                    flags[j] = self._walk(buf, i, needles, rx, finder, lo, hi, le + 1, 1, out) or flags[j]
+                    break
+        return out, flags
+
+    def _walk(
+        self,
+        buf: Buffer,
+        i: int,
+        needles: tuple[bytes, ...],
+        rx: Any,
+        finder: Any,
+        lo: int,
+        n: int,
+        pos: int,
+        tries: int,
+        out: dict[int, list[int]],
+    ) -> bool:
+        """Pattern ``i``'s stride walk over ``buf[lo:n]`` from ``pos`` (``tries``: lines failed in a row so far),
+        adding its lines to ``out``; whether it added any."""
+        find, rfind = buf.find, buf.rfind
+        nxt: dict[bytes, int] = {}
+        added = False
+        while pos < n:
+            if finder is not None:
+                # the first line from pos holding a needle that starts at or after pos (as bytes.find would)
+                page = finder.find_lines(buf, pos, 1, n)[0]
+                if not page:
+                    break
+                ls, le = page[0][0], page[0][1]
+                if ls == pos and pos > lo and buf[pos - 1] != 10:
+                    # the finder never looks before pos; the line began earlier
+                    ls = rfind(b"\n", lo, pos) + 1 or lo
+            else:
+                if needles:
+                    s = n
+                    for nd in needles:
+                        p = nxt.get(nd, -1)
+                        if p < pos:
+                            p = find(nd, pos, n)
+                            p = n if p < 0 else p
+                            nxt[nd] = p
+                        s = min(s, p)
                 else:
-                    if needles:
-                        s = n
-                        for nd in needles:
-                            p = nxt.get(nd, -1)
-                            if p < pos:
-                                p = find(nd, pos, n)
-                                p = n if p < 0 else p
-                                nxt[nd] = p
-                            s = min(s, p)
-                    else:
-                        s = rx.Match(_UNANCHORED, buf, pos, n)[0][0]  # only on a bytes buffer (see spans_ok)
-                        s = n if s < 0 else s
-                    if s >= n:
-                        break
-                    ls = rfind(b"\n", lo, s) + 1 or lo
-                    le = find(b"\n", s, n)
-                    le = n if le < 0 else le
-                line = buf[ls:le]
-                if rx.Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
-                    out.setdefault(ls, []).append(i)
-                    pos = max(ls + DENSE_STRIDE, le + 1)
-                    tries = 0
-                    continue
-                tries += 1
-                pos = le + 1 if tries < 8 else max(le + 1, ls + DENSE_STRIDE)
-                if tries >= 8:
-                    tries = 0
-        return out
+                    s = rx.Match(_UNANCHORED, buf, pos, n)[0][0]  # only on a bytes buffer (see spans_ok)
+                    s = n if s < 0 else s
+                if s >= n:
+                    break
+                ls = rfind(b"\n", lo, s) + 1 or lo
+                le = find(b"\n", s, n)
+                le = n if le < 0 else le
+            line = buf[ls:le]
+            if rx.Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
+                out.setdefault(ls, []).append(i)
+                added = True
+                pos = max(ls + DENSE_STRIDE, le + 1)
+                tries = 0
+                continue
+            tries += 1
+            pos = le + 1 if tries < 8 else max(le + 1, ls + DENSE_STRIDE)
+            if tries >= 8:
+                tries = 0
+        return added
 
     def tail_start(self, buf: bytes | mmap.mmap, ranks: set[str], limit: int) -> int:
         """Offset (a line start) in ``buf`` from which every rank of ``ranks`` (``[rankN]:`` digit strings; empty:
@@ -1341,6 +1663,7 @@ def _scan_one(
     tail_windows: list[tuple[Buffer, int, int, bool]] = []  # (buffer, start, end, continues) not yet in ``tail``
     run = 1  # pieces searched together (see below)
     capped_ids = [i for i in range(k) if caps[i] is not None]
+    capped_set = frozenset(capped_ids)
     for buf, lo, hi, is_last in _spans(lf, problems):
         n = hi - lo
         lines_before = line_base
@@ -1399,30 +1722,46 @@ def _scan_one(
                 p_lo, p_hi = first_lo - shift, last_hi - shift
                 extra: dict[int, list[int]] | None = None
                 samples = [False] * (last - k + 1)  # per piece: did the dense sample deliver lines
+                extra_at: dict[int, tuple[int, int]] = {}  # (line end, line index) of sampled lines, when known
                 if dense is not None and sampled & active:
-                    extra = {}
-                    for j in range(k, last + 1):
-                        got = dense.sample(piece, sampled & active, bounds[j][0] - shift, bounds[j][1] - shift)
-                        samples[j - k] = bool(got)
-                        extra.update(got)
+                    extra, samples = dense.sample_pieces(
+                        piece,
+                        sampled & active,
+                        [(b_lo - shift, b_hi - shift) for b_lo, b_hi in bounds[k : last + 1]],
+                        extra_at,
+                        p_lo,
+                    )
                 counted_to = p_lo
                 line_at = line_base
                 deactivate: list[int] = []
                 hits, newlines = (
-                    ([], -1) if matcher.idle and not extra else _hits_in_chunk(piece, matcher, extra, p_lo, p_hi)
+                    ([], -1)
+                    if matcher.idle and not extra
+                    else _hits_in_chunk(
+                        piece,
+                        matcher,
+                        extra,
+                        p_lo,
+                        p_hi,
+                        {i: cast(int, caps[i]) - counts[i] + 1 for i in capped_ids if i in searched},
+                        extra_at,
+                    )
                 )
                 j = k  # the piece of the hit
                 changed_in: int | None = None  # the first piece in which the search changed
+                piece_end = bounds[j][1] - shift  # the end of piece j in ``piece``
                 for ls, le, ids, rel in hits:
-                    while ls + shift >= bounds[j][1]:
-                        j += 1
-                    if changed_in is not None and j > changed_in:
-                        break
+                    if ls >= piece_end:
+                        while ls + shift >= bounds[j][1]:
+                            j += 1
+                        piece_end = bounds[j][1] - shift
+                        if changed_in is not None and j > changed_in:
+                            break
                     # (counted here only without the native finder: ``piece`` is then bytes)
                     line_at = line_base + rel if rel >= 0 else line_at + cast(bytes, piece).count(b"\n", counted_to, ls)
                     counted_to = ls
                     kept = ids
-                    if spec.max_hits is not None:
+                    if capped_set and not capped_set.isdisjoint(ids):
                         kept = []
                         for i in ids:
                             cap = caps[i]
@@ -1442,9 +1781,11 @@ def _scan_one(
                         last_hit = (line_at + 1, kept)
                     for i in kept:
                         counts[i] += 1
-                        if i in head_dense and counts[i] >= DENSE_HEAD_HITS:
-                            head_dense.discard(i)  # from the next piece on, sampled (the tail is searched in full)
-                            changed_in = j if changed_in is None else changed_in
+                    if head_dense and not head_dense.isdisjoint(kept):
+                        for i in kept:
+                            if i in head_dense and counts[i] >= DENSE_HEAD_HITS:
+                                head_dense.discard(i)  # from the next piece on, sampled (the tail is searched in full)
+                                changed_in = j if changed_in is None else changed_in
                     if sink is not None:
                         raw = piece[ls:le] if le - ls <= MAX_LINE_CHARS else _shown_part(piece[ls:le], kept, matcher)
                         sink.on_hit(kept, line_at + 1, decode(raw).rstrip("\r"))

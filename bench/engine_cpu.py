@@ -1,0 +1,103 @@
+"""CPU per file of the scan engine alone (``logs/scan.py`` ``_scan_one``), for one CLI command's scan (run by hand).
+
+    python bench/engine_cpu.py analyze /tmp/sub8
+    python bench/engine_cpu.py grep bench/out/real_1024/logs --limit 8 --digest /tmp/grep.digest
+
+The command (``analyze``, ``grep`` or ``nccl`` with ``--json``) runs once in this process with the worker scan in this
+process too, and the scan it asked for (patterns, plan, sink, head/tail lines) is recorded. Then every file of the
+directory is scanned again ``--rounds`` times with that scan: once with the command's own sinks (``real``), once with a
+sink that only hashes each call (``hash``: the engine plus one cheap call per hit) and once with no sink (``none``:
+the engine only). Printed: the best CPU time of each per file. ``--digest FILE`` writes every file's result (counts,
+lines, ranks, head, tail, sampled ids, checkpoints) and the hash of its sink calls: the same file from two branches
+means the same hits, line numbers and samples. Run ``python -m compileall -q debug_training_logs`` first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from debug_training_logs import cli
+from debug_training_logs.logs import scan
+from debug_training_logs.logs.discovery import LogFile, discover
+
+
+class HashSink:
+    """Hashes every sink call (pattern ids, line number, text); ``finish`` returns (calls, hex digest)."""
+
+    def __init__(self, lf: LogFile) -> None:
+        self.digest = hashlib.sha1()
+        self.calls = 0
+
+    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        self.digest.update(repr((pattern_ids, line_no, line)).encode())
+        self.calls += 1
+
+    def finish(self) -> tuple[int, str]:
+        return self.calls, self.digest.hexdigest()
+
+
+def record(command: str, directory: str) -> list[tuple[Any, ...]]:
+    """The scans (spec, plan, sink factory, head, tail, ranks) the command runs over ``directory``."""
+    scans: list[tuple[Any, ...]] = []
+    original = scan._scan_packed
+
+    def spy(lf: LogFile, spec: Any, plan: Any, factory: Any, head: int, tail: int, ranks: bool, pack: Any) -> Any:
+        if not scans or scans[-1][0] is not spec:
+            scans.append((spec, plan, factory, head, tail, ranks))
+        return original(lf, spec, plan, factory, head, tail, ranks, pack)
+
+    scan._worker_count = lambda files: 1
+    scan._scan_packed = spy  # type: ignore[assignment]
+    sys.argv = ["debug-training-logs", command, directory, "--json"]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            cli.main()
+    finally:
+        scan._scan_packed = original
+    return scans
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["analyze", "grep", "nccl"])
+    ap.add_argument("logs")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--limit", type=int, default=0, help="scan only the first N files (sorted by name)")
+    ap.add_argument("--digest", help="write every file's result and sink-call hash here")
+    args = ap.parse_args()
+    scans = record(args.command, args.logs)
+    files, _skipped = discover(args.logs)
+    files = sorted(files, key=lambda f: f.rel)[: args.limit or None]
+    print(f"{args.command}: {len(scans)} scan(s), {len(files)} files; {scans[0][1].describe()}")
+    lines: list[str] = []
+    for mode in ("real", "hash", "none"):
+        best = float("inf")
+        for r in range(args.rounds):
+            c0 = time.process_time()
+            for spec, plan, factory, head, tail, ranks in scans:
+                sink = {"real": factory, "hash": HashSink, "none": None}[mode]
+                for lf in files:
+                    s = scan._scan_one(lf, spec, plan, sink, head, tail, ranks)
+                    if mode == "hash" and r == 0 and args.digest:
+                        cp = s.checkpoints
+                        points = (cp.offsets, cp.lines_before, cp.newlines) if cp else None
+                        fields = (s.lines, s.bytes_read, s.counts, sorted(s.ranks), s.head, s.tail, s.problem)
+                        lines.append(repr((lf.rel, *fields, sorted(s.sampled), points, s.sink_result)))
+            best = min(best, time.process_time() - c0)
+        print(f"  sinks {mode:5s}: {1000 * best / len(files):6.2f} ms CPU per file (best of {args.rounds})")
+    if args.digest:
+        Path(args.digest).write_text("\n".join(lines) + "\n")
+        print(f"  digest: {args.digest}")
+
+
+if __name__ == "__main__":
+    main()
