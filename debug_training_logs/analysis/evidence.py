@@ -309,6 +309,15 @@ class _Route:
     memory: bool
 
 
+def _number(text: str) -> float | None:
+    """A step time or memory figure (a run of digits and dots); None when it is not a number (``1.2.3``, or the
+    sentence's full stop after it: ``=0.5.``), which a series leaves out instead of failing the file's scan."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 _PROGRESS_ID = SIGNAL_NAMES.index("progress")
 _PROGRESS_CAP = _SAMPLE_CAP["progress"]
 _BATCH_LINES = 4096
@@ -475,18 +484,22 @@ class EvidenceSink:
                 if literal in text:
                     m = rx.search(text)
                     if m:
-                        series = out.step_ms.get(rank)
-                        if series is None:
-                            series = out.step_ms[rank] = _Series()
-                        series.add(line_no, wt, float(m.group(1)) * scale)
+                        value = _number(m.group(1))
+                        if value is not None:
+                            series = out.step_ms.get(rank)
+                            if series is None:
+                                series = out.step_ms[rank] = _Series()
+                            series.add(line_no, wt, value * scale)
                         break
         if route.memory and _MEMORY_LITERAL in text:
             mm = _MEMORY_MB.search(text)
             if mm:
-                series = out.memory_mb.get(rank)
-                if series is None:
-                    series = out.memory_mb[rank] = _Series()
-                series.add(line_no, wt, float(mm.group(1)))
+                value = _number(mm.group(1))
+                if value is not None:
+                    series = out.memory_mb.get(rank)
+                    if series is None:
+                        series = out.memory_mb[rank] = _Series()
+                    series.add(line_no, wt, value)
 
     def _timed(self, line_no: int, wt: WallTime) -> None:
         """A line with a time of its own: it bounds the hits waiting for one, and later hits come after it."""

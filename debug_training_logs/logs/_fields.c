@@ -190,7 +190,7 @@ static PyObject *progress_run(PyObject *self, PyObject *args) {
             Py_DECREF(txt);
             if (f == NULL) {
                 if (!PyErr_ExceptionMatches(PyExc_ValueError)) goto fail;
-                PyErr_Clear(); /* float() refuses it: the per-line path raises the same way */
+                PyErr_Clear(); /* float() refuses it: the per-line path decides (it leaves the point out) */
                 break;
             }
             value = PyFloat_FromDouble(PyFloat_AS_DOUBLE(f) * scale);
