@@ -32,7 +32,9 @@ from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.models import cut
 
 NATIVE = fields.native()
-needs_native = pytest.mark.skipif(NATIVE is None, reason="the _fields extension is not built")
+needs_native = pytest.mark.skipif(
+    NATIVE is None, reason="the _fields extension is not built, or DEBUG_TRAINING_LOGS_NO_NATIVE is set"
+)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The plain reference: every regex searched on every line, as the sink did before its fast paths
