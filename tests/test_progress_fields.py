@@ -320,7 +320,8 @@ def _fuzz_lines(seed: int, n: int) -> list[str]:
     parts = (
         "[rank", "]", ":", " ", "0", "7", "42", "P", "P1 ", "3: ", "train_step_timing", " in s", "=", ".", "1.5",
         "elapsed time per iteration (ms): ", "\t", "\x1c", "\x0b", "pid=", "é", "\x1b[0m", "12:30:45", "1:02:03",
-        "a", "x[rank9] ", "99999999999999999999",
+        "a", "x[rank9] ", "99999999999999999999", "2026-11-23 10:22:33", "2026/11/23T10:22:3", ".123456", ".12345",
+        "[13:00:01<12:03:04", "W1123 10:22:33.123456 77 ", "[E1123 10:22:33.123456789 ",
     )  # fmt: skip
     return ["".join(rng.choice(parts) for _ in range(rng.randint(0, 12))) for _ in range(n)]
 
@@ -338,7 +339,8 @@ def test_helper_rank_and_step_equal_the_regexes_on_fuzzed_lines(seed: int) -> No
                 not line.isascii()
                 or "\x1b" in line
                 or "pid=" in line
-                or re.search(r"\d\d:\d\d:\d\d", line)
+                or _FULL_DATE.search(line)
+                or re.search(r"\.\d{6}", line)
                 or re.search(r"\d{19}", line)
                 or (ref_step(text) is None and re.search(r"train_step_timing|elapsed time per", line))
             ), repr(line)
@@ -368,3 +370,14 @@ def test_helper_checks_its_arguments() -> None:
 def test_no_native_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
     assert fields.native() is None
+
+
+@needs_native
+def test_helper_answers_for_the_common_layouts_itself() -> None:
+    """Untimed ASCII progress lines under the usual prefixes never fall back to the per-line path (a bar past ten
+    hours, ``[13:00:01<12:03:04``, is no time of ours either)."""
+    assert NATIVE is not None
+    prefixes = ("", "[rank5]:", "[rank5]: ", "5: ", "  12: ", "P3 7: ", "[gpu-a01:0]: ", "[default3]:", "3: [rank4]: ")
+    bodies = (BODIES[0], BODIES[2], BODIES[3], BODIES[5], BODIES[8], BODIES[9], BODIES[16])
+    for line in (p + b + e for p in prefixes for b in bodies for e in ENDINGS):
+        assert NATIVE.progress_run([line], [1], 0)[0] == 1, line

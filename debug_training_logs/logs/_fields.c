@@ -2,9 +2,9 @@
  *
  * progress_run(lines, line_nos, start) reads lines[start:] (each a str of one hit line of the ``progress`` signal
  * and of nothing else) and stops at the first line it cannot answer for exactly as the per-line Python path would:
- * a line that is not pure ASCII, holds an ANSI escape (0x1b), a Ray ``pid=`` prefix, anything that may be a time
- * (two digits, ':', two digits, ':', two digits: every full date, c10 and glog header holds that), a rank number of
- * more than 18 digits, or a step time that float() refuses. It returns (stop, stats, points):
+ * a line that is not pure ASCII, holds an ANSI escape (0x1b), a Ray ``pid=`` prefix, a time (a full date, or a '.'
+ * and six digits as every c10 and glog header has), a rank number of more than 18 digits, or a step time that
+ * float() refuses. It returns (stop, stats, points):
  *
  *   stats:  rank -> [first index, last index, count] over lines[start:stop], in order of each rank's first line;
  *   points: rank -> [(line_no, None, step_ms), ...], the step times in line order (first rank with one first).
@@ -36,16 +36,37 @@ static const unsigned char *find_lit(const unsigned char *s, Py_ssize_t n, Py_ss
     return NULL;
 }
 
-/* 1 when the line must go the per-line way (see the header). */
-static int must_defer(const unsigned char *s, Py_ssize_t n) {
-    if (memchr(s, 0x1b, (size_t)n) != NULL) return 1;
-    if (find_lit(s, n, 0, "pid=", 4) != NULL) return 1;
-    for (Py_ssize_t i = 2; i + 5 < n; i++) {
-        if (s[i] == ':' && s[i + 3] == ':' && is_digit(s[i - 1]) && is_digit(s[i - 2]) && is_digit(s[i + 1]) &&
-            is_digit(s[i + 2]) && is_digit(s[i + 4]) && is_digit(s[i + 5]))
+static int is_digits(const unsigned char *s, Py_ssize_t k) {
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (!is_digit(s[i])) return 0;
+    return 1;
+}
+
+/* formats/timestamps.py's FULL_DATE anywhere: 20dd[-/]dd[-/]dd[ T_]dd:dd:dd (its fraction is optional). */
+static int has_full_date(const unsigned char *s, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i + 19 <= n; i++) {
+        const unsigned char *p = s + i;
+        if (p[0] == '2' && p[1] == '0' && is_digits(p + 2, 2) && (p[4] == '-' || p[4] == '/') && is_digits(p + 5, 2) &&
+            (p[7] == '-' || p[7] == '/') && is_digits(p + 8, 2) && (p[10] == ' ' || p[10] == 'T' || p[10] == '_') &&
+            is_digits(p + 11, 2) && p[13] == ':' && is_digits(p + 14, 2) && p[16] == ':' && is_digits(p + 17, 2))
             return 1;
     }
     return 0;
+}
+
+/* '.' and six digits: every c10 header (nine) and glog header (six) holds it (timestamps.py's _SUBSECONDS). */
+static int has_subseconds(const unsigned char *s, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i + 7 <= n; i++)
+        if (s[i] == '.' && is_digits(s + i + 1, 6)) return 1;
+    return 0;
+}
+
+/* 1 when the line must go the per-line way (see the header). A line with neither a full date nor a '.dddddd' has
+ * no time parse_wall_time finds (a progress bar's own [13:00:01<12:03:04] is no time of ours). */
+static int must_defer(const unsigned char *s, Py_ssize_t n) {
+    if (memchr(s, 0x1b, (size_t)n) != NULL) return 1;
+    if (find_lit(s, n, 0, "pid=", 4) != NULL) return 1;
+    return has_full_date(s, n) || has_subseconds(s, n);
 }
 
 /* Digits at s[i..]: their count (up to the first non-digit), the value in *out; -1 beyond 18 digits. */
