@@ -381,3 +381,41 @@ def test_helper_answers_for_the_common_layouts_itself() -> None:
     bodies = (BODIES[0], BODIES[2], BODIES[3], BODIES[5], BODIES[8], BODIES[9], BODIES[16])
     for line in (p + b + e for p in prefixes for b in bodies for e in ENDINGS):
         assert NATIVE.progress_run([line], [1], 0)[0] == 1, line
+
+
+def _write_job(root: Path) -> Path:
+    logs = root / "logs"
+    logs.mkdir()
+    rng = random.Random(7)
+    for node in range(2):
+        out: list[str] = [f"gpu-a0{node}:100:101 [0] NCCL INFO comm 0x1 rank {8 * node} nranks 16 - Init COMPLETE"]
+        for step in range(400):
+            rank = 8 * node + rng.randint(0, 7)
+            prefix = rng.choice((f"[rank{rank}]: ", f"{rank}: ", f"\x1b[36m[rank{rank}]:\x1b[0m "))
+            body = rng.choice(BODIES[:4] + BODIES[5:6] + BODIES[8:10])
+            out.append(prefix + body.replace("train_step_timing in s=0.487", f"train_step_timing in s=0.{step}"))
+            if step % 97 == 5:
+                out.append(f"[rank{rank}]: 2026-11-23 18:{step % 60:02d}:06,008 [rank{rank}] ERROR RuntimeError: x")
+        (logs / f"node-{node}.log").write_text("\n".join(out) + "\n")
+    return logs
+
+
+def _worker_view(logs: Path) -> str:
+    from debug_training_logs.analysis.scan_cache import CACHE
+
+    CACHE.clear()
+    w = ev.gather_evidence(logs).worker
+    series = {k: repr(getattr(w, k)) for k in ("step_ms", "memory_mb")}
+    return repr((w.tallies, w.counts, w.counts_by_rank, w.first_by_rank, w.last_by_rank, series, w.rank_host))
+
+
+@needs_native
+def test_a_real_scan_gives_the_same_worker_evidence_with_and_without_the_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = _write_job(tmp_path)
+    native = _worker_view(logs)
+    monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
+    per_line = _worker_view(logs)
+    assert native == per_line
+    assert "progress" in native and "RuntimeError" in native and "gpu-a01" in native
