@@ -17,8 +17,12 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import random
 import re
+import shutil
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -419,3 +423,24 @@ def test_a_real_scan_gives_the_same_worker_evidence_with_and_without_the_helper(
     per_line = _worker_view(logs)
     assert native == per_line
     assert "progress" in native and "RuntimeError" in native and "gpu-a01" in native
+
+
+def test_the_helper_is_built_where_a_compiler_is() -> None:
+    """CI installs with a compiler: the batched path must be the one the suite tests, not a silent fallback."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None or not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        pytest.skip("no C compiler or no Python.h here")
+    mod = importlib.import_module("debug_training_logs.logs._fields")
+    assert Path(str(mod.__file__)).suffix in (".so", ".pyd")
+
+
+def test_without_the_module_the_sink_reads_line_by_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEBUG_TRAINING_LOGS_NO_NATIVE", raising=False)
+    monkeypatch.setitem(sys.modules, "debug_training_logs.logs._fields", None)  # import raises ImportError
+    assert fields.native() is None
+    calls = _sequence(3, 300)
+    sink = ev.EvidenceSink(LogFile(path=Path("node-0.log"), rel="node-0.log", size=0, compression="none"))
+    assert sink._native is None
+    for ids, line_no, line in calls:
+        sink.on_hit(ids, line_no, line)
+    assert repr(sink.finish()[0]) == _reference(calls)
