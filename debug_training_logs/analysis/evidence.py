@@ -351,7 +351,12 @@ def _route(pattern_ids: list[int]) -> _Route:
 
 class EvidenceSink:
     """One file's share of the evidence scan: :data:`SIGNALS` hits here, NCCL candidate lines to the NCCL table's
-    sink, clock anchors to the alignment's sink (each receives its own pattern ids)."""
+    sink, clock anchors to the alignment's sink (each receives its own pattern ids).
+
+    Lines of the ``progress`` signal alone (a bar or step line per rank per step: most hits) are only appended to a
+    batch when the compiled helper (:mod:`debug_training_logs.logs.fields`) is there; the batch is read before the
+    next hit of another signal and at :meth:`finish`, each run of untimed ASCII lines aggregated per rank in C, the
+    other lines one by one. Either way the file's result is what reading every line in order gives."""
 
     def __init__(self, lf: LogFile) -> None:
         self.out = _FileHits(rel=lf.rel)
