@@ -235,8 +235,12 @@ def _sequence(seed: int, n: int) -> list[tuple[list[int], int, str]]:
         elif r < 0.1:
             calls.append((_ids("progress", "memory"), line_no, rng.choice(pool) + " memory (MB) | allocated: 99.5"))
         else:
-            # a job's progress lines repeat one layout: mostly one prefix family, sometimes any
-            body = rng.choice(BODIES[:3] + BODIES[5:6] + BODIES[16:]) if r < 0.9 else rng.choice(BODIES)
+            # a job's progress lines repeat one layout (odd seeds: untimed bars; even: lines with full dates, some
+            # without): mostly one prefix family, sometimes any
+            common = (
+                BODIES[:3] + BODIES[5:6] + BODIES[16:] if seed % 2 else (BODIES[4], BODIES[6], BODIES[14], BODIES[5])
+            )
+            body = rng.choice(common) if r < 0.9 else rng.choice(BODIES)
             prefix = f"[rank{rng.randint(0, 7)}]: " if r < 0.7 else rng.choice(PREFIXES)
             calls.append((_ids("progress"), line_no, prefix + body + rng.choice(ENDINGS)))
     return calls
@@ -334,41 +338,62 @@ def _fuzz_lines(seed: int, n: int) -> list[str]:
 @pytest.mark.parametrize("seed", range(4))
 def test_helper_rank_and_step_equal_the_regexes_on_fuzzed_lines(seed: int) -> None:
     assert NATIVE is not None
-    answered = 0
+    answered = timed = 0
     for line in _fuzz_lines(seed, 5000):
-        stop, stats, points = NATIVE.progress_run([line], [1], 0)
+        stop, stats, points, timed_idx, timed_wt = NATIVE.progress_run([line], [1], 0, parse_wall_time)
         text = strip_ansi(line)
         if stop == 0:  # left to the per-line path: only for what the helper does not answer for
             assert (
                 not line.isascii()
                 or "\x1b" in line
                 or "pid=" in line
-                or _FULL_DATE.search(line)
-                or re.search(r"\.\d{6}", line)
+                or (not _FULL_DATE.search(line) and re.search(r"\.\d{6}", line))
                 or re.search(r"\d{19}", line)
                 or (ref_step(text) is None and re.search(r"train_step_timing|elapsed time per", line))
             ), repr(line)
             continue
         answered += 1
-        assert ref_time(text) is None
+        wt = ref_time(text)
+        timed += wt is not None
+        assert (timed_idx, timed_wt) == (([0], [wt]) if wt is not None else ([], [])), repr(line)
         rank = ref_rank(text)[0]
         assert list(stats) == [rank] and stats[rank] == [0, 0, 1], repr(line)
         step = ref_step(text)
-        assert points == ({} if step is None else {rank: [(1, None, step)]}), repr(line)
-    assert answered > 1000
+        assert points == ({} if step is None else {rank: [(1, wt, step)]}), repr(line)
+    assert answered > 1000 and timed > 100
 
 
 @needs_native
 def test_helper_checks_its_arguments() -> None:
     assert NATIVE is not None
     with pytest.raises(ValueError):
-        NATIVE.progress_run(["a"], [], 0)
+        NATIVE.progress_run(["a"], [], 0, parse_wall_time)
     with pytest.raises(IndexError):
-        NATIVE.progress_run(["a"], [1], 2)
+        NATIVE.progress_run(["a"], [1], 2, parse_wall_time)
     with pytest.raises(TypeError):
-        NATIVE.progress_run(("a",), [1], 0)  # type: ignore[arg-type]
-    assert NATIVE.progress_run(["a", 5, "b"], [1, 2, 3], 0)[0] == 1  # type: ignore[list-item]
-    assert NATIVE.progress_run([], [], 0) == (0, {}, {})
+        NATIVE.progress_run(("a",), [1], 0, parse_wall_time)  # type: ignore[arg-type]
+    assert NATIVE.progress_run(["a", 5, "b"], [1, 2, 3], 0, parse_wall_time)[0] == 1  # type: ignore[list-item]
+    assert NATIVE.progress_run([], [], 0, parse_wall_time) == (0, {}, {}, [], [])
+
+    def refuse(text: str) -> WallTime | None:
+        raise RuntimeError(text)
+
+    with pytest.raises(RuntimeError, match="2026-01-02 03:04:05,5"):
+        NATIVE.progress_run(["x 2026-01-02 03:04:05,5 train_step_timing=1"], [1], 0, refuse)
+    # one call per distinct date text in a row
+    seen: list[str] = []
+
+    def count(text: str) -> WallTime | None:
+        seen.append(text)
+        return parse_wall_time(text)
+
+    same = ["[2026-01-02 03:04:05] a", "[2026-01-02 03:04:05] b", "[2026-01-02 03:04:06] c", "d"]
+    out = NATIVE.progress_run(same, [1, 2, 3, 4], 0, count)
+    assert seen == ["2026-01-02 03:04:05", "2026-01-02 03:04:06"]
+    assert out[3:] == (
+        [0, 1, 2],
+        [WallTime(2026, 1, 2, 3, 4, 5), WallTime(2026, 1, 2, 3, 4, 5), WallTime(2026, 1, 2, 3, 4, 6)],
+    )
 
 
 def test_no_native_switch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -378,13 +403,13 @@ def test_no_native_switch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_native
 def test_helper_answers_for_the_common_layouts_itself() -> None:
-    """Untimed ASCII progress lines under the usual prefixes never fall back to the per-line path (a bar past ten
-    hours, ``[13:00:01<12:03:04``, is no time of ours either)."""
+    """ASCII progress lines under the usual prefixes, untimed or with a full date, never fall back to the per-line
+    path (a bar past ten hours, ``[13:00:01<12:03:04``, is no time of ours)."""
     assert NATIVE is not None
     prefixes = ("", "[rank5]:", "[rank5]: ", "5: ", "  12: ", "P3 7: ", "[gpu-a01:0]: ", "[default3]:", "3: [rank4]: ")
-    bodies = (BODIES[0], BODIES[2], BODIES[3], BODIES[5], BODIES[8], BODIES[9], BODIES[16])
+    bodies = (BODIES[0], BODIES[2], BODIES[3], BODIES[4], BODIES[5], BODIES[6], BODIES[8], BODIES[9], BODIES[16])
     for line in (p + b + e for p in prefixes for b in bodies for e in ENDINGS):
-        assert NATIVE.progress_run([line], [1], 0)[0] == 1, line
+        assert NATIVE.progress_run([line], [1], 0, parse_wall_time)[0] == 1, line
 
 
 def _write_job(root: Path) -> Path:

@@ -43,7 +43,7 @@ import os
 import re
 import statistics
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -355,8 +355,9 @@ class EvidenceSink:
 
     Lines of the ``progress`` signal alone (a bar or step line per rank per step: most hits) are only appended to a
     batch when the compiled helper (:mod:`debug_training_logs.logs.fields`) is there; the batch is read before the
-    next hit of another signal and at :meth:`finish`, each run of untimed ASCII lines aggregated per rank in C, the
-    other lines one by one. Either way the file's result is what reading every line in order gives."""
+    next hit of another signal and at :meth:`finish`, each run of ASCII lines (untimed, or timed by a full date)
+    aggregated per rank in C, the other lines one by one. Either way the file's result is what reading every line in
+    order gives."""
 
     def __init__(self, lf: LogFile) -> None:
         self.out = _FileHits(rel=lf.rel)
@@ -387,8 +388,8 @@ class EvidenceSink:
 
     def _flush(self) -> None:
         """Read the waiting progress lines in order, as :meth:`_signals` would one by one: runs the compiled helper
-        answers for are applied per rank (:meth:`_apply_run`), a line it leaves (a time, ANSI, non-ASCII ...) goes
-        through :meth:`_signals`."""
+        answers for are applied per rank (:meth:`_apply_run`), a line it leaves (a c10/glog time, ANSI, non-ASCII ...)
+        goes through :meth:`_signals`."""
         native = self._native
         assert native is not None
         lines, nos = self._batch, self._batch_nos
@@ -396,9 +397,9 @@ class EvidenceSink:
         route = _route([_PROGRESS_ID])
         i, n = 0, len(lines)
         while i < n:
-            stop, stats, points = native.progress_run(lines, nos, i)
+            stop, stats, points, timed_idx, timed_wt = native.progress_run(lines, nos, i, parse_wall_time)
             if stop > i:
-                self._apply_run(lines, nos, i, stop, stats, points)
+                self._apply_run(lines, nos, i, stop, stats, points, timed_idx, timed_wt)
             if stop < n:
                 self._signals(route, nos[stop], lines[stop])
             i = stop + 1
@@ -410,21 +411,41 @@ class EvidenceSink:
         start: int,
         stop: int,
         stats: dict[int | None, list[int]],
-        points: dict[int | None, list[tuple[int, None, float]]],
+        points: dict[int | None, list[tuple[int, WallTime | None, float]]],
+        timed_idx: list[int],
+        timed_wt: list[WallTime],
     ) -> None:
-        """The per-line effect of ``lines[start:stop]`` (untimed ASCII progress lines) from their per-rank
-        aggregates: the same tally, samples, first/last lines (the same :class:`_Raw` objects shared between them,
-        waiting for the next time) and step-time series, in the same order."""
+        """The per-line effect of ``lines[start:stop]`` (ASCII progress lines, timed by a full date or untimed) from
+        their per-rank aggregates and the indices of their timed lines: the same tally, samples, first/last lines
+        (the same :class:`_Raw` objects shared between them, with their time and ``after``/``before`` bounds),
+        step-time series and last time, in the same order."""
         out = self.out
-        after = out.last_time[1] if out.last_time else None
+        prior = out.last_time[1] if out.last_time else None
+        if timed_idx:  # the lines waiting for a time get the run's first; the run's last time is the file's latest
+            for waiting in self._open:
+                waiting.before = timed_wt[0]
+            self._open.clear()
+            out.last_time = (nos[timed_idx[-1]], timed_wt[-1])
         made: dict[int, _Raw] = {}
 
         def raw(k: int, rank: int | None) -> _Raw:
             r = made.get(k)
             if r is None:
+                j = bisect_left(timed_idx, k)  # timed lines before line k: timed_idx[:j]
+                own = j < len(timed_idx) and timed_idx[j] == k
                 text = lines[k]
-                r = made[k] = _Raw(nos[k], text if len(text) <= TEXT_CUT else cut(text), rank, None, after)
-                self._open.append(r)
+                r = made[k] = _Raw(
+                    nos[k],
+                    text if len(text) <= TEXT_CUT else cut(text),
+                    rank,
+                    timed_wt[j] if own else None,
+                    timed_wt[j - 1] if j else prior,
+                )
+                if not own:
+                    if j < len(timed_idx):
+                        r.before = timed_wt[j]  # the next timed line, in this run
+                    else:
+                        self._open.append(r)  # waits for a later one
             return r
 
         t = out.tallies.get("progress")

@@ -1,13 +1,16 @@
 /* Per-rank aggregation of a run of progress lines, for the evidence scan's sink (optional; see fields.py).
  *
- * progress_run(lines, line_nos, start) reads lines[start:] (each a str of one hit line of the ``progress`` signal
- * and of nothing else) and stops at the first line it cannot answer for exactly as the per-line Python path would:
- * a line that is not pure ASCII, holds an ANSI escape (0x1b), a Ray ``pid=`` prefix, a time (a full date, or a '.'
- * and six digits as every c10 and glog header has), a rank number of more than 18 digits, or a step time that
- * float() refuses. It returns (stop, stats, points):
+ * progress_run(lines, line_nos, start, time_of) reads lines[start:] (each a str of one hit line of the ``progress``
+ * signal and of nothing else) and stops at the first line it cannot answer for exactly as the per-line Python path
+ * would: a line that is not pure ASCII, holds an ANSI escape (0x1b), a Ray ``pid=`` prefix, a c10 or glog time (no
+ * full date but a '.' and six digits, as every such header has), a rank number of more than 18 digits, or a step
+ * time that float() refuses. A line's time is its leftmost full date (formats/timestamps.py's FULL_DATE): its text
+ * is given to time_of (parse_wall_time) once per distinct text in a row; a line with neither has none. It returns
+ * (stop, stats, points, timed_idx, timed_wt):
  *
- *   stats:  rank -> [first index, last index, count] over lines[start:stop], in order of each rank's first line;
- *   points: rank -> [(line_no, None, step_ms), ...], the step times in line order (first rank with one first).
+ *   stats:     rank -> [first index, last index, count] over lines[start:stop], in order of each rank's first line;
+ *   points:    rank -> [(line_no, time or None, step_ms), ...], the step times in line order (first rank first);
+ *   timed_idx: the indices of the lines with a time, in order; timed_wt: their times.
  *
  * A rank is what logs/attribution.py's rank_and_source_plain gives on such a line: ``[rankN]:`` anywhere (the
  * leftmost), else ``[rankN] `` anywhere, else an srun label ``^\s*(?:P\d+ )?N: ``, else None. The step time is the
@@ -42,14 +45,23 @@ static int is_digits(const unsigned char *s, Py_ssize_t k) {
     return 1;
 }
 
-/* formats/timestamps.py's FULL_DATE anywhere: 20dd[-/]dd[-/]dd[ T_]dd:dd:dd (its fraction is optional). */
-static int has_full_date(const unsigned char *s, Py_ssize_t n) {
+/* formats/timestamps.py's FULL_DATE, leftmost: 20dd[-/]dd[-/]dd[ T_]dd:dd:dd, then [.,] and 1-6 digits if there.
+ * 1 and its span s[*a..*b), or 0. */
+static int full_date(const unsigned char *s, Py_ssize_t n, Py_ssize_t *a, Py_ssize_t *b) {
     for (Py_ssize_t i = 0; i + 19 <= n; i++) {
         const unsigned char *p = s + i;
         if (p[0] == '2' && p[1] == '0' && is_digits(p + 2, 2) && (p[4] == '-' || p[4] == '/') && is_digits(p + 5, 2) &&
             (p[7] == '-' || p[7] == '/') && is_digits(p + 8, 2) && (p[10] == ' ' || p[10] == 'T' || p[10] == '_') &&
-            is_digits(p + 11, 2) && p[13] == ':' && is_digits(p + 14, 2) && p[16] == ':' && is_digits(p + 17, 2))
+            is_digits(p + 11, 2) && p[13] == ':' && is_digits(p + 14, 2) && p[16] == ':' && is_digits(p + 17, 2)) {
+            Py_ssize_t j = i + 19;
+            if (j + 1 < n && (s[j] == '.' || s[j] == ',') && is_digit(s[j + 1])) {
+                Py_ssize_t k = j + 1;
+                while (k < n && k < j + 7 && is_digit(s[k])) k++;
+                j = k;
+            }
+            *a = i, *b = j;
             return 1;
+        }
     }
     return 0;
 }
@@ -61,12 +73,10 @@ static int has_subseconds(const unsigned char *s, Py_ssize_t n) {
     return 0;
 }
 
-/* 1 when the line must go the per-line way (see the header). A line with neither a full date nor a '.dddddd' has
- * no time parse_wall_time finds (a progress bar's own [13:00:01<12:03:04] is no time of ours). */
+/* 1 when the line must go the per-line way whatever its time (see the header). */
 static int must_defer(const unsigned char *s, Py_ssize_t n) {
     if (memchr(s, 0x1b, (size_t)n) != NULL) return 1;
-    if (find_lit(s, n, 0, "pid=", 4) != NULL) return 1;
-    return has_full_date(s, n) || has_subseconds(s, n);
+    return find_lit(s, n, 0, "pid=", 4) != NULL;
 }
 
 /* Digits at s[i..]: their count (up to the first non-digit), the value in *out; -1 beyond 18 digits. */
@@ -177,9 +187,9 @@ static int step_text(const unsigned char *s, Py_ssize_t n, Py_ssize_t *a, Py_ssi
 
 static PyObject *progress_run(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *lines, *nos;
+    PyObject *lines, *nos, *time_of;
     Py_ssize_t start;
-    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &lines, &PyList_Type, &nos, &start)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!O!nO", &PyList_Type, &lines, &PyList_Type, &nos, &start, &time_of)) return NULL;
     Py_ssize_t total = PyList_GET_SIZE(lines);
     if (PyList_GET_SIZE(nos) != total) {
         PyErr_SetString(PyExc_ValueError, "lines and line_nos differ in length");
@@ -189,8 +199,11 @@ static PyObject *progress_run(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "start out of range");
         return NULL;
     }
-    PyObject *stats = PyDict_New(), *points = PyDict_New();
-    if (stats == NULL || points == NULL) goto fail;
+    PyObject *stats = PyDict_New(), *points = PyDict_New(), *timed_idx = PyList_New(0), *timed_wt = PyList_New(0);
+    unsigned char prev_key[32];
+    Py_ssize_t prev_len = -1;
+    PyObject *prev_wt = NULL;
+    if (stats == NULL || points == NULL || timed_idx == NULL || timed_wt == NULL) goto fail;
     Py_ssize_t i = start;
     for (; i < total; i++) {
         PyObject *line = PyList_GET_ITEM(lines, i);
@@ -198,6 +211,9 @@ static PyObject *progress_run(PyObject *self, PyObject *args) {
         const unsigned char *s = PyUnicode_1BYTE_DATA(line);
         Py_ssize_t n = PyUnicode_GET_LENGTH(line);
         if (must_defer(s, n)) break;
+        Py_ssize_t da, db;
+        int dated = full_date(s, n, &da, &db);
+        if (!dated && has_subseconds(s, n)) break;
         long long rank = 0;
         int has_rank = line_rank(s, n, &rank);
         if (has_rank < 0) break;
@@ -217,6 +233,22 @@ static PyObject *progress_run(PyObject *self, PyObject *args) {
             value = PyFloat_FromDouble(PyFloat_AS_DOUBLE(f) * scale);
             Py_DECREF(f);
             if (value == NULL) goto fail;
+        }
+        PyObject *wt = Py_None; /* borrowed: prev_wt holds it */
+        if (dated) {
+            if (prev_len != db - da || memcmp(prev_key, s + da, (size_t)(db - da)) != 0) {
+                PyObject *key = PyUnicode_FromStringAndSize((const char *)s + da, db - da);
+                PyObject *got = key == NULL ? NULL : PyObject_CallOneArg(time_of, key);
+                Py_XDECREF(key);
+                if (got == NULL) {
+                    Py_XDECREF(value);
+                    goto fail;
+                }
+                Py_XSETREF(prev_wt, got);
+                memcpy(prev_key, s + da, (size_t)(db - da)); /* a full date with its fraction: at most 26 bytes */
+                prev_len = db - da;
+            }
+            wt = prev_wt;
         }
         PyObject *key = has_rank ? PyLong_FromLongLong(rank) : Py_NewRef(Py_None);
         if (key == NULL) {
@@ -248,9 +280,11 @@ static PyObject *progress_run(PyObject *self, PyObject *args) {
                 PyList_SetItem(st, 2, count);
             }
         }
+        if (!bad && wt != Py_None)
+            bad = PyList_Append(timed_idx, idx) < 0 || PyList_Append(timed_wt, wt) < 0;
         Py_XDECREF(idx);
         if (!bad && value != NULL) {
-            PyObject *pt = PyTuple_Pack(3, PyList_GET_ITEM(nos, i), Py_None, value);
+            PyObject *pt = PyTuple_Pack(3, PyList_GET_ITEM(nos, i), wt, value);
             PyObject *series = pt == NULL ? NULL : PyDict_GetItemWithError(points, key);
             if (pt == NULL || (series == NULL && PyErr_Occurred())) {
                 bad = 1;
@@ -267,16 +301,20 @@ static PyObject *progress_run(PyObject *self, PyObject *args) {
         Py_DECREF(key);
         if (bad) goto fail;
     }
-    return Py_BuildValue("(nNN)", i, stats, points);
+    Py_XDECREF(prev_wt);
+    return Py_BuildValue("(nNNNN)", i, stats, points, timed_idx, timed_wt);
 fail:
+    Py_XDECREF(prev_wt);
     Py_XDECREF(stats);
     Py_XDECREF(points);
+    Py_XDECREF(timed_idx);
+    Py_XDECREF(timed_wt);
     return NULL;
 }
 
 static PyMethodDef methods[] = {
     {"progress_run", progress_run, METH_VARARGS,
-     "progress_run(lines, line_nos, start) -> (stop, stats, points): see the module's C source."},
+     "progress_run(lines, line_nos, start, time_of) -> (stop, stats, points, timed_idx, timed_wt): see the C source."},
     {NULL, NULL, 0, NULL},
 };
 
