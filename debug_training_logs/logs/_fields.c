@@ -2,11 +2,12 @@
  *
  * progress_run(lines, line_nos, start, time_of) reads lines[start:] (each a str of one hit line of the ``progress``
  * signal and of nothing else) and stops at the first line it cannot answer for exactly as the per-line Python path
- * would: a line that is not pure ASCII, holds an ANSI escape (0x1b), a Ray ``pid=`` prefix, a c10 or glog time (no
- * full date but a '.' and six digits, as every such header has), a rank number of more than 18 digits, or a step
- * time that float() refuses. A line's time is its leftmost full date (formats/timestamps.py's FULL_DATE): its text
- * is given to time_of (parse_wall_time) once per distinct text in a row; a line with neither has none. It returns
- * (stop, stats, points, timed_idx, timed_wt):
+ * would: a line that holds an ANSI escape (0x1b), a Ray ``pid=`` prefix, a c10 or glog time (no full date but a '.'
+ * and six digits, as every such header has), a rank number of more than 18 digits, or a step time that float()
+ * refuses. Any str kind is read (\d is a Unicode decimal digit and \s Unicode space, as in the regexes). A line's
+ * time is its leftmost full date (formats/timestamps.py's FULL_DATE): its text is given to time_of (parse_wall_time)
+ * once per distinct text in a row; a line with neither has none. It returns (stop, stats, points, timed_idx,
+ * timed_wt):
  *
  *   stats:     rank -> [first index, last index, count] over lines[start:stop], in order of each rank's first line;
  *   points:    rank -> [(line_no, time or None, step_ms), ...], the step times in line order (first rank first);
@@ -21,42 +22,78 @@
 #include <Python.h>
 #include <string.h>
 
-static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+/* One line's code points (any str kind: progress bars draw with block characters such as U+2588). */
+typedef struct {
+    int kind;
+    const void *data;
+    Py_ssize_t n;
+} Text;
 
-/* Python's str.isspace() on ASCII: what \s matches in a str pattern. */
-static int is_space(unsigned char c) { return (c >= 9 && c <= 13) || (c >= 28 && c <= 32); }
+static inline Py_UCS4 at(const Text *t, Py_ssize_t i) { return PyUnicode_READ(t->kind, t->data, i); }
 
-static const unsigned char *find_lit(const unsigned char *s, Py_ssize_t n, Py_ssize_t from, const char *lit,
-                                     Py_ssize_t k) {
-    if (from < 0 || n - from < k) return NULL;
-    const unsigned char *p = s + from, *end = s + n - k + 1;
-    while (p < end) {
-        p = memchr(p, lit[0], (size_t)(end - p));
-        if (p == NULL) return NULL;
-        if (memcmp(p, lit, (size_t)k) == 0) return p;
-        p++;
-    }
-    return NULL;
+/* What \d, its value and \s are in a str pattern (sre: Py_UNICODE_ISDECIMAL, Py_UNICODE_ISSPACE). */
+static inline int is_digit(Py_UCS4 c) { return c < 128 ? (c >= '0' && c <= '9') : Py_UNICODE_ISDECIMAL(c); }
+static inline int digit_value(Py_UCS4 c) { return c < 128 ? (int)(c - '0') : Py_UNICODE_TODECIMAL(c); }
+static inline int is_space(Py_UCS4 c) {
+    return c < 128 ? ((c >= 9 && c <= 13) || (c >= 28 && c <= 32)) : Py_UNICODE_ISSPACE(c);
 }
 
-static int is_digits(const unsigned char *s, Py_ssize_t k) {
-    for (Py_ssize_t i = 0; i < k; i++)
-        if (!is_digit(s[i])) return 0;
+/* The first place at or after ``from`` where the ASCII literal ``lit`` (k chars) starts, or -1. */
+static Py_ssize_t find_lit(const Text *t, Py_ssize_t from, const char *lit, Py_ssize_t k) {
+    if (from < 0 || t->n - from < k) return -1;
+    if (t->kind == PyUnicode_1BYTE_KIND) {
+        const unsigned char *s = t->data, *p = s + from, *end = s + t->n - k + 1;
+        while (p < end) {
+            p = memchr(p, lit[0], (size_t)(end - p));
+            if (p == NULL) return -1;
+            if (memcmp(p, lit, (size_t)k) == 0) return p - s;
+            p++;
+        }
+        return -1;
+    }
+    for (Py_ssize_t i = from; i + k <= t->n; i++) {
+        Py_ssize_t j = 0;
+        while (j < k && at(t, i + j) == (Py_UCS4)(unsigned char)lit[j]) j++;
+        if (j == k) return i;
+    }
+    return -1;
+}
+
+static int has_lit_at(const Text *t, Py_ssize_t i, const char *lit, Py_ssize_t k) {
+    if (i < 0 || t->n - i < k) return 0;
+    for (Py_ssize_t j = 0; j < k; j++)
+        if (at(t, i + j) != (Py_UCS4)(unsigned char)lit[j]) return 0;
     return 1;
 }
 
+static int digits_at(const Text *t, Py_ssize_t i, Py_ssize_t k) {
+    if (i < 0 || t->n - i < k) return 0;
+    for (Py_ssize_t j = 0; j < k; j++)
+        if (!is_digit(at(t, i + j))) return 0;
+    return 1;
+}
+
+static int one_of(Py_UCS4 c, const char *set) {
+    for (; *set; set++)
+        if (c == (Py_UCS4)(unsigned char)*set) return 1;
+    return 0;
+}
+
 /* formats/timestamps.py's FULL_DATE, leftmost: 20dd[-/]dd[-/]dd[ T_]dd:dd:dd, then [.,] and 1-6 digits if there.
- * 1 and its span s[*a..*b), or 0. */
-static int full_date(const unsigned char *s, Py_ssize_t n, Py_ssize_t *a, Py_ssize_t *b) {
-    for (Py_ssize_t i = 0; i + 19 <= n; i++) {
-        const unsigned char *p = s + i;
-        if (p[0] == '2' && p[1] == '0' && is_digits(p + 2, 2) && (p[4] == '-' || p[4] == '/') && is_digits(p + 5, 2) &&
-            (p[7] == '-' || p[7] == '/') && is_digits(p + 8, 2) && (p[10] == ' ' || p[10] == 'T' || p[10] == '_') &&
-            is_digits(p + 11, 2) && p[13] == ':' && is_digits(p + 14, 2) && p[16] == ':' && is_digits(p + 17, 2)) {
+ * 1 and its span [*a, *b), or 0. */
+static int full_date(const Text *t, Py_ssize_t *a, Py_ssize_t *b) {
+    Py_ssize_t from = 0, i;
+    while ((i = find_lit(t, from, "20", 2)) >= 0) {
+        from = i + 1;
+        if (i + 19 > t->n) return 0;
+        if (digits_at(t, i + 2, 2) && one_of(at(t, i + 4), "-/") && digits_at(t, i + 5, 2) &&
+            one_of(at(t, i + 7), "-/") && digits_at(t, i + 8, 2) && one_of(at(t, i + 10), " T_") &&
+            digits_at(t, i + 11, 2) && at(t, i + 13) == ':' && digits_at(t, i + 14, 2) && at(t, i + 16) == ':' &&
+            digits_at(t, i + 17, 2)) {
             Py_ssize_t j = i + 19;
-            if (j + 1 < n && (s[j] == '.' || s[j] == ',') && is_digit(s[j + 1])) {
+            if (j + 1 < t->n && one_of(at(t, j), ".,") && is_digit(at(t, j + 1))) {
                 Py_ssize_t k = j + 1;
-                while (k < n && k < j + 7 && is_digit(s[k])) k++;
+                while (k < t->n && k < j + 7 && is_digit(at(t, k))) k++;
                 j = k;
             }
             *a = i, *b = j;
@@ -67,25 +104,25 @@ static int full_date(const unsigned char *s, Py_ssize_t n, Py_ssize_t *a, Py_ssi
 }
 
 /* '.' and six digits: every c10 header (nine) and glog header (six) holds it (timestamps.py's _SUBSECONDS). */
-static int has_subseconds(const unsigned char *s, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i + 7 <= n; i++)
-        if (s[i] == '.' && is_digits(s + i + 1, 6)) return 1;
+static int has_subseconds(const Text *t) {
+    Py_ssize_t from = 0, i;
+    while ((i = find_lit(t, from, ".", 1)) >= 0) {
+        if (digits_at(t, i + 1, 6)) return 1;
+        from = i + 1;
+    }
     return 0;
 }
 
 /* 1 when the line must go the per-line way whatever its time (see the header). */
-static int must_defer(const unsigned char *s, Py_ssize_t n) {
-    if (memchr(s, 0x1b, (size_t)n) != NULL) return 1;
-    return find_lit(s, n, 0, "pid=", 4) != NULL;
-}
+static int must_defer(const Text *t) { return find_lit(t, 0, "\x1b", 1) >= 0 || find_lit(t, 0, "pid=", 4) >= 0; }
 
-/* Digits at s[i..]: their count (up to the first non-digit), the value in *out; -1 beyond 18 digits. */
-static Py_ssize_t digits(const unsigned char *s, Py_ssize_t n, Py_ssize_t i, long long *out) {
+/* Digits at i..: their count (up to the first non-digit), the value in *out; -1 beyond 18 digits. */
+static Py_ssize_t digits(const Text *t, Py_ssize_t i, long long *out) {
     Py_ssize_t j = i;
     long long v = 0;
-    while (j < n && is_digit(s[j])) {
+    while (j < t->n && is_digit(at(t, j))) {
         if (j - i >= 18) return -1;
-        v = v * 10 + (s[j] - '0');
+        v = v * 10 + digit_value(at(t, j));
         j++;
     }
     *out = v;
@@ -93,39 +130,38 @@ static Py_ssize_t digits(const unsigned char *s, Py_ssize_t n, Py_ssize_t i, lon
 }
 
 /* ``\[rank(\d+)\]`` + ``after`` at its leftmost place: 1 found (*rank), 0 none, -1 too many digits. */
-static int rank_tag(const unsigned char *s, Py_ssize_t n, char after, long long *rank) {
-    const unsigned char *p;
-    Py_ssize_t from = 0;
-    while ((p = find_lit(s, n, from, "[rank", 5)) != NULL) {
-        Py_ssize_t i = (p - s) + 5;
+static int rank_tag(const Text *t, char after, long long *rank) {
+    Py_ssize_t from = 0, p;
+    while ((p = find_lit(t, from, "[rank", 5)) >= 0) {
+        Py_ssize_t i = p + 5;
         long long v;
-        Py_ssize_t k = digits(s, n, i, &v);
+        Py_ssize_t k = digits(t, i, &v);
         if (k < 0) return -1;
-        if (k > 0 && i + k + 1 < n && s[i + k] == ']' && s[i + k + 1] == (unsigned char)after) {
+        if (k > 0 && i + k + 1 < t->n && at(t, i + k) == ']' && at(t, i + k + 1) == (Py_UCS4)after) {
             *rank = v;
             return 1;
         }
-        from = (p - s) + 1;
+        from = p + 1;
     }
     return 0;
 }
 
 /* ``^\s*(?:P\d+ )?(\d+): ``: 1 found (*rank), 0 none, -1 too many digits. */
-static int srun_label(const unsigned char *s, Py_ssize_t n, long long *rank) {
+static int srun_label(const Text *t, long long *rank) {
     Py_ssize_t i = 0;
     long long v;
-    while (i < n && is_space(s[i])) i++;
-    if (i < n && s[i] == 'P') {
-        Py_ssize_t k = digits(s, n, i + 1, &v);
+    while (i < t->n && is_space(at(t, i))) i++;
+    if (i < t->n && at(t, i) == 'P') {
+        Py_ssize_t k = digits(t, i + 1, &v);
         if (k < 0) return -1;
-        if (k > 0 && i + 1 + k < n && s[i + 1 + k] == ' ')
+        if (k > 0 && i + 1 + k < t->n && at(t, i + 1 + k) == ' ')
             i = i + 1 + k + 1;
         else
             return 0; /* without the optional group, \d+ meets the 'P' */
     }
-    Py_ssize_t k = digits(s, n, i, &v);
+    Py_ssize_t k = digits(t, i, &v);
     if (k < 0) return -1;
-    if (k > 0 && i + k + 1 < n && s[i + k] == ':' && s[i + k + 1] == ' ') {
+    if (k > 0 && i + k + 1 < t->n && at(t, i + k) == ':' && at(t, i + k + 1) == ' ') {
         *rank = v;
         return 1;
     }
@@ -133,54 +169,53 @@ static int srun_label(const unsigned char *s, Py_ssize_t n, long long *rank) {
 }
 
 /* 1 and *rank, or 0 (None), or -1 (defer). */
-static int line_rank(const unsigned char *s, Py_ssize_t n, long long *rank) {
-    int r = rank_tag(s, n, ':', rank);
+static int line_rank(const Text *t, long long *rank) {
+    int r = rank_tag(t, ':', rank);
     if (r != 0) return r;
-    r = rank_tag(s, n, ' ', rank);
+    r = rank_tag(t, ' ', rank);
     if (r != 0) return r;
-    return srun_label(s, n, rank);
+    return srun_label(t, rank);
 }
 
-static Py_ssize_t value_run(const unsigned char *s, Py_ssize_t n, Py_ssize_t i) {
+static Py_ssize_t value_run(const Text *t, Py_ssize_t i) {
     Py_ssize_t j = i;
-    while (j < n && (is_digit(s[j]) || s[j] == '.')) j++;
+    while (j < t->n && (is_digit(at(t, j)) || at(t, j) == '.')) j++;
     return j - i;
 }
 
-/* The step time's text s[*a..*b): 1 found (*scale), 0 none. */
-static int step_text(const unsigned char *s, Py_ssize_t n, Py_ssize_t *a, Py_ssize_t *b, double *scale) {
+/* The step time's text [*a, *b): 1 found (*scale), 0 none. */
+static int step_text(const Text *t, Py_ssize_t *a, Py_ssize_t *b, double *scale) {
     static const char lit1[] = "elapsed time per iteration (ms): ";
     static const char lit2[] = "train_step_timing";
     const Py_ssize_t k1 = (Py_ssize_t)sizeof(lit1) - 1, k2 = (Py_ssize_t)sizeof(lit2) - 1;
-    const unsigned char *p;
-    Py_ssize_t from = 0;
-    while ((p = find_lit(s, n, from, lit1, k1)) != NULL) {
-        Py_ssize_t i = (p - s) + k1, m = value_run(s, n, i);
+    Py_ssize_t from = 0, p;
+    while ((p = find_lit(t, from, lit1, k1)) >= 0) {
+        Py_ssize_t i = p + k1, m = value_run(t, i);
         if (m > 0) {
             *a = i, *b = i + m, *scale = 1.0;
             return 1;
         }
-        from = (p - s) + 1;
+        from = p + 1;
     }
     from = 0;
-    while ((p = find_lit(s, n, from, lit2, k2)) != NULL) {
-        Py_ssize_t q = (p - s) + k2;
+    while ((p = find_lit(t, from, lit2, k2)) >= 0) {
+        Py_ssize_t q = p + k2;
         for (int with_unit = 1; with_unit >= 0; with_unit--) {
             Py_ssize_t i = q;
             if (with_unit) {
-                if (n - q < 5 || memcmp(s + q, " in s", 5) != 0) continue;
+                if (!has_lit_at(t, q, " in s", 5)) continue;
                 i += 5;
             }
             Py_ssize_t j = i;
-            while (j < n && (s[j] == '=' || s[j] == ':' || s[j] == ' ')) j++;
+            while (j < t->n && one_of(at(t, j), "=: ")) j++;
             if (j == i) continue;
-            Py_ssize_t m = value_run(s, n, j);
+            Py_ssize_t m = value_run(t, j);
             if (m > 0) {
                 *a = j, *b = j + m, *scale = 1000.0;
                 return 1;
             }
         }
-        from = (p - s) + 1;
+        from = p + 1;
     }
     return 0;
 }
@@ -200,28 +235,26 @@ static PyObject *progress_run(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *stats = PyDict_New(), *points = PyDict_New(), *timed_idx = PyList_New(0), *timed_wt = PyList_New(0);
-    unsigned char prev_key[32];
-    Py_ssize_t prev_len = -1;
-    PyObject *prev_wt = NULL;
+    PyObject *prev_key = NULL, *prev_wt = NULL; /* the last date text asked about and its answer */
     if (stats == NULL || points == NULL || timed_idx == NULL || timed_wt == NULL) goto fail;
     Py_ssize_t i = start;
     for (; i < total; i++) {
         PyObject *line = PyList_GET_ITEM(lines, i);
-        if (!PyUnicode_Check(line) || !PyUnicode_IS_ASCII(line)) break;
-        const unsigned char *s = PyUnicode_1BYTE_DATA(line);
-        Py_ssize_t n = PyUnicode_GET_LENGTH(line);
-        if (must_defer(s, n)) break;
+        if (!PyUnicode_Check(line)) break;
+        Text text = {PyUnicode_KIND(line), PyUnicode_DATA(line), PyUnicode_GET_LENGTH(line)};
+        const Text *t = &text;
+        if (must_defer(t)) break;
         Py_ssize_t da, db;
-        int dated = full_date(s, n, &da, &db);
-        if (!dated && has_subseconds(s, n)) break;
+        int dated = full_date(t, &da, &db);
+        if (!dated && has_subseconds(t)) break;
         long long rank = 0;
-        int has_rank = line_rank(s, n, &rank);
+        int has_rank = line_rank(t, &rank);
         if (has_rank < 0) break;
         PyObject *value = NULL;
         Py_ssize_t a, b;
         double scale;
-        if (step_text(s, n, &a, &b, &scale)) {
-            PyObject *txt = PyUnicode_FromStringAndSize((const char *)s + a, b - a);
+        if (step_text(t, &a, &b, &scale)) {
+            PyObject *txt = PyUnicode_Substring(line, a, b);
             if (txt == NULL) goto fail;
             PyObject *f = PyFloat_FromString(txt);
             Py_DECREF(txt);
@@ -236,17 +269,19 @@ static PyObject *progress_run(PyObject *self, PyObject *args) {
         }
         PyObject *wt = Py_None; /* borrowed: prev_wt holds it */
         if (dated) {
-            if (prev_len != db - da || memcmp(prev_key, s + da, (size_t)(db - da)) != 0) {
-                PyObject *key = PyUnicode_FromStringAndSize((const char *)s + da, db - da);
-                PyObject *got = key == NULL ? NULL : PyObject_CallOneArg(time_of, key);
-                Py_XDECREF(key);
-                if (got == NULL) {
-                    Py_XDECREF(value);
-                    goto fail;
-                }
+            PyObject *date = PyUnicode_Substring(line, da, db);
+            int same = date != NULL && prev_key != NULL && PyUnicode_Compare(date, prev_key) == 0;
+            PyObject *got = date == NULL || same ? NULL : PyObject_CallOneArg(time_of, date);
+            if (date == NULL || (!same && got == NULL)) {
+                Py_XDECREF(date);
+                Py_XDECREF(value);
+                goto fail;
+            }
+            if (same) {
+                Py_DECREF(date);
+            } else {
+                Py_XSETREF(prev_key, date);
                 Py_XSETREF(prev_wt, got);
-                memcpy(prev_key, s + da, (size_t)(db - da)); /* a full date with its fraction: at most 26 bytes */
-                prev_len = db - da;
             }
             wt = prev_wt;
         }
@@ -301,9 +336,11 @@ static PyObject *progress_run(PyObject *self, PyObject *args) {
         Py_DECREF(key);
         if (bad) goto fail;
     }
+    Py_XDECREF(prev_key);
     Py_XDECREF(prev_wt);
     return Py_BuildValue("(nNNNN)", i, stats, points, timed_idx, timed_wt);
 fail:
+    Py_XDECREF(prev_key);
     Py_XDECREF(prev_wt);
     Py_XDECREF(stats);
     Py_XDECREF(points);
