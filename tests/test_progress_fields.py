@@ -330,7 +330,8 @@ def _fuzz_lines(seed: int, n: int) -> list[str]:
         "elapsed time per iteration (ms): ", "\t", "\x1c", "\x0b", "pid=", "é", "\x1b[0m", "12:30:45", "1:02:03",
         "a", "x[rank9] ", "99999999999999999999", "2026-11-23 10:22:33", "2026/11/23T10:22:3", ".123456", ".12345",
         "[13:00:01<12:03:04", "W1123 10:22:33.123456 77 ", "[E1123 10:22:33.123456789 ", "█", "▎", "٣", "𝟘", "\u00a0",
-        "\u2003", "\u0085", "2٠26-11-23 10:22:33", "20٢6-11-23 10:2٣:33",
+        "\u2003", "\u0085", "2٠26-11-23 10:22:33", "20٢6-11-23 10:2٣:33", "[rank=3]", "(Worker pid=12, ip=1.2.3.4) ",
+        "\x1b[36m", "\x1b[", "\x1b[1;2?m", "\x1b[9",
     )  # fmt: skip
     return ["".join(rng.choice(parts) for _ in range(rng.randint(0, 12))) for _ in range(n)]
 
@@ -345,9 +346,8 @@ def test_helper_rank_and_step_equal_the_regexes_on_fuzzed_lines(seed: int) -> No
         text = strip_ansi(line)
         if stop == 0:  # left to the per-line path: only for what the helper does not answer for
             assert (
-                "\x1b" in line
-                or "pid=" in line
-                or (not _FULL_DATE.search(line) and re.search(r"\.\d{6}", line))
+                ("pid=" in text and "[rank=" in text)
+                or (not _FULL_DATE.search(text) and re.search(r"\.\d{6}", text))
                 or re.search(r"\d{19}", line)
                 or (ref_step(text) is None and re.search(r"train_step_timing|elapsed time per", line))
             ), repr(line)
@@ -403,10 +403,14 @@ def test_no_native_switch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_native
 def test_helper_answers_for_the_common_layouts_itself() -> None:
-    """ASCII progress lines under the usual prefixes, untimed or with a full date, never fall back to the per-line
-    path (a bar past ten hours, ``[13:00:01<12:03:04``, is no time of ours)."""
+    """Progress lines under the usual prefixes (coloured or not, Ray without ``[rank=N]``), untimed or with a full
+    date, never fall back to the per-line path (a bar past ten hours, ``[13:00:01<12:03:04``, is no time of ours)."""
     assert NATIVE is not None
-    prefixes = ("", "[rank5]:", "[rank5]: ", "5: ", "  12: ", "P3 7: ", "[gpu-a01:0]: ", "[default3]:", "3: [rank4]: ")
+    prefixes = (
+        *("", "[rank5]:", "[rank5]: ", "5: ", "  12: ", "P3 7: ", "[gpu-a01:0]: ", "[default3]:", "3: [rank4]: "),
+        *("\x1b[36m[rank5]:\x1b[0m ", "\x1b[32m5: \x1b[0m", "(TrainWorker pid=4821, ip=10.0.0.1) "),
+        *("\x1b[36m(MegatronPolicyWorker pid=481552, ip=10.20.3.17)\x1b[0m [rank12]: ",),
+    )
     bodies = (
         BODIES[0],
         BODIES[1],

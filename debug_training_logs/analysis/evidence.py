@@ -355,9 +355,9 @@ class EvidenceSink:
 
     Lines of the ``progress`` signal alone (a bar or step line per rank per step: most hits) are only appended to a
     batch when the compiled helper (:mod:`debug_training_logs.logs.fields`) is there; the batch is read before the
-    next hit of another signal and at :meth:`finish`, each run of ASCII lines (untimed, or timed by a full date)
-    aggregated per rank in C, the other lines one by one. Either way the file's result is what reading every line in
-    order gives."""
+    next hit of another signal and at :meth:`finish`, each run of lines (untimed, or timed by a full date; colour
+    codes removed) aggregated per rank in C, the other lines (c10/glog times, Ray ``[rank=N]``) one by one. Either
+    way the file's result is what reading every line in order gives."""
 
     def __init__(self, lf: LogFile) -> None:
         self.out = _FileHits(rel=lf.rel)
@@ -388,8 +388,8 @@ class EvidenceSink:
 
     def _flush(self) -> None:
         """Read the waiting progress lines in order, as :meth:`_signals` would one by one: runs the compiled helper
-        answers for are applied per rank (:meth:`_apply_run`), a line it leaves (a c10/glog time, ANSI, non-ASCII ...)
-        goes through :meth:`_signals`."""
+        answers for are applied per rank (:meth:`_apply_run`), a line it leaves (a c10/glog time, a Ray ``[rank=N]``
+        prefix ...) goes through :meth:`_signals`."""
         native = self._native
         assert native is not None
         lines, nos = self._batch, self._batch_nos
@@ -415,7 +415,7 @@ class EvidenceSink:
         timed_idx: list[int],
         timed_wt: list[WallTime],
     ) -> None:
-        """The per-line effect of ``lines[start:stop]`` (ASCII progress lines, timed by a full date or untimed) from
+        """The per-line effect of ``lines[start:stop]`` (progress lines, timed by a full date or untimed) from
         their per-rank aggregates and the indices of their timed lines: the same tally, samples, first/last lines
         (the same :class:`_Raw` objects shared between them, with their time and ``after``/``before`` bounds),
         step-time series and last time, in the same order."""
@@ -433,7 +433,7 @@ class EvidenceSink:
             if r is None:
                 j = bisect_left(timed_idx, k)  # timed lines before line k: timed_idx[:j]
                 own = j < len(timed_idx) and timed_idx[j] == k
-                text = lines[k]
+                text = strip_ansi(lines[k])
                 r = made[k] = _Raw(
                     nos[k],
                     text if len(text) <= TEXT_CUT else cut(text),
@@ -453,7 +453,7 @@ class EvidenceSink:
             t = out.tallies["progress"] = _Tally()
         t.count += stop - start
         for k in range(start, min(stop, start + _PROGRESS_CAP - len(t.samples))):
-            t.samples.append(raw(k, rank_and_source_plain(lines[k])[0]))
+            t.samples.append(raw(k, rank_and_source_plain(strip_ansi(lines[k]))[0]))
         for rank, (first, last, count) in stats.items():
             if rank not in t.first_by_rank:
                 t.first_by_rank[rank] = raw(first, rank)

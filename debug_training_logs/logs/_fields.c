@@ -2,9 +2,9 @@
  *
  * progress_run(lines, line_nos, start, time_of) reads lines[start:] (each a str of one hit line of the ``progress``
  * signal and of nothing else) and stops at the first line it cannot answer for exactly as the per-line Python path
- * would: a line that holds an ANSI escape (0x1b), a Ray ``pid=`` prefix, a c10 or glog time (no full date but a '.'
+ * would: a line whose rank may come from a Ray ``[rank=N] pid=`` prefix, a c10 or glog time (no full date but a '.'
  * and six digits, as every such header has), a rank number of more than 18 digits, or a step time that float()
- * refuses. Any str kind is read (\d is a Unicode decimal digit and \s Unicode space, as in the regexes). A line's
+ * refuses. Colour codes are removed first, as strip_ansi does. Any str kind is read (\d is a Unicode decimal digit and \s Unicode space, as in the regexes). A line's
  * time is its leftmost full date (formats/timestamps.py's FULL_DATE): its text is given to time_of (parse_wall_time)
  * once per distinct text in a row; a line with neither has none. It returns (stop, stats, points, timed_idx,
  * timed_wt):
@@ -113,8 +113,30 @@ static int has_subseconds(const Text *t) {
     return 0;
 }
 
-/* 1 when the line must go the per-line way whatever its time (see the header). */
-static int must_defer(const Text *t) { return find_lit(t, 0, "\x1b", 1) >= 0 || find_lit(t, 0, "pid=", 4) >= 0; }
+/* ``line`` without its terminal colour codes, as logs/attribution.py's strip_ansi removes them (every
+ * ``\x1b\[[0-9;?]*[A-Za-z]``, left to right): a new reference, or NULL with an exception set. */
+static PyObject *strip_ansi(PyObject *line, const Text *t) {
+    Py_UCS4 *buf = PyMem_New(Py_UCS4, t->n > 0 ? t->n : 1);
+    if (buf == NULL) return PyErr_NoMemory();
+    Py_ssize_t m = 0, i = 0;
+    while (i < t->n) {
+        Py_UCS4 c = at(t, i);
+        if (c == 0x1b && i + 1 < t->n && at(t, i + 1) == '[') {
+            Py_ssize_t k = i + 2;
+            while (k < t->n && ((at(t, k) >= '0' && at(t, k) <= '9') || at(t, k) == ';' || at(t, k) == '?')) k++;
+            if (k < t->n && ((at(t, k) >= 'A' && at(t, k) <= 'Z') || (at(t, k) >= 'a' && at(t, k) <= 'z'))) {
+                i = k + 1;
+                continue;
+            }
+        }
+        buf[m++] = c;
+        i++;
+    }
+    (void)line;
+    PyObject *out = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buf, m);
+    PyMem_Free(buf);
+    return out;
+}
 
 /* Digits at i..: their count (up to the first non-digit), the value in *out; -1 beyond 18 digits. */
 static Py_ssize_t digits(const Text *t, Py_ssize_t i, long long *out) {
@@ -168,12 +190,14 @@ static int srun_label(const Text *t, long long *rank) {
     return 0;
 }
 
-/* 1 and *rank, or 0 (None), or -1 (defer). */
+/* 1 and *rank, or 0 (None), or -1 (defer). A Ray prefix can only give a rank through ``[rank=N]``: a line with
+ * ``pid=`` and that is left to the per-line path. */
 static int line_rank(const Text *t, long long *rank) {
     int r = rank_tag(t, ':', rank);
     if (r != 0) return r;
     r = rank_tag(t, ' ', rank);
     if (r != 0) return r;
+    if (find_lit(t, 0, "pid=", 4) >= 0 && find_lit(t, 0, "[rank=", 6) >= 0) return -1;
     return srun_label(t, rank);
 }
 
@@ -236,14 +260,22 @@ static PyObject *progress_run(PyObject *self, PyObject *args) {
     }
     PyObject *stats = PyDict_New(), *points = PyDict_New(), *timed_idx = PyList_New(0), *timed_wt = PyList_New(0);
     PyObject *prev_key = NULL, *prev_wt = NULL; /* the last date text asked about and its answer */
+    PyObject *clean = NULL;                     /* the current line without colour codes */
     if (stats == NULL || points == NULL || timed_idx == NULL || timed_wt == NULL) goto fail;
     Py_ssize_t i = start;
     for (; i < total; i++) {
-        PyObject *line = PyList_GET_ITEM(lines, i);
-        if (!PyUnicode_Check(line)) break;
-        Text text = {PyUnicode_KIND(line), PyUnicode_DATA(line), PyUnicode_GET_LENGTH(line)};
+        PyObject *raw_line = PyList_GET_ITEM(lines, i);
+        if (!PyUnicode_Check(raw_line)) break;
+        Text text = {PyUnicode_KIND(raw_line), PyUnicode_DATA(raw_line), PyUnicode_GET_LENGTH(raw_line)};
+        if (find_lit(&text, 0, "\x1b", 1) >= 0) {
+            Py_XSETREF(clean, strip_ansi(raw_line, &text));
+            if (clean == NULL) goto fail;
+            text = (Text){PyUnicode_KIND(clean), PyUnicode_DATA(clean), PyUnicode_GET_LENGTH(clean)};
+        } else {
+            Py_XSETREF(clean, Py_NewRef(raw_line));
+        }
+        PyObject *line = clean; /* the text the per-line path reads */
         const Text *t = &text;
-        if (must_defer(t)) break;
         Py_ssize_t da, db;
         int dated = full_date(t, &da, &db);
         if (!dated && has_subseconds(t)) break;
@@ -336,10 +368,12 @@ static PyObject *progress_run(PyObject *self, PyObject *args) {
         Py_DECREF(key);
         if (bad) goto fail;
     }
+    Py_XDECREF(clean);
     Py_XDECREF(prev_key);
     Py_XDECREF(prev_wt);
     return Py_BuildValue("(nNNNN)", i, stats, points, timed_idx, timed_wt);
 fail:
+    Py_XDECREF(clean);
     Py_XDECREF(prev_key);
     Py_XDECREF(prev_wt);
     Py_XDECREF(stats);
