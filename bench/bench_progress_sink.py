@@ -5,8 +5,8 @@
 Feeds ``--lines`` synthetic progress hits (8 ranks interleaved, one layout at a time) into a fresh
 ``EvidenceSink`` and times ``on_hit`` for every line plus ``finish`` with the process CPU clock; prints the best of
 ``--rounds`` in microseconds per line, once with ``logs/_fields`` (batched runs read per rank in C) and once with
-``DEBUG_TRAINING_LOGS_NO_NATIVE=1`` (every line read on its own), each in a fresh process. The ANSI layout is one the
-helper leaves to the per-line path.
+``DEBUG_TRAINING_LOGS_NO_NATIVE=1`` (every line read on its own), each in a fresh process. The Ray ``[rank=N]``
+layout is one the helper leaves to the per-line path.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ LAYOUTS = {
     "v_num=0, reduced_train_loss=2.200, global_step={i}.0, train_step_timing in s=1.4{d}]",
     "megatron iteration with a full date": "[rank{r}]: [2026-11-23 10:{m:02d}:{s:02d}] iteration {i:8d}/  100000 | "
     "consumed samples: {i} | elapsed time per iteration (ms): 1234.{d} | learning rate: 1.000E-04 |",
-    "ANSI-coloured prefix (per-line path)": "\x1b[36m[rank{r}]:\x1b[0m Epoch 0:   3%|3         | {i}/90000 "
+    "ANSI-coloured prefix": "\x1b[36m[rank{r}]:\x1b[0m Epoch 0:   3%|3         | {i}/90000 "
     "[05:00<2:41:40, 1.00it/s, train_step_timing in s=0.4{d}]",
+    "Ray [rank=N] prefix (per-line path)": "(MegatronPolicyWorker[rank={r}] pid=4815{r}, ip=10.20.3.17) Epoch 0:   3%|3"
+    "         | {i}/90000 [05:00<2:41:40, 1.00it/s, train_step_timing in s=0.4{d}]",
 }
 
 
