@@ -66,6 +66,7 @@ class _RawSink(EvidenceSink):
     """The evidence sink, returning its own per-file hits and series as they are before the worker packs them."""
 
     def finish(self) -> Any:
+        super().finish()  # reads the batched progress lines into ``out``
         return self.out
 
 

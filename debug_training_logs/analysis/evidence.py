@@ -50,7 +50,7 @@ import os
 import re
 import statistics
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -100,7 +100,8 @@ from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, WallTime, parse_wall_time, with_year
 from debug_training_logs.lazy import LazySequence
-from debug_training_logs.logs.attribution import rank_of_line, strip_ansi
+from debug_training_logs.logs import fields as native_fields
+from debug_training_logs.logs.attribution import rank_and_source_plain, strip_ansi
 from debug_training_logs.logs.discovery import LogFile, sniff_compression
 from debug_training_logs.logs.nearest_time import TIMESTAMP
 from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_chunks
@@ -112,7 +113,7 @@ from debug_training_logs.logs.scan import (
     line_windows,
     seek_line,
 )
-from debug_training_logs.models import Coverage, Evidence, cut
+from debug_training_logs.models import TEXT_CUT, Coverage, Evidence, cut
 from debug_training_logs.ranges import parse_ranges
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -232,14 +233,18 @@ SERIES_POINTS = 2048
 """Points kept per rank per series (step time, memory); longer series are thinned evenly."""
 
 _STEP_MS = (
-    (re.compile(r"elapsed time per iteration \(ms\): ([\d.]+)"), 1.0),
-    (re.compile(r"train_step_timing(?: in s)?[=: ]+([\d.]+)"), 1000.0),
+    ("elapsed time per iteration (ms): ", re.compile(r"elapsed time per iteration \(ms\): ([\d.]+)"), 1.0),
+    ("train_step_timing", re.compile(r"train_step_timing(?: in s)?[=: ]+([\d.]+)"), 1000.0),
 )
+"""(a literal the pattern holds, pattern, scale to ms): the step time of a progress line; the first that matches."""
 _ITERATION = re.compile(r" iteration +(\d+)/ *\d+ \|")
 _MEMORY_MB = re.compile(r"memory \(MB\) \| allocated: ([\d.]+)")
+_MEMORY_LITERAL = "memory (MB) | allocated: "
 _NCCL_INIT_HOST = re.compile(
     r"(?:^|[\s\]:])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL INFO .*\brank (\d+) nranks (\d+)"
 )
+_NCCL_INIT_HOST_LITERAL = "] NCCL INFO "
+"""A literal every :data:`_NCCL_INIT_HOST` match holds (a line without it skips that slow, unanchored search)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -308,12 +313,31 @@ class _Route:
     """Ids for the alignment's sink."""
     signals: bool
     """Any :data:`SIGNALS` hit at all (the line is kept and timed)."""
-    tallied: tuple[str, ...]
-    """The signals whose tallies count the line (``nccl_init`` only names a rank's host)."""
+    tallied_caps: tuple[tuple[str, int], ...]
+    """The signals whose tallies count the line, each with its sample cap (``nccl_init`` only names a rank's host)."""
+    kept: bool
+    """Some tally or series keeps the line (else it only names a host and times its neighbours)."""
+    batched: bool
+    """Only the ``progress`` signal (no NCCL, clock or other signal id): such lines wait in a batch whose runs the
+    compiled helper aggregates per rank (:meth:`EvidenceSink._flush`)."""
     nccl_init: bool
     progress: bool
     memory: bool
 
+
+def _number(text: str) -> float | None:
+    """A step time or memory figure (a run of digits and dots); None when it is not a number (``1.2.3``, or the
+    sentence's full stop after it: ``=0.5.``), which a series leaves out instead of failing the file's scan."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+_PROGRESS_ID = SIGNAL_NAMES.index("progress")
+_PROGRESS_CAP = _SAMPLE_CAP["progress"]
+_BATCH_LINES = 4096
+"""Progress lines a sink holds before it reads them (bounds its memory; a run is read per rank at once)."""
 
 _ROUTES: dict[tuple[int, ...], _Route] = {}
 _MAX_ROUTES = 4096
@@ -329,7 +353,9 @@ def _route(pattern_ids: list[int]) -> _Route:
             nccl=[i - _K_SIGNALS for i in pattern_ids if _K_SIGNALS <= i < _K_SIGNALS + _K_NCCL],
             clock=[i - _K_SIGNALS - _K_NCCL for i in pattern_ids if i >= _K_SIGNALS + _K_NCCL],
             signals=bool(names),
-            tallied=tuple(n for n in names if n != "nccl_init"),
+            tallied_caps=tuple((n, _SAMPLE_CAP[n]) for n in sorted(names) if n != "nccl_init"),
+            kept=bool(names - {"nccl_init"}),
+            batched=names == {"progress"} and all(i < _K_SIGNALS for i in pattern_ids),
             nccl_init="nccl_init" in names,
             progress="progress" in names,
             memory="memory" in names,
@@ -341,72 +367,193 @@ def _route(pattern_ids: list[int]) -> _Route:
 
 class EvidenceSink:
     """One file's share of the evidence scan: :data:`SIGNALS` hits here, NCCL candidate lines to the NCCL table's
-    sink, clock anchors to the alignment's sink (each receives its own pattern ids)."""
+    sink, clock anchors to the alignment's sink (each receives its own pattern ids).
+
+    Lines of the ``progress`` signal alone (a bar or step line per rank per step: most hits) are only appended to a
+    batch when the compiled helper (:mod:`debug_training_logs.logs.fields`) is there; the batch is read before the
+    next hit of another signal and at :meth:`finish`, each run of lines (untimed, or timed by a full date; colour
+    codes removed) aggregated per rank in C, the other lines (c10/glog times, Ray ``[rank=N]``) one by one. Either
+    way the file's result is what reading every line in order gives."""
 
     def __init__(self, lf: LogFile) -> None:
         self.out = _FileHits(rel=lf.rel)
         self.nccl = NcclSink(lf)
         self.clock = WorkerClockSink(lf)
         self._open: list[_Raw] = []  # hits without a time of their own, waiting for the next timed line
+        self._native = native_fields.native()
+        self._batch: list[str] = []
+        """Progress-only hit lines not yet read (with the compiled helper): read before any other signal hit."""
+        self._batch_nos: list[int] = []
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
-        route = _route(pattern_ids)
+        route = _ROUTES.get(tuple(pattern_ids)) or _route(pattern_ids)
+        if route.batched and self._native is not None:
+            self._batch.append(line)
+            self._batch_nos.append(line_no)
+            if len(self._batch) >= _BATCH_LINES:
+                self._flush()
+            return
         if route.nccl:
             self.nccl.on_hit(route.nccl, line_no, line)
         if route.clock:
             self.clock.on_hit(route.clock, line_no, line)
         if route.signals:
+            if self._batch:
+                self._flush()
             self._signals(route, line_no, line)
+
+    def _flush(self) -> None:
+        """Read the waiting progress lines in order, as :meth:`_signals` would one by one: runs the compiled helper
+        answers for are applied per rank (:meth:`_apply_run`), a line it leaves (a c10/glog time, a Ray ``[rank=N]``
+        prefix ...) goes through :meth:`_signals`."""
+        native = self._native
+        assert native is not None
+        lines, nos = self._batch, self._batch_nos
+        self._batch, self._batch_nos = [], []
+        route = _route([_PROGRESS_ID])
+        i, n = 0, len(lines)
+        while i < n:
+            stop, stats, points, timed_idx, timed_wt = native.progress_run(lines, nos, i, parse_wall_time)
+            if stop > i:
+                self._apply_run(lines, nos, i, stop, stats, points, timed_idx, timed_wt)
+            if stop < n:
+                self._signals(route, nos[stop], lines[stop])
+            i = stop + 1
+
+    def _apply_run(
+        self,
+        lines: list[str],
+        nos: list[int],
+        start: int,
+        stop: int,
+        stats: dict[int | None, list[int]],
+        points: dict[int | None, list[tuple[int, WallTime | None, float]]],
+        timed_idx: list[int],
+        timed_wt: list[WallTime],
+    ) -> None:
+        """The per-line effect of ``lines[start:stop]`` (progress lines, timed by a full date or untimed) from
+        their per-rank aggregates and the indices of their timed lines: the same tally, samples, first/last lines
+        (the same :class:`_Raw` objects shared between them, with their time and ``after``/``before`` bounds),
+        step-time series and last time, in the same order."""
+        out = self.out
+        prior = out.last_time[1] if out.last_time else None
+        if timed_idx:  # the lines waiting for a time get the run's first; the run's last time is the file's latest
+            for waiting in self._open:
+                waiting.before = timed_wt[0]
+            self._open.clear()
+            out.last_time = (nos[timed_idx[-1]], timed_wt[-1])
+        made: dict[int, _Raw] = {}
+
+        def raw(k: int, rank: int | None) -> _Raw:
+            r = made.get(k)
+            if r is None:
+                j = bisect_left(timed_idx, k)  # timed lines before line k: timed_idx[:j]
+                own = j < len(timed_idx) and timed_idx[j] == k
+                text = strip_ansi(lines[k])
+                r = made[k] = _Raw(
+                    nos[k],
+                    text if len(text) <= TEXT_CUT else cut(text),
+                    rank,
+                    timed_wt[j] if own else None,
+                    timed_wt[j - 1] if j else prior,
+                )
+                if not own:
+                    if j < len(timed_idx):
+                        r.before = timed_wt[j]  # the next timed line, in this run
+                    else:
+                        self._open.append(r)  # waits for a later one
+            return r
+
+        t = out.tallies.get("progress")
+        if t is None:
+            t = out.tallies["progress"] = _Tally()
+        t.count += stop - start
+        for k in range(start, min(stop, start + _PROGRESS_CAP - len(t.samples))):
+            t.samples.append(raw(k, rank_and_source_plain(strip_ansi(lines[k]))[0]))
+        for rank, (first, last, count) in stats.items():
+            if rank not in t.first_by_rank:
+                t.first_by_rank[rank] = raw(first, rank)
+            t.last_by_rank[rank] = raw(last, rank)
+            t.count_by_rank[rank] = t.count_by_rank.get(rank, 0) + count
+        for rank, pts in points.items():
+            series = out.step_ms.get(rank)
+            if series is None:
+                series = out.step_ms[rank] = _Series()
+            if series.stride == 1 and len(series.points) + len(pts) < SERIES_POINTS:
+                series.points.extend(pts)  # what add() does point by point while nothing is thinned
+                series.seen += len(pts)
+            else:
+                for line_no, wt, value in pts:
+                    series.add(line_no, wt, value)
 
     def _signals(self, route: _Route, line_no: int, line: str) -> None:
         text = strip_ansi(line)
         wt = parse_wall_time(text)
         out = self.out
-        rank = rank_of_line(text)
-        raw = _Raw(line_no, cut(text), rank, wt, after=out.last_time[1] if out.last_time else None)
-        if wt is not None:
-            for waiting in self._open:
-                waiting.before = wt
-            self._open.clear()
-            out.last_time = (line_no, wt)
-        else:
-            self._open.append(raw)
         if route.nccl_init:
-            h = _NCCL_INIT_HOST.search(text)
+            h = _NCCL_INIT_HOST.search(text) if _NCCL_INIT_HOST_LITERAL in text else None
             if h:
                 r, n = int(h.group(2)), int(h.group(3))
                 if n >= out.rank_host.get(r, (0, ""))[0]:
                     out.rank_host[r] = (n, h.group(1))
+        if not route.kept:
+            # Only ``nccl_init``: the line names a host and times its neighbours, but no tally or series keeps it
+            # (so it needs no rank, and waits for no later time).
+            if wt is not None:
+                self._timed(line_no, wt)
+            return
+        rank = rank_and_source_plain(text)[0]
+        last = out.last_time
+        raw = _Raw(line_no, text if len(text) <= TEXT_CUT else cut(text), rank, wt, last[1] if last else None)
+        if wt is not None:
+            self._timed(line_no, wt)
+        else:
+            self._open.append(raw)
         tallies = out.tallies
-        for name in route.tallied:
+        for name, cap in route.tallied_caps:
             t = tallies.get(name)
             if t is None:
                 t = tallies[name] = _Tally()
             t.count += 1
-            if len(t.samples) < _SAMPLE_CAP[name]:
+            if len(t.samples) < cap:
                 t.samples.append(raw)
             if rank not in t.first_by_rank:
                 t.first_by_rank[rank] = raw
             t.last_by_rank[rank] = raw
             t.count_by_rank[rank] = t.count_by_rank.get(rank, 0) + 1
         if route.progress:
-            for rx, scale in _STEP_MS:
-                m = rx.search(text)
-                if m:
-                    series = out.step_ms.get(rank)
-                    if series is None:
-                        series = out.step_ms[rank] = _Series()
-                    series.add(line_no, wt, float(m.group(1)) * scale)
-                    break
-        if route.memory:
+            for literal, rx, scale in _STEP_MS:
+                if literal in text:
+                    m = rx.search(text)
+                    if m:
+                        value = _number(m.group(1))
+                        if value is not None:
+                            series = out.step_ms.get(rank)
+                            if series is None:
+                                series = out.step_ms[rank] = _Series()
+                            series.add(line_no, wt, value * scale)
+                        break
+        if route.memory and _MEMORY_LITERAL in text:
             mm = _MEMORY_MB.search(text)
             if mm:
-                series = out.memory_mb.get(rank)
-                if series is None:
-                    series = out.memory_mb[rank] = _Series()
-                series.add(line_no, wt, float(mm.group(1)))
+                value = _number(mm.group(1))
+                if value is not None:
+                    series = out.memory_mb.get(rank)
+                    if series is None:
+                        series = out.memory_mb[rank] = _Series()
+                    series.add(line_no, wt, value)
+
+    def _timed(self, line_no: int, wt: WallTime) -> None:
+        """A line with a time of its own: it bounds the hits waiting for one, and later hits come after it."""
+        if self._open:
+            for waiting in self._open:
+                waiting.before = wt
+            self._open.clear()
+        self.out.last_time = (line_no, wt)
 
     def finish(self) -> tuple[_FileHits, FileEvents, WorkerClockFacts, _FileSeries]:
+        if self._batch:
+            self._flush()
         return _without_series(self.out), self.nccl.finish(), self.clock.finish(), _file_series(self.out)
 
 

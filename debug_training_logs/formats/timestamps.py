@@ -24,6 +24,9 @@ C10_HEADER = re.compile(r"\[(?:rank\d+\]:\[)?[FEWIV](?P<md>\d{3,4}) (?P<h>\d\d):
 GLOG_HEADER = re.compile(r"[FEWI](?<!\S.)(?P<md>\d{4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) +\d+ ")
 _GLOG_SECONDS = re.compile(r":\d\d\.\d{6} ")
 """What every glog header contains, from a literal ``:`` (a fast search): a line without it has no glog header."""
+_SUBSECONDS = re.compile(r"\.\d{6}")
+"""What every c10 header (``.`` + 9 digits) and every glog header (``.`` + 6 digits) contains, from a literal ``.``:
+a line without it has neither, and one search answers for both (most hit lines, e.g. progress bars, have neither)."""
 
 
 @dataclass(frozen=True)
@@ -50,14 +53,31 @@ def _md(md: str) -> tuple[int, int]:
     return v // 100, v % 100
 
 
+_MEMO: dict[str, WallTime | None] = {}
+"""Time text as a line wrote it (a full date, or a c10/glog header's month..second(..microsecond)) -> its parse
+(None: not a valid date). Lines of one second repeat the same text on every rank, and a :class:`WallTime` is
+immutable, so they share one. Emptied when it reaches :data:`_MEMO_CAP` entries."""
+_MEMO_CAP = 4096
+
+
+def _remember(key: str, wt: WallTime | None) -> WallTime | None:
+    if len(_MEMO) >= _MEMO_CAP:
+        _MEMO.clear()
+    _MEMO[key] = wt
+    return wt
+
+
 def parse_wall_time(line: str) -> WallTime | None:
     """The first wall-clock time written in ``line``, or None. Prefers a full date when the line has one."""
     m = FULL_DATE.search(line)
     if m:
+        key = m.group()
+        if key in _MEMO:
+            return _MEMO[key]
         frac = m.group("frac") or "0"
         us = int(frac.ljust(6, "0")[:6])
         try:
-            return WallTime(
+            wt: WallTime | None = WallTime(
                 int(m.group("y")),
                 int(m.group("mo")),
                 int(m.group("d")),
@@ -67,17 +87,34 @@ def parse_wall_time(line: str) -> WallTime | None:
                 us,
             )
         except ValueError:
-            return None
+            wt = None
+        return _remember(key, wt)
+    if _SUBSECONDS.search(line) is None:
+        return None
     c = C10_HEADER.search(line)
     if c:
-        mo, d = _md(c.group("md"))
-        if 1 <= mo <= 12 and 1 <= d <= 31:
-            return WallTime(None, mo, d, int(c.group("h")), int(c.group("mi")), int(c.group("s")))
+        key = "c" + line[c.start("md") : c.end("s")]
+        wt = _MEMO[key] if key in _MEMO else _remember(key, _c10_time(c))
+        if wt is not None:
+            return wt
     g = GLOG_HEADER.search(line) if _GLOG_SECONDS.search(line) else None
     if g:
-        mo, d = _md(g.group("md"))
-        if 1 <= mo <= 12 and 1 <= d <= 31:
-            return WallTime(None, mo, d, int(g.group("h")), int(g.group("mi")), int(g.group("s")), int(g.group("us")))
+        key = "g" + line[g.start("md") : g.end("us")]
+        return _MEMO[key] if key in _MEMO else _remember(key, _glog_time(g))
+    return None
+
+
+def _c10_time(c: re.Match[str]) -> WallTime | None:
+    mo, d = _md(c.group("md"))
+    if 1 <= mo <= 12 and 1 <= d <= 31:
+        return WallTime(None, mo, d, int(c.group("h")), int(c.group("mi")), int(c.group("s")))
+    return None
+
+
+def _glog_time(g: re.Match[str]) -> WallTime | None:
+    mo, d = _md(g.group("md"))
+    if 1 <= mo <= 12 and 1 <= d <= 31:
+        return WallTime(None, mo, d, int(g.group("h")), int(g.group("mi")), int(g.group("s")), int(g.group("us")))
     return None
 
 

@@ -64,17 +64,25 @@ def line_rank(text: str) -> LineRank:
 
 def rank_of_line(text: str) -> int | None:
     """``line_rank(text).rank`` without building the :class:`LineRank` (called once per hit line in the scan)."""
-    return _rank_and_source(text)[0]
+    return rank_and_source_plain(strip_ansi(text))[0]
 
 
 def _rank_and_source(text: str) -> tuple[int | None, str]:
-    text = strip_ansi(text)
-    m = GLOBAL_RANK_PREFIX.search(text)
-    if m:
-        return int(m.group(1)), "rank_prefix"
-    i = INLINE_RANK.search(text)
-    if i:
-        return int(i.group(1)), "inline_rank"
+    return rank_and_source_plain(strip_ansi(text))
+
+
+def rank_and_source_plain(text: str) -> tuple[int | None, str]:
+    """(rank, source) as :func:`line_rank` gives them, for a line whose ANSI codes are already stripped.
+
+    Both rank patterns hold the literal ``[rank``: a line without it (the common case for unprefixed output) skips
+    their searches."""
+    if "[rank" in text:
+        m = GLOBAL_RANK_PREFIX.search(text)
+        if m:
+            return int(m.group(1)), "rank_prefix"
+        i = INLINE_RANK.search(text)
+        if i:
+            return int(i.group(1)), "inline_rank"
     if "pid=" in text:
         r = RAY_PREFIX.search(text)
         if r and r.group("rank") is not None:

@@ -1,0 +1,488 @@
+"""The evidence sink's fast paths give what the plain per-line reading gives, over presentation matrices.
+
+* The compiled progress helper (``logs/_fields.c``: runs of progress lines aggregated per rank) and the per-line path
+  (no helper, as with ``DEBUG_TRAINING_LOGS_NO_NATIVE=1``) both equal a reference sink written the plain way (the
+  regexes searched one by one on every line, as the sink did before): same tallies, samples, first/last lines per
+  rank (with their ``after``/``before`` bounds), step-time and memory series, rank hosts, in the same order.
+* The matrix: rank prefixes (``[rank5]:``, ``[rank5]:[W...]`` c10 headers, srun ``5:`` and ``P3 7:`` labels, torchrun
+  tee ``[host:0]:``, Ray, an inline ``[rank3] `` after a time, none, ANSI colours, absurd rank numbers), progress
+  bodies (Lightning bars in ASCII and with block characters, ``\\r``-joined bar updates, tqdm times past 10 hours,
+  Megatron iteration lines with and without a date, NeMo ``train_step_timing``/``global_step``, unreadable numbers),
+  time formats (full dates with ``-``/``/``/``T``/``_`` and fractions, c10 and glog headers, invalid months), LF and
+  CR endings, interleaved with timed and untimed lines of other signals.
+* ``parse_wall_time`` (its ``.dddddd`` guard and its memo) and ``rank_and_source_plain`` (its ``[rank`` guard) equal
+  the plain regex code over the same matrix, and the helper's rank and step time equal the regexes on fuzzed lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import random
+import re
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from debug_training_logs.analysis import evidence as ev
+from debug_training_logs.formats import timestamps
+from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
+from debug_training_logs.logs import attribution, fields
+from debug_training_logs.logs.attribution import RAY_PREFIX, SRUN_LABEL, rank_and_source_plain, strip_ansi
+from debug_training_logs.logs.discovery import LogFile
+from debug_training_logs.models import cut
+
+NATIVE = fields.native()
+needs_native = pytest.mark.skipif(
+    NATIVE is None, reason="the _fields extension is not built, or DEBUG_TRAINING_LOGS_NO_NATIVE is set"
+)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The plain reference: every regex searched on every line, as the sink did before its fast paths
+
+_FULL_DATE = re.compile(
+    r"(?P<y>20\d\d)[-/](?P<mo>\d\d)[-/](?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<frac>\d{1,6}))?"
+)
+_C10 = re.compile(r"\[(?:rank\d+\]:\[)?[FEWIV](?P<md>\d{3,4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.\d{9} ")
+_GLOG = re.compile(r"[FEWI](?<!\S.)(?P<md>\d{4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) +\d+ ")
+_GLOBAL = re.compile(r"\[rank(\d+)\]:")
+_INLINE = re.compile(r"\[rank(\d+)\] ")
+_STEP = (
+    (re.compile(r"elapsed time per iteration \(ms\): ([\d.]+)"), 1.0),
+    (re.compile(r"train_step_timing(?: in s)?[=: ]+([\d.]+)"), 1000.0),
+)
+_MEMORY = re.compile(r"memory \(MB\) \| allocated: ([\d.]+)")
+
+
+def ref_time(line: str) -> WallTime | None:
+    m = _FULL_DATE.search(line)
+    if m:
+        us = int((m.group("frac") or "0").ljust(6, "0")[:6])
+        return WallTime(*(int(m.group(k)) for k in ("y", "mo", "d", "h", "mi", "s")), us)
+    c = _C10.search(line)
+    if c:
+        mo, d = divmod(int(c.group("md")), 100)
+        if 1 <= mo <= 12 and 1 <= d <= 31:
+            return WallTime(None, mo, d, int(c.group("h")), int(c.group("mi")), int(c.group("s")))
+    g = _GLOG.search(line)
+    if g:
+        mo, d = divmod(int(g.group("md")), 100)
+        if 1 <= mo <= 12 and 1 <= d <= 31:
+            return WallTime(None, mo, d, int(g.group("h")), int(g.group("mi")), int(g.group("s")), int(g.group("us")))
+    return None
+
+
+def ref_rank(text: str) -> tuple[int | None, str]:
+    m = _GLOBAL.search(text)
+    if m:
+        return int(m.group(1)), "rank_prefix"
+    i = _INLINE.search(text)
+    if i:
+        return int(i.group(1)), "inline_rank"
+    r = RAY_PREFIX.search(text)
+    if r and r.group("rank") is not None:
+        return int(r.group("rank")), "ray"
+    s = SRUN_LABEL.match(text)
+    if s:
+        return int(s.group("task")), "srun_label"
+    return None, "none"
+
+
+def ref_step(text: str) -> float | None:
+    for rx, scale in _STEP:
+        m = rx.search(text)
+        if m:
+            try:
+                return float(m.group(1)) * scale
+            except ValueError:
+                return None
+    return None
+
+
+class RefSink:
+    """The signals part of :class:`ev.EvidenceSink`, every line read on its own with the plain regexes."""
+
+    def __init__(self, rel: str) -> None:
+        self.out = ev._FileHits(rel=rel)
+        self._open: list[ev._Raw] = []
+
+    def on_hit(self, ids: list[int], line_no: int, line: str) -> None:
+        names = {ev.SIGNAL_NAMES[i] for i in ids}
+        text = strip_ansi(line)
+        wt = ref_time(text)
+        out = self.out
+        rank = ref_rank(text)[0]
+        raw = ev._Raw(line_no, cut(text), rank, wt, after=out.last_time[1] if out.last_time else None)
+        if wt is not None:
+            for waiting in self._open:
+                waiting.before = wt
+            self._open.clear()
+            out.last_time = (line_no, wt)
+        else:
+            self._open.append(raw)
+        if "nccl_init" in names:
+            h = ev._NCCL_INIT_HOST.search(text)
+            if h:
+                r, n = int(h.group(2)), int(h.group(3))
+                if n >= out.rank_host.get(r, (0, ""))[0]:
+                    out.rank_host[r] = (n, h.group(1))
+        for name in sorted(names - {"nccl_init"}):
+            t = out.tallies.setdefault(name, ev._Tally())
+            t.count += 1
+            if len(t.samples) < ev._SAMPLE_CAP[name]:
+                t.samples.append(raw)
+            t.first_by_rank.setdefault(rank, raw)
+            t.last_by_rank[rank] = raw
+            t.count_by_rank[rank] = t.count_by_rank.get(rank, 0) + 1
+        if "progress" in names:
+            for rx, scale in _STEP:
+                m = rx.search(text)
+                if m:
+                    try:
+                        value = float(m.group(1)) * scale
+                    except ValueError:
+                        break
+                    out.step_ms.setdefault(rank, ev._Series()).add(line_no, wt, value)
+                    break
+        if "memory" in names:
+            mm = _MEMORY.search(text)
+            if mm:
+                with contextlib.suppress(ValueError):
+                    out.memory_mb.setdefault(rank, ev._Series()).add(line_no, wt, float(mm.group(1)))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The presentation matrix
+
+PREFIXES = (
+    "",
+    "[rank5]:",
+    "[rank5]: ",
+    "[rank12]:[W1123 18:29:06.123456789 Module.cpp:7] ",
+    "5: ",
+    "  12: ",
+    "P3 7: ",
+    "\t3: ",
+    "[gpu-a01:0]: ",
+    "[default3]:",
+    "(MegatronPolicyWorker[rank=12] pid=481552, ip=10.20.3.17) ",
+    "(pid=4821) ",
+    "2026-11-23 18:29:06,008 [rank3] INFO ",
+    "\x1b[36m[rank5]:\x1b[0m ",
+    "\x1b[32m5: \x1b[0m",
+    "[rank123456789012345678901]: ",
+    "12345678901234567890: ",
+    "[rank7]x [rank8]: ",
+    "3: [rank4]: ",
+    "[rank]: ",
+)
+BODIES = (
+    "Epoch 0:   3%|3         | 300/10000 [05:00<2:41:40, 1.00it/s, v_num=0, reduced_train_loss=3.101, "
+    "global_step=299.0, consumed_samples=9568.0, train_step_timing in s=0.487]",
+    "Epoch 0:   3%|▎         | 300/10000 [05:00<2:41:40, 1.00it/s, v_num=0, train_step_timing in s=0.486]",
+    "Epoch 1:   1%|1  | 1/100 [00:01<01:39, 1.00it/s]\rEpoch 1:   2%|2  | 2/100 [00:02<01:38, 1.00it/s, "
+    "train_step_timing in s=1.2]",
+    "Epoch 0:  50%|#####     | 5000/10000 [13:00:01<12:03:04, 0.11it/s, train_step_timing in s=9.1]",
+    " [2024-05-01 10:22:33] iteration      100/    1000 | consumed samples:        12800 | elapsed time per "
+    "iteration (ms): 1234.5 | learning rate: 1.000E-04 | lm loss: 7.012E+00 |",
+    " iteration      101/    1000 | consumed samples:        12928 | elapsed time per iteration (ms): 1230.0 |",
+    "[NeMo I 2026-05-21 07:00:05 nemo_logging:381] global_step=41 train_step_timing=0.5 reduced_train_loss=2.1",
+    "[NeMo I 2026/05/21 07:00:06.25 nemo_logging:381] global_step: 42, train_step_timing: 0.51",
+    "global_step=43 train_step_timing=0.52 lr=1e-4",
+    "step: 12 loss 3.2",
+    "Epoch 3: 100%|##########| 10/10 [00:10<00:00, train_step_timing in s=0.5.]",
+    "train_step_timing in s 1.5 then train_step_timing=2.5",
+    "W1123 18:29:06.123000 1234 run.py:793] step=5 train_step_timing=0.7",
+    "I1323 18:29:06.123000 1234 run.py:793] step=6 train_step_timing=0.8",
+    "2026-11-23T18:29:07.5 step 7 train_step_timing=0.9",
+    "2026-13-45_25:61:61 step 8",
+    "Epoch 0:   4%|4         | 400/10000 [06:40<2:40:00, 1.00it/s, train_step_timing in s=0.490]",
+)
+ENDINGS = ("", "\r")
+OTHERS = (  # (signal, line): lines of other signals that time (or do not time) the progress lines around them
+    ("exception", "[rank5]: RuntimeError: CUDA failure"),
+    ("exception", "2026-11-23 18:30:00,001 [rank3] ERROR ValueError: bad batch"),
+    ("traceback", "[rank2]: Traceback (most recent call last):"),
+    ("io_timeout", "[rank1]:[E1123 18:31:02.123456789 ProcessGroupNCCL.cpp:684] operations have timed out"),
+    ("nccl_init", "gpu-a01:23450:23962 [0] NCCL INFO ncclCommInitRank comm 0x5 rank 3 nranks 1024 cudaDev 0"),
+    ("nccl_init", "[2025-03-12 10:22:33] gpu-b07:77:78 [1] NCCL INFO comm 0x9 rank 9 nranks 16 - Init COMPLETE"),
+    ("memory", "[rank0]: [Rank 0] (after 10 iterations) memory (MB) | allocated: 1234.5 | max allocated: 2000.0"),
+)
+
+
+def progress_lines() -> list[str]:
+    return [p + b + e for p in PREFIXES for b in BODIES for e in ENDINGS]
+
+
+def _ids(*names: str) -> list[int]:
+    return sorted(ev.SIGNAL_NAMES.index(n) for n in names)
+
+
+def _sequence(seed: int, n: int) -> list[tuple[list[int], int, str]]:
+    rng = random.Random(seed)
+    pool = progress_lines()
+    calls: list[tuple[list[int], int, str]] = []
+    line_no = 0
+    while len(calls) < n:
+        line_no += rng.randint(1, 40)
+        r = rng.random()
+        if r < 0.08:
+            name, line = rng.choice(OTHERS)
+            calls.append((_ids(name), line_no, line))
+        elif r < 0.1:
+            calls.append((_ids("progress", "memory"), line_no, rng.choice(pool) + " memory (MB) | allocated: 99.5"))
+        else:
+            # a job's progress lines repeat one layout (odd seeds: untimed bars; even: lines with full dates, some
+            # without): mostly one prefix family, sometimes any
+            common = (
+                BODIES[:3] + BODIES[5:6] + BODIES[16:] if seed % 2 else (BODIES[4], BODIES[6], BODIES[14], BODIES[5])
+            )
+            body = rng.choice(common) if r < 0.9 else rng.choice(BODIES)
+            prefix = f"[rank{rng.randint(0, 7)}]: " if r < 0.7 else rng.choice(PREFIXES)
+            calls.append((_ids("progress"), line_no, prefix + body + rng.choice(ENDINGS)))
+    return calls
+
+
+def _hits(calls: list[tuple[list[int], int, str]], native: bool, monkeypatch: pytest.MonkeyPatch) -> str:
+    if not native:
+        monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
+    sink = ev.EvidenceSink(LogFile(path=Path("node-0.log"), rel="node-0.log", size=0, compression="none"))
+    monkeypatch.delenv("DEBUG_TRAINING_LOGS_NO_NATIVE", raising=False)
+    assert (sink._native is not None) == native
+    for ids, line_no, line in calls:
+        sink.on_hit(ids, line_no, line)
+    sink.finish()  # reads the batch; the series then travel apart from the hits (_FileSeries): compare the whole
+    return repr(sink.out)
+
+
+def _reference(calls: list[tuple[list[int], int, str]]) -> str:
+    ref = RefSink("node-0.log")
+    for ids, line_no, line in calls:
+        ref.on_hit(ids, line_no, line)
+    return repr(ref.out)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Tests
+
+
+def test_time_and_rank_equal_the_plain_regexes_over_the_matrix() -> None:
+    lines = [*progress_lines(), *(line for _n, line in OTHERS)]
+    assert len(lines) == len(PREFIXES) * len(BODIES) * len(ENDINGS) + len(OTHERS) > 600
+    timestamps._MEMO.clear()
+    for _round in range(2):  # the second round reads every time from the memo
+        for line in lines:
+            text = strip_ansi(line)
+            assert parse_wall_time(text) == ref_time(text), line
+            assert rank_and_source_plain(text) == ref_rank(text), line
+            assert attribution.line_rank(line).rank == ref_rank(text)[0], line
+    kinds = {ref_rank(strip_ansi(x))[1] for x in lines}
+    assert kinds == {"rank_prefix", "inline_rank", "ray", "srun_label", "none"}
+    assert sum(ref_time(strip_ansi(x)) is not None for x in lines) > 100
+
+
+def test_time_memo_is_bounded_and_keeps_invalid_dates_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timestamps, "_MEMO_CAP", 8)
+    timestamps._MEMO.clear()
+    for s in range(30):
+        line = f"[2026-11-23 10:00:{s:02d}] x"
+        assert parse_wall_time(line) == WallTime(2026, 11, 23, 10, 0, s)
+        assert len(timestamps._MEMO) <= 8
+    # an invalid c10 month falls through to the glog header of the same line, memo or not
+    line = "[E1323 10:00:01.123456789 a.cpp:1] I1123 10:00:02.000001 77 b.py:2] x"
+    for _ in range(2):
+        assert parse_wall_time(line) == ref_time(line) == WallTime(None, 11, 23, 10, 0, 2, 1)
+
+
+@pytest.mark.parametrize("native", [pytest.param(True, marks=needs_native), False], ids=["native", "per-line"])
+@pytest.mark.parametrize("seed", range(12))
+def test_sink_equals_the_plain_reading(seed: int, native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _sequence(seed, 600)
+    assert _hits(calls, native, monkeypatch) == _reference(calls)
+
+
+@pytest.mark.parametrize("native", [pytest.param(True, marks=needs_native), False], ids=["native", "per-line"])
+def test_every_prefix_and_body_alone_and_in_runs(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = progress_lines()
+    single = [(_ids("progress"), 10 * i + 1, line) for i, line in enumerate(lines)]
+    assert _hits(single, native, monkeypatch) == _reference(single)
+    for body in BODIES:  # one layout per run, every prefix: runs the helper answers for whole, or stops in
+        calls = [(_ids("progress"), i + 1, p + body) for i, p in enumerate(PREFIXES * 3)]
+        assert _hits(calls, native, monkeypatch) == _reference(calls), body
+
+
+@needs_native
+def test_batches_flush_at_their_bound_and_series_thin_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ev, "_BATCH_LINES", 7)
+    monkeypatch.setattr(ev, "SERIES_POINTS", 16)
+    calls = _sequence(99, 900)
+    assert _hits(calls, True, monkeypatch) == _reference(calls)
+    many = [(_ids("progress"), i + 1, f"[rank{i % 3}]: step {i} train_step_timing={i}.5") for i in range(400)]
+    assert _hits(many, True, monkeypatch) == _reference(many)
+
+
+def _fuzz_lines(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    parts = (
+        "[rank", "]", ":", " ", "0", "7", "42", "P", "P1 ", "3: ", "train_step_timing", " in s", "=", ".", "1.5",
+        "elapsed time per iteration (ms): ", "\t", "\x1c", "\x0b", "pid=", "é", "\x1b[0m", "12:30:45", "1:02:03",
+        "a", "x[rank9] ", "99999999999999999999", "2026-11-23 10:22:33", "2026/11/23T10:22:3", ".123456", ".12345",
+        "[13:00:01<12:03:04", "W1123 10:22:33.123456 77 ", "[E1123 10:22:33.123456789 ", "█", "▎", "٣", "𝟘", "\u00a0",
+        "\u2003", "\u0085", "2٠26-11-23 10:22:33", "20٢6-11-23 10:2٣:33", "[rank=3]", "(Worker pid=12, ip=1.2.3.4) ",
+        "\x1b[36m", "\x1b[", "\x1b[1;2?m", "\x1b[9",
+    )  # fmt: skip
+    return ["".join(rng.choice(parts) for _ in range(rng.randint(0, 12))) for _ in range(n)]
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(4))
+def test_helper_rank_and_step_equal_the_regexes_on_fuzzed_lines(seed: int) -> None:
+    assert NATIVE is not None
+    answered = timed = 0
+    for line in _fuzz_lines(seed, 5000):
+        stop, stats, points, timed_idx, timed_wt = NATIVE.progress_run([line], [1], 0, parse_wall_time)
+        text = strip_ansi(line)
+        if stop == 0:  # left to the per-line path: only for what the helper does not answer for
+            assert (
+                ("pid=" in text and "[rank=" in text)
+                or (not _FULL_DATE.search(text) and re.search(r"\.\d{6}", text))
+                or re.search(r"\d{19}", line)
+                or (ref_step(text) is None and re.search(r"train_step_timing|elapsed time per", line))
+            ), repr(line)
+            continue
+        answered += 1
+        wt = ref_time(text)
+        timed += wt is not None
+        assert (timed_idx, timed_wt) == (([0], [wt]) if wt is not None else ([], [])), repr(line)
+        rank = ref_rank(text)[0]
+        assert list(stats) == [rank] and stats[rank] == [0, 0, 1], repr(line)
+        step = ref_step(text)
+        assert points == ({} if step is None else {rank: [(1, wt, step)]}), repr(line)
+    assert answered > 1000 and timed > 100
+
+
+@needs_native
+def test_helper_checks_its_arguments() -> None:
+    assert NATIVE is not None
+    with pytest.raises(ValueError):
+        NATIVE.progress_run(["a"], [], 0, parse_wall_time)
+    with pytest.raises(IndexError):
+        NATIVE.progress_run(["a"], [1], 2, parse_wall_time)
+    with pytest.raises(TypeError):
+        NATIVE.progress_run(("a",), [1], 0, parse_wall_time)  # type: ignore[arg-type]
+    assert NATIVE.progress_run(["a", 5, "b"], [1, 2, 3], 0, parse_wall_time)[0] == 1  # type: ignore[list-item]
+    assert NATIVE.progress_run([], [], 0, parse_wall_time) == (0, {}, {}, [], [])
+
+    def refuse(text: str) -> WallTime | None:
+        raise RuntimeError(text)
+
+    with pytest.raises(RuntimeError, match="2026-01-02 03:04:05,5"):
+        NATIVE.progress_run(["x 2026-01-02 03:04:05,5 train_step_timing=1"], [1], 0, refuse)
+    # one call per distinct date text in a row
+    seen: list[str] = []
+
+    def count(text: str) -> WallTime | None:
+        seen.append(text)
+        return parse_wall_time(text)
+
+    same = ["[2026-01-02 03:04:05] a", "[2026-01-02 03:04:05] b", "[2026-01-02 03:04:06] c", "d"]
+    out = NATIVE.progress_run(same, [1, 2, 3, 4], 0, count)
+    assert seen == ["2026-01-02 03:04:05", "2026-01-02 03:04:06"]
+    assert out[3:] == (
+        [0, 1, 2],
+        [WallTime(2026, 1, 2, 3, 4, 5), WallTime(2026, 1, 2, 3, 4, 5), WallTime(2026, 1, 2, 3, 4, 6)],
+    )
+
+
+def test_no_native_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
+    assert fields.native() is None
+
+
+@needs_native
+def test_helper_answers_for_the_common_layouts_itself() -> None:
+    """Progress lines under the usual prefixes (coloured or not, Ray without ``[rank=N]``), untimed or with a full
+    date, never fall back to the per-line path (a bar past ten hours, ``[13:00:01<12:03:04``, is no time of ours)."""
+    assert NATIVE is not None
+    prefixes = (
+        *("", "[rank5]:", "[rank5]: ", "5: ", "  12: ", "P3 7: ", "[gpu-a01:0]: ", "[default3]:", "3: [rank4]: "),
+        *("\x1b[36m[rank5]:\x1b[0m ", "\x1b[32m5: \x1b[0m", "(TrainWorker pid=4821, ip=10.0.0.1) "),
+        *("\x1b[36m(MegatronPolicyWorker pid=481552, ip=10.20.3.17)\x1b[0m [rank12]: ",),
+    )
+    bodies = (
+        BODIES[0],
+        BODIES[1],
+        BODIES[2],
+        BODIES[3],
+        BODIES[4],
+        BODIES[5],
+        BODIES[6],
+        BODIES[8],
+        BODIES[9],
+        BODIES[16],
+    )
+    for line in (p + b + e for p in prefixes for b in bodies for e in ENDINGS):
+        assert NATIVE.progress_run([line], [1], 0, parse_wall_time)[0] == 1, line
+
+
+def _write_job(root: Path) -> Path:
+    logs = root / "logs"
+    logs.mkdir()
+    rng = random.Random(7)
+    for node in range(2):
+        out: list[str] = [f"gpu-a0{node}:100:101 [0] NCCL INFO comm 0x1 rank {8 * node} nranks 16 - Init COMPLETE"]
+        for step in range(400):
+            rank = 8 * node + rng.randint(0, 7)
+            prefix = rng.choice((f"[rank{rank}]: ", f"{rank}: ", f"\x1b[36m[rank{rank}]:\x1b[0m "))
+            body = rng.choice(BODIES[:4] + BODIES[5:6] + BODIES[8:10])
+            out.append(prefix + body.replace("train_step_timing in s=0.487", f"train_step_timing in s=0.{step}"))
+            if step % 97 == 5:
+                out.append(f"[rank{rank}]: 2026-11-23 18:{step % 60:02d}:06,008 [rank{rank}] ERROR RuntimeError: x")
+        (logs / f"node-{node}.log").write_text("\n".join(out) + "\n")
+    return logs
+
+
+def _worker_view(logs: Path) -> str:
+    from debug_training_logs.analysis.scan_cache import CACHE
+
+    CACHE.clear()
+    w = ev.gather_evidence(logs).worker
+    series = {k: repr(getattr(w, k)) for k in ("step_ms", "memory_mb")}
+    return repr((w.tallies, w.counts, w.counts_by_rank, w.first_by_rank, w.last_by_rank, series, w.rank_host))
+
+
+@needs_native
+def test_a_real_scan_gives_the_same_worker_evidence_with_and_without_the_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = _write_job(tmp_path)
+    native = _worker_view(logs)
+    monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
+    per_line = _worker_view(logs)
+    assert native == per_line
+    assert "progress" in native and "RuntimeError" in native and "gpu-a01" in native
+
+
+def test_the_helper_is_built_where_a_compiler_is() -> None:
+    """CI installs with a compiler: the batched path must be the one the suite tests, not a silent fallback."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None or not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        pytest.skip("no C compiler or no Python.h here")
+    mod = importlib.import_module("debug_training_logs.logs._fields")
+    assert Path(str(mod.__file__)).suffix in (".so", ".pyd")
+
+
+def test_without_the_module_the_sink_reads_line_by_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEBUG_TRAINING_LOGS_NO_NATIVE", raising=False)
+    monkeypatch.setitem(sys.modules, "debug_training_logs.logs._fields", None)  # import raises ImportError
+    assert fields.native() is None
+    calls = _sequence(3, 300)
+    sink = ev.EvidenceSink(LogFile(path=Path("node-0.log"), rel="node-0.log", size=0, compression="none"))
+    assert sink._native is None
+    for ids, line_no, line in calls:
+        sink.on_hit(ids, line_no, line)
+    sink.finish()
+    assert repr(sink.out) == _reference(calls)
