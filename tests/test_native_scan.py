@@ -685,6 +685,35 @@ def test_dfa_tails_on_typical_patterns() -> None:
     assert plan.dfa and dict(plan.dfa_search) == {iso: iso[iso.index("-") :]}
 
 
+def test_the_planner_weighs_a_literals_anchor_pair_against_its_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A branch's literal is the cheapest one: ``complete`` (2 lines here), each of whose byte pairs is in every other
+    line, costs more finder stops than ``training `` (10 lines, its pairs rare) costs line checks; with
+    few pair stops the rarer literal still wins (``finished``: no line at all, in both). The scan's hits are the same
+    with either choice."""
+    pattern = r"training (?:complete|finished)"
+    common = b"[rank3]: Epoch 0: from comp samples=%d, letter\n"  # every byte pair of "complete" in every line
+    lines = [common % i for i in range(4000)]
+    lines[100] = b"straining the loader 1\n"
+    lines[2000] = b"training complete in 3h\n"
+    lines[2100] = b"complete: 2 of 9\n"
+    for k in range(8):
+        lines[300 + k] = b"constraining queue %d\n" % k
+    sample = b"".join(lines)
+    plan = scan.make_plan(PatternSpec((pattern,)), sample)
+    assert {lit for lit, _i in plan.literals} == {b"training ", b"finished"}
+    filler = [b"[rank3]: step %d\n" % i for i in range(400)]
+    few = b"".join(lines[:40] + filler + lines[2000:2001] + lines[2100:2101] + lines[300:308] + lines[100:101])
+    plan = scan.make_plan(PatternSpec((pattern,)), few)
+    assert {lit for lit, _i in plan.literals} == {b"complete", b"finished"}
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rank3.log").write_bytes(sample * 3)
+    for plan_from in (sample, few):  # each plan: native equals fallback, and both find every line
+        calls = assert_same_scans(tmp_path / "logs", monkeypatch, PatternSpec((pattern, "Epoch")), plan_from)
+        assert calls == 3 * (1 + 3989)  # per copy: the training line, the Epoch lines (11 were replaced)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     body=st.lists(st.sampled_from([b"ab", b"\n", b"\r", b"x" * 50, b"\r\n", b"q"]), max_size=80).map(b"".join),

@@ -157,6 +157,12 @@ AC_GROUP = 32
 MAX_LITERALS_TRIED = 4
 """Literals of one pattern branch whose frequency is measured on the sample (the longest ones)."""
 
+LINE_CHECK_PAIRS = 128
+"""How many false candidates of a literal's anchor pair (a pair the native finder stops at, compares and skips, ~10 ns
+each) cost about as much as one candidate line checked in Python (~1.5 us): the planner's exchange rate when it
+weighs a rare literal with a common anchor pair (``complete``: ``le`` of "samples") against a more frequent one with a
+rare pair (``raining ``)."""
+
 DENSE_LITERAL_BYTES = 2048
 """A pattern whose rarest literals occur more than once per this many sample bytes goes to the RE2 DFA pass."""
 
@@ -557,27 +563,40 @@ def _count_literals(sample: bytes, keys: list[tuple[str, bool]]) -> dict[tuple[s
 def _needles(
     branches: Branches | None, occurrences: Callable[[str, bool], int]
 ) -> list[tuple[tuple[bytes, ...], int]] | None:
-    """The rarest literal (all its case spellings) of every branch of a pattern (its :func:`required_literals`) with
-    its sample count, or None when some branch has no literal a case-sensitive search can use."""
+    """The cheapest literal (all its case spellings) of every branch of a pattern (its :func:`required_literals`) with
+    its sample count, or None when some branch has no literal a case-sensitive search can use.
+
+    Cheapest: fewest sample occurrences (each is a candidate line to check) weighed against how often its rarest byte
+    pair occurs (each is a stop of the native finder, :data:`LINE_CHECK_PAIRS` of them cost one line check); ties: the
+    fewer occurrences, then the longer literal."""
     if branches is None:
         return None
+
+    def pairs(text: str, fold: bool) -> int:
+        """Sample occurrences of ``text``'s rarest byte pair (of ``text`` itself when it is one character)."""
+        if len(text) < 2:
+            return occurrences(text, fold)
+        return min(occurrences(text[j : j + 2], fold) for j in range(len(text) - 1))
+
     out: list[tuple[tuple[bytes, ...], int]] = []
     for br in branches:
-        options: list[tuple[int, int, list[str]]] = []  # (sample count, -length, spellings)
+        options: list[tuple[int, int, int, list[str]]] = []  # (cost, sample count, -length, spellings)
         # the longest few literals of a branch are the candidates (counting every one-letter literal of a long
         # pattern over the sample cost more than the scan of a small job)
         for lit in sorted(br, key=lambda x: -len(x.text))[:MAX_LITERALS_TRIED]:
             if "\n" in lit.text:
                 continue
             if not lit.fold:
-                options.append((occurrences(lit.text, False), -len(lit.text), [lit.text]))
+                n = occurrences(lit.text, False)
+                options.append((n * LINE_CHECK_PAIRS + pairs(lit.text, False), n, -len(lit.text), [lit.text]))
                 continue
             for piece in _fold_pieces(lit):
                 spellings = _fold_variants(piece)
-                options.append((occurrences(piece, True) + len(spellings), -len(piece), spellings))
+                n = occurrences(piece, True) + len(spellings)
+                options.append((n * LINE_CHECK_PAIRS + pairs(piece, True), n, -len(piece), spellings))
         if not options:
             return None
-        n_found, _len, spellings = min(options)
+        _cost, n_found, _len, spellings = min(options)
         out.append((tuple(sp.encode() for sp in spellings), n_found))
     return out
 
