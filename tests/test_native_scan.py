@@ -672,7 +672,7 @@ def test_a_dfa_tail_is_a_superset_of_its_pattern(items: list[str], lines: list[s
             assert part.Match(scan._UNANCHORED, b, 0, len(b))[0][0] >= 0, (pattern, tail, line)
 
 
-def test_dfa_tails_on_typical_patterns() -> None:
+def test_dfa_tails_on_typical_patterns(monkeypatch: pytest.MonkeyPatch) -> None:
     iso = r"\b20\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)\b"
     digits = b"".join(b"step 2%04d/20000 loss-2.%03d at 20:26:%02d\n" % (i, i, i % 60) for i in range(500))
     assert scan._rare_suffix(iso, digits, False) == iso[iso.index("-") :]
@@ -681,8 +681,77 @@ def test_dfa_tails_on_typical_patterns() -> None:
     for pattern in ("a|b-c", "(?i)20-x", r"\Q20\E-x", "[[:digit:]]-x", r"\p{L}20-x", "x{,2}20-y"):
         assert scan._rare_suffix(pattern, digits, False) is None, pattern
     assert scan._top_items(r"a[]b-]\d+(?:x|(y))?c") == [0, 1, 6, 9, 19]
+    monkeypatch.setenv(NO_NATIVE, "1")  # without the extension the pattern stays a DFA search, from its rare tail
     plan = scan.make_plan(PatternSpec((iso, "NCCL WARN")), digits)
     assert plan.dfa and dict(plan.dfa_search) == {iso: iso[iso.index("-") :]}
+    monkeypatch.delenv(NO_NATIVE)
+    if scan._native() is not None:  # with it, the year's run is spelt out for the finder (_digit_needles)
+        plan = scan.make_plan(PatternSpec((iso, "NCCL WARN")), digits)
+        assert not plan.dfa and {lit for lit, i in plan.literals if i == 0} == {b"20%02d-" % k for k in range(100)}
+
+
+ISO = r"\b20\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)\b"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "want"),
+    [
+        (ISO, ["2000-", "0-0", "-00-", "-00", "00:", "0:0", ":00:", ":00"]),
+        (r"rank \d\d?: x", ["rank 0"]),  # a quantified digit ends a run
+        (r"rank \d+: x", []),  # a run needs a digit
+        (r"step=\d\.\d+", ["step=0."]),  # an escaped dot is a literal character
+        (r"[0-9]-[0-9]{2}", ["0-"]),
+        (r"a\d|b\d", []),  # a top-level alternation: not read
+        (r"(?i)x\d-", []),  # inline flags: not read
+        (r"\d\d\d-x", ["00-x"]),  # at most DIGIT_NEEDLES_MAX spellings: the run starts later
+    ],
+)
+def test_digit_needles_spell_out_runs(pattern: str, want: list[str]) -> None:
+    runs = scan._digit_needles(pattern)
+    assert [r[0].decode() for r in runs] == want
+    for r in runs:
+        assert len(r) == len(set(r)) <= scan.DIGIT_NEEDLES_MAX
+        rx = re.compile(pattern)
+        # every spelling of a run is a substring some match of the pattern must hold: each run's needles are required
+        for example in ("2024-05-21T07:00:01Z", "2024-05-21 07:00:01.5+02:00", "rank 12: x", "step=3.25", "5-12"):
+            if rx.search(example):
+                assert any(nd.decode() in example for nd in r), (pattern, example)
+
+
+def test_an_iso_date_is_found_by_the_finder_where_dashes_are_common(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A corpus where ``-`` is in every other line (lhotse shard names) but dates are rare: the ISO pattern's spelt-out
+    run goes to the native finder instead of a DFA search; the hits equal the DFA plan's (the fallback's), near
+    misses included. Where a date is on every line the DFA search stays."""
+    _linescan()
+    rows = []
+    for k in range(3000):
+        rows.append(b"[rank%d]: DEBUG:lhotse: bucket %d from ais://train-shards/shard-%06d.tar\n" % (k % 8, k, k))
+        rows.append(b"[rank%d]: Epoch 0: %d/10000 [01:39<1:18:12, 2.08it/s, v_num=0]\n" % (k % 8, k))
+    hits = {
+        10: b"time: 2024-05-21T07:00:01Z start\n",
+        900: b"x2024-05-21 07:00:01.25+02:00 (no word boundary before: no match)\n",
+        901: b"at 2024-05-21 07:00:01.25+02:00\n",
+        1500: b"ts=2099-12-31 23:59:59,125-0700\n",
+        2000: b"near: 2024-5-21 07:00:01Z, 24-05-21T07:00:01Z, -05-21T07:00:01Z\n",
+        2001: b"slurmstepd: error: CANCELLED AT 2026-05-21T08:02:45 DUE TO TASK FAILURE\n",
+        5999: b"end 2031-01-02T03:04:05+0000",
+    }
+    for at, line in hits.items():
+        rows[at] = line
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "node0.out").write_bytes(b"".join(rows))
+    spec = PatternSpec((ISO, "Epoch 0:", "error"))
+    sample = b"".join(rows)
+    plan = scan.make_plan(spec, sample)
+    assert 0 not in plan.dfa and len({lit for lit, i in plan.literals if i == 0}) == 100
+    calls = assert_same_scans(tmp_path / "logs", monkeypatch, spec, sample)
+    assert calls == 4 + (3000 - 3) + 1  # 4 dates (lines 10, 901, 1500, 5999); the Epoch lines left; the error line
+    dated = b"".join(
+        b"2024-05-21 07:%02d:%02d,000+0000 INFO step %d\n" % (k // 60 % 60, k % 60, k) for k in range(3000)
+    )
+    assert 0 in scan.make_plan(spec, dated).dfa  # dates everywhere: one DFA search costs less than line checks
 
 
 def test_the_planner_weighs_a_literals_anchor_pair_against_its_lines(

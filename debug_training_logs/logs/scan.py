@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 import mmap
 import os
 import re as std_re
@@ -165,6 +166,14 @@ rare pair (``raining ``)."""
 
 DENSE_LITERAL_BYTES = 2048
 """A pattern whose rarest literals occur more than once per this many sample bytes goes to the RE2 DFA pass."""
+
+DIGIT_NEEDLES_MAX = 100
+"""Most literals a run of digits and literal characters of a DFA pattern is spelt out into (``20\\d\\d-``: 100
+needles ``2000-`` .. ``2099-``), see :func:`_digit_needles`."""
+
+DIGIT_STOP_BYTES = 256
+"""Spelt-out digit needles replace a DFA search only if their anchor pairs stop the native finder less than once per
+this many sample bytes (a stop costs ~10 ns; RE2's memchr-skipping search costs ~0.1 ms per MB)."""
 
 RE2_MAX_MEM = 64 << 20
 """RE2 memory budget per compiled regex (bytes); the default 8 MiB can exhaust the DFA cache on big alternations."""
@@ -525,6 +534,13 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
             literals |= {(lit, i) for lits, _n in mine for lit in lits}
     if _aho_corasick() is None:
         return Plan(dfa=tuple(re2_ids), fallback=tuple(fallback), dense=tuple(dense_needles))
+    native = _native()
+    if native is not None and sample and not spec.ignore_case:
+        # a DFA pattern with a run of digits and literal characters (an ISO date's ``20\d\d-``) is found by the
+        # native finder's pass instead, when the run's spelt-out needles are rare on the sample (one DFA search less)
+        spelt = _digit_plans(spec, [i for i in dfa if not dense_flags[i]], sample)
+        literals |= {(nd, i) for i, needles in spelt.items() for nd in needles}
+        dfa = [i for i in dfa if i not in spelt]
     distinct = sorted({lit for lit, _i in literals})
     dfa_pats = list(dict.fromkeys(spec.patterns[i] for i in dfa))
     dfa_search = tuple(
@@ -532,7 +548,6 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
         for pat in (dfa_pats if len(dfa_pats) <= SEPARATE_DFA_MAX else [])  # more: one alternation, searched as is
         if (suffix := _rare_suffix(pat, sample, spec.ignore_case)) is not None
     )
-    native = _native()
     anchors = tuple(zip(distinct, native.choose_anchors(sample, distinct), strict=True)) if native and distinct else ()
     return Plan(
         literals=tuple(sorted(literals)),
@@ -542,6 +557,76 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
         dense=tuple(dense_needles),
         dfa_search=dfa_search,
     )
+
+
+def _digit_needles(pattern: str) -> list[tuple[bytes, ...]]:
+    """Spelt-out runs of ``pattern``: per maximal run of consecutive top-level items that are a literal character or
+    one digit (``\\d``, ``[0-9]``; no quantifier), with at least one of each and at most :data:`DIGIT_NEEDLES_MAX`
+    spellings, every spelling of it. Every match of the pattern holds one spelling of each run (RE2's ``\\d`` is
+    ASCII only). Empty for a pattern :func:`_top_items` cannot read (a top-level alternation, inline flags)."""
+    items = _top_items(pattern)
+    if not items:
+        return []
+    bounds = [*items, len(pattern)]
+    sets: list[str | None] = []  # per item: the characters it matches, None: not usable in a run
+    for k in range(len(items)):
+        item = pattern[bounds[k] : bounds[k + 1]]
+        if item in ("\\d", "[0-9]"):
+            sets.append("0123456789")
+        elif len(item) == 1 and item not in _PURE_META and item.isascii() and item.isprintable():
+            sets.append(item)
+        elif (
+            len(item) == 2 and item[0] == "\\" and not item[1].isalnum() and item[1].isascii() and item[1].isprintable()
+        ):
+            sets.append(item[1])
+        else:
+            sets.append(None)
+    out: list[tuple[bytes, ...]] = []
+    end_of_last = -1
+    for start in range(len(sets)):
+        run: list[str] = []
+        size = 1
+        for chars in sets[start:]:
+            if chars is None or size * len(chars) > DIGIT_NEEDLES_MAX:
+                break
+            run.append(chars)
+            size *= len(chars)
+        end = start + len(run)
+        if end <= end_of_last:
+            continue  # a tail of the previous run: never rarer
+        end_of_last = end
+        if any(len(c) > 1 for c in run) and any(len(c) == 1 for c in run):
+            spelt = tuple("".join(p).encode() for p in itertools.product(*run))
+            if spelt not in out:
+                out.append(spelt)
+    return out
+
+
+def _digit_plans(spec: PatternSpec, ids: list[int], sample: bytes) -> dict[int, tuple[bytes, ...]]:
+    """For DFA patterns ``ids``: the spelt-out run (:func:`_digit_needles`) the native finder can search instead of a
+    DFA, per pattern that has one whose needles are rare on ``sample`` (:data:`DENSE_LITERAL_BYTES`) and whose anchor
+    pairs stop the finder rarely (:data:`DIGIT_STOP_BYTES`); the cheapest run by the planner's measure (its lines and
+    its rarest pairs' stops, :data:`LINE_CHECK_PAIRS`). Needs the native extension (one counting pass)."""
+    runs = {i: _digit_needles(spec.patterns[i]) for i in ids}
+    keys = sorted({nd for rs in runs.values() for r in rs for nd in r})
+    keys += sorted({nd[j : j + 2] for nd in keys for j in range(len(nd) - 1)} - set(keys))
+    if not keys:
+        return {}
+    counted = dict(zip(keys, _native().count_literals(sample, keys), strict=True))
+    out: dict[int, tuple[bytes, ...]] = {}
+    for i, rs in runs.items():
+        best: tuple[int, tuple[bytes, ...]] | None = None
+        for needles in rs:
+            lines = sum(counted[nd] for nd in needles)
+            stops = sum(min(counted[nd[j : j + 2]] for j in range(len(nd) - 1)) for nd in needles)
+            if lines * DENSE_LITERAL_BYTES > len(sample) or stops * DIGIT_STOP_BYTES > len(sample):
+                continue
+            cost = lines * LINE_CHECK_PAIRS + stops
+            if best is None or cost < best[0]:
+                best = (cost, needles)
+        if best is not None:
+            out[i] = best[1]
+    return out
 
 
 def _count_literals(sample: bytes, keys: list[tuple[str, bool]]) -> dict[tuple[str, bool], int]:
