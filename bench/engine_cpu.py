@@ -9,12 +9,15 @@ directory is scanned again ``--rounds`` times with that scan: once with the comm
 sink that only hashes each call (``hash``: the engine plus one cheap call per hit) and once with no sink (``none``:
 the engine only). Printed: the best CPU time of each per file. ``--digest FILE`` writes every file's result (counts,
 lines, ranks, head, tail, sampled ids, checkpoints) and the hash of its sink calls: the same file from two branches
-means the same hits, line numbers and samples. Run ``python -m compileall -q debug_training_logs`` first.
+means the same hits, line numbers and samples. ``--parts`` also splits the no-sink time into the engine's parts
+(the native finder's pass, the DFA searches, the dense sample, the rank prefixes, the rest in Python), each the best
+round's CPU per file. Run ``python -m compileall -q debug_training_logs`` first.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import hashlib
 import io
@@ -66,6 +69,87 @@ def record(command: str, directory: str) -> list[tuple[Any, ...]]:
     return scans
 
 
+class _TimedFinder:
+    """A native finder whose ``find_lines`` calls add their CPU time to ``spent["finder pass"]``."""
+
+    def __init__(self, finder: Any, spent: dict[str, float]) -> None:
+        self.finder = finder
+        self.spent = spent
+
+    def find_lines(self, *args: Any) -> Any:
+        t0 = time.process_time()
+        try:
+            return self.finder.find_lines(*args)
+        finally:
+            self.spent["finder pass"] += time.process_time() - t0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.finder, name)
+
+
+def parts(scans: list[tuple[Any, ...]], files: list[LogFile], rounds: int) -> None:
+    """Print the no-sink scan's CPU per file split into the engine's parts (best round)."""
+    spent: dict[str, float] = collections.defaultdict(float)
+    originals: list[tuple[Any, str, Any]] = []
+
+    def timed(owner: Any, name: str, label: str) -> None:
+        fn = getattr(owner, name)
+        originals.append((owner, name, fn))
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] += time.process_time() - t0
+
+        setattr(owner, name, wrapper)
+
+    timed(scan, "_dfa_starts", "DFA searches")
+    timed(scan, "_collect_ranks", "rank prefixes")
+    timed(scan._Dense, "sample_pieces", "dense sample")
+    timed(scan, "_plain_tail_start", "dense tail start")
+    timed(scan, "_hits_in_chunk", "hits in pieces")
+    wrapped: list[Any] = []
+    best: tuple[float, dict[str, float]] | None = None
+    try:
+        for _ in range(rounds):
+            spent.clear()
+            t0 = time.process_time()
+            for spec, plan, _factory, head, tail, ranks in scans:
+                for lf in files:
+                    scan._scan_one(lf, spec, plan, None, head, tail, ranks)
+                    for m in scan._MATCHERS.values():
+                        if m.finder is not None and not isinstance(m.finder, _TimedFinder):
+                            wrapped.append((m, m.finder))
+                            m.finder = _TimedFinder(m.finder, spent)
+            total = time.process_time() - t0
+            if best is None or total < best[0]:
+                best = (total, dict(spent))
+    finally:
+        for owner, name, fn in originals:
+            setattr(owner, name, fn)
+        for m, finder in wrapped:
+            m.finder = finder
+    assert best is not None
+    total, got = best
+    inner = got.get("hits in pieces", 0.0)
+    rows = [
+        ("finder pass", got.get("finder pass", 0.0)),
+        ("DFA searches", got.get("DFA searches", 0.0)),
+        ("candidate lines (Python)", inner - got.get("finder pass", 0.0) - got.get("DFA searches", 0.0)),
+        ("dense sample", got.get("dense sample", 0.0)),
+        ("dense tail start", got.get("dense tail start", 0.0)),
+        ("rank prefixes", got.get("rank prefixes", 0.0)),
+    ]
+    rows.append(("rest (windows, head, tail, counts)", total - sum(v for _k, v in rows)))
+    print(
+        f"  parts (no sink, best of {rounds}: {1000 * total / len(files):.2f} ms CPU per file; the first round warms)"
+    )
+    for label, value in rows:
+        print(f"    {label:36s} {1000 * value / len(files):6.2f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["analyze", "grep", "nccl"])
@@ -73,6 +157,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--limit", type=int, default=0, help="scan only the first N files (sorted by name)")
     ap.add_argument("--digest", help="write every file's result and sink-call hash here")
+    ap.add_argument("--parts", action="store_true", help="also split the no-sink time into the engine's parts")
     args = ap.parse_args()
     scans = record(args.command, args.logs)
     files, _skipped = discover(args.logs)
@@ -94,6 +179,8 @@ def main() -> None:
                         lines.append(repr((lf.rel, *fields, sorted(s.sampled), points, s.sink_result)))
             best = min(best, time.process_time() - c0)
         print(f"  sinks {mode:5s}: {1000 * best / len(files):6.2f} ms CPU per file (best of {args.rounds})")
+    if args.parts:
+        parts(scans, files, args.rounds)
     if args.digest:
         Path(args.digest).write_text("\n".join(lines) + "\n")
         print(f"  digest: {args.digest}")
