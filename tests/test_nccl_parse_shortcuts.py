@@ -5,7 +5,8 @@
   matrix (torch 2.0-2.14 message families x no prefix / ``[rankN]:`` / srun / Ray / ANSI / docker x hard wraps), cold
   (memo emptied) and warm, also when the memo is full and starts over.
 * The positional constructors (``_positional``) make objects equal to the dataclasses' own, hashing and pickling alike.
-* :func:`torch_nccl.parse_line` gives equal results cold and warm on every line and re-joined wrap of the matrix.
+* :func:`torch_nccl.parse_line` gives equal results cold and warm on every line and re-joined wrap of the matrix (the
+  timeout message is kept per text: the watchdog repeats it in its ``thread terminated`` line and ``what():`` copy).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def _clear() -> None:
     tn._BEFORE_SEEN.clear()
     tn._FIRST_SEEN.clear()
     tn._PG_SEEN.clear()
+    tn._TIMEOUT_SEEN.clear()
 
 
 @pytest.mark.parametrize("version", TORCH)
@@ -85,7 +87,9 @@ def test_a_prefix_seen_in_one_line_is_not_reused_for_a_different_span() -> None:
 
 
 @pytest.mark.parametrize("version", TORCH)
-def test_parse_line_is_the_same_cold_and_warm(version: str) -> None:
+def test_parse_line_is_the_same_cold_and_warm(version: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also the timeout a ``watchdog thread terminated`` line and its ``what():`` copy repeat (kept per text)."""
+    monkeypatch.setattr(tn, "_TIMEOUT_SEEN_MAX", 8)  # full and started over within one version
     texts = _texts(version)
     cold = []
     for text in texts:
@@ -125,3 +129,28 @@ def test_positional_constructor_refuses_a_wrong_count_and_the_hit_maker_matches_
         tn._new_header("c10_2.4+", "E")
     ev = tn.Teardown("some_failed", None)
     assert nccl_table._new_hit(3, 1, None, ev, "line", 2) == nccl_table.Hit(3, 1, None, ev, "line", joined=2)
+
+
+def test_a_repeated_timeout_message_parses_alike_in_its_three_lines() -> None:
+    _clear()
+    msg = (
+        "[Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4118, OpType=ALLREDUCE, "
+        "NumelIn=8, NumelOut=8, Timeout(ms)=600000) ran for 600099 milliseconds before timing out."
+    )
+    pg = "[PG ID 0 PG GUID 0(default_pg) Rank 2]"
+    first = tn.parse_line(f"[rank2]:[E521 08:02:12.442641787 ProcessGroupNCCL.cpp:689] {msg}")
+    wrapper = tn.parse_line(
+        f"[rank2]:[E521 08:02:13.442641787 ProcessGroupNCCL.cpp:1899] {pg} Process group watchdog thread terminated "
+        f"with exception: {msg}"
+    )
+    copy = tn.parse_line(f"  what():  {pg} Process group watchdog thread terminated with exception: {msg}")
+    assert first is not None and wrapper is not None and copy is not None
+    assert isinstance(wrapper.event, tn.WatchdogTerminated) and isinstance(copy.event, tn.WatchdogTerminated)
+    assert wrapper.event.embedded == copy.event.embedded == first.event
+    assert isinstance(first.event, tn.WatchdogTimeout) and first.event.ran_for_ms == 600099
+    assert first.event.work_rank == 2 and first.event.pg is None
+    assert not wrapper.event.headerless and copy.event.headerless and copy.global_rank is None
+    other = tn.parse_line(
+        f"[rank2]:[E521 08:02:12.442641787 ProcessGroupNCCL.cpp:689] {msg.replace('600099', '600098')}"
+    )
+    assert other is not None and isinstance(other.event, tn.WatchdogTimeout) and other.event.ran_for_ms == 600098

@@ -681,13 +681,17 @@ _new_dump: Final = _positional(DumpSignal)
 _new_first: Final = _positional(FirstToDump)
 _new_teardown: Final = _positional(Teardown)
 _new_fatal: Final = _positional(FatalTerminate)
+_new_terminated: Final = _positional(WatchdogTerminated)
 
 
 def find_header(text: str) -> tuple[Header | None, int]:
     """The first c10 (or glog-native) header anywhere in ``text`` and the offset where its message starts."""
-    m = _HEADER.search(text) if _HEADER_OPENING.search(text) is not None else None
+    # Most headered lines open with it ("[rankN]:[E..."): a match there is the search's first match too.
+    m = _HEADER.match(text) if text.startswith("[rank") else None
+    if m is None:
+        m = _HEADER.search(text) if _HEADER_OPENING.search(text) is not None else None
     if m is not None:
-        grank_text, sev, mmdd, hms, src, srcline = m.group("grank", "sev", "mmdd", "hms", "src", "srcline")
+        grank_text, sev, mmdd, hms, _ns, src, srcline = m.groups()
         grank = int(grank_text) if grank_text is not None else None
         month: int | None
         day: int | None
@@ -810,14 +814,36 @@ def _work(m: re.Match[str]) -> Work | None:
     return got
 
 
+_TIMEOUT_SEEN: dict[str, WatchdogTimeout | None] = {}
+_TIMEOUT_SEEN_MAX = 256
+"""Timeout messages kept by :func:`_timeout_event` (a few ranks' worth: the copies of one come within a file)."""
+_TIMEOUT_TEXT_MAX = 1024
+"""Longest message text :func:`_timeout_event` keeps an answer for."""
+
+
 def _timeout_event(text: str, start: int) -> WatchdogTimeout | None:
-    m = _TIMEOUT.search(text, start)
+    """The timeout message in ``text[start:]`` (a function of that text alone: the search starts there and the PG
+    prefix is looked for between ``start`` and the message). The watchdog repeats the message word for word in the
+    ``watchdog thread terminated`` line and its ``what():`` copy, so the answer is kept for those."""
+    rest = text[start:]
+    if rest in _TIMEOUT_SEEN:
+        return _TIMEOUT_SEEN[rest]
+    got = _timeout_search(rest)
+    if len(rest) <= _TIMEOUT_TEXT_MAX:
+        if len(_TIMEOUT_SEEN) >= _TIMEOUT_SEEN_MAX:
+            _TIMEOUT_SEEN.clear()
+        _TIMEOUT_SEEN[rest] = got
+    return got
+
+
+def _timeout_search(text: str) -> WatchdogTimeout | None:
+    m = _TIMEOUT.search(text)
     if m is None:
         return None
     work = _work(m)
     if work is None:
         return None
-    pfx = pg_prefix_before(text, m.start(), start)
+    pfx = pg_prefix_before(text, m.start())
     pg = pfx if pfx is not None and pfx.style != "rank" else None
     return _new_timeout(  # WatchdogTimeout(work, ran_for_ms, work_rank, pg, wait_path)
         work,
@@ -840,12 +866,8 @@ def parse_message(text: str, start: int = 0) -> Event | None:
             if embedded is None and _cut_timeout(t.group("what")):
                 return None  # the repeated timeout is cut (hard wrap): join the next line(s) first
             pfx = pg_prefix_before(text, t.start(), start)
-            return WatchdogTerminated(
-                wording=t.group("which"),
-                embedded=embedded,
-                pg=pfx,
-                headerless="what():" in text[: t.start()],
-            )
+            # WatchdogTerminated(wording, embedded, pg, headerless)
+            return _new_terminated(t.group("which"), embedded, pfx, "what():" in text[: t.start()])
     if "aborted" in text:
         ab = _ABORTED.search(text, start)
         if ab is not None:
