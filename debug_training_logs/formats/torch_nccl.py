@@ -754,6 +754,8 @@ def _pg_build(m: re.Match[str]) -> PGPrefix:
 
 
 _BEFORE_SEEN: dict[str, PGPrefix | None] = {}
+_UNSEEN: Final = object()
+"""What the memos below answer for a text they do not hold (one lookup, safe if another thread empties them)."""
 _SPAN_MAX = 256
 """Longest span before a message :func:`pg_prefix_before` keeps an answer for (a PG prefix and some blanks)."""
 
@@ -764,8 +766,9 @@ def pg_prefix_before(text: str, pos: int, start: int = 0) -> PGPrefix | None:
     A function of ``text[start:pos]`` alone (:data:`_PG_PREFIX` has no anchor or look-around, and the search stops
     at ``pos``), so the answer is kept per span: a rank writes the same prefix before each of its messages."""
     span = text[start:pos]
-    if span in _BEFORE_SEEN:
-        return _BEFORE_SEEN[span]
+    kept = _BEFORE_SEEN.get(span, _UNSEEN)
+    if kept is not _UNSEEN:
+        return kept  # type: ignore[return-value]
     last: re.Match[str] | None = None
     for m in _PG_PREFIX.finditer(span):
         last = m
@@ -783,8 +786,9 @@ _FIRST_SEEN: dict[str, PGPrefix | None] = {}
 def parse_pg_prefix(text: str) -> PGPrefix | None:
     """The first PG prefix in ``text`` (``[PG ID 0 PG GUID 0(default_pg) Rank 6]`` ...), or None (kept per short
     ``text``, as in :func:`pg_prefix_before`)."""
-    if text in _FIRST_SEEN:
-        return _FIRST_SEEN[text]
+    kept = _FIRST_SEEN.get(text, _UNSEEN)
+    if kept is not _UNSEEN:
+        return kept  # type: ignore[return-value]
     m = _PG_PREFIX.search(text)
     got = _pg_from(m) if m else None
     if len(text) <= _SPAN_MAX:
@@ -826,8 +830,9 @@ def _timeout_event(text: str, start: int) -> WatchdogTimeout | None:
     prefix is looked for between ``start`` and the message). The watchdog repeats the message word for word in the
     ``watchdog thread terminated`` line and its ``what():`` copy, so the answer is kept for those."""
     rest = text[start:]
-    if rest in _TIMEOUT_SEEN:
-        return _TIMEOUT_SEEN[rest]
+    kept = _TIMEOUT_SEEN.get(rest, _UNSEEN)
+    if kept is not _UNSEEN:
+        return kept  # type: ignore[return-value]
     got = _timeout_search(rest)
     if len(rest) <= _TIMEOUT_TEXT_MAX:
         if len(_TIMEOUT_SEEN) >= _TIMEOUT_SEEN_MAX:
