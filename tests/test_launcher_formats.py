@@ -299,3 +299,26 @@ def test_every_real_gloo_and_detail_line_parses() -> None:
                 assert ev is not None, (f, line)
                 seen.add(type(ev).__name__ + (":" + ev.kind if isinstance(ev, gloo.GlooError) else ""))
     assert seen >= {"GlooError:timeout", "GlooError:peer_closed", "GlooError:full_mesh", "CollectiveMismatch"}
+
+
+@pytest.mark.parametrize("prefix", ["", "1: ", "[default0]: ", "gpu-node-1: "])
+@pytest.mark.parametrize("header_tail", ["", "   ", "\t"])
+def test_child_failed_table_after_field_like_noise(prefix: str, header_tail: str) -> None:
+    """Lines before any ChildFailedError that look like table fields, a FAILED header or a closing rule change
+    nothing; the header line may end in blanks; a second table (a restart) is read on its own."""
+    noise = [
+        f"{prefix}  rank      : 9 (local_rank: 1)",
+        f"{prefix}  exitcode  : -6 (pid: 1)",
+        f"{prefix}/opt/job/other.py FAILED",
+        f"{prefix}Root Cause (first observed failure):",
+        f"{prefix}============================================================",
+        f"{prefix}step 3 FAILEDX and FAILED mid-line",
+    ]
+    first = [ln.replace("train.py FAILED", "train.py FAILED" + header_tail) for ln in table(prefix, ROWS)]
+    second = table(prefix, [(7, 3, 1, 4010, None, True)])
+    lines = list(enumerate([*noise, *first, *noise, *second], start=1))
+    t1, t2 = torchrun.parse_child_failed_tables(lines)
+    assert t1.entrypoint == t2.entrypoint == "/opt/job/train.py"
+    assert t1.line == len(noise) + 1 and t2.line == 2 * len(noise) + len(first) + 1
+    assert [(f.rank, f.exitcode, f.root_cause) for f in t1.failures] == [(2, -15, False), (3, -9, True)]
+    assert [(f.rank, f.exitcode, f.signal, f.root_cause) for f in t2.failures] == [(7, 1, None, True)]

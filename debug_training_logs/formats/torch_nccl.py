@@ -23,8 +23,11 @@ What the parser knows (worker_log_formats.md §0, §1, §7, §8):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Final
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Final, TypeVar
+
+_T = TypeVar("_T")
 
 # --------------------------------------------------------------------------------------------------------------------
 # Needles: short literal strings that select candidate lines (named data; the scan compiles them into one matcher).
@@ -574,11 +577,121 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text) if "\x1b" in text else text
 
 
+def _positional(cls: type[_T]) -> Callable[..., _T]:
+    """A constructor of the frozen slotted dataclass ``cls`` that takes its fields in order, positionally, and sets
+    its slots directly: the same object as ``cls(...)``, at about half the cost of the frozen ``__init__`` (an
+    ``object.__setattr__`` per field). For the objects made once per parsed line."""
+    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    assert getattr(cls, "__slots__", None) == names and not hasattr(cls, "__post_init__"), cls
+    sets = tuple(getattr(cls, name).__set__ for name in names)
+    new = object.__new__
+    if len(sets) == 2:
+        s0, s1 = sets
+
+        def make2(a: object, b: object) -> _T:
+            o = new(cls)
+            s0(o, a)
+            s1(o, b)
+            return o
+
+        return make2
+    if len(sets) == 3:
+        s0, s1, s2 = sets
+
+        def make3(a: object, b: object, c: object) -> _T:
+            o = new(cls)
+            s0(o, a)
+            s1(o, b)
+            s2(o, c)
+            return o
+
+        return make3
+    if len(sets) == 4:
+        s0, s1, s2, s3 = sets
+
+        def make4(a: object, b: object, c: object, d: object) -> _T:
+            o = new(cls)
+            s0(o, a)
+            s1(o, b)
+            s2(o, c)
+            s3(o, d)
+            return o
+
+        return make4
+    if len(sets) == 5:
+        s0, s1, s2, s3, s4 = sets
+
+        def make5(a: object, b: object, c: object, d: object, e: object) -> _T:
+            o = new(cls)
+            s0(o, a)
+            s1(o, b)
+            s2(o, c)
+            s3(o, d)
+            s4(o, e)
+            return o
+
+        return make5
+    if len(sets) == 6:
+        s0, s1, s2, s3, s4, s5 = sets
+
+        def make6(a: object, b: object, c: object, d: object, e: object, f: object) -> _T:
+            o = new(cls)
+            s0(o, a)
+            s1(o, b)
+            s2(o, c)
+            s3(o, d)
+            s4(o, e)
+            s5(o, f)
+            return o
+
+        return make6
+    if len(sets) == 8:
+        s0, s1, s2, s3, s4, s5, s6, s7 = sets
+
+        def make8(a: object, b: object, c: object, d: object, e: object, f: object, g: object, h: object) -> _T:
+            o = new(cls)
+            s0(o, a)
+            s1(o, b)
+            s2(o, c)
+            s3(o, d)
+            s4(o, e)
+            s5(o, f)
+            s6(o, g)
+            s7(o, h)
+            return o
+
+        return make8
+
+    def make(*values: object) -> _T:
+        if len(values) != len(sets):
+            raise TypeError(f"{cls.__name__} takes {len(sets)} fields, got {len(values)}")
+        o = new(cls)
+        for put, v in zip(sets, values, strict=True):
+            put(o, v)
+        return o
+
+    return make
+
+
+_new_header: Final = _positional(Header)
+_new_parsed: Final = _positional(Parsed)
+_new_timeout: Final = _positional(WatchdogTimeout)
+_new_status: Final = _positional(StatusLine)
+_new_dump: Final = _positional(DumpSignal)
+_new_first: Final = _positional(FirstToDump)
+_new_teardown: Final = _positional(Teardown)
+_new_fatal: Final = _positional(FatalTerminate)
+_new_terminated: Final = _positional(WatchdogTerminated)
+
+
 def find_header(text: str) -> tuple[Header | None, int]:
     """The first c10 (or glog-native) header anywhere in ``text`` and the offset where its message starts."""
-    m = _HEADER.search(text) if _HEADER_OPENING.search(text) is not None else None
+    # Most headered lines open with it ("[rankN]:[E..."): a match there is the search's first match too.
+    m = _HEADER.match(text) if text.startswith("[rank") else None
+    if m is None:
+        m = _HEADER.search(text) if _HEADER_OPENING.search(text) is not None else None
     if m is not None:
-        grank_text, sev, mmdd, hms, src, srcline = m.group("grank", "sev", "mmdd", "hms", "src", "srcline")
+        grank_text, sev, mmdd, hms, _ns, src, srcline = m.groups()
         grank = int(grank_text) if grank_text is not None else None
         month: int | None
         day: int | None
@@ -590,7 +703,7 @@ def find_header(text: str) -> tuple[Header | None, int]:
             month = day = None
             style = "c10_2.2-2.3" if grank is not None else "c10_<=2.1"
             raw = None
-        return Header(style, sev, month, day, hms, grank, f"{src}:{srcline}", raw), m.end()
+        return _new_header(style, sev, month, day, hms, grank, f"{src}:{srcline}", raw), m.end()
     g = _GLOG.search(text) if _GLOG_SECONDS.search(text) is not None else None
     if g is not None:
         month, day = divmod(int(g.group("mmdd")), 100)
@@ -640,20 +753,49 @@ def _pg_build(m: re.Match[str]) -> PGPrefix:
     return PGPrefix("rank", None, None, None, int(rank))
 
 
+_BEFORE_SEEN: dict[str, PGPrefix | None] = {}
+_UNSEEN: Final = object()
+"""What the memos below answer for a text they do not hold (one lookup, safe if another thread empties them)."""
+_SPAN_MAX = 256
+"""Longest span before a message :func:`pg_prefix_before` keeps an answer for (a PG prefix and some blanks)."""
+
+
 def pg_prefix_before(text: str, pos: int, start: int = 0) -> PGPrefix | None:
-    """The PG prefix that ends right before ``text[pos]`` (only spaces between), searching from ``start``."""
+    """The PG prefix that ends right before ``text[pos]`` (only spaces between), searching from ``start``.
+
+    A function of ``text[start:pos]`` alone (:data:`_PG_PREFIX` has no anchor or look-around, and the search stops
+    at ``pos``), so the answer is kept per span: a rank writes the same prefix before each of its messages."""
+    span = text[start:pos]
+    kept = _BEFORE_SEEN.get(span, _UNSEEN)
+    if kept is not _UNSEEN:
+        return kept  # type: ignore[return-value]
     last: re.Match[str] | None = None
-    for m in _PG_PREFIX.finditer(text, start, pos):
+    for m in _PG_PREFIX.finditer(span):
         last = m
-    if last is None or text[last.end() : pos].strip():
-        return None
-    return _pg_from(last)
+    got = None if last is None or span[last.end() :].strip() else _pg_from(last)
+    if len(span) <= _SPAN_MAX:
+        if len(_BEFORE_SEEN) >= _SHARED_MAX:
+            _BEFORE_SEEN.clear()
+        _BEFORE_SEEN[span] = got
+    return got
+
+
+_FIRST_SEEN: dict[str, PGPrefix | None] = {}
 
 
 def parse_pg_prefix(text: str) -> PGPrefix | None:
-    """The first PG prefix in ``text`` (``[PG ID 0 PG GUID 0(default_pg) Rank 6]`` ...), or None."""
+    """The first PG prefix in ``text`` (``[PG ID 0 PG GUID 0(default_pg) Rank 6]`` ...), or None (kept per short
+    ``text``, as in :func:`pg_prefix_before`)."""
+    kept = _FIRST_SEEN.get(text, _UNSEEN)
+    if kept is not _UNSEEN:
+        return kept  # type: ignore[return-value]
     m = _PG_PREFIX.search(text)
-    return _pg_from(m) if m else None
+    got = _pg_from(m) if m else None
+    if len(text) <= _SPAN_MAX:
+        if len(_FIRST_SEEN) >= _SHARED_MAX:
+            _FIRST_SEEN.clear()
+        _FIRST_SEEN[text] = got
+    return got
 
 
 def _int(v: str | None) -> int | None:
@@ -676,21 +818,44 @@ def _work(m: re.Match[str]) -> Work | None:
     return got
 
 
+_TIMEOUT_SEEN: dict[str, WatchdogTimeout | None] = {}
+_TIMEOUT_SEEN_MAX = 256
+"""Timeout messages kept by :func:`_timeout_event` (a few ranks' worth: the copies of one come within a file)."""
+_TIMEOUT_TEXT_MAX = 1024
+"""Longest message text :func:`_timeout_event` keeps an answer for."""
+
+
 def _timeout_event(text: str, start: int) -> WatchdogTimeout | None:
-    m = _TIMEOUT.search(text, start)
+    """The timeout message in ``text[start:]`` (a function of that text alone: the search starts there and the PG
+    prefix is looked for between ``start`` and the message). The watchdog repeats the message word for word in the
+    ``watchdog thread terminated`` line and its ``what():`` copy, so the answer is kept for those."""
+    rest = text[start:]
+    kept = _TIMEOUT_SEEN.get(rest, _UNSEEN)
+    if kept is not _UNSEEN:
+        return kept  # type: ignore[return-value]
+    got = _timeout_search(rest)
+    if len(rest) <= _TIMEOUT_TEXT_MAX:
+        if len(_TIMEOUT_SEEN) >= _TIMEOUT_SEEN_MAX:
+            _TIMEOUT_SEEN.clear()
+        _TIMEOUT_SEEN[rest] = got
+    return got
+
+
+def _timeout_search(text: str) -> WatchdogTimeout | None:
+    m = _TIMEOUT.search(text)
     if m is None:
         return None
     work = _work(m)
     if work is None:
         return None
-    pfx = pg_prefix_before(text, m.start(), start)
+    pfx = pg_prefix_before(text, m.start())
     pg = pfx if pfx is not None and pfx.style != "rank" else None
-    return WatchdogTimeout(
-        work=work,
-        ran_for_ms=int(m.group("ran")),
-        work_rank=pfx.pg_rank if pfx is not None else None,
-        pg=pg,
-        wait_path=m.group("which") == "Caught",
+    return _new_timeout(  # WatchdogTimeout(work, ran_for_ms, work_rank, pg, wait_path)
+        work,
+        int(m.group("ran")),
+        pfx.pg_rank if pfx is not None else None,
+        pg,
+        m.group("which") == "Caught",
     )
 
 
@@ -706,12 +871,8 @@ def parse_message(text: str, start: int = 0) -> Event | None:
             if embedded is None and _cut_timeout(t.group("what")):
                 return None  # the repeated timeout is cut (hard wrap): join the next line(s) first
             pfx = pg_prefix_before(text, t.start(), start)
-            return WatchdogTerminated(
-                wording=t.group("which"),
-                embedded=embedded,
-                pg=pfx,
-                headerless="what():" in text[: t.start()],
-            )
+            # WatchdogTerminated(wording, embedded, pg, headerless)
+            return _new_terminated(t.group("which"), embedded, pfx, "what():" in text[: t.start()])
     if "aborted" in text:
         ab = _ABORTED.search(text, start)
         if ab is not None:
@@ -745,26 +906,22 @@ def parse_message(text: str, start: int = 0) -> Event | None:
                 continue
             s = rx.search(text, start)
             if s is not None:
-                return StatusLine(
-                    family=family,
-                    seq=int(s.group("seq")),
-                    last_enqueued=int(s.group("e")),
-                    last_completed=int(s.group("c")),
-                    pg=_status_prefix(text, s.start(), start),
-                )
+                seq, e, c = s.group("seq", "e", "c")
+                # StatusLine(family, seq, last_enqueued, last_completed, pg)
+                return _new_status(family, int(seq), int(e), int(c), _status_prefix(text, s.start(), start))
     if "Received" in text:
         for origin, family, rx in _DUMP:
             if _DUMP_WORD[family] not in text:
                 continue
             d = rx.search(text, start)
             if d is not None:
-                return DumpSignal(
-                    origin=origin,
-                    from_rank=_int(d.groupdict().get("r")),
-                    last_enqueued=int(d.group("e")),
-                    last_completed=int(d.group("c")),
-                    family=family,
-                    pg=pg_prefix_before(text, d.start(), start),
+                return _new_dump(  # DumpSignal(origin, from_rank, last_enqueued, last_completed, family, pg)
+                    origin,
+                    _int(d.groupdict().get("r")),
+                    int(d.group("e")),
+                    int(d.group("c")),
+                    family,
+                    pg_prefix_before(text, d.start(), start),
                 )
     if "signal" in text:
         for family, orx in _OBSERVED:
@@ -774,7 +931,7 @@ def parse_message(text: str, start: int = 0) -> Event | None:
         for family, frx in _FIRST:
             f1 = frx.search(text, start)
             if f1 is not None:
-                return FirstToDump(family=family, pg=pg_prefix_before(text, f1.start(), start))
+                return _new_first(family, pg_prefix_before(text, f1.start(), start))  # FirstToDump(family, pg)
     if "stuck" in text:
         st = _STUCK.search(text, start)
         if st is not None:
@@ -787,12 +944,13 @@ def parse_message(text: str, start: int = 0) -> Event | None:
     if "Terminating" in text:
         f = _FATAL.search(text, start)
         if f is not None:
-            return FatalTerminate(reason=" ".join(f.group("why").split()), pg=parse_pg_prefix(text[start : f.start()]))
+            # FatalTerminate(reason, pg)
+            return _new_fatal(" ".join(f.group("why").split()), parse_pg_prefix(text[start : f.start()]))
     if "NCCL" in text or "inconsistency" in text:
         for kind, trx in _TEARDOWN:
             td = trx.search(text, start)
             if td is not None:
-                return Teardown(kind=kind, pg=pg_prefix_before(text, td.start(), start))
+                return _new_teardown(kind, pg_prefix_before(text, td.start(), start))  # Teardown(kind, pg)
     if "detected" in text:
         if _EXIT_LOCAL.search(text, start):
             return WatchdogExitMessage(from_rank=None)
@@ -860,7 +1018,7 @@ def parse_line(line: str) -> Parsed | None:
     if grank is None:
         g = _GLOBAL_RANK.search(text)
         grank = int(g.group(1)) if g else None
-    return Parsed(header=header, global_rank=grank, event=ev)
+    return _new_parsed(header, grank, ev)
 
 
 def _as_uid(ev: Event) -> Event:

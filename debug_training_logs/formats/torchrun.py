@@ -334,7 +334,10 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
             ]
             pending_start[prefix.strip()] = no
             continue
-        m = _FAILED_HEADER.match(text)
+        if not pending_start and not open_:
+            continue  # no table started or open: only a ChildFailedError line can change that
+        # " FAILED" in every header line: the regex (a lazy prefix, then \S+) costs microseconds on any other line
+        m = _FAILED_HEADER.match(text) if " FAILED" in text else None
         if m and m.group("prefix").strip() in pending_start:
             p = m.group("prefix").strip()
             t = ChildFailedTable(m.group("what"), line=pending_start.pop(p))
