@@ -528,20 +528,14 @@ class EvidenceSink:
                     if m:
                         value = _number(m.group(1))
                         if value is not None:
-                            series = out.step_ms.get(rank)
-                            if series is None:
-                                series = out.step_ms[rank] = _Series()
-                            series.add(line_no, wt, value * scale)
+                            _add_point(out.step_ms, rank, line_no, wt, value * scale)
                         break
         if route.memory and _MEMORY_LITERAL in text:
             mm = _MEMORY_MB.search(text)
             if mm:
                 value = _number(mm.group(1))
                 if value is not None:
-                    series = out.memory_mb.get(rank)
-                    if series is None:
-                        series = out.memory_mb[rank] = _Series()
-                    series.add(line_no, wt, value)
+                    _add_point(out.memory_mb, rank, line_no, wt, value)
 
     def _timed(self, line_no: int, wt: WallTime) -> None:
         """A line with a time of its own: it bounds the hits waiting for one, and later hits come after it."""
@@ -555,6 +549,16 @@ class EvidenceSink:
         if self._batch:
             self._flush()
         return _without_series(self.out), self.nccl.finish(), self.clock.finish(), _file_series(self.out)
+
+
+def _add_point(
+    series: dict[int | None, _Series], rank: int | None, line_no: int, wt: WallTime | None, value: float
+) -> None:
+    """Add one point to ``rank``'s series in ``series`` (step times or memory figures of one file)."""
+    have = series.get(rank)
+    if have is None:
+        have = series[rank] = _Series()
+    have.add(line_no, wt, value)
 
 
 @dataclass

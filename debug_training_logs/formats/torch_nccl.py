@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 _T = TypeVar("_T")
 
@@ -584,92 +584,13 @@ def _positional(cls: type[_T]) -> Callable[..., _T]:
     names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
     assert getattr(cls, "__slots__", None) == names and not hasattr(cls, "__post_init__"), cls
     sets = tuple(getattr(cls, name).__set__ for name in names)
-    new = object.__new__
-    if len(sets) == 2:
-        s0, s1 = sets
-
-        def make2(a: object, b: object) -> _T:
-            o = new(cls)
-            s0(o, a)
-            s1(o, b)
-            return o
-
-        return make2
-    if len(sets) == 3:
-        s0, s1, s2 = sets
-
-        def make3(a: object, b: object, c: object) -> _T:
-            o = new(cls)
-            s0(o, a)
-            s1(o, b)
-            s2(o, c)
-            return o
-
-        return make3
-    if len(sets) == 4:
-        s0, s1, s2, s3 = sets
-
-        def make4(a: object, b: object, c: object, d: object) -> _T:
-            o = new(cls)
-            s0(o, a)
-            s1(o, b)
-            s2(o, c)
-            s3(o, d)
-            return o
-
-        return make4
-    if len(sets) == 5:
-        s0, s1, s2, s3, s4 = sets
-
-        def make5(a: object, b: object, c: object, d: object, e: object) -> _T:
-            o = new(cls)
-            s0(o, a)
-            s1(o, b)
-            s2(o, c)
-            s3(o, d)
-            s4(o, e)
-            return o
-
-        return make5
-    if len(sets) == 6:
-        s0, s1, s2, s3, s4, s5 = sets
-
-        def make6(a: object, b: object, c: object, d: object, e: object, f: object) -> _T:
-            o = new(cls)
-            s0(o, a)
-            s1(o, b)
-            s2(o, c)
-            s3(o, d)
-            s4(o, e)
-            s5(o, f)
-            return o
-
-        return make6
-    if len(sets) == 8:
-        s0, s1, s2, s3, s4, s5, s6, s7 = sets
-
-        def make8(a: object, b: object, c: object, d: object, e: object, f: object, g: object, h: object) -> _T:
-            o = new(cls)
-            s0(o, a)
-            s1(o, b)
-            s2(o, c)
-            s3(o, d)
-            s4(o, e)
-            s5(o, f)
-            s6(o, g)
-            s7(o, h)
-            return o
-
-        return make8
-
-    def make(*values: object) -> _T:
-        if len(values) != len(sets):
-            raise TypeError(f"{cls.__name__} takes {len(sets)} fields, got {len(values)}")
-        o = new(cls)
-        for put, v in zip(sets, values, strict=True):
-            put(o, v)
-        return o
-
+    # one function with a parameter per field (what dataclasses do for __init__): no *args tuple, no loop per call
+    args = ", ".join(f"v{i}" for i in range(len(sets)))
+    body = "".join(f"    s{i}(o, v{i})\n" for i in range(len(sets)))
+    scope: dict[str, Any] = {"new": object.__new__, "cls": cls, **{f"s{i}": put for i, put in enumerate(sets)}}
+    exec(f"def make({args}):\n    o = new(cls)\n{body}    return o\n", scope)  # the text holds only v0.., s0..
+    make: Callable[..., _T] = scope["make"]
+    make.__qualname__ = make.__name__ = f"new_{cls.__name__}"
     return make
 
 

@@ -1152,22 +1152,8 @@ def _hits_in_chunk(
                 break
     if len(m.prefilters) > 1:
         starts = sorted(set(starts))
-    for dfa in m.dfas:
-        match = dfa.Match
-        extra: list[int] = []
-        pos = lo
-        while pos <= n:
-            s = match(_UNANCHORED, chunk, pos, n)[0][0]
-            if s < 0:
-                break
-            ls = rfind(b"\n", lo, s) + 1 or lo
-            if ls >= n:  # the empty "line" after the final newline is not a line
-                break
-            extra.append(ls)
-            le = find(b"\n", s, n)
-            if le < 0:
-                break
-            pos = le + 1
+    if m.dfas:
+        extra = _dfa_starts(chunk, m, lo, n)
         starts = sorted(set(starts) | set(extra)) if starts else extra
     found: dict[int, list[int]] = dict(more) if more else {}
     for ls in starts:
