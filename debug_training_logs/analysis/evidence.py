@@ -1035,6 +1035,23 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
     counts_by_rank: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     first_by_rank: dict[str, dict[int, Hit]] = defaultdict(dict)
     last_by_rank: dict[str, dict[int, Hit]] = defaultdict(dict)
+
+    def fold_ranks(
+        name: str, rel: str, firsts: Iterable[Hit], lasts: Iterable[Hit], by_rank: dict[int | None, int]
+    ) -> None:
+        """One file's first and last hits and counts per rank of signal ``name`` into the job's."""
+        for h in firsts:
+            if h.rank is not None and _before(h, first_by_rank[name].get(h.rank)):
+                first_by_rank[name][h.rank] = h
+        for h in lasts:
+            prev = last_by_rank[name].get(h.rank) if h.rank is not None else None
+            if h.rank is not None and (prev is None or _before(prev, h)):
+                last_by_rank[name][h.rank] = h
+        for r, n in by_rank.items():
+            rr = rank_of(rel, r)
+            if rr is not None:
+                counts_by_rank[name][rr] += n
+
     clock_facts: list[tuple[str, WorkerClockFacts]] = []
     series: dict[str, dict[int, _SeriesBuilder]] = {"step": {}, "memory": {}}
     hosts: dict[int, tuple[int, str]] = {}
@@ -1054,19 +1071,13 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
                     kept_here = kept[name]
                     for h in hits:  # one per line
                         kept_here[(rel, h.line)] = h
-                for i in sd.first.values():
-                    h = hits[i]
-                    if h.rank is not None and _before(h, first_by_rank[name].get(h.rank)):
-                        first_by_rank[name][h.rank] = h
-                for i in sd.last.values():
-                    h = hits[i]
-                    prev = last_by_rank[name].get(h.rank) if h.rank is not None else None
-                    if h.rank is not None and (prev is None or _before(prev, h)):
-                        last_by_rank[name][h.rank] = h
-                for r, n in sd.count_by_rank.items():
-                    rr = rank_of(rel, r)
-                    if rr is not None:
-                        counts_by_rank[name][rr] += n
+                fold_ranks(
+                    name,
+                    rel,
+                    (hits[i] for i in sd.first.values()),
+                    (hits[i] for i in sd.last.values()),
+                    sd.count_by_rank,
+                )
             fh_hosts = digest.rank_host
         if fh is not None:
             fh_hosts = fh.rank_host
@@ -1080,19 +1091,13 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
                 for raw in raws:
                     if (rel, raw.line) not in kept_here:  # the first raw hit of a line is kept
                         kept_here[(rel, raw.line)] = hit(name, rel, raw)
-            for raw in t.first_by_rank.values():
-                h = hit(name, rel, raw)
-                if h.rank is not None and _before(h, first_by_rank[name].get(h.rank)):
-                    first_by_rank[name][h.rank] = h
-            for raw in t.last_by_rank.values():
-                h = hit(name, rel, raw)
-                prev = last_by_rank[name].get(h.rank) if h.rank is not None else None
-                if h.rank is not None and (prev is None or _before(prev, h)):
-                    last_by_rank[name][h.rank] = h
-            for r, n in t.count_by_rank.items():
-                rr = rank_of(rel, r)
-                if rr is not None:
-                    counts_by_rank[name][rr] += n
+            fold_ranks(
+                name,
+                rel,
+                (hit(name, rel, raw) for raw in t.first_by_rank.values()),
+                (hit(name, rel, raw) for raw in t.last_by_rank.values()),
+                t.count_by_rank,
+            )
         fseries = result_item(job, j, 3)
         for key in ("step", "memory"):
             for r, arrays in fseries.arrays.get(key, {}).items():

@@ -1168,18 +1168,7 @@ def _hits_in_chunk(
         if ids:
             have = found.get(ls)
             found[ls] = ids if have is None else sorted(set(have) | set(ids))
-    for i, multi, single in m.fallback:
-        hits = _run_fallback(multi, functools.partial(_finditer, multi, cast(bytes, chunk)))  # bytes, as above
-        for hit in hits:
-            ls = rfind(b"\n", 0, hit.start()) + 1
-            if ls >= n:
-                break
-            le = find(b"\n", ls)
-            line = chunk[ls : (n if le < 0 else le)]
-            if _run_fallback(single, functools.partial(_search, single, line)) is not None:
-                ids = found.setdefault(ls, [])
-                if i not in ids:
-                    ids.append(i)
+    _fallback_hits(chunk, m, n, found)
     out: list[Hit] = []
     order = sorted(found)
     unnumbered = [ls for ls in order if ls not in index_of] if m.finder is not None else []
@@ -1197,6 +1186,24 @@ def _hits_in_chunk(
             le = find(b"\n", ls, n)
             out.append((ls, n if le < 0 else le, sorted(found[ls]), -1))
     return out, newlines
+
+
+def _fallback_hits(chunk: Buffer, m: _Matcher, n: int, found: dict[int, list[int]]) -> None:
+    """Add to ``found`` (line start -> pattern ids) the lines of ``chunk[:n]`` the matcher's fallback patterns (Python
+    ``re``, under the search's time budget) match. ``chunk`` is bytes here: a matcher with fallback patterns is never
+    given a span of a memory map (see :attr:`_Matcher.spans_ok`)."""
+    data = cast(bytes, chunk)
+    for i, multi, single in m.fallback:
+        for hit in _run_fallback(multi, functools.partial(_finditer, multi, data)):
+            ls = data.rfind(b"\n", 0, hit.start()) + 1
+            if ls >= n:
+                break
+            le = data.find(b"\n", ls)
+            line = data[ls : (n if le < 0 else le)]
+            if _run_fallback(single, functools.partial(_search, single, line)) is not None:
+                ids = found.setdefault(ls, [])
+                if i not in ids:
+                    ids.append(i)
 
 
 def _dfa_starts(chunk: Buffer, m: _Matcher, lo: int, n: int, left: dict[int, int] | None = None) -> list[int]:
@@ -1308,18 +1315,7 @@ def _native_hits(
             if ids:
                 have = found.get(ls)
                 found[ls] = ids if have is None else sorted(set(have) | set(ids))
-    for i, multi, single in m.fallback:
-        hits = _run_fallback(multi, functools.partial(_finditer, multi, cast(bytes, chunk)))  # bytes (spans_ok)
-        for hit in hits:
-            ls = chunk.rfind(b"\n", 0, hit.start()) + 1
-            if ls >= n:
-                break
-            le = find(b"\n", ls)
-            line = chunk[ls : (n if le < 0 else le)]
-            if _run_fallback(single, functools.partial(_search, single, line)) is not None:
-                got = found.setdefault(ls, [])
-                if i not in got:
-                    got.append(i)
+    _fallback_hits(chunk, m, n, found)
     if not found:
         return recs, newlines
     # merge: a line the finder brought gets the other patterns; the rest are numbered natively (one counting pass)
