@@ -449,7 +449,11 @@ def _analyze_with_html(ns: argparse.Namespace) -> BaseModel:
     assert spec is not None
     target = _html_target(ns.html, ns)
     diagnosis, page = diagnose_with_html(
-        ns.logs_dir, ns.ais_dir, getattr(ns, "attempt", None), getattr(ns, "fr_dir", None)
+        ns.logs_dir,
+        ns.ais_dir,
+        getattr(ns, "attempt", None),
+        getattr(ns, "fr_dir", None),
+        getattr(ns, "world_size", None),
     )
     _write_html(target, page)
     print(f"HTML report: {target} ({len(page.encode()):,} bytes)", file=sys.stderr)

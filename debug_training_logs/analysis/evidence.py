@@ -90,6 +90,7 @@ from debug_training_logs.analysis.inventory import (
     consumer_for,
     file_result_item,
     file_year,
+    given_world_size,
     kept_sink,
     result_item,
     scan_consumers,
@@ -1473,6 +1474,8 @@ class JobEvidence:
     """The job's attempts (elastic restarts, requeues); the evidence is about :attr:`attempt` when there are several."""
     attempt: int | None = None
     """The attempt this evidence covers (None: the job had one attempt, or the whole logs were read)."""
+    given_world_size: int | None = None
+    """The world size the caller gave (it replaced what the logs say in the coverage), or None."""
 
     def launcher_events(self) -> list[LauncherEvent]:
         """The launcher's per-rank exits as :func:`rank_states` reads them (from :attr:`launcher`'s fates)."""
@@ -1503,7 +1506,11 @@ class JobEvidence:
 
 
 def gather_evidence(
-    logs_dir: Path, ais_dir: Path | None = None, fr_dir: Path | None = None, attempt: int | None = None
+    logs_dir: Path,
+    ais_dir: Path | None = None,
+    fr_dir: Path | None = None,
+    attempt: int | None = None,
+    world_size: int | None = None,
 ) -> JobEvidence:
     """The evidence of a job: one scan of the worker logs (the evidence patterns and the launcher's together), the
     NCCL table, and one pass over the AIS logs if given.
@@ -1512,7 +1519,10 @@ def gather_evidence(
     about; default the first failed one when there are several. An attempt number the logs do not have is a
     :class:`~debug_training_logs.errors.UserInputError`. Only then is there a second pass: the evidence sinks
     aggregate per file as they read, so they must see only that attempt's lines; the launcher facts of the attempt
-    are derived from the first pass by line (:func:`~debug_training_logs.analysis.launcher.for_attempt`)."""
+    are derived from the first pass by line (:func:`~debug_training_logs.analysis.launcher.for_attempt`).
+
+    ``world_size``: the job's world size as the caller knows it (the launch command), for logs that do not state it;
+    it replaces what the logs say, and the coverage evidence says both."""
     ec, lc = evidence_consumer(), launcher_scan.consumer()
     early: dict[int, FileEvents] = {}
 
@@ -1529,7 +1539,7 @@ def gather_evidence(
     split = attempts_mod.split(logs_dir, files=jobs[lc.key].log_files(), launcher_facts=whole)
     chosen = split.choose(attempt)
     if chosen is None:
-        ev = evidence_from_scan(jobs[ec.key], ais_dir, fr_dir, whole, early_nccl=early)
+        ev = evidence_from_scan(given_world_size(jobs[ec.key], world_size), ais_dir, fr_dir, whole, early_nccl=early)
     else:
         early.clear()
         keep = split.keeper(chosen)
@@ -1537,9 +1547,10 @@ def gather_evidence(
         progress.report(1, 1, f"attempt {chosen} of {split.count}: a second pass keeps only its lines")
         if facts is None:  # more launcher hits in a file than remembered: that attempt's own launcher scan
             facts = launcher_scan.gather(logs_dir, keep=keep)
-        ev = evidence_from_scan(scan_worker_logs(logs_dir, keep), ais_dir, fr_dir, facts)
+        ev = evidence_from_scan(given_world_size(scan_worker_logs(logs_dir, keep), world_size), ais_dir, fr_dir, facts)
     ev.attempts = split
     ev.attempt = chosen if split.count > 1 else None
+    ev.given_world_size = world_size
     return ev
 
 

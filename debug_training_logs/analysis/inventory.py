@@ -437,6 +437,23 @@ class JobScan:
         )
 
 
+def given_world_size(job: JobScan, world_size: int | None) -> JobScan:
+    """``job`` with the world size the caller knows (the launch command: nodes x GPUs) in place of what the logs
+    state, for logs that do not state it; the evidence says both. ``job`` itself (shared by the scan cache) is left
+    as it is. ``None``: ``job`` unchanged."""
+    if world_size is None:
+        return job
+    inv = job.inventory
+    inv = replace(inv, world_size=world_size, world_size_evidence=given_world_size_evidence(inv, world_size))
+    return replace(job, inventory=inv)
+
+
+def given_world_size_evidence(inv: Inventory, world_size: int) -> str:
+    """Where a caller-given world size came from, and what the logs say when they disagree."""
+    said = f"; the logs say {inv.world_size} ({inv.world_size_evidence})" if inv.world_size != world_size else ""
+    return f"given by the caller: {world_size}{said}"
+
+
 MISSING_SET_CAP = 65_536
 """At most this many missing ranks are materialised as a set (verdicts, rules); the range string is always exact.
 A line stating ``world_size=99999999`` must not cost one set entry per rank."""

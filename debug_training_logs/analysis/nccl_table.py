@@ -45,6 +45,7 @@ from debug_training_logs.analysis.inventory import (
     Inventory,
     LineKeep,
     PerFile,
+    given_world_size_evidence,
     lean_inventory,
     missing_set,
     missing_text,
@@ -1120,8 +1121,7 @@ def build_table(
 ) -> NcclTable:
     """The table from the sinks' events and the job inventory (pure; used by the tool and by ``diagnose``)."""
     if world_size is not None:
-        said = f"; the logs say {inv.world_size} ({inv.world_size_evidence})" if inv.world_size != world_size else ""
-        given = f"given by the caller: {world_size}{said}"
+        given = given_world_size_evidence(inv, world_size)
         coverage = coverage.model_copy(update={"world_size": world_size, "world_size_evidence": given})
     times = _TimeText(inv.year_hint)
     by_rank: dict[int, list[_Ev]] = defaultdict(list)

@@ -225,7 +225,7 @@ def _entry(e: KeyEvent, utc_offset: float | None) -> TimelineEntry:
     )
 
 
-def to_conclusion(v: Verdict, logs_dir: str, ais_dir: str | None) -> Conclusion:
+def to_conclusion(v: Verdict, logs_dir: str, ais_dir: str | None, ev: JobEvidence | None = None) -> Conclusion:
     """The verdict as a checkable conclusion: only lines that are the event they stand for are cited (a computed
     event, such as when the stuck collective started, stays in the report's chain but is not cited)."""
     real = [e for e in v.chain if e.file and e.line > 0 and e.text and not e.derived]
@@ -246,6 +246,8 @@ def to_conclusion(v: Verdict, logs_dir: str, ais_dir: str | None) -> Conclusion:
         rank0_seq_gap=v.rank0_seq_gap,
         missing_ranks=v.missing_ranks,
         suspect_ranks=v.suspect_ranks,
+        attempt=ev.attempt if ev is not None else None,
+        world_size=ev.given_world_size if ev is not None else None,
     )
 
 
@@ -334,7 +336,7 @@ def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> 
     logs_dir, ais_dir = str(logs_root), (str(ais_root) if ais_root is not None else None)
     first = conclude(ev)
     v = first
-    conclusion = to_conclusion(v, logs_dir, ais_dir)
+    conclusion = to_conclusion(v, logs_dir, ais_dir, ev)
     verification = verify_with_evidence(conclusion, ev, logs_root, ais_root)
     blocked: list[str] = []
     if not verification.accepted:
@@ -349,7 +351,7 @@ def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> 
                 + first.explanation
             )
             alt.next_steps = [c.next_step for c in failed if c.next_step] + alt.next_steps
-            alt_conclusion = to_conclusion(alt, logs_dir, ais_dir)
+            alt_conclusion = to_conclusion(alt, logs_dir, ais_dir, ev)
             alt_verification = verify_with_evidence(alt_conclusion, ev, logs_root, ais_root)
             tried.append((alt, alt_conclusion, alt_verification))
             if alt_verification.accepted:
@@ -432,6 +434,15 @@ def diagnose(
             "restricted unpickler: plain data only)."
         ),
     ] = None,
+    world_size: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=1 << 20,
+            description="The job's world size when the logs do not state it (from the launch command: nodes x GPUs). "
+            "Without it and without a line stating it, nothing is concluded from absence.",
+        ),
+    ] = None,
     html_report: Annotated[
         bool,
         Field(
@@ -455,16 +466,20 @@ def diagnose(
         logs_root = input_dir(logs_dir)
         ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
         fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-        return build_diagnosis(gather_evidence(logs_root, ais_root, fr_root, attempt), logs_root, ais_root)
+        return build_diagnosis(gather_evidence(logs_root, ais_root, fr_root, attempt, world_size), logs_root, ais_root)
     from debug_training_logs.printers import store
 
-    d, page = diagnose_with_html(logs_dir, ais_dir, attempt, fr_dir)
+    d, page = diagnose_with_html(logs_dir, ais_dir, attempt, fr_dir, world_size)
     d.html_report_uri = store.keep(page)
     return d
 
 
 def diagnose_with_html(
-    logs_dir: str, ais_dir: str | None = None, attempt: int | None = None, fr_dir: str | None = None
+    logs_dir: str,
+    ais_dir: str | None = None,
+    attempt: int | None = None,
+    fr_dir: str | None = None,
+    world_size: int | None = None,
 ) -> tuple[Diagnosis, str]:
     """:func:`diagnose` plus the HTML report of the same evidence (one scan for both)."""
     from debug_training_logs.printers.html import render_html
@@ -473,7 +488,7 @@ def diagnose_with_html(
     logs_root = input_dir(logs_dir)
     ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
     fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-    ev = gather_evidence(logs_root, ais_root, fr_root, attempt)
+    ev = gather_evidence(logs_root, ais_root, fr_root, attempt, world_size)
     d = build_diagnosis(ev, logs_root, ais_root)
     source = str(logs_root) + (f" + {ais_root}" if ais_root is not None else "")
     return d, render_html(build_report_data(d, ev), source)

@@ -17,7 +17,7 @@ def verify(conclusion: Conclusion) -> Verification:
     policy)."""
     logs_root = input_dir(conclusion.logs_dir)
     ais_root = input_dir(conclusion.ais_dir, "AIS logs directory") if conclusion.ais_dir else None
-    ev = gather_evidence(logs_root, ais_root)
+    ev = gather_evidence(logs_root, ais_root, attempt=conclusion.attempt, world_size=conclusion.world_size)
     return verify_with_evidence(conclusion, ev, logs_root, ais_root)
 
 

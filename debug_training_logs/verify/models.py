@@ -81,6 +81,19 @@ class Conclusion(BaseModel):
         default=None,
         description="For a claim that rank 0 is ahead: by how many collectives (last enqueued) it is ahead.",
     )
+    attempt: int | None = Field(
+        default=None,
+        ge=0,
+        description="For a restarted job: the attempt the conclusion is about (0 = the first run), as diagnose's "
+        "attempt; default the first failed one.",
+    )
+    world_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 20,
+        description="The job's world size when the logs do not state it (from the launch command: nodes x GPUs), "
+        "as given to diagnose; it replaces what the logs say.",
+    )
 
 
 class Check(BaseModel):
