@@ -11,6 +11,7 @@ from test_nccl_partial_evidence import _status, _timeout, _write
 
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.tools.diagnose import diagnose
+from debug_training_logs.tools.nccl_state_table import nccl_state_table
 from debug_training_logs.verify import Conclusion, verify
 
 RESTART = Path(__file__).resolve().parent.parent / "fixtures" / "real_torch" / "restart" / "logs"
@@ -75,3 +76,14 @@ def test_an_attempt_the_logs_do_not_have_is_a_clear_error() -> None:
     c = Conclusion(logs_dir=str(RESTART), category="rank_crash", culprit_ranks=[2], attempt=7)
     with pytest.raises(UserInputError, match="attempt"):
         verify(c)
+
+
+def test_the_nccl_table_says_when_it_reads_several_attempts_together() -> None:
+    """torchrun's own log dir (attempt_N/ per restart, no launcher lines): no attempt is known to have failed, so
+    no default attempt exists; the table lists the attempts and says it mixed them, instead of saying nothing."""
+    logs = RESTART.parent / "torchrun_logs"
+    mixed = nccl_state_table(str(logs))
+    assert [a.attempt for a in mixed.attempts] == [0, 1] and mixed.attempt is None
+    assert "reads them all together" in mixed.summary
+    one = nccl_state_table(str(logs), attempt=0)
+    assert one.attempt == 0 and "attempt 0 of 2" in one.summary

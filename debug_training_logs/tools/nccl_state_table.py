@@ -386,9 +386,14 @@ def nccl_state_table(
             "outlier_groups": _outlier_groups(result.outliers if len(table.outliers) <= limit else table.outliers),
         }
     )
-    if chosen is not None:
+    if split.count > 1:
         result.attempts, result.attempt = summaries(split), chosen
-        result.summary += f" (attempt {chosen} of {split.count}; pass attempt=N for another)"
+        result.summary += (
+            f" (attempt {chosen} of {split.count}; pass attempt=N for another)"
+            if chosen is not None
+            else f" (the logs show {split.count} attempts and none is known to have failed: this table reads them "
+            "all together; pass attempt=N for one attempt's lines)"
+        )
     facts = fr_dumps.gather(root, input_dir(fr_dir, "flight-recorder directory") if fr_dir else None)
     if facts.files_found:
         add_dump_rows(result, facts, limit, wanted, first_page=not offset)
