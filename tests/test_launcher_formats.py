@@ -143,7 +143,7 @@ def table(prefix: str, rows: list[tuple[int, int, int, int, str | None, bool]], 
 ROWS = [(2, 0, -15, 4001, "SIGTERM", False), (3, 1, -9, 4002, "SIGKILL", True)]
 
 
-@pytest.mark.parametrize("prefix", ["", "1: ", "gpu-node-1: ", "[agent] "])
+@pytest.mark.parametrize("prefix", ["", "1: ", "gpu-node-1: ", "[agent] ", "[default0]: ", "[default0]:", "1:"])
 def test_child_failed_table_matrix(prefix: str) -> None:
     lines = list(enumerate(["noise before", *table(prefix, ROWS), "after"], start=1))
     [t] = torchrun.parse_child_failed_tables(lines)
@@ -301,7 +301,7 @@ def test_every_real_gloo_and_detail_line_parses() -> None:
     assert seen >= {"GlooError:timeout", "GlooError:peer_closed", "GlooError:full_mesh", "CollectiveMismatch"}
 
 
-@pytest.mark.parametrize("prefix", ["", "1: ", "[default0]: ", "gpu-node-1: "])
+@pytest.mark.parametrize("prefix", ["", "1: ", "[default0]: ", "[default0]:", "gpu-node-1: "])
 @pytest.mark.parametrize("header_tail", ["", "   ", "\t"])
 def test_child_failed_table_after_field_like_noise(prefix: str, header_tail: str) -> None:
     """Lines before any ChildFailedError that look like table fields, a FAILED header or a closing rule change

@@ -308,12 +308,22 @@ class ChildFailedTable:
 
 _TABLE_START = "ChildFailedError"
 _ENTRY_FIELD = re.compile(r"^(?P<prefix>.*?)\s\s(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<v>.*)$")
-_FAILED_HEADER = re.compile(r"^(?P<prefix>.*?)(?P<what>\S+) FAILED\s*$")
+_FAILED_HEADER = re.compile(r"\s*(?P<what>\S+) FAILED\s*$")
+"""The entrypoint line after a table's prefix: ``train.py FAILED``."""
 _ROOT = "Root Cause (first observed failure):"
 _RANK_FIELD = re.compile(r"(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
 _EXIT_FIELD = re.compile(r"(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s+\((?P<sig>SIG\w+)\))?")
 _SIGNAL_TB = re.compile(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\) received by PID (?P<pid>\d+)")
 _RULE = re.compile(r"={20,}\s*$")
+
+
+def _failed_header(text: str, pending: dict[str, int]) -> tuple[str, str] | None:
+    """(prefix, entrypoint) when ``text`` is the ``<entrypoint> FAILED`` line of a table whose start line had that
+    prefix (stripped; with or without a space after it, ``[default0]:train.py FAILED``), the longest prefix first."""
+    for p in sorted(pending, key=len, reverse=True):
+        if text.startswith(p) and (m := _FAILED_HEADER.match(text, len(p))):
+            return p, m.group("what")
+    return None
 
 
 def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFailedTable]:
@@ -336,11 +346,11 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
             continue
         if not pending_start and not open_:
             continue  # no table started or open: only a ChildFailedError line can change that
-        # " FAILED" in every header line: the regex (a lazy prefix, then \S+) costs microseconds on any other line
-        m = _FAILED_HEADER.match(text) if " FAILED" in text else None
-        if m and m.group("prefix").strip() in pending_start:
-            p = m.group("prefix").strip()
-            t = ChildFailedTable(m.group("what"), line=pending_start.pop(p))
+        # " FAILED" in every header line: the prefix test and the regex run on those lines only
+        header = _failed_header(text, pending_start) if " FAILED" in text else None
+        if header is not None:
+            p, what = header
+            t = ChildFailedTable(what, line=pending_start.pop(p))
             tables.append(t)
             open_[p], in_root[p], current[p] = t, False, None
             continue
