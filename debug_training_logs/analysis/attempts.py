@@ -8,7 +8,10 @@ so every line is given to one attempt.
 Boundaries, most direct first:
 
 1. ``attempt_N/`` in a file's path (torchrun ``--log-dir``): the whole file is attempt N.
-2. In a torchrun agent's output: the rendezvous result ``restart_count=N`` (INFO) starts attempt N; without INFO,
+2. A SLURM cancel that may requeue the job (``DUE TO JOB REQUEUE``/``PREEMPTION``/``NODE FAILURE``) followed, in the
+   same file, by lines only a starting job writes (launcher, rendezvous, NCCL or framework init): the batch script ran
+   again and appended its output (``--open-mode=append``).
+3. In a torchrun agent's output: the rendezvous result ``restart_count=N`` (INFO) starts attempt N; without INFO,
    an agent stop (its ``Sending process P closing signal`` / ``failed (exitcode: ...)`` lines) that is followed by
    more worker output (``[defaultN]:`` / ``[rankN]`` lines) or ``Starting worker group`` ends an attempt. A decision
    to restart that no worker follows (the rendezvous was closed) is not an attempt. The agents' stops are numbered
@@ -44,6 +47,14 @@ _WORKER_LINE = re.compile(r"^\[(?:default|[A-Za-z_][\w.\-]*)\d+\]:|\[rank\d+\][:
 _AGENT_OWN = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |^\s*(?:Traceback|File |raise |\^)|ChildFailedError")
 _AGENT_PID = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) ")
 _STARTING = re.compile(r"\] (?:\[\w+\] )?Starting worker group")
+_FRESH_START = re.compile(
+    r"Starting worker group|Starting elastic_operator|Setting OMP_NUM_THREADS environment variable"
+    r"|NCCL INFO NCCL version|NCCL INFO Bootstrap|Initializing distributed: GLOBAL_RANK|initializing torch distributed"
+    r"|Rendezvous complete for workers|MASTER_ADDR=|torch\.distributed\.init_process_group"
+)
+"""Lines a job writes only while it starts (launcher, rendezvous, NCCL or framework init): after a SLURM cancel, one
+of them shows that the requeued job ran again (other nodes' last lines may follow a cancel in a shared file)."""
+SLURM_WHY = "SLURM put the job back in the queue"
 LOOKAHEAD_LINES = 400
 """Lines read after an agent stop to see whether workers started again (a new attempt)."""
 DEFAULT_YEAR = 2000
@@ -69,7 +80,9 @@ class Attempt:
     start: datetime | None
     end: datetime | None
     outcome: str
-    """``failed`` (a worker failed or the agent stopped it), ``succeeded`` (the agents said so), ``unknown``."""
+    """``failed`` (a worker failed, the agent stopped it, or its node failed), ``requeued`` (SLURM put the job back
+    in the queue: a requeue or a preemption, not a failure of its own), ``succeeded`` (the agents said so),
+    ``unknown``."""
     ranks: set[int] = field(default_factory=set)
     evidence: list[Evidence] = field(default_factory=list)
     """The lines that end (or start) it."""
@@ -171,6 +184,8 @@ def _stop_candidates(lf: LauncherFacts) -> dict[str, list[tuple[int, str, str]]]
             cands.append((no, f"a worker failed (exitcode {w.exitcode})", ""))
         for no in a.teardowns:
             cands.append((no, "the agent stops its workers (SIGTERM)", ""))
+        for no, c in a.requeues:
+            cands.append((no, f"{SLURM_WHY} (cancelled due to {c.reason})", ""))
         out[a.file] = sorted(cands)
     return out
 
@@ -198,17 +213,23 @@ def split(
     for bs in boundaries.values():
         for bd in bs:
             a = attempts[bd.index]
-            a.outcome = "failed"
+            put_back = SLURM_WHY in bd.why and "NODE FAILURE" not in bd.why  # requeued or preempted, not failed
+            a.outcome = "requeued" if put_back and a.outcome in ("unknown", "requeued") else "failed"
             a.evidence.append(Evidence(file=bd.file, line=bd.line, text=bd.text))
             if bd.time is not None and (a.end is None or bd.time > a.end):
                 a.end = bd.time
     for i in range(1, n):
         attempts[i].start = attempts[i - 1].end
     _outcomes(attempts, lf, boundaries, dir_attempt)
+    whys = {SLURM_WHY in b.why for bs in boundaries.values() for b in bs}
     method = (
         "attempt_N directories"
         if dir_attempt and not boundaries
-        else "torchrun agent stops and restarts"
+        else " and ".join(
+            m
+            for m, on in (("torchrun agent stops and restarts", False in whys), ("SLURM requeues", True in whys))
+            if on
+        )
         if boundaries
         else "no restart seen"
     )
@@ -221,11 +242,14 @@ def _file_boundaries(
     """The attempt boundaries of one agent's file: each burst of stop candidates after which workers ran again (the
     lines after it are read back, from the scan's ``checkpoints`` of the file when given)."""
     rel = lf.rel
-    # collapse a burst (SIGTERMs, the failure line, 'will restart') into its last line
+    # collapse a burst (SIGTERMs, the failure line, 'will restart') into its last line; a SLURM requeue in a burst
+    # names it
     bursts: list[tuple[int, str]] = []
     for no, why, _ in cands:
         if bursts and no - bursts[-1][0] <= 8:
-            bursts[-1] = (no, bursts[-1][1] if "restart" in bursts[-1][1] else why)
+            prev = bursts[-1][1]
+            keep_prev = SLURM_WHY in prev or ("restart" in prev and SLURM_WHY not in why)
+            bursts[-1] = (no, prev if keep_prev else why)
         else:
             bursts.append((no, why))
     wanted = {n for b, _ in bursts for n in range(b, b + LOOKAHEAD_LINES + 1)}
@@ -238,10 +262,15 @@ def _file_boundaries(
     for b, why in bursts:
         after = [text[n] for n in range(b + 1, b + LOOKAHEAD_LINES + 1) if n in text]
         pid = m.group(1) if (m := _AGENT_PID.match(text.get(b, ""))) else None
-        started = any(_STARTING.search(t) is not None and (not shared or _pid_of(t) == pid) for t in after)
-        workers = not shared and any(_WORKER_LINE.search(t) and not _AGENT_OWN.search(t) for t in after)
-        # a decision to restart is not an attempt until workers run again (a closed rendezvous ends the job)
-        if started or workers:
+        if SLURM_WHY in why:
+            # the batch script runs again from its start: only a starting job shows a requeue was run
+            ran_again = any(_FRESH_START.search(t) is not None for t in after)
+        else:
+            started = any(_STARTING.search(t) is not None and (not shared or _pid_of(t) == pid) for t in after)
+            workers = not shared and any(_WORKER_LINE.search(t) and not _AGENT_OWN.search(t) for t in after)
+            # a decision to restart is not an attempt until workers run again (a closed rendezvous ends the job)
+            ran_again = started or workers
+        if ran_again:
             times = [t for n in range(b, 0, -1) if n in text and (t := _time(text[n])) is not None][:1]
             found.append(Boundary(rel, b, len(found), times[0] if times else None, why, cut(text.get(b, ""))))
     return found
@@ -265,15 +294,22 @@ CLUSTER_GAP_S = 5.0
 def _number_by_time(boundaries: dict[str, list[Boundary]]) -> None:
     """Give every boundary the index of its attempt across all files: the agents' stops cluster in time (each agent
     may log a different number of rounds); without times, each file's own order is used."""
-    timed = sorted((b for bs in boundaries.values() for b in bs if b.time is not None), key=lambda b: b.time or 0)
-    if len(timed) != sum(len(bs) for bs in boundaries.values()):
+    every = [b for bs in boundaries.values() for b in bs]
+    if any(b.time is None for b in every):
         return  # some boundary has no time: keep the per-file order
-    cluster, last = -1, None
-    for b in timed:
+    # a SLURM cancel writes its year, a torchrun agent's glog header none (DEFAULT_YEAR): compare them without it
+    mixed = len({b.time.year for b in every if b.time is not None}) > 1
+
+    def when(b: Boundary) -> datetime:
         assert b.time is not None
-        if last is None or (b.time - last).total_seconds() > CLUSTER_GAP_S:
+        return b.time.replace(year=DEFAULT_YEAR) if mixed else b.time
+
+    cluster, last = -1, None
+    for b in sorted(every, key=when):
+        t = when(b)
+        if last is None or (t - last).total_seconds() > CLUSTER_GAP_S:
             cluster += 1
-        b.index, last = cluster, b.time
+        b.index, last = cluster, t
     for rel, bs in boundaries.items():  # one boundary per attempt and file: the last line of the burst
         keep: dict[int, Boundary] = {}
         for b in sorted(bs, key=lambda x: x.line):

@@ -45,7 +45,7 @@ from debug_training_logs.analysis.inventory import (
     scan_job,
 )
 from debug_training_logs.analysis.scan_cache import Consumer
-from debug_training_logs.formats import gloo, torchrun
+from debug_training_logs.formats import gloo, slurm, torchrun
 from debug_training_logs.logs.attribution import strip_ansi
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import SinkFactory
@@ -69,6 +69,7 @@ PATTERNS: tuple[str, ...] = (
     *(re.escape(n) for n in gloo.NEEDLES),
     *(re.escape(n) for n in _TABLE_LITERALS),
     _EXCEPTION,
+    slurm.CANCEL_REGEX,
     # ``\[::\]`` written ``\[\::\]`` (the same regex): ``[:`` reads as a POSIX class to the prefilter's literal
     # finder, which then sent this whole alternation to a DFA pass over every byte instead of its literals
     "|".join(b.regex.replace("\\[:", "\\[\\:") for b in torchrun.BENIGN),
@@ -201,6 +202,8 @@ class AgentFacts:
     succeeded: list[Evidence] = field(default_factory=list)
     worker_failed: list[tuple[int, torchrun.WorkerFailed]] = field(default_factory=list)
     teardowns: list[int] = field(default_factory=list)
+    requeues: list[tuple[int, slurm.SlurmCancel]] = field(default_factory=list)
+    """(line, cancel): SLURM cancels after which the job may run again (requeue, preemption, node failure)."""
     pids: set[int] = field(default_factory=set)
     """PIDs of the torchrun agents whose own lines are in this file (several when nodes share one file)."""
     """Lines where the agent SIGTERMs its workers (a failure elsewhere, or a restart of the group)."""
@@ -384,8 +387,9 @@ _AGENT_EVENTS = (
     torchrun.StoreListenFailed,
     torchrun.StoreUnreachable,
     torchrun.GroupState,
+    slurm.SlurmCancel,
 )
-"""The torchrun events :func:`_facts` reads (any other parse of a line is dropped)."""
+"""The torchrun (and SLURM cancel) events :func:`_facts` reads (any other parse of a line is dropped)."""
 
 _Parsed = tuple[dict[int, int], list[tuple[int | None, Any, int | None, Any, bool]]]
 
@@ -405,7 +409,9 @@ def parse_lines(lines: list[tuple[int, str]], file_tables: list[torchrun.ChildFa
     per_line: list[tuple[int | None, Any, int | None, Any, bool]] = []
     for _no, text in lines:
         pm = _AGENT_LINE.match(text)
-        ev = torchrun.parse_line(text)
+        ev: object = torchrun.parse_line(text)
+        if ev is None:
+            ev = slurm.parse_cancel(text)
         rank = _rank_of(text, local_to_global)
         g: Any = None
         own = False
@@ -466,6 +472,9 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
                     agent.listen_failures.append(_ev(rel, no, text))
                 elif isinstance(ev, torchrun.StoreUnreachable) and len(agent.unreachable) < 8:
                     agent.unreachable.append((ev.host, _ev(rel, no, text)))
+                elif isinstance(ev, slurm.SlurmCancel):
+                    if ev.may_requeue:
+                        agent.requeues.append((no, ev))
                 elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
                     agent.succeeded.append(_ev(rel, no, text))
             if rank is None:

@@ -18,7 +18,10 @@ class AttemptSummary(BaseModel):
     ranks: str = Field(description="Ranks seen failing or logging in it (range string).")
     start: str | None = Field(description="When it started (worker local clock; '--MM-DDTHH:MM:SS' without a year).")
     end: str | None = Field(description="When it ended (the agent's stop), same clock.")
-    outcome: str = Field(description="failed, succeeded or unknown.")
+    outcome: str = Field(
+        description="failed, requeued (SLURM put the job back in the queue: requeue or preemption), succeeded or "
+        "unknown."
+    )
     evidence: list[Evidence] = Field(description="The lines where it ends (agent stops, restarts, success).")
 
 
