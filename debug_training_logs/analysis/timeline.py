@@ -19,12 +19,11 @@ from pathlib import Path
 
 from debug_training_logs.analysis import ais_deltas, scan_cache
 from debug_training_logs.analysis.alignment import Alignment, align, scan_worker_clock, to_utc
+from debug_training_logs.analysis.evidence import read_lines
 from debug_training_logs.analysis.grep import GrepAnalysis, TemplateSummary, grep_all_ranks
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
 from debug_training_logs.analysis.nccl_table import NcclTable, nccl_state_table
-from debug_training_logs.formats.timestamps import parse_wall_time, with_year
-from debug_training_logs.logs.discovery import discover
-from debug_training_logs.logs.nearest_time import times_before
+from debug_training_logs.formats.timestamps import GUESSED_YEAR, with_year
 from debug_training_logs.models import Coverage, cut
 from debug_training_logs.ranges import format_ranges
 
@@ -215,7 +214,8 @@ def _ais(at: datetime, file: str, line: int, daemon: str, text: str, kind: str, 
 
 
 def _approximate_untimed(logs_dir: Path, events: list[Event], year: int | None) -> None:
-    """Give worker events without a time the time of the nearest earlier timestamped line of their file."""
+    """Give worker events without a time the time of the nearest earlier timestamped line of their file (read from
+    the scan's nearest checkpoint, not from the top of the file)."""
     wanted: dict[str, set[int]] = {}
     for e in events:
         if e.clock == "worker" and e.time_local is None:
@@ -223,19 +223,11 @@ def _approximate_untimed(logs_dir: Path, events: list[Event], year: int | None) 
             wanted.setdefault(rel, set()).add(int(num))
     if not wanted:
         return
-    files, _ = discover(logs_dir)
-    by_rel = {f.rel: f for f in files}
     found: dict[tuple[str, int], str] = {}
-    for rel, lines in wanted.items():
-        lf = by_rel.get(rel)
-        if lf is None:
-            continue
-        for ln, (_ts_line, text) in times_before(lf, lines).items():
-            wt = parse_wall_time(text)
-            if wt is not None:
-                dt = with_year(wt, year)
-                if dt is not None:
-                    found[(rel, ln)] = dt.isoformat(timespec="seconds")
+    for key, at in read_lines(logs_dir, wanted, year).items():
+        # without a year in the logs, a year-less time read back carries a stand-in year: not a time to show
+        if at.after is not None and (year is not None or at.after.year != GUESSED_YEAR):
+            found[key] = at.after.isoformat(timespec="seconds")
     for e in events:
         if e.clock == "worker" and e.time_local is None:
             rel, _, num = e.source.rpartition(":")
