@@ -128,3 +128,35 @@ def test_a_restarted_job_needs_one_more_pass_only_for_the_chosen_attempt(counted
     assert ev.attempts is not None and ev.attempts.count == 2 and ev.attempt == 0
     n = len(os.listdir(logs))
     assert counted_scans == [n, n]
+
+
+async def test_verify_after_diagnose_judges_the_evidence_diagnose_gathered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent verifies diagnose's verdict (and its own revisions): the evidence is gathered once per unchanged
+    files and arguments; a changed AIS file, or another world size, means evidence gathered anew."""
+    from debug_training_logs.tools import evidence_cache
+
+    gathered: list[tuple[Any, ...]] = []
+    real = evidence_cache.gather_evidence
+
+    def gather(*a: Any) -> Any:
+        gathered.append(a)
+        return real(*a)
+
+    monkeypatch.setattr(evidence_cache, "gather_evidence", gather)
+    job = tmp_path / "job"
+    shutil.copytree(FIXTURES / "data_stall", job)
+    logs, ais = str(job / "logs"), str(job / "ais")
+    async with Client(create_server([tmp_path])) as client:  # type: ignore[arg-type]
+        d = await _call(client, "diagnose", {"logs_dir": logs, "ais_dir": ais})
+        v1 = await _call(client, "verify_conclusion", {"conclusion": d["conclusion"]})
+        v2 = await _call(client, "verify_conclusion", {"conclusion": {**d["conclusion"], "culprit_ranks": [3]}})
+        assert len(gathered) == 1 and v1["accepted"] and not v2["accepted"]
+        daemon = next(p for p in sorted((job / "ais").rglob("*")) if p.is_file() and p.suffix != ".gz")
+        with daemon.open("a") as fh:
+            fh.write("I 23:59:59.000000 one more line\n")
+        await _call(client, "verify_conclusion", {"conclusion": d["conclusion"]})
+        assert len(gathered) == 2
+        await _call(client, "verify_conclusion", {"conclusion": {**d["conclusion"], "world_size": 32}})
+        assert len(gathered) == 3

@@ -18,7 +18,6 @@ from debug_training_logs.analysis.diagnosis import Verdict, conclude
 from debug_training_logs.analysis.evidence import (
     JobEvidence,
     KeyEvent,
-    gather_evidence,
     rank_state_groups,
     rank_states,
 )
@@ -28,6 +27,7 @@ from debug_training_logs.models import Coverage
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
+from debug_training_logs.tools.evidence_cache import job_evidence
 from debug_training_logs.tools.job_overview import build_overview
 from debug_training_logs.tools.registry import ToolSpec
 from debug_training_logs.verify import Conclusion, Verification, verify_with_evidence
@@ -466,7 +466,7 @@ def diagnose(
         logs_root = input_dir(logs_dir)
         ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
         fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-        return build_diagnosis(gather_evidence(logs_root, ais_root, fr_root, attempt, world_size), logs_root, ais_root)
+        return build_diagnosis(job_evidence(logs_root, ais_root, fr_root, attempt, world_size), logs_root, ais_root)
     from debug_training_logs.printers import store
 
     d, page = diagnose_with_html(logs_dir, ais_dir, attempt, fr_dir, world_size)
@@ -488,7 +488,7 @@ def diagnose_with_html(
     logs_root = input_dir(logs_dir)
     ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
     fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-    ev = gather_evidence(logs_root, ais_root, fr_root, attempt, world_size)
+    ev = job_evidence(logs_root, ais_root, fr_root, attempt, world_size)
     d = build_diagnosis(ev, logs_root, ais_root)
     source = str(logs_root) + (f" + {ais_root}" if ais_root is not None else "")
     return d, render_html(build_report_data(d, ev), source)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from debug_training_logs.analysis.evidence import JobEvidence, gather_evidence
+from debug_training_logs.analysis.evidence import JobEvidence
 from debug_training_logs.paths import input_dir
+from debug_training_logs.tools.evidence_cache import job_evidence
 from debug_training_logs.verify.context import build_context
 from debug_training_logs.verify.models import Check, Conclusion, Verification
 from debug_training_logs.verify.rules import RULES
@@ -17,7 +18,7 @@ def verify(conclusion: Conclusion) -> Verification:
     policy)."""
     logs_root = input_dir(conclusion.logs_dir)
     ais_root = input_dir(conclusion.ais_dir, "AIS logs directory") if conclusion.ais_dir else None
-    ev = gather_evidence(logs_root, ais_root, attempt=conclusion.attempt, world_size=conclusion.world_size)
+    ev = job_evidence(logs_root, ais_root, attempt=conclusion.attempt, world_size=conclusion.world_size)
     return verify_with_evidence(conclusion, ev, logs_root, ais_root)
 
 

@@ -1,0 +1,48 @@
+"""The evidence of a job, kept per process: ``diagnose`` and ``verify_conclusion`` (and a verification after each
+revision of a conclusion) judge the same gathered evidence instead of rebuilding it from the scan cache each call.
+
+The key is everything the evidence is read from: the worker logs' files, the AIS logs' files (archives included),
+the flight-recorder dumps found in or next to the logs, and the attempt and world size asked for; a changed, added or
+removed file means new evidence. The CLI (one command per process) keeps nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from pathlib import Path
+
+from debug_training_logs.analysis import fr_dumps
+from debug_training_logs.analysis.evidence import JobEvidence, gather_evidence
+from debug_training_logs.tools._cache import cached, files_key
+
+
+def _dumps_key(logs_root: Path, fr_root: Path | None) -> tuple[Hashable, ...]:
+    out: list[Hashable] = []
+    for d in fr_dumps.find_dumps(logs_root, fr_root):
+        try:
+            st = d.path.stat()
+            out.append((str(d.path), st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((str(d.path), -1, -1))
+    return tuple(out)
+
+
+def job_evidence(
+    logs_root: Path,
+    ais_root: Path | None = None,
+    fr_root: Path | None = None,
+    attempt: int | None = None,
+    world_size: int | None = None,
+) -> JobEvidence:
+    """:func:`~debug_training_logs.analysis.evidence.gather_evidence`, or the evidence an earlier call of this
+    process gathered from the same unchanged files with the same arguments (the evidence is never changed by its
+    readers, apart from the derived results it caches for them)."""
+    extra = (
+        files_key(ais_root, archives=True) if ais_root is not None else None,
+        _dumps_key(logs_root, fr_root),
+        attempt,
+        world_size,
+    )
+    return cached(
+        "evidence", logs_root, extra, lambda: gather_evidence(logs_root, ais_root, fr_root, attempt, world_size)
+    )
