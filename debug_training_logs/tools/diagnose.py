@@ -29,6 +29,7 @@ from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.evidence_cache import job_evidence
 from debug_training_logs.tools.job_overview import build_overview
+from debug_training_logs.tools.params import WorldSize
 from debug_training_logs.tools.registry import ToolSpec
 from debug_training_logs.verify import Conclusion, Verification, verify_with_evidence
 from debug_training_logs.verify.models import Category, ChainStep, CitedEvent
@@ -434,15 +435,7 @@ def diagnose(
             "restricted unpickler: plain data only)."
         ),
     ] = None,
-    world_size: Annotated[
-        int | None,
-        Field(
-            ge=1,
-            le=1 << 20,
-            description="The job's world size when the logs do not state it (from the launch command: nodes x GPUs). "
-            "Without it and without a line stating it, nothing is concluded from absence.",
-        ),
-    ] = None,
+    world_size: WorldSize = None,
     html_report: Annotated[
         bool,
         Field(

@@ -26,6 +26,7 @@ from debug_training_logs.tools._cache import cached
 from debug_training_logs.tools.attempt_choice import choose
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.budget import Cut
+from debug_training_logs.tools.params import WorldSize
 from debug_training_logs.tools.registry import ToolSpec
 
 ALL = 10**9
@@ -311,15 +312,7 @@ def nccl_state_table(
         int | None,
         Field(ge=0, description="For a restarted job: which attempt's lines to read (default: the first failed one)."),
     ] = None,
-    world_size: Annotated[
-        int | None,
-        Field(
-            ge=1,
-            le=1 << 20,
-            description="The job's world size when the logs do not state it (from the launch command: nodes x GPUs). "
-            "Without it and without a line stating it, nothing is concluded from absence.",
-        ),
-    ] = None,
+    world_size: WorldSize = None,
     offset: Annotated[
         int | None,
         Field(
