@@ -42,3 +42,26 @@ def test_an_in_process_caller_keeps_a_heap_the_collector_walks(capsys: pytest.Ca
     main(["grep", str(DATA_STALL), "--json"])
     assert json.loads(capsys.readouterr().out)["summary"]
     assert gc.get_freeze_count() == before
+
+
+def test_file_names_and_counts_of_a_job_scan_come_without_unpacking_the_files_scans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from debug_training_logs import memo
+    from debug_training_logs.analysis.grep import GrepSink
+    from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
+    from debug_training_logs.analysis.inventory import scan_job
+    from debug_training_logs.analysis.scan_cache import CACHE
+
+    CACHE.clear()
+    job = scan_job(DATA_STALL, [g.regex for g in DEFAULT_PATTERNS], GrepSink)
+    walked = [(s.file.rel, s.counts) for s in job.files]
+    files = [s.file for s in job.files]
+    assert len(walked) > 1 and any(any(c) for _, c in walked)
+
+    def refuse(_b: bytes) -> object:
+        raise AssertionError("a file's packed scan was unpacked")
+
+    monkeypatch.setattr(memo, "_load", refuse)
+    assert job.counts_per_file() == walked
+    assert job.log_files() == files
