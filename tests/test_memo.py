@@ -3,7 +3,13 @@ and a scan still answers right when its own results do not all fit."""
 
 from __future__ import annotations
 
+import collections
+import datetime
+import enum
+import pickle
+import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +20,7 @@ from debug_training_logs import memo
 from debug_training_logs.analysis import inventory
 from debug_training_logs.analysis.grep import GrepSink
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
+from debug_training_logs.frozen import takes_positional
 from debug_training_logs.memo import Memo, estimate, pack, unpack, unpack_item
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -55,6 +62,14 @@ def test_packed_values_round_trip_and_one_item_reads_alone() -> None:
     assert single.nbytes < 2_000  # compressed: log text repeats
 
 
+def test_values_packed_and_unpacked_by_many_threads_at_once_come_back_whole() -> None:
+    """The server runs tools in threads: packing must not share a compression state between them."""
+    values = [[_Row(t, f"thread {t} line {i} " * 40) for i in range(200)] for t in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        back = list(pool.map(lambda v: [unpack(pack(v)) for _ in range(20)], values))
+    assert all(got == [v] * 20 for got, v in zip(back, values, strict=True))
+
+
 @dataclass(frozen=True, slots=True)
 class _Frozen:
     line: int
@@ -77,6 +92,60 @@ def test_frozen_slotted_dataclasses_come_back_equal_and_shared_ones_stay_shared(
     back = unpack(pack(value))
     assert back == value and back[0][0] is back[0][1] and back[1].b == 6
     assert memo._init_fields(_Frozen) == ("line", "text", "parts") and memo._init_fields(_Derived) is None
+    assert memo._MAKERS[_Frozen] is not _Frozen  # rebuilt by its positional constructor, not the frozen __init__
+
+
+@dataclass(frozen=True, slots=True)
+class _OwnInit:
+    """A frozen slotted dataclass whose hand-written ``__init__`` does more than set the fields."""
+
+    n: int
+    label: str
+
+    def __init__(self, n: int, label: str = "") -> None:
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "label", label or f"n={n}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Child(_Frozen):
+    extra: int = 0
+
+
+@dataclass(frozen=True)
+class _Unslotted:
+    line: int
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        _OwnInit(3, "kept"),
+        _Child(1, "t", ("p",), extra=5),
+        _Unslotted(4),
+        _Colour.RED,
+        _Colour,
+        re.compile(r"rank(\d+)", re.I),
+        Path("/a/b.log"),
+        datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.UTC),
+        collections.Counter({"a": 2}),
+        {frozenset({1, 2}): [b"x", 1.5, None, True]},
+        _Row(1, "mutable dataclass"),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_values_of_every_other_kind_come_back_as_pickle_would_make_them(value: object) -> None:
+    back = unpack(pack([value, value]))
+    assert back == [value, value] and back == pickle.loads(pickle.dumps([value, value]))
+    assert type(back[0]) is type(value) and back[0] is back[1]
+    if isinstance(value, _OwnInit):
+        assert not takes_positional(_OwnInit) and memo._MAKERS[_OwnInit] is _OwnInit
+    if isinstance(value, _Child):
+        assert not takes_positional(_Child) and memo._MAKERS[_Child] is _Child
 
 
 def test_estimate_grows_with_what_an_object_holds() -> None:

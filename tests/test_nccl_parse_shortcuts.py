@@ -4,7 +4,7 @@
   the plain search (``finditer`` over the line between ``start`` and ``pos``) at every position of every line of the
   matrix (torch 2.0-2.14 message families x no prefix / ``[rankN]:`` / srun / Ray / ANSI / docker x hard wraps), cold
   (memo emptied) and warm, also when the memo is full and starts over.
-* The positional constructors (``_positional``) make objects equal to the dataclasses' own, hashing and pickling alike.
+* The positional constructors (``frozen.positional``) make objects equal to the dataclasses' own, hashing and pickling alike.
 * :func:`torch_nccl.parse_line` gives equal results cold and warm on every line and re-joined wrap of the matrix (the
   timeout message is kept per text: the watchdog repeats it in its ``thread terminated`` line and ``what():`` copy).
 """
@@ -19,6 +19,7 @@ import pytest
 
 from debug_training_logs.analysis import nccl_table
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.frozen import positional
 from tests.nccl_render import TORCH, all_cases
 
 
@@ -117,7 +118,7 @@ _SAMPLES: list[object] = [
 def test_positional_constructors_make_equal_objects(obj: object) -> None:
     cls = type(obj)
     values = [getattr(obj, f.name) for f in fields(cls)]  # type: ignore[arg-type]
-    made = tn._positional(cls)(*values)
+    made = positional(cls)(*values)
     assert type(made) is cls and made == obj and hash(made) == hash(obj) and repr(made) == repr(obj)
     assert pickle.loads(pickle.dumps(made)) == obj
     parsed = tn._new_parsed(None, 4, made)

@@ -341,7 +341,7 @@ def grep_all_ranks(
     summaries: list[PatternSummary] = []
     without: list[str] = []
     all_ranks = inv.ranks
-    file_counts = [(s.file.rel, s.counts) for s in job.files if s.counts]  # one walk of the files (each is unpacked)
+    file_counts = [(rel, counts) for rel, counts in job.counts_per_file() if counts]
     for pid, g in enumerate(chosen):
         per_file = [(rel, counts[pid]) for rel, counts in file_counts if counts[pid]]
         total = sum(c for _, c in per_file)
@@ -486,7 +486,7 @@ def grep_all_ranks(
         wanted: list[tuple[str, Occurrence]] = [(o.template, o.example) for o in out_outliers]
         wanted += [(t.template, t.first) for t in templates]
         seen: set[str] = set()
-        by_rel = {s.file.rel: s.file for s in job.files}
+        by_rel = {lf.rel: lf for lf in job.log_files()}
         for text, occ in wanted:
             if text in seen or len(blocks) >= min(limit, MAX_CONTEXT_TEMPLATES):
                 continue

@@ -422,6 +422,13 @@ class JobScan:
             return list(self.files.bases.found)
         return [s.file for s in self.files]
 
+    def counts_per_file(self) -> list[tuple[str, list[int]]]:
+        """(file's rel path, this consumer's hit counts per pattern) per file, in order, without unpacking the files'
+        scans (their heads and tails: ~0.1 ms a file, a walk of ``files`` for these alone cost 13 ms at 128 files)."""
+        if isinstance(self.files, _Files):
+            return [(lf.rel, list(r.counts)) for lf, r in zip(self.files.bases.found, self.files.per_file, strict=True)]
+        return [(s.file.rel, s.counts) for s in self.files]
+
     def coverage(self) -> Coverage:
         inv = self.inventory
         unreadable = [UnreadableFile(file=f.rel, reason=f.problem) for f in inv.files if f.problem]

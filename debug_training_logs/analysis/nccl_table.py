@@ -52,6 +52,7 @@ from debug_training_logs.analysis.inventory import (
     scan_job,
 )
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.frozen import positional
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import MAX_LINE_CHARS, lines_at, literal_pattern
@@ -236,8 +237,8 @@ def _hit(line_no: int, line: str, p: tn.Parsed, joined: int = 1, rank_text: str 
     return _new_hit(line_no, rank, p.header, p.event, cut(tn.strip_ansi(line)), joined)
 
 
-_new_hit: Final = tn._positional(Hit)
-"""``Hit(line, rank, header, event, text, joined)`` made once per parsed line (see :func:`tn._positional`)."""
+_new_hit: Final = positional(Hit)
+"""``Hit(line, rank, header, event, text, joined)`` made once per parsed line (see :func:`positional`)."""
 
 
 def _join_around(n: int, texts: dict[int, str]) -> tuple[int, list[str], tn.Parsed] | None:

@@ -23,11 +23,10 @@ What the parser knows (worker_log_formats.md §0, §1, §7, §8):
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
-from typing import Any, Final, TypeVar
+from dataclasses import dataclass, replace
+from typing import Final
 
-_T = TypeVar("_T")
+from debug_training_logs.frozen import positional as _positional
 
 # --------------------------------------------------------------------------------------------------------------------
 # Needles: short literal strings that select candidate lines (named data; the scan compiles them into one matcher).
@@ -575,23 +574,6 @@ class Parsed:
 def strip_ansi(text: str) -> str:
     """``text`` without terminal colour codes."""
     return _ANSI.sub("", text) if "\x1b" in text else text
-
-
-def _positional(cls: type[_T]) -> Callable[..., _T]:
-    """A constructor of the frozen slotted dataclass ``cls`` that takes its fields in order, positionally, and sets
-    its slots directly: the same object as ``cls(...)``, at about half the cost of the frozen ``__init__`` (an
-    ``object.__setattr__`` per field). For the objects made once per parsed line."""
-    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
-    assert getattr(cls, "__slots__", None) == names and not hasattr(cls, "__post_init__"), cls
-    sets = tuple(getattr(cls, name).__set__ for name in names)
-    # one function with a parameter per field (what dataclasses do for __init__): no *args tuple, no loop per call
-    args = ", ".join(f"v{i}" for i in range(len(sets)))
-    body = "".join(f"    s{i}(o, v{i})\n" for i in range(len(sets)))
-    scope: dict[str, Any] = {"new": object.__new__, "cls": cls, **{f"s{i}": put for i, put in enumerate(sets)}}
-    exec(f"def make({args}):\n    o = new(cls)\n{body}    return o\n", scope)  # the text holds only v0.., s0..
-    make: Callable[..., _T] = scope["make"]
-    make.__qualname__ = make.__name__ = f"new_{cls.__name__}"
-    return make
 
 
 _new_header: Final = _positional(Header)

@@ -22,7 +22,7 @@ def choose(logs_root: Path, attempt: int | None, *with_: Consumer) -> tuple[atte
         with scan_cache.together(*with_):
             job = scan_consumers(logs_root, [lc])[lc.key]
         facts = launcher.from_job_scan(job)
-        return attempts.split(logs_root, files=[s.file for s in job.files], launcher_facts=facts)
+        return attempts.split(logs_root, files=job.log_files(), launcher_facts=facts)
 
     found = cached("attempts", logs_root, None, split)  # pages reuse one split
     return found, found.choose(attempt)

@@ -271,7 +271,7 @@ def job_overview(
     job = scan_consumers(root, [lc])[lc.key]
     overview = build_overview(job.inventory, job.coverage(), limit, offset)
     facts = launcher.from_job_scan(job)
-    split = attempts.split(root, files=[s.file for s in job.files], launcher_facts=facts)
+    split = attempts.split(root, files=job.log_files(), launcher_facts=facts)
     overview.attempts = summaries(split, limit)
     overview.benign_lines = facts.benign
     overview.torchrun_agents = facts.agent_count()
