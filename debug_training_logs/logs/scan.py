@@ -1763,7 +1763,8 @@ def _scan_one(
                 if len(result.head) >= head_n:
                     break
                 result.head.append(decode(raw[:MAX_LINE_CHARS]).rstrip("\r"))
-        if collect_ranks:
+        ranks_first = collect_ranks and dense is not None and tail_at is None
+        if ranks_first:
             _collect_ranks(buf, seen_ranks, lo, hi)
         if dense is not None and tail_at is None:
             if lf.compression == "none":
@@ -1890,6 +1891,8 @@ def _scan_one(
                     active = active - set(deactivate)
                 run = 1 if changed_in is not None else min(2 * run, MAX_RUN_PIECES)
                 k = done + 1
+        if collect_ranks and not ranks_first:
+            _collect_ranks(buf, seen_ranks, lo, hi)
         offset += n
         ends_with_newline = n > 0 and buf[hi - 1] == 10
         if tail_n:
