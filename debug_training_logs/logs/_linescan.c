@@ -1090,13 +1090,12 @@ collect_ranks_avx2(const unsigned char *b, Py_ssize_t p, Py_ssize_t end, RankSta
             uint64_t m = m0 | (m1 << 32);
             uint32_t off = (uint32_t)(q - base);
             size_t cnt = (size_t)__builtin_popcountll(m);
-            /* two positions always written (garbage past cnt, overwritten later), more only in a dense step */
+            /* one position always written (garbage when cnt is 0, overwritten later), more only when a step has
+             * several (one or none per step is the rule: a line is longer than 64 bytes) */
             pos[n] = off + (uint32_t)__builtin_ctzll(m | (1ULL << 63));
             m &= m - 1;
-            pos[n + 1] = off + (uint32_t)__builtin_ctzll(m | (1ULL << 63));
-            m &= m - 1;
-            if (__builtin_expect(cnt > 2, 0)) {
-                size_t k = n + 2;
+            if (__builtin_expect(cnt > 1, 0)) {
+                size_t k = n + 1;
                 for (; m; m &= m - 1)
                     pos[k++] = off + (uint32_t)__builtin_ctzll(m);
             }
