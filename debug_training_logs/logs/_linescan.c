@@ -22,9 +22,12 @@
  * in one call.
  *
  * The scan searches spans of a memory-mapped file in place (Py_buffer: bytes, mmap, memoryview), so every function
- * takes a start and end. Also here: collect_ranks (the distinct '[rankN]:' digit strings of a span, one SSE2 pass
- * for "[r", AVX2 where the CPU has it), count_literals (non-overlapping counts of many literals in one pass, as bytes.count, for the planner's
- * sample) and line_indexes (newlines before ascending offsets).
+ * takes a start and end. Also here: collect_ranks (the distinct '[rankN]:' digit strings of a span: one pass for
+ * "[r" that gathers 4 KiB of hits before visiting them with AVX2 where the CPU has it, SSE2 or memchr elsewhere; a
+ * hit is first compared as 16 bytes with the prefix met before under the same key, so a line of a torchrun --tee
+ * file costs no hash, no digit loop and no mispredicted branch), count_literals (non-overlapping counts of many
+ * literals in one pass, as bytes.count, for the planner's sample) and line_indexes (newlines before ascending
+ * offsets).
  *
  * Built by setup.py (optional: without a compiler the scan uses ahocorasick_rs). After editing this file, rebuild with
  * `pip install -e .` (or `python setup.py build_ext --inplace`); tests/test_native_scan.py checks it against Python.
@@ -888,150 +891,277 @@ fail:
 }
 
 
-/* first "[r" in [p, e) (its '[' in [p, e - 1)), or NULL: 16 positions per step with SSE2 */
-static const unsigned char *
-find_lbr_r(const unsigned char *p, const unsigned char *e)
-{
-#if defined(__SSE2__)
-    const __m128i lb = _mm_set1_epi8('[');
-    const __m128i r = _mm_set1_epi8('r');
-    while (e - p >= 17) {
-        __m128i a = _mm_loadu_si128((const __m128i *)p);
-        __m128i c = _mm_loadu_si128((const __m128i *)(p + 1));
-        int mask = _mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(a, lb), _mm_cmpeq_epi8(c, r)));
-        if (mask)
-            return p + __builtin_ctz((unsigned)mask);
-        p += 16;
-    }
-#endif
-    for (; e - p >= 2; p++) {
-        p = memchr(p, '[', (size_t)(e - p - 1));
-        if (p == NULL)
-            return NULL;
-        if (p[1] == 'r')
-            return p;
-    }
-    return NULL;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-/* find_lbr_r with AVX2 (32 positions per step), used when the CPU has it */
-__attribute__((target("avx2"))) static const unsigned char *
-find_lbr_r_avx2(const unsigned char *p, const unsigned char *e)
-{
-    const __m256i lb = _mm256_set1_epi8('[');
-    const __m256i r = _mm256_set1_epi8('r');
-    while (e - p >= 33) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)p);
-        __m256i c = _mm256_loadu_si256((const __m256i *)(p + 1));
-        unsigned mask = (unsigned)_mm256_movemask_epi8(_mm256_and_si256(_mm256_cmpeq_epi8(a, lb), _mm256_cmpeq_epi8(c, r)));
-        if (mask)
-            return p + __builtin_ctz(mask);
-        p += 32;
-    }
-    return find_lbr_r(p, e);
-}
-#define HAVE_AVX2_PATH 1
-#endif
-
-PyDoc_STRVAR(collect_ranks_doc,
-"collect_ranks(buf, seen, start=0, end=len(buf)) -> int\n\n"
-"Add to the set seen the digit string N (str) of every '[rankN]:' or '[rankN] ' in buf[start:end] (N: ASCII\n"
-"digits), as re.findall(rb'\\[rank(\\d+)\\](?::| )') would find them. Returns how many strings were new.");
+/* Rank prefixes. collect_ranks visits every "[r" of a span in order (found 16 positions per SSE2 step; with AVX2 64
+ * per step, gathered for 4 KiB before they are visited) and parses a '[rankN]:' or '[rankN] ' there. Lines of a torchrun --tee or
+ * log_line_prefix file all start with one of a few such prefixes, so each prefix of up to 16 bytes (separator
+ * included) already met is kept in a small table keyed by its last two digits and separator: a hit whose first 16
+ * bytes agree with the entry for its key up to the first ']' and one byte more is that prefix (one 16-byte compare;
+ * its digit string is in the set already). Other hits are parsed: the digits, a hash table of the strings this call
+ * has added (RANK_SLOTS), and only for a string it has not seen a str and a set lookup. */
 
 #define RANK_SLOTS 1024
 #define RANK_DIGITS 23
+#define RECENT_KEYS 128
 
 typedef struct {
     unsigned char len; /* 0: empty slot */
     char d[RANK_DIGITS];
 } RankSlot;
 
-static PyObject *
-collect_ranks(PyObject *Py_UNUSED(mod), PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"buf", "seen", "start", "end", NULL};
-    Py_buffer view;
+typedef struct {
+    unsigned char recent[RECENT_KEYS][16]; /* per key, a prefix met before (its bytes, zero after it; '\0' first: none) */
+    RankSlot *slots;
     PyObject *seen;
-    Py_ssize_t start = 0, end = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*O!|nn", kwlist, &view, &PySet_Type, &seen, &start, &end))
-        return NULL;
-    if (end < 0 || end > view.len)
-        end = view.len;
-    if (start < 0)
-        start = 0;
-    /* strings already added by this call: adding the same rank again (every line of a node file names one of a few
-     * ranks) costs a hash and compare here instead of a str object and a set lookup */
-    RankSlot *slots = PyMem_Calloc(RANK_SLOTS, sizeof(RankSlot));
-    if (slots == NULL) {
-        PyBuffer_Release(&view);
-        return PyErr_NoMemory();
-    }
-    const unsigned char *b = (const unsigned char *)view.buf;
-    Py_ssize_t added = 0, p = start;
-    int failed = 0;
-#ifdef HAVE_AVX2_PATH
-    const unsigned char *(*find)(const unsigned char *, const unsigned char *) =
-        __builtin_cpu_supports("avx2") ? find_lbr_r_avx2 : find_lbr_r;
-#else
-    const unsigned char *(*find)(const unsigned char *, const unsigned char *) = find_lbr_r;
+    Py_ssize_t added;
+} RankState;
+
+/* the key of a prefix whose ']' is at b[j] (j >= 6): its last two digits (the last and a 'k' when it has one) and
+ * separator (':' and ' ' differ in bit 1); ten ranks in a row never share one */
+static inline unsigned
+prefix_key(const unsigned char *b, Py_ssize_t j)
+{
+    return (unsigned)((b[j - 1] & 15) | ((b[j - 2] & 3) << 4) | ((b[j + 1] & 2) << 5));
+}
+
+/* the "[r" at b[at] (at + 1 < end) parsed: where the search goes on (past a prefix, else at + 1), -1 on error */
+#if defined(__GNUC__)
+__attribute__((noinline))
 #endif
-    while (p < end) {
-        const unsigned char *hit = find(b + p, b + end);
-        if (hit == NULL)
-            break;
-        Py_ssize_t at = hit - b;
-        p = at + 1;
-        if (end - at < 8 || memcmp(hit, "[rank", 5) != 0)
-            continue;
-        Py_ssize_t d0 = at + 5, d = d0;
-        while (d < end && b[d] >= '0' && b[d] <= '9')
-            d++;
-        Py_ssize_t nd = d - d0;
-        if (nd == 0 || d + 1 >= end || b[d] != ']' || (b[d + 1] != ':' && b[d + 1] != ' '))
-            continue;
-        p = d + 2;
-        RankSlot *slot = NULL;
-        if (nd <= RANK_DIGITS) {
-            uint32_t h = 2166136261u;
-            for (Py_ssize_t k = 0; k < nd; k++)
-                h = (h ^ b[d0 + k]) * 16777619u;
-            for (uint32_t probe = 0; probe < 8; probe++) {
-                RankSlot *sl = &slots[(h + probe) & (RANK_SLOTS - 1)];
-                if (sl->len == 0) {
-                    slot = sl;
-                    break;
-                }
-                if (sl->len == nd && memcmp(sl->d, b + d0, (size_t)nd) == 0) {
-                    slot = sl;
-                    break;
-                }
+static Py_ssize_t
+rank_slow(const unsigned char *b, Py_ssize_t at, Py_ssize_t end, RankState *st)
+{
+    if (end - at < 8 || memcmp(b + at, "[rank", 5) != 0)
+        return at + 1;
+    Py_ssize_t d0 = at + 5, d = d0;
+    while (d < end && b[d] >= '0' && b[d] <= '9')
+        d++;
+    Py_ssize_t nd = d - d0;
+    if (nd == 0 || d + 1 >= end || b[d] != ']' || (b[d + 1] != ':' && b[d + 1] != ' '))
+        return at + 1;
+    RankSlot *slot = NULL;
+    int known = 0;
+    if (nd <= RANK_DIGITS) {
+        uint32_t h = 2166136261u;
+        for (Py_ssize_t k = 0; k < nd; k++)
+            h = (h ^ b[d0 + k]) * 16777619u;
+        for (uint32_t probe = 0; probe < 8; probe++) {
+            RankSlot *sl = &st->slots[(h + probe) & (RANK_SLOTS - 1)];
+            if (sl->len == 0) {
+                slot = sl;
+                break;
             }
-            if (slot != NULL && slot->len != 0)
-                continue; /* added before by this call */
+            if (sl->len == nd && memcmp(sl->d, b + d0, (size_t)nd) == 0) {
+                slot = sl;
+                known = 1; /* added before by this call */
+                break;
+            }
         }
+    }
+    if (!known) {
         PyObject *str = PyUnicode_DecodeASCII((const char *)b + d0, nd, NULL);
-        if (str == NULL) {
-            failed = 1;
-            break;
-        }
-        int had = PySet_Contains(seen, str);
-        if (had < 0 || (had == 0 && PySet_Add(seen, str) < 0)) {
+        if (str == NULL)
+            return -1;
+        int had = PySet_Contains(st->seen, str);
+        if (had < 0 || (had == 0 && PySet_Add(st->seen, str) < 0)) {
             Py_DECREF(str);
-            failed = 1;
-            break;
+            return -1;
         }
         Py_DECREF(str);
-        added += had == 0;
+        st->added += had == 0;
         if (slot != NULL) {
             slot->len = (unsigned char)nd;
             memcpy(slot->d, b + d0, (size_t)nd);
         }
     }
+    /* in the set now: the next time these bytes are met, one compare */
+    Py_ssize_t len = d + 2 - at;
+    if (len <= 16) {
+        unsigned char *e = st->recent[prefix_key(b, d)];
+        memset(e, 0, 16);
+        memcpy(e, b + at, (size_t)len);
+    }
+    return d + 2;
+}
+
+/* rank_slow, after a compare with the prefix met before under the same key */
+static inline Py_ssize_t
+rank_at(const unsigned char *b, Py_ssize_t at, Py_ssize_t end, RankState *st)
+{
+    if (end - at >= 16) {
+#if defined(__SSE2__)
+        __m128i x = _mm_loadu_si128((const __m128i *)(b + at));
+        unsigned close = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(']')));
+        unsigned j = (unsigned)__builtin_ctz(close | 0x10000u); /* the first ']' (16: none) */
+        if (j - 6 <= 8) { /* one to nine digits: the prefix and its separator fit the 16 bytes */
+            const unsigned char *e = st->recent[prefix_key(b + at, j)];
+            unsigned same = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_loadu_si128((const __m128i *)e)));
+            unsigned want = (2u << (j + 1)) - 1; /* bytes 0 .. j + 1 */
+            if ((same & want) == want)
+                return at + j + 2;
+        }
+#else
+        const unsigned char *c = memchr(b + at + 6, ']', 9);
+        if (c != NULL) {
+            Py_ssize_t j = c - (b + at);
+            if (memcmp(b + at, st->recent[prefix_key(b + at, j)], (size_t)j + 2) == 0)
+                return at + j + 2;
+        }
+#endif
+    }
+    return rank_slow(b, at, end, st);
+}
+
+/* every "[r" whose '[' lies in [p, end - 1), in order, unless inside a prefix found before it; returns 0, or -1 */
+static int
+collect_ranks_scalar(const unsigned char *b, Py_ssize_t p, Py_ssize_t end, RankState *st)
+{
+    while (end - p >= 2) {
+        const unsigned char *h = memchr(b + p, '[', (size_t)(end - p - 1));
+        if (h == NULL)
+            return 0;
+        Py_ssize_t at = h - b;
+        p = h[1] == 'r' ? rank_at(b, at, end, st) : at + 1;
+        if (p < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int
+collect_ranks_sse2(const unsigned char *b, Py_ssize_t p, Py_ssize_t end, RankState *st)
+{
+#if defined(__SSE2__)
+    const __m128i lb = _mm_set1_epi8('[');
+    const __m128i r = _mm_set1_epi8('r');
+    Py_ssize_t q = p; /* every position before q was looked at */
+    for (;;) {
+        unsigned mask = 0;
+        for (; end - q >= 17; q += 16) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(b + q));
+            __m128i c = _mm_loadu_si128((const __m128i *)(b + q + 1));
+            mask = (unsigned)_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(a, lb), _mm_cmpeq_epi8(c, r)));
+            if (mask)
+                break;
+        }
+        if (mask == 0)
+            break;
+        do {
+            Py_ssize_t at = q + __builtin_ctz(mask);
+            mask &= mask - 1;
+            if (at < p)
+                continue; /* inside the prefix just found */
+            p = rank_at(b, at, end, st);
+            if (p < 0)
+                return -1;
+        } while (mask);
+        q += 16;
+        if (q < p)
+            q = p;
+    }
+    p = q > p ? q : p;
+#endif
+    return collect_ranks_scalar(b, p, end, st);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define RANK_BATCH 4096
+/* collect_ranks_sse2 with AVX2, used when the CPU has it (and POPCNT): the "[r" positions of RANK_BATCH bytes are
+ * written to an array first (64 positions per step, no branch per hit), then visited in order: the branch that
+ * ends a search at each hit (one mispredict per line) is gone, and a hit that is a recent prefix costs no branch
+ * either. */
+__attribute__((target("avx2,popcnt"))) static int
+collect_ranks_avx2(const unsigned char *b, Py_ssize_t p, Py_ssize_t end, RankState *st)
+{
+    const __m256i lb = _mm256_set1_epi8('[');
+    const __m256i r = _mm256_set1_epi8('r');
+    uint32_t pos[RANK_BATCH / 2 + 64]; /* at most 32 per step (pairs do not overlap), RANK_BATCH / 64 + 1 steps */
+    Py_ssize_t q = p;
+    while (end - q >= 65) {
+        Py_ssize_t base = q, stop = end - 65 - q < RANK_BATCH ? end - 65 : q + RANK_BATCH;
+        size_t n = 0;
+        for (; q <= stop; q += 64) { /* bytes q .. q + 64 */
+            __m256i a0 = _mm256_loadu_si256((const __m256i *)(b + q));
+            __m256i c0 = _mm256_loadu_si256((const __m256i *)(b + q + 1));
+            __m256i a1 = _mm256_loadu_si256((const __m256i *)(b + q + 32));
+            __m256i c1 = _mm256_loadu_si256((const __m256i *)(b + q + 33));
+            uint64_t m0 = (uint32_t)_mm256_movemask_epi8(_mm256_and_si256(_mm256_cmpeq_epi8(a0, lb), _mm256_cmpeq_epi8(c0, r)));
+            uint64_t m1 = (uint32_t)_mm256_movemask_epi8(_mm256_and_si256(_mm256_cmpeq_epi8(a1, lb), _mm256_cmpeq_epi8(c1, r)));
+            uint64_t m = m0 | (m1 << 32);
+            uint32_t off = (uint32_t)(q - base);
+            size_t cnt = (size_t)__builtin_popcountll(m);
+            /* one position always written (garbage when cnt is 0, overwritten later), more only when a step has
+             * several (one or none per step is the rule: a line is longer than 64 bytes) */
+            pos[n] = off + (uint32_t)__builtin_ctzll(m | (1ULL << 63));
+            m &= m - 1;
+            if (__builtin_expect(cnt > 1, 0)) {
+                size_t k = n + 1;
+                for (; m; m &= m - 1)
+                    pos[k++] = off + (uint32_t)__builtin_ctzll(m);
+            }
+            n += cnt;
+        }
+        for (size_t i = 0; i < n; i++) {
+            Py_ssize_t at = base + pos[i];
+            if (at < p)
+                continue; /* inside the prefix just found */
+            p = rank_at(b, at, end, st);
+            if (p < 0)
+                return -1;
+        }
+    }
+    return collect_ranks_sse2(b, q > p ? q : p, end, st);
+}
+#define HAVE_AVX2_PATH 1
+#endif
+
+PyDoc_STRVAR(collect_ranks_doc,
+"collect_ranks(buf, seen, start=0, end=len(buf), simd=2) -> int\n\n"
+"Add to the set seen the digit string N (str) of every '[rankN]:' or '[rankN] ' in buf[start:end] (N: ASCII\n"
+"digits), as re.findall(rb'\\[rank(\\d+)\\](?::| )') would find them. Returns how many strings were new.\n"
+"simd (for tests): 0 searches without SIMD, 1 with SSE2 at most, 2 with the best the CPU has.");
+
+static PyObject *
+collect_ranks(PyObject *Py_UNUSED(mod), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"buf", "seen", "start", "end", "simd", NULL};
+    Py_buffer view;
+    PyObject *seen;
+    Py_ssize_t start = 0, end = -1;
+    int simd = 2;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*O!|nni", kwlist, &view, &PySet_Type, &seen, &start, &end, &simd))
+        return NULL;
+    if (end < 0 || end > view.len)
+        end = view.len;
+    if (start < 0)
+        start = 0;
+    RankState *st = PyMem_Calloc(1, sizeof(RankState));
+    RankSlot *slots = PyMem_Calloc(RANK_SLOTS, sizeof(RankSlot));
+    if (st == NULL || slots == NULL) {
+        PyMem_Free(st);
+        PyMem_Free(slots);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    st->slots = slots;
+    st->seen = seen;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    int rc;
+    if (start >= end)
+        rc = 0;
+    else if (simd <= 0)
+        rc = collect_ranks_scalar(b, start, end, st);
+#ifdef HAVE_AVX2_PATH
+    else if (simd >= 2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt"))
+        rc = collect_ranks_avx2(b, start, end, st);
+#endif
+    else
+        rc = collect_ranks_sse2(b, start, end, st);
+    Py_ssize_t added = st->added;
     PyMem_Free(slots);
+    PyMem_Free(st);
     PyBuffer_Release(&view);
-    if (failed)
+    if (rc < 0)
         return NULL;
     return PyLong_FromSsize_t(added);
 }
