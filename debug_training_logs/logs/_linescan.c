@@ -517,68 +517,99 @@ static int cpu_avx2 = -1; /* __builtin_cpu_supports("avx2"), read once */
 static double prior_w[256], prior_rs[32][256]; /* text_weight normalised, and its row sums (teddy_build) */
 static int prior_ready;
 
-/* The first position q in [*pp, n - 33] whose pair tab flags (exact), testing 32 positions per step with the
- * filter; -1 when none, *pp then being the first position not tested (fewer than 33 bytes before n). */
-__attribute__((target("avx2"), always_inline)) static inline Py_ssize_t
-teddy_kernel(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t n, const int sets)
+/* The filter's verdict on the 32 positions at..at + 31 (reads at..at + 32): bytes non-zero where a pair may be an
+ * anchor */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+teddy_block(const __m256i (*m)[4], const unsigned char *at, const int sets)
 {
     const __m256i nib = _mm256_set1_epi8(0x0f);
+    __m256i a = _mm256_loadu_si256((const __m256i *)at);
+    __m256i b = _mm256_loadu_si256((const __m256i *)(at + 1));
+    __m256i al = _mm256_and_si256(a, nib), ah = _mm256_and_si256(_mm256_srli_epi16(a, 4), nib);
+    __m256i bl = _mm256_and_si256(b, nib), bh = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+    __m256i acc = _mm256_setzero_si256();
+    for (int s = 0; s < sets; s++) {
+        __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(m[s][0], al), _mm256_shuffle_epi8(m[s][1], ah));
+        __m256i y = _mm256_and_si256(_mm256_shuffle_epi8(m[s][2], bl), _mm256_shuffle_epi8(m[s][3], bh));
+        acc = _mm256_or_si256(acc, _mm256_and_si256(x, y));
+    }
+    return acc;
+}
+
+/* The first position q in [*pp, n - 33] where a needle (verify) occurs: the filter tests 32 or 64 positions per
+ * step, a position it passes is looked up in tab (exact) and verified. Returns q with the needle in *which and its
+ * start in *s; -1 when none, *pp then being the first position not tested (fewer than 33 bytes before n). */
+__attribute__((target("avx2"), always_inline)) static inline Py_ssize_t
+teddy_kernel(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
+             Py_ssize_t *which, Py_ssize_t *s, const int sets)
+{
     const __m256i zero = _mm256_setzero_si256();
     __m256i m[4][4];
-    for (int s = 0; s < sets; s++)
-        for (int k = 0; k < 4; k++)
-            m[s][k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)f->t_mask[s][k]));
+    for (int k = 0; k < sets; k++)
+        for (int j = 0; j < 4; j++)
+            m[k][j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)f->t_mask[k][j]));
     const uint8_t *tab = f->tab;
     Py_ssize_t p = *pp;
-    for (; p + 33 <= n; p += 32) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(buf + p));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(buf + p + 1));
-        __m256i al = _mm256_and_si256(a, nib), ah = _mm256_and_si256(_mm256_srli_epi16(a, 4), nib);
-        __m256i bl = _mm256_and_si256(b, nib), bh = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
-        __m256i acc = zero;
-        for (int s = 0; s < sets; s++) {
-            __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(m[s][0], al), _mm256_shuffle_epi8(m[s][1], ah));
-            __m256i y = _mm256_and_si256(_mm256_shuffle_epi8(m[s][2], bl), _mm256_shuffle_epi8(m[s][3], bh));
-            acc = _mm256_or_si256(acc, _mm256_and_si256(x, y));
+    while (p + 33 <= n) {
+        uint64_t bits;
+        int step;
+        if (sets < 4 && p + 65 <= n) { /* two blocks per branch (four mask sets: registers run out) */
+            __m256i a0 = teddy_block((const __m256i (*)[4])m, buf + p, sets);
+            __m256i a1 = teddy_block((const __m256i (*)[4])m, buf + p + 32, sets);
+            uint32_t z0 = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a0, zero));
+            uint32_t z1 = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a1, zero));
+            bits = ~((uint64_t)z0 | (uint64_t)z1 << 32);
+            step = 64;
+        } else {
+            __m256i a0 = teddy_block((const __m256i (*)[4])m, buf + p, sets);
+            bits = (uint32_t)~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a0, zero));
+            step = 32;
         }
-        uint32_t bits = ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(acc, zero));
         while (bits) {
-            Py_ssize_t q = p + __builtin_ctz(bits);
+            Py_ssize_t q = p + __builtin_ctzll(bits);
             if (tab[pair_at(buf + q)]) {
-                *pp = p;
-                return q;
+                Py_ssize_t w = verify(f, buf, lo, n, q, s);
+                if (w >= 0) {
+                    *which = w;
+                    return q;
+                }
             }
             bits &= bits - 1;
         }
+        p += step;
     }
     *pp = p;
     return -1;
 }
 
 __attribute__((target("avx2"))) static Py_ssize_t
-teddy_next1(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t n)
+teddy_next1(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
+            Py_ssize_t *which, Py_ssize_t *s)
 {
-    return teddy_kernel(f, buf, pp, n, 1);
+    return teddy_kernel(f, buf, pp, lo, n, which, s, 1);
 }
 
 __attribute__((target("avx2"))) static Py_ssize_t
-teddy_next2(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t n)
+teddy_next2(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
+            Py_ssize_t *which, Py_ssize_t *s)
 {
-    return teddy_kernel(f, buf, pp, n, 2);
+    return teddy_kernel(f, buf, pp, lo, n, which, s, 2);
 }
 
 __attribute__((target("avx2"))) static Py_ssize_t
-teddy_next4(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t n)
+teddy_next4(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
+            Py_ssize_t *which, Py_ssize_t *s)
 {
-    return teddy_kernel(f, buf, pp, n, 4);
+    return teddy_kernel(f, buf, pp, lo, n, which, s, 4);
 }
 
 static inline Py_ssize_t
-teddy_next(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t n)
+teddy_next(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n, Py_ssize_t *which,
+           Py_ssize_t *s)
 {
-    return f->t_sets == 1 ? teddy_next1(f, buf, pp, n)
-           : f->t_sets == 2 ? teddy_next2(f, buf, pp, n)
-                            : teddy_next4(f, buf, pp, n);
+    return f->t_sets == 1   ? teddy_next1(f, buf, pp, lo, n, which, s)
+           : f->t_sets == 2 ? teddy_next2(f, buf, pp, lo, n, which, s)
+                            : teddy_next4(f, buf, pp, lo, n, which, s);
 }
 #endif
 
@@ -600,9 +631,8 @@ teddy_build(Finder *f, int mode)
     for (unsigned c = 0; c < 256; c++)
         if (f->single[c] >= 0)
             ng++;
-    for (unsigned v = 0; v < 65536; v++)
-        if (f->has_bucket[v >> 3] & (1u << (v & 7)))
-            ng++;
+    for (unsigned x = 0; x < 8192; x++)
+        ng += __builtin_popcount(f->has_bucket[x]);
     if (ng > TEDDY_MAX_GROUPS)
         return 0;
     TGroup *g = PyMem_Malloc(sizeof(TGroup) * (size_t)(ng ? ng : 1));
@@ -644,15 +674,21 @@ teddy_build(Finder *f, int mode)
             g[k].m[2] = g[k].m[3] = 0xffff;
             k++;
         }
-    for (unsigned v = 0; v < 65536; v++)
-        if (f->has_bucket[v >> 3] & (1u << (v & 7))) {
-            unsigned c0 = v & 255, c1 = v >> 8;
+    for (unsigned v = 0; v < 65536; v += 8) {
+        if (!f->has_bucket[v >> 3]) {
+            continue;
+        }
+        for (unsigned u = v; u < v + 8; u++) {
+            if (!(f->has_bucket[u >> 3] & (1u << (u & 7))))
+                continue;
+            unsigned c0 = u & 255, c1 = u >> 8;
             g[k].m[0] = (uint16_t)(1u << (c0 & 15));
             g[k].m[1] = (uint16_t)(1u << (c0 >> 4));
             g[k].m[2] = (uint16_t)(1u << (c1 & 15));
             g[k].m[3] = (uint16_t)(1u << (c1 >> 4));
             k++;
         }
+    }
     for (int i = 0; i < ng; i++)
         cost[i] = tgroup_cost(&g[i], rs);
     for (int i = 0; i < ng; i++)
@@ -750,13 +786,12 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
     Py_ssize_t nl = 0;      /* newlines in [start, pos) */
     for (;;) {
         Py_ssize_t last = n - 1;
+        Py_ssize_t s = 0, which = -1;
 #ifdef HAVE_TEDDY
         if (f->simd) {
-            Py_ssize_t q = teddy_next(f, buf, &p, n);
-            if (q >= 0) {
-                p = q;
-                goto candidate;
-            }
+            /* the filter up to the last 32 bytes, verifying what it passes; the scalar loop below does the rest */
+            if (teddy_next(f, buf, &p, start, n, &which, &s) >= 0)
+                goto hit;
         }
 #endif
         /* eight pairs per step, one branch: the common case is no candidate at all */
@@ -774,13 +809,16 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
         if (p == last && f->single[buf[p]] >= 0)
             goto candidate;
         break;
-    candidate: {
-        Py_ssize_t s = 0;
-        Py_ssize_t which = verify(f, buf, start, n, p, &s);
+    candidate:
+        which = verify(f, buf, start, n, p, &s);
         if (which < 0) {
             p++;
             continue;
         }
+#ifdef HAVE_TEDDY
+    hit:
+#endif
+    {
         const unsigned char *before = last_nl(buf + pos, buf + s);
         Py_ssize_t ls = before ? (before - buf) + 1 : pos;
         nl += count_nl(buf + pos, ls - pos);
