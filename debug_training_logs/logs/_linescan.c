@@ -11,6 +11,16 @@
  *   - the hot loop reads each byte pair of the buffer once, eight per branch, and looks its flag up; a set flag is
  *     verified against the needles anchored on that pair with memcmp (a one-byte needle flags every pair it
  *     starts);
+ *   - where the CPU has AVX2 (checked once at run time; x86-64 GCC/Clang builds only), a Teddy-style filter runs
+ *     before that loop (teddy_build, teddy_next): the anchor pairs are merged into 8, 16 or 32 buckets of nibble
+ *     masks, four pshufb per 8 buckets test 32 positions at once, and only the positions it passes are looked up in
+ *     the table and verified; the scalar loop does the last 32 bytes of each search. The filter passes every anchor
+ *     pair, so the answer is the same with or without it (tests/test_native_teddy.py). Whether it runs is decided per
+ *     needle set at init by a cost rule measured on the corpus (teddy_base): a set whose buckets would pass too many
+ *     positions (anchors made of common text letters) keeps the scalar loop. Measured on the realistic corpus
+ *     (bench/README.md, CPU per 8.6 MB file): the finder pass of grep 3.2 -> 2.5 ms, nccl 3.4 -> 2.3 ms (16
+ *     buckets), analyze 3.9 -> 3.1 ms (32 buckets for its 150 distinct pairs). Finder(simd=False) forces the scalar
+ *     loop, simd_filter() says which runs;
  *   - a verified needle flags its line: the line start is found backwards (memrchr, never before the previous
  *     line's end), newlines up to it are counted with SSE2 (scalar elsewhere), the line end with memchr, and the
  *     search resumes after that line (other needles in the same line cost nothing).
@@ -70,6 +80,10 @@ typedef struct {
     Py_ssize_t n_buckets;
     uint64_t *head;          /* needle i's first (up to) 8 bytes as a little-endian word ... */
     uint64_t *head_mask;     /* ... and the mask of those of its bytes that exist */
+    int simd;                /* 1: scan() runs the AVX2 candidate filter (teddy_next) before the scalar loop */
+    int t_sets;              /* the filter's mask sets, 8 buckets each (1, 2 or 4) */
+    double t_rate;           /* the filter's pass rate per position on the static text prior (-1: not built) */
+    uint8_t t_mask[4][4][16]; /* [set][lo0, hi0, lo1, hi1][nibble] -> bucket bits of the pairs (b0, b1) */
 } Finder;
 
 /* ----------------------------------------------------------------------------------------------------------------- */
@@ -160,6 +174,8 @@ byte_prior(unsigned char c)
 /* ----------------------------------------------------------------------------------------------------------------- */
 /* Finder */
 
+static int teddy_build(Finder *f, int mode);
+
 static void
 Finder_dealloc(Finder *self)
 {
@@ -179,10 +195,25 @@ Finder_dealloc(Finder *self)
 static int
 Finder_init(Finder *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"needles", "anchors", NULL};
-    PyObject *needles_obj, *anchors_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O", kwlist, &needles_obj, &anchors_obj))
+    static char *kwlist[] = {"needles", "anchors", "simd", NULL};
+    PyObject *needles_obj, *anchors_obj = Py_None, *simd_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO", kwlist, &needles_obj, &anchors_obj, &simd_obj))
         return -1;
+    int simd_mode = 1;
+    if (PyLong_Check(simd_obj) && !PyBool_Check(simd_obj)) {
+        long k = PyLong_AsLong(simd_obj);
+        if (k != 8 && k != 16 && k != 32) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "simd must be None, a bool, or 8, 16 or 32 buckets");
+            return -1;
+        }
+        simd_mode = k == 8 ? 3 : k == 16 ? 4 : 5;
+    } else if (simd_obj != Py_None) {
+        int truth = PyObject_IsTrue(simd_obj);
+        if (truth < 0)
+            return -1;
+        simd_mode = truth ? 2 : 0;
+    }
     if (self->blob != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Finder is already initialised");
         return -1;
@@ -325,6 +356,8 @@ Finder_init(Finder *self, PyObject *args, PyObject *kwds)
         self->items[count[v]++] = (uint32_t)i;
     }
     PyMem_Free(count);
+    if (teddy_build(self, simd_mode) < 0)
+        goto done;
     ok = 0;
 done:
     Py_XDECREF(aseq);
@@ -375,6 +408,386 @@ verify(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t n, P
     return -1;
 }
 
+/* ----------------------------------------------------------------------------------------------------------------- */
+/* The SIMD candidate filter (Teddy-style, as in Hyperscan and ripgrep; this is our own code).
+ *
+ * Each anchor pair (b0, b1) goes to one of 8, 16 or 32 buckets; bucket k is a bit of t_mask[k / 8]. A byte pair can be
+ * an anchor of bucket k only if lo0[b0 & 15], hi0[b0 >> 4], lo1[b1 & 15] and hi1[b1 >> 4] all hold k's bit (a
+ * one-byte needle c: lo0/hi0 for c, every lo1/hi1 entry). Four pshufb per mask set test 32 positions at once; a
+ * position that passes is checked against tab (exact) and goes to verify(). The filter passes every pair tab flags
+ * (a bucket's masks are the union of its pairs' nibbles), so no anchor is missed; what it passes beyond tab (pairs
+ * made of one member's low and another's high nibbles) only costs time. The buckets are chosen at Finder init by
+ * merging, greedily, the two groups of pairs whose union adds the least expected pass rate under a static prior of
+ * log text bytes (text_weight), from one group per distinct pair down to 32, 16 and 8 buckets. */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_TEDDY 1
+
+/* The rule choosing the filter (mode 1 of teddy_build), from timings of the corpus' needle sets and random subsets
+ * of them (bench/README.md): the filter's time per byte, relative to the scalar loop's, is about
+ * teddy_base[sets] + TEDDY_SLOPE * (its pass rate on the prior); the cheapest bucket count is used when that is at most
+ * TEDDY_MAX_COST. */
+static const double teddy_base[3] = {0.49, 0.30, 0.30}; /* 32, 16, 8 buckets (4, 2, 1 mask sets) */
+#define TEDDY_SLOPE 6.0
+#define TEDDY_MAX_COST 0.9
+#define TEDDY_MAX_GROUPS 256 /* more distinct anchor pairs (plus one-byte needles): no filter, the scalar loop runs */
+
+/* relative frequency of a byte in log text (our own rough prior: spaces, lowercase letters and digits are common) */
+static double
+text_weight(unsigned c)
+{
+    if (c == ' ')
+        return 12.0;
+    if (c >= 'a' && c <= 'z')
+        return 3.0;
+    if (c >= '0' && c <= '9')
+        return 2.5;
+    if (c == '\n')
+        return 1.5;
+    if (c >= 'A' && c <= 'Z')
+        return 1.0;
+    if (c == '.' || c == ',' || c == ':' || c == '_' || c == '-' || c == '/' || c == '=' || c == '[' || c == ']' ||
+        c == '(' || c == ')')
+        return 1.0;
+    if (c > ' ' && c < 127)
+        return 0.3;
+    if (c == '\t')
+        return 0.3;
+    return 0.05;
+}
+
+typedef struct {
+    uint16_t m[4]; /* nibble sets: lo0, hi0, lo1, hi1 */
+} TGroup;
+
+/* expected share of (b0, b1) positions passing one group's masks: P(b0 in its nibble closure) * P(b1 in its) */
+static double
+tgroup_cost(const TGroup *g, const double (*rs)[256])
+{
+    double side[2];
+    for (int k = 0; k < 2; k++) {
+        uint16_t lo = g->m[2 * k], hi = g->m[2 * k + 1];
+        double s = 0;
+        for (unsigned h = 0; h < 16; h++)
+            if (hi & (1u << h))
+                s += rs[2 * h][lo & 255] + rs[2 * h + 1][lo >> 8];
+        side[k] = s;
+    }
+    return side[0] * side[1];
+}
+
+static TGroup
+tgroup_union(const TGroup *a, const TGroup *b)
+{
+    TGroup u;
+    for (int k = 0; k < 4; k++)
+        u.m[k] = a->m[k] | b->m[k];
+    return u;
+}
+
+/* the pass rate of buckets g[0 .. nb) under the prior (w: normalised byte weights) */
+static double
+tgroups_rate(const TGroup *g, int nb, const double *w)
+{
+    uint32_t m0[256], m1[256];
+    for (unsigned c = 0; c < 256; c++) {
+        uint32_t a = 0, b = 0;
+        for (int k = 0; k < nb; k++) {
+            if ((g[k].m[0] >> (c & 15)) & (g[k].m[1] >> (c >> 4)) & 1)
+                a |= 1u << k;
+            if ((g[k].m[2] >> (c & 15)) & (g[k].m[3] >> (c >> 4)) & 1)
+                b |= 1u << k;
+        }
+        m0[c] = a;
+        m1[c] = b;
+    }
+    double rate = 0;
+    for (unsigned c0 = 0; c0 < 256; c0++) {
+        if (!m0[c0])
+            continue;
+        double s = 0;
+        for (unsigned c1 = 0; c1 < 256; c1++)
+            if (m0[c0] & m1[c1])
+                s += w[c1];
+        rate += w[c0] * s;
+    }
+    return rate;
+}
+
+static void
+tgroups_store(Finder *f, const TGroup *g, int nb)
+{
+    memset(f->t_mask, 0, sizeof(f->t_mask));
+    for (int k = 0; k < nb; k++)
+        for (int j = 0; j < 4; j++)
+            for (unsigned x = 0; x < 16; x++)
+                if (g[k].m[j] & (1u << x))
+                    f->t_mask[k / 8][j][x] |= (uint8_t)(1u << (k % 8));
+    f->t_sets = nb <= 8 ? 1 : nb <= 16 ? 2 : 4;
+}
+
+static int cpu_avx2 = -1; /* __builtin_cpu_supports("avx2"), read once */
+static double prior_w[256], prior_rs[32][256]; /* text_weight normalised, and its row sums (teddy_build) */
+static int prior_ready;
+
+/* The filter's verdict on the 32 positions at..at + 31 (reads at..at + 32): bytes non-zero where a pair may be an
+ * anchor */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+teddy_block(const __m256i (*m)[4], const unsigned char *at, const int sets)
+{
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    __m256i a = _mm256_loadu_si256((const __m256i *)at);
+    __m256i b = _mm256_loadu_si256((const __m256i *)(at + 1));
+    __m256i al = _mm256_and_si256(a, nib), ah = _mm256_and_si256(_mm256_srli_epi16(a, 4), nib);
+    __m256i bl = _mm256_and_si256(b, nib), bh = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+    __m256i acc = _mm256_setzero_si256();
+    for (int s = 0; s < sets; s++) {
+        __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(m[s][0], al), _mm256_shuffle_epi8(m[s][1], ah));
+        __m256i y = _mm256_and_si256(_mm256_shuffle_epi8(m[s][2], bl), _mm256_shuffle_epi8(m[s][3], bh));
+        acc = _mm256_or_si256(acc, _mm256_and_si256(x, y));
+    }
+    return acc;
+}
+
+/* The first position q in [*pp, n - 33] where a needle (verify) occurs: the filter tests 32 or 64 positions per
+ * step, a position it passes is looked up in tab (exact) and verified. Returns q with the needle in *which and its
+ * start in *s; -1 when none, *pp then being the first position not tested (fewer than 33 bytes before n). */
+__attribute__((target("avx2"), always_inline)) static inline Py_ssize_t
+teddy_kernel(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
+             Py_ssize_t *which, Py_ssize_t *s, const int sets)
+{
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i m[4][4];
+    for (int k = 0; k < sets; k++)
+        for (int j = 0; j < 4; j++)
+            m[k][j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)f->t_mask[k][j]));
+    const uint8_t *tab = f->tab;
+    Py_ssize_t p = *pp;
+    while (p + 33 <= n) {
+        uint64_t bits;
+        int step;
+        if (sets < 4 && p + 65 <= n) { /* two blocks per branch (four mask sets: registers run out) */
+            __m256i a0 = teddy_block((const __m256i (*)[4])m, buf + p, sets);
+            __m256i a1 = teddy_block((const __m256i (*)[4])m, buf + p + 32, sets);
+            uint32_t z0 = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a0, zero));
+            uint32_t z1 = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a1, zero));
+            bits = ~((uint64_t)z0 | (uint64_t)z1 << 32);
+            step = 64;
+        } else {
+            __m256i a0 = teddy_block((const __m256i (*)[4])m, buf + p, sets);
+            bits = (uint32_t)~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a0, zero));
+            step = 32;
+        }
+        while (bits) {
+            Py_ssize_t q = p + __builtin_ctzll(bits);
+            if (tab[pair_at(buf + q)]) {
+                Py_ssize_t w = verify(f, buf, lo, n, q, s);
+                if (w >= 0) {
+                    *which = w;
+                    return q;
+                }
+            }
+            bits &= bits - 1;
+        }
+        p += step;
+    }
+    *pp = p;
+    return -1;
+}
+
+__attribute__((target("avx2"))) static Py_ssize_t
+teddy_next1(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
+            Py_ssize_t *which, Py_ssize_t *s)
+{
+    return teddy_kernel(f, buf, pp, lo, n, which, s, 1);
+}
+
+__attribute__((target("avx2"))) static Py_ssize_t
+teddy_next2(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
+            Py_ssize_t *which, Py_ssize_t *s)
+{
+    return teddy_kernel(f, buf, pp, lo, n, which, s, 2);
+}
+
+__attribute__((target("avx2"))) static Py_ssize_t
+teddy_next4(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
+            Py_ssize_t *which, Py_ssize_t *s)
+{
+    return teddy_kernel(f, buf, pp, lo, n, which, s, 4);
+}
+
+static inline Py_ssize_t
+teddy_next(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n, Py_ssize_t *which,
+           Py_ssize_t *s)
+{
+    return f->t_sets == 1   ? teddy_next1(f, buf, pp, lo, n, which, s)
+           : f->t_sets == 2 ? teddy_next2(f, buf, pp, lo, n, which, s)
+                            : teddy_next4(f, buf, pp, lo, n, which, s);
+}
+#endif
+
+/* Build the filter's buckets (f->tab, single, has_bucket filled) and decide whether scan() uses it: mode 0 never,
+ * 1 when the CPU has AVX2 and the rule below says it pays, 2 whenever the CPU has AVX2 (the buckets with the lowest
+ * rate), 3/4/5: with 8/16/32 buckets whenever the CPU has AVX2 (benchmarks). Returns -1 on memory error. */
+static int
+teddy_build(Finder *f, int mode)
+{
+    f->simd = 0;
+    f->t_sets = 0;
+    f->t_rate = -1;
+#ifdef HAVE_TEDDY
+    if (cpu_avx2 < 0)
+        cpu_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+    if (mode == 0 || !cpu_avx2)
+        return 0;
+    int ng = 0;
+    for (unsigned c = 0; c < 256; c++)
+        if (f->single[c] >= 0)
+            ng++;
+    for (unsigned x = 0; x < 8192; x++)
+        ng += __builtin_popcount(f->has_bucket[x]);
+    if (ng > TEDDY_MAX_GROUPS)
+        return 0;
+    TGroup *g = PyMem_Malloc(sizeof(TGroup) * (size_t)(ng ? ng : 1));
+    float *delta = PyMem_Malloc(sizeof(float) * (size_t)(ng ? ng * ng : 1));
+    double *cost = PyMem_Malloc(sizeof(double) * (size_t)(ng ? ng : 1));
+    TGroup *snap = PyMem_Malloc(sizeof(TGroup) * 32 * 3);
+    int ok = -1;
+    if (!g || !delta || !cost || !snap) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!prior_ready) {
+        double total = 0;
+        for (unsigned c = 0; c < 256; c++)
+            total += prior_w[c] = text_weight(c);
+        for (unsigned c = 0; c < 256; c++)
+            prior_w[c] /= total;
+        /* prior_rs[2h][x]: weight of the bytes h << 4 | l, l in the low 8 nibbles set in x; prior_rs[2h + 1]: the high 8 */
+        for (unsigned h = 0; h < 16; h++)
+            for (unsigned x = 0; x < 256; x++) {
+                double lo = 0, hi = 0;
+                for (unsigned l = 0; l < 8; l++)
+                    if (x & (1u << l)) {
+                        lo += prior_w[h << 4 | l];
+                        hi += prior_w[h << 4 | (l + 8)];
+                    }
+                prior_rs[2 * h][x] = lo;
+                prior_rs[2 * h + 1][x] = hi;
+            }
+        prior_ready = 1;
+    }
+    const double *w = prior_w;
+    const double (*rs)[256] = (const double (*)[256])prior_rs;
+    int k = 0;
+    for (unsigned c = 0; c < 256; c++)
+        if (f->single[c] >= 0) {
+            g[k].m[0] = (uint16_t)(1u << (c & 15));
+            g[k].m[1] = (uint16_t)(1u << (c >> 4));
+            g[k].m[2] = g[k].m[3] = 0xffff;
+            k++;
+        }
+    for (unsigned v = 0; v < 65536; v += 8) {
+        if (!f->has_bucket[v >> 3]) {
+            continue;
+        }
+        for (unsigned u = v; u < v + 8; u++) {
+            if (!(f->has_bucket[u >> 3] & (1u << (u & 7))))
+                continue;
+            unsigned c0 = u & 255, c1 = u >> 8;
+            g[k].m[0] = (uint16_t)(1u << (c0 & 15));
+            g[k].m[1] = (uint16_t)(1u << (c0 >> 4));
+            g[k].m[2] = (uint16_t)(1u << (c1 & 15));
+            g[k].m[3] = (uint16_t)(1u << (c1 >> 4));
+            k++;
+        }
+    }
+    for (int i = 0; i < ng; i++)
+        cost[i] = tgroup_cost(&g[i], rs);
+    for (int i = 0; i < ng; i++)
+        for (int j = i + 1; j < ng; j++) {
+            TGroup u = tgroup_union(&g[i], &g[j]);
+            delta[i * ng + j] = (float)(tgroup_cost(&u, rs) - cost[i] - cost[j]);
+        }
+    /* greedy merging; alive groups are g[0 .. alive) after each step (the merged-away one is replaced by the last) */
+    int alive = ng;
+    double rate[3];  /* 32, 16, 8 buckets */
+    int snap_n[3];
+    for (int t = 0; t < 3; t++) {
+        int target = 32 >> t;
+        while (alive > target) {
+            int bi = 0, bj = 1;
+            float best = delta[0 * ng + 1];
+            for (int i = 0; i < alive; i++)
+                for (int j = i + 1; j < alive; j++)
+                    if (delta[i * ng + j] < best) {
+                        best = delta[i * ng + j];
+                        bi = i;
+                        bj = j;
+                    }
+            g[bi] = tgroup_union(&g[bi], &g[bj]);
+            cost[bi] = tgroup_cost(&g[bi], rs);
+            int last = alive - 1;
+            if (bj != last) { /* the last group moves into slot bj */
+                g[bj] = g[last];
+                cost[bj] = cost[last];
+                for (int i = 0; i < last; i++) {
+                    if (i == bj)
+                        continue;
+                    float d = delta[i * ng + last];
+                    if (i < bj)
+                        delta[i * ng + bj] = d;
+                    else
+                        delta[bj * ng + i] = d;
+                }
+            }
+            alive--;
+            for (int i = 0; i < alive; i++) {
+                if (i == bi)
+                    continue;
+                TGroup u = tgroup_union(&g[i], &g[bi]);
+                float d = (float)(tgroup_cost(&u, rs) - cost[i] - cost[bi]);
+                if (i < bi)
+                    delta[i * ng + bi] = d;
+                else
+                    delta[bi * ng + i] = d;
+            }
+        }
+        snap_n[t] = alive;
+        memcpy(snap + 32 * t, g, sizeof(TGroup) * (size_t)(alive ? alive : 1));
+        rate[t] = tgroups_rate(g, alive, w);
+    }
+    /* the rule (see teddy_base); mode 2: the lowest rate (fewer buckets when equal) */
+    int pick = mode >= 3 ? 5 - mode : -1;
+    double best = TEDDY_MAX_COST + 1e-9; /* strictly cheaper replaces: on a tie the fewer mask sets stay */
+    for (int t = 2; t >= 0 && mode < 3; t--) {
+        if (mode == 2) {
+            if (pick < 0 || rate[t] < rate[pick])
+                pick = t;
+        } else if (teddy_base[t] + TEDDY_SLOPE * rate[t] < best) {
+            best = teddy_base[t] + TEDDY_SLOPE * rate[t];
+            pick = t;
+        }
+    }
+    if (pick >= 0) {
+        tgroups_store(f, snap + 32 * pick, snap_n[pick]);
+        f->t_rate = rate[pick];
+        f->simd = 1;
+    }
+    ok = 0;
+done:
+    PyMem_Free(g);
+    PyMem_Free(delta);
+    PyMem_Free(cost);
+    PyMem_Free(snap);
+    return ok;
+#else
+    (void)mode;
+    return 0;
+#endif
+}
+
 /* The scan; returns where it stopped (n, or just past the last hit line when max_lines were found), the newlines in
  * [start, stop) in *newlines. -1 on memory error. */
 static Py_ssize_t
@@ -387,6 +800,14 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
     Py_ssize_t nl = 0;      /* newlines in [start, pos) */
     for (;;) {
         Py_ssize_t last = n - 1;
+        Py_ssize_t s = 0, which = -1;
+#ifdef HAVE_TEDDY
+        if (f->simd) {
+            /* the filter up to the last 32 bytes, verifying what it passes; the scalar loop below does the rest */
+            if (teddy_next(f, buf, &p, start, n, &which, &s) >= 0)
+                goto hit;
+        }
+#endif
         /* eight pairs per step, one branch: the common case is no candidate at all */
         for (; p + 8 < n; p += 8) {
             if (tab[pair_at(buf + p)] | tab[pair_at(buf + p + 1)] | tab[pair_at(buf + p + 2)] |
@@ -402,13 +823,16 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
         if (p == last && f->single[buf[p]] >= 0)
             goto candidate;
         break;
-    candidate: {
-        Py_ssize_t s = 0;
-        Py_ssize_t which = verify(f, buf, start, n, p, &s);
+    candidate:
+        which = verify(f, buf, start, n, p, &s);
         if (which < 0) {
             p++;
             continue;
         }
+#ifdef HAVE_TEDDY
+    hit:
+#endif
+    {
         const unsigned char *before = last_nl(buf + pos, buf + s);
         Py_ssize_t ls = before ? (before - buf) + 1 : pos;
         nl += count_nl(buf + pos, ls - pos);
@@ -728,11 +1152,23 @@ Finder_len(Finder *self, PyObject *Py_UNUSED(ignored))
     return PyLong_FromSsize_t(self->n_needles);
 }
 
+static PyObject *
+Finder_simd_filter(Finder *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!self->simd)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(id)", self->t_sets * 8, self->t_rate);
+}
+
 static PyMethodDef Finder_methods[] = {
     {"find_lines", (PyCFunction)(void (*)(void))Finder_find_lines, METH_VARARGS | METH_KEYWORDS, find_lines_doc},
     {"rfind", (PyCFunction)(void (*)(void))Finder_rfind, METH_VARARGS | METH_KEYWORDS, rfind_doc},
     {"sample", (PyCFunction)Finder_sample, METH_VARARGS, sample_doc},
     {"needle_count", (PyCFunction)Finder_len, METH_NOARGS, "Number of needles."},
+    {"simd_filter", (PyCFunction)Finder_simd_filter, METH_NOARGS,
+     "(buckets, pass rate per position on the static text prior) of the AVX2 candidate filter scan() runs before\n"
+     "its scalar loop, or None when only the scalar loop runs (no AVX2, simd=False, or the rule found no filter\n"
+     "that pays)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -742,9 +1178,11 @@ static PyTypeObject FinderType = {
     .tp_basicsize = sizeof(Finder),
     .tp_dealloc = (destructor)Finder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Finder(needles, anchors=None): the lines holding any of the needles (bytes), one pass per buffer.\n"
-              "anchors: per needle, the offset of the byte pair it is filtered on (choose_anchors); default: a\n"
-              "static guess of the rarest pair.",
+    .tp_doc = "Finder(needles, anchors=None, simd=None): the lines holding any of the needles (bytes), one pass per\n"
+              "buffer. anchors: per needle, the offset of the byte pair it is filtered on (choose_anchors); default:\n"
+              "a static guess of the rarest pair. simd: None: the AVX2 candidate filter runs where the CPU has AVX2\n"
+              "and the needles' filter passes few positions (simd_filter()); False: never (the scalar loop, for\n"
+              "tests); True: whenever the CPU has AVX2. Results are the same either way.",
     .tp_methods = Finder_methods,
     .tp_init = (initproc)Finder_init,
     .tp_new = PyType_GenericNew,
