@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +24,17 @@ from debug_training_logs.analysis.scan_cache import CACHE, set_default_companion
 from debug_training_logs.tools import grep_all_ranks as tool
 from debug_training_logs.tools import job_overview
 from fixtures.worker_gen import JobSpec, generate
-from tests.test_nccl_lean_scan import FIXTURE_LOGS, FIXTURES, GENERATED, VARIANTS, _filler, _nccl_init, _status
+from tests.test_nccl_lean_scan import (
+    FIXTURE_LOGS,
+    FIXTURES,
+    GENERATED,
+    VARIANTS,
+    _filler,
+    _nccl_init,
+    _scanned_markers,
+    _status,
+    lean_equals_full,
+)
 
 
 @contextlib.contextmanager
@@ -42,27 +51,11 @@ def _answer(logs: Path, **kw: Any) -> dict[str, Any]:
 
 
 def assert_lean_equals_full(monkeypatch: pytest.MonkeyPatch, logs: Path, **kw: Any) -> dict[str, Any]:
-    lean = _answer(logs, **kw)
-    with full_scan(monkeypatch):
-        full = _answer(logs, **kw)
-    assert json.dumps(lean, sort_keys=True) == json.dumps(full, sort_keys=True), logs
-    return lean
-
-
-def _scanned_patterns(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    seen: list[int] = []
-    real = inventory.scan_each
-
-    def spy(files: Any, spec: Any, *a: Any, **k: Any) -> Any:
-        seen.append(len(spec.patterns))
-        return real(files, spec, *a, **k)
-
-    monkeypatch.setattr(inventory, "scan_each", spy)
-    return seen
+    return lean_equals_full(_answer, full_scan, monkeypatch, logs, **kw)
 
 
 def test_the_lean_scan_searches_fewer_markers(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen = _scanned_patterns(monkeypatch)
+    seen = _scanned_markers(monkeypatch)
     logs = FIXTURES / "data_stall" / "logs"
     _answer(logs)
     with full_scan(monkeypatch):
@@ -161,7 +154,7 @@ def test_a_server_keeps_the_full_inventory(monkeypatch: pytest.MonkeyPatch) -> N
     set_default_companions(standard_consumers())
     try:
         tool.grep_all_ranks(str(logs))
-        seen = _scanned_patterns(monkeypatch)
+        seen = _scanned_markers(monkeypatch)
         job_overview.job_overview(str(logs))
         assert seen == []  # the first scan kept every marker: the overview reads nothing
     finally:

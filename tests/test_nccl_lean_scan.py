@@ -61,12 +61,23 @@ def _scanned_markers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seen
 
 
-def assert_lean_equals_full(monkeypatch: pytest.MonkeyPatch, logs: Path, **kw: Any) -> dict[str, Any]:
-    lean = _answer(logs, **kw)
-    with full_scan(monkeypatch):
-        full = _answer(logs, **kw)
-    assert json.dumps(lean, sort_keys=True) == json.dumps(full, sort_keys=True), logs
+def lean_equals_full(
+    answer: Callable[..., dict[str, Any]],
+    full: Callable[[pytest.MonkeyPatch], contextlib.AbstractContextManager[None]],
+    monkeypatch: pytest.MonkeyPatch,
+    logs: Path,
+    **kw: Any,
+) -> dict[str, Any]:
+    """A tool's whole ``answer`` with its lean scan, checked equal to the answer within ``full`` (every marker)."""
+    lean = answer(logs, **kw)
+    with full(monkeypatch):
+        whole = answer(logs, **kw)
+    assert json.dumps(lean, sort_keys=True) == json.dumps(whole, sort_keys=True), logs
     return lean
+
+
+def assert_lean_equals_full(monkeypatch: pytest.MonkeyPatch, logs: Path, **kw: Any) -> dict[str, Any]:
+    return lean_equals_full(_answer, full_scan, monkeypatch, logs, **kw)
 
 
 def test_the_lean_scan_searches_fewer_markers(monkeypatch: pytest.MonkeyPatch) -> None:
