@@ -17,7 +17,8 @@ def verify_conclusion(
             description="The conclusion to check: logs_dir, optional ais_dir, category, culprit_ranks (established "
             "culprits only), and optionally missing_ranks, suspect_ranks, suspect_nodes, root_cause_event {file, "
             "line, text, time}, chain [{event, file, line, time}], evidence [{file, line, text}], tz_offset_hours "
-            "(worker clock minus AIS clock), rank0_seq_gap."
+            "(worker clock minus AIS clock), rank0_seq_gap, and for a restarted job or logs that do not state the "
+            "world size: attempt and world_size (as given to diagnose)."
         ),
     ],
 ) -> Verification:
