@@ -726,7 +726,9 @@ def _inventory_of(found: Sequence[LogFile], bases: list[Packed], skipped: list[S
         and last[2] == tuple(skipped)
     ):
         return last[3]
-    inventory = _build_inventory(found, _Shares(bases), _Facts(bases), skipped)
+    shares: _Items[_FileShare] = _Items(bases, 2)
+    facts: _Items[FileFacts] = _Items(bases, 1)
+    inventory = _build_inventory(found, shares, facts, skipped)
     _LAST_INVENTORY = (tuple(bases), tuple(found), tuple(skipped), inventory)
     return inventory
 
@@ -767,26 +769,22 @@ class _Bases(LazySequence[FileScan]):
         return replace(b, file=self.found[i])
 
 
-class _Facts(LazySequence[FileFacts]):
-    def __init__(self, bases: Sequence[Packed]) -> None:
+R = TypeVar("R")
+
+
+class _Items(LazySequence[R]):
+    """Item ``k`` of each file's packed scan (1: its :class:`FileFacts`, 2: its :class:`_FileShare`), unpacked on
+    access."""
+
+    def __init__(self, bases: Sequence[Packed], k: int) -> None:
         self.bases = bases
+        self.k = k
 
     def __len__(self) -> int:
         return len(self.bases)
 
-    def _at(self, i: int) -> FileFacts:
-        return unpack_item(self.bases[i], 1)  # type: ignore[no-any-return]
-
-
-class _Shares(LazySequence["_FileShare"]):
-    def __init__(self, bases: Sequence[Packed]) -> None:
-        self.bases = bases
-
-    def __len__(self) -> int:
-        return len(self.bases)
-
-    def _at(self, i: int) -> _FileShare:
-        return unpack_item(self.bases[i], 2)  # type: ignore[no-any-return]
+    def _at(self, i: int) -> R:
+        return unpack_item(self.bases[i], self.k)  # type: ignore[no-any-return]
 
 
 class _Results(LazySequence[Any]):
@@ -831,9 +829,6 @@ class _Files(LazySequence[FileScan]):
         b = self.bases[i]
         b.counts, b.sampled = list(r.counts), set(r.sampled)
         return b
-
-
-R = TypeVar("R")
 
 
 class PerFile(LazySequence[R]):
