@@ -1,4 +1,4 @@
-"""The read-back of untimed lines (``evidence.read_lines``, what the timeline's untimed events are dated by): the
+"""The read-back of untimed lines (``read_back.read_lines``, what the timeline's untimed events are dated by): the
 nearest earlier timed line, found however far back it is, from the top of the file or from a scan's checkpoint
 (against a line-by-line reference)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from debug_training_logs.analysis.evidence import read_lines
 from debug_training_logs.analysis.grep import grep_all_ranks
+from debug_training_logs.analysis.read_back import read_lines
 from debug_training_logs.logs.nearest_time import TIMESTAMP
 from debug_training_logs.logs.reader import CHUNK
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from debug_training_logs.analysis import evidence
-from debug_training_logs.analysis.evidence import LineAt, read_lines
+from debug_training_logs.analysis import read_back
+from debug_training_logs.analysis.read_back import LineAt, read_lines
 from debug_training_logs.logs import scan
 from debug_training_logs.logs.attribution import strip_ansi
 from debug_training_logs.logs.discovery import LogFile, discover
@@ -80,7 +80,7 @@ def _expected_text(lines: list[bytes], wanted: set[int]) -> dict[int, str]:
 
 
 def _stamp(raw: bytes) -> object:
-    return evidence._stamp(raw, YEAR)
+    return read_back._stamp(raw, YEAR)
 
 
 def _expected_at(rel: str, lines: list[bytes], wanted: set[int]) -> dict[tuple[str, int], LineAt]:

@@ -40,12 +40,12 @@ from debug_training_logs.analysis.evidence import (
     node_failure_facts,
     precedes_symptom,
     rank_states,
-    read_lines,
     refine_times,
     triggers,
 )
 from debug_training_logs.analysis.launcher_decision import LauncherCall, agent_failure
 from debug_training_logs.analysis.launcher_decision import decide as launcher_decide
+from debug_training_logs.analysis.read_back import read_lines
 from debug_training_logs.formats.timestamps import show
 
 __all__ = ["JobEvidence", "KeyEvent", "Verdict", "conclude", "gather_evidence"]

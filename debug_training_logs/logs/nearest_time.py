@@ -1,5 +1,5 @@
 """What a wall time looks like on a line, as bytes: the read-back of lines near an event
-(:func:`debug_training_logs.analysis.evidence.read_lines`) finds the nearest timed lines before and after a line that
+(:func:`debug_training_logs.analysis.read_back.read_lines`) finds the nearest timed lines before and after a line that
 states no time (Python logging without a format, tracebacks, tqdm bars) by RE2 searches over whole chunks, never
 line by line (a stretch of untimed progress bars can be megabytes long).
 """

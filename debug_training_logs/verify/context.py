@@ -14,16 +14,13 @@ from debug_training_logs.analysis.evidence import (
     CLOCK_SLACK,
     JobEvidence,
     KeyEvent,
-    LineAt,
     Trigger,
     ais_to_worker,
     aligned_for,
     first_symptom,
-    read_ais_lines,
-    read_lines,
-    safe_path,
     triggers,
 )
+from debug_training_logs.analysis.read_back import LineAt, read_ais_lines, read_lines, safe_path
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
 from debug_training_logs.models import Evidence, cut
 from debug_training_logs.verify.models import Conclusion

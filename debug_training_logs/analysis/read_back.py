@@ -1,0 +1,287 @@
+"""Reading given lines of a job's files back, with their times: the line a citation names, or, for a line that
+states no time (tracebacks, progress bars, Python logging without a format), the times of the nearest timed lines
+before and after it (a lower and an upper bound). Reads at scan speed from the scan's nearest checkpoint
+(:func:`~debug_training_logs.logs.scan.checkpoints_for`), splitting only the chunks that hold a wanted line; used by
+the evidence, the verifier's citation checks and the timeline."""
+
+from __future__ import annotations
+
+import functools
+import mmap
+import os
+from bisect import bisect_right
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+from debug_training_logs.formats.timestamps import GUESSED_YEAR, parse_wall_time, with_year
+from debug_training_logs.logs.attribution import strip_ansi
+from debug_training_logs.logs.discovery import LogFile, sniff_compression
+from debug_training_logs.logs.nearest_time import TIMESTAMP
+from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_chunks
+from debug_training_logs.logs.scan import MAX_LINE_CHARS, Checkpoints, checkpoints_for, line_windows, seek_line
+
+WORKER_FALLBACK_YEAR = GUESSED_YEAR
+"""Year used for ordering when no worker line states one (see ``formats.timestamps.GUESSED_YEAR``)."""
+
+
+MAX_LINES_PAST = 2_000_000
+"""After the last wanted line of a file, read at most this many more lines looking for the next line with a time."""
+
+
+@dataclass(frozen=True, slots=True)
+class LineAt:
+    """One line read back from a file, with its own time or the times around it."""
+
+    file: str
+    line: int
+    text: str | None
+    """The line (ANSI colour removed), None when the file has fewer lines."""
+    time: datetime | None
+    after: datetime | None
+    """The time of the nearest earlier line that has one (a lower bound)."""
+    before: datetime | None
+    """The time of the nearest later line that has one (an upper bound)."""
+
+    @property
+    def earliest(self) -> datetime | None:
+        return self.time or self.after
+
+    @property
+    def latest(self) -> datetime | None:
+        return self.time or self.before
+
+
+def safe_path(root: Path, rel: str) -> Path | None:
+    """``root/rel`` when it stays inside ``root`` and is a file, else None (a citation may not point elsewhere)."""
+    try:
+        p = (root / rel).resolve()
+    except (OSError, RuntimeError):
+        return None
+    if not p.is_relative_to(root.resolve()) or not p.is_file():
+        return None
+    return p
+
+
+def read_lines(root: Path, wanted: dict[str, set[int]], year: int | None) -> dict[tuple[str, int], LineAt]:
+    """The wanted lines of each file under ``root`` with their worker-clock time, or the times of the nearest lines
+    before and after that state one. One read per file up to the last wanted line (and on to the next timestamp), at
+    scan speed: only chunks that hold a wanted line are split into lines (:data:`nearest_time.TIMESTAMP` finds the
+    neighbours). Files outside ``root`` or missing are left out of the answer (the caller reports them)."""
+    out: dict[tuple[str, int], LineAt] = {}
+    for rel, lines in wanted.items():
+        path = safe_path(root, rel)
+        if path is None or not lines:
+            continue
+        lf = LogFile(path, rel, path.stat().st_size, sniff_compression(path))
+        out.update(_read_file_lines(lf, lines, year or WORKER_FALLBACK_YEAR))
+        for m in lines:
+            out.setdefault((rel, m), LineAt(rel, m, None, None, None, None))
+    return out
+
+
+def _stamp(raw: bytes, year: int) -> datetime | None:
+    wt = parse_wall_time(strip_ansi(decode(raw[:MAX_LINE_CHARS])))
+    return with_year(wt, year) if wt is not None else None
+
+
+class _FromTheTop(Exception):
+    """The nearest timed line before a checkpoint is one the reader cuts (longer than a chunk): read from the top."""
+
+
+def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str, int], LineAt]:
+    """The wanted lines of one file with their own time and the times of the nearest timed lines around them: read
+    from the nearest scan checkpoint before each group of wanted lines when the file is as the scan saw it
+    (:func:`~debug_training_logs.logs.scan.checkpoints_for`), else from the top (compressed or changed files)."""
+    cp = checkpoints_for(lf)
+    if cp is not None:
+        try:
+            return _read_lines_from(lf, lines, year, cp)
+        except _FromTheTop:
+            pass
+    return _read_lines_from(lf, lines, year, None)
+
+
+_UNSET: Any = object()
+
+
+def _read_lines_from(lf: LogFile, lines: set[int], year: int, cp: Checkpoints | None) -> dict[tuple[str, int], LineAt]:
+    found: dict[int, tuple[str, datetime | None]] = {}
+    lower: dict[int, datetime | None] = {}
+    upper: dict[int, datetime | None] = {}
+    open_: list[int] = []  # wanted lines still waiting for the next timestamp
+    todo = sorted(w for w in lines if w > 0)
+    if not todo:
+        return {}
+    last = todo[-1]
+    i = 0
+    while i < len(todo):
+        start, base = seek_line(lf, cp, todo[i]) if cp is not None else (0, 0)
+        carry: Any = _UNSET if start else None  # the last timestamp before the chunk being read
+        chunks = line_windows(lf, start) if cp is not None else iter_chunks(lf, ReadProblems())
+        try:
+            for chunk in chunks:
+                lines_here = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+                k = i
+                while k < len(todo) and todo[k] <= base + lines_here:
+                    k += 1
+                targets, i = todo[i:k], k
+                if open_ or targets:
+                    # the timestamped lines next to each target, found by searching the chunk's bytes from the target
+                    # (TIMESTAMP never spans a newline), not by testing every line of the chunk
+                    raws = chunk.split(b"\n")[:lines_here]
+                    starts = [0, *accumulate(len(r) + 1 for r in raws)]  # byte offset of each line
+                    first = _next_stamped(chunk, 0, starts)
+                    if open_ and first is not None:
+                        t = _stamp(raws[first], year)
+                        for w in open_:
+                            upper[w] = t
+                        open_ = []
+                    for w in targets:
+                        j = w - base - 1
+                        text = strip_ansi(decode(raws[j][:MAX_LINE_CHARS])).rstrip("\r")
+                        own = _stamp(raws[j], year) if TIMESTAMP.search(raws[j]) else None
+                        found[w] = (text, own)
+                        before = _last_stamped(chunk, starts[j], starts)
+                        after = _next_stamped(chunk, starts[j + 1], starts)
+                        if before is None and carry is _UNSET:
+                            assert cp is not None
+                            carry = _stamp_before(str(lf.path), cp.stamp, start, year)
+                        lower[w] = _stamp(raws[before], year) if before is not None else carry
+                        if after is not None:
+                            upper[w] = _stamp(raws[after], year)
+                        else:
+                            open_.append(w)
+                    last_line = _last_stamped(chunk, len(chunk), starts)
+                    if last_line is not None:
+                        carry = _stamp(raws[last_line], year)
+                else:
+                    raw = _last_stamped_line(chunk)
+                    if raw is not None:
+                        carry = _stamp(raw, year)
+                base += lines_here
+                if i >= len(todo) and not open_:
+                    break
+                if base > last + MAX_LINES_PAST:
+                    i = len(todo)
+                    break
+                if cp is not None and not open_ and cp.seek(todo[i])[1] > base:
+                    break  # the next wanted line is nearer another checkpoint
+            else:
+                break  # the file ended
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+    return {(lf.rel, w): LineAt(lf.rel, w, text, own, lower.get(w), upper.get(w)) for w, (text, own) in found.items()}
+
+
+def _last_stamped_line(chunk: bytes) -> bytes | None:
+    """The last line of ``chunk`` that holds a timestamp, searched in windows growing backwards from its end."""
+    width = 4096
+    hi = len(chunk)
+    while hi > 0:
+        lo = max(0, hi - width)
+        lo = chunk.rfind(b"\n", 0, lo) + 1 if lo > 0 else 0
+        last = None
+        for m in TIMESTAMP.finditer(chunk, lo, hi):
+            last = m.start()
+        if last is not None:
+            end = chunk.find(b"\n", last)
+            return chunk[chunk.rfind(b"\n", 0, last) + 1 : len(chunk) if end < 0 else end]
+        hi = lo
+        width *= 8
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _stamp_before(path: str, stamp: tuple[int, int, int], offset: int, year: int) -> datetime | None:
+    """The time of the last line before byte ``offset`` (a line start) of a plain file that holds a timestamp, or
+    None; searched backwards in windows growing from ``offset`` (MBs of progress bars may lie in between: remembered
+    per file state ``stamp``, the citations of one diagnosis ask for the same lines several times). Raises
+    :class:`_FromTheTop` when that line is one the reader cuts to its head and tail (longer than a chunk: what it
+    shows depends on the cut)."""
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if (len(mm), os.fstat(fh.fileno()).st_mtime_ns, os.fstat(fh.fileno()).st_ino) != stamp:
+                raise _FromTheTop  # changed since its checkpoints were recorded
+            width = 4096
+            hi = offset
+            while hi > 0:
+                lo = max(0, hi - width)
+                lo = mm.rfind(b"\n", 0, lo) + 1 if lo > 0 else 0
+                buf = mm[lo:hi]
+                raw = _last_stamped_line(buf)
+                if raw is not None:
+                    if len(raw) >= CHUNK:
+                        raise _FromTheTop
+                    return _stamp(raw, year)
+                hi = lo
+                width *= 8
+    except (OSError, ValueError) as exc:
+        raise _FromTheTop from exc
+    return None
+
+
+def _next_stamped(chunk: bytes, pos: int, starts: list[int]) -> int | None:
+    """Index of the first line starting at or after byte ``pos`` of ``chunk`` that holds a timestamp, or None."""
+    if pos >= len(chunk):
+        return None
+    m = TIMESTAMP.search(chunk, pos)
+    return None if m is None else bisect_right(starts, m.start()) - 1
+
+
+def _last_stamped(chunk: bytes, end: int, starts: list[int]) -> int | None:
+    """Index of the last line ending before byte ``end`` (a line start) of ``chunk`` that holds a timestamp, or None;
+    searched in windows growing backwards from ``end``."""
+    width = 4096
+    hi = end
+    while hi > 0:
+        lo = max(0, hi - width)
+        lo = chunk.rfind(b"\n", 0, lo) + 1 if lo > 0 else 0  # a window starts on a line start
+        last = None
+        for m in TIMESTAMP.finditer(chunk, lo, hi):
+            last = m.start()
+        if last is not None:
+            return bisect_right(starts, last) - 1
+        hi = lo
+        width *= 8
+    return None
+
+
+def read_ais_lines(ais_root: Path, wanted: dict[str, set[int]]) -> dict[tuple[str, int], LineAt]:
+    """The wanted lines of AIS daemon logs, each record with its absolute time on the AIS daemon's clock.
+
+    A plain (or compressed) file is parsed alone; ``archive!member`` references need one pass over the archives.
+    A wanted line that is not a record (a header, a continuation line) comes back with its text and no time.
+    """
+    from debug_training_logs.analysis.ais_index import AisDirScan
+    from debug_training_logs.formats.ais import AisFileParser, parse_log_name
+    from debug_training_logs.logs.reader import iter_lines
+
+    out: dict[tuple[str, int], LineAt] = {}
+    in_archives = {ref: lines for ref, lines in wanted.items() if "!" in ref}
+    for ref, lines in wanted.items():
+        path = safe_path(ais_root, ref) if ref not in in_archives else None
+        if path is None:
+            continue
+        lf = LogFile(path, ref, path.stat().st_size, sniff_compression(path))
+        parser = AisFileParser(parse_log_name(path.name), datetime.fromtimestamp(path.stat().st_mtime).year)
+        for rec in parser.parse(iter_lines(lf, ReadProblems())):
+            if rec.line in lines and (ref, rec.line) not in out:
+                out[(ref, rec.line)] = LineAt(ref, rec.line, rec.text, rec.at, rec.at, rec.at)
+        missing = {m for m in lines if (ref, m) not in out}
+        if missing:
+            for key, at in read_lines(ais_root, {ref: missing}, None).items():
+                out[key] = LineAt(at.file, at.line, at.text, None, None, None)
+    if in_archives:
+        for source, rec in AisDirScan(ais_root).records():
+            member_lines = in_archives.get(source.ref)
+            if member_lines and rec.line in member_lines and (source.ref, rec.line) not in out:
+                out[(source.ref, rec.line)] = LineAt(source.ref, rec.line, rec.text, rec.at, rec.at, rec.at)
+    for ref, lines in wanted.items():
+        for m in lines:
+            out.setdefault((ref, m), LineAt(ref, m, None, None, None, None))
+    return out
