@@ -788,7 +788,7 @@ class _Matcher:
         # as good: a line holding it matches the pattern)
         self.sure_of: list[frozenset[int]] = []  # per needle (finder order): the patterns it proves
         if lits:
-            branches = {i: _pure_branches(spec.patterns[i]) if not spec.ignore_case else frozenset() for _, i in lits}
+            branches = {i: _pure_branches(spec.patterns[i]) if not spec.ignore_case else frozenset() for i in active}
             self.sure_of = [
                 frozenset(i for i in self.literal_ids[lit] if lit in branches[i])
                 for lit in sorted({lit for lit, _ in lits})
@@ -814,7 +814,7 @@ class _Matcher:
             else [None]
         )
         self.dfa = self.dfas[0] if self.dfas else None
-        self.verify: dict[int, Any] = {i: _re2.RE2(spec.patterns[i].encode(), opts) for i in searched}
+        self.verify: dict[int, Any] = {i: _verifier(spec.patterns[i], spec.ignore_case) for i in searched}
         self.set: Any = None
         if searched:
             st = re2.Set.SearchSet(opts)
@@ -882,6 +882,13 @@ class _Matcher:
         return [i for i in sorted(cands) if self.verify[i].Match(_UNANCHORED, line, 0, n)[0][0] >= 0]
 
 
+@functools.lru_cache(maxsize=4096)
+def _verifier(pattern: str, ignore_case: bool) -> Any:
+    """The compiled RE2 check of one pattern, shared by every matcher of the process (a scan builds one matcher per
+    set of active patterns, and most patterns are in all of them)."""
+    return _re2.RE2(pattern.encode(), _re2_options(ignore_case))
+
+
 _PURE_META = frozenset(".^$*+?{}[]|()\\")
 
 
@@ -907,6 +914,7 @@ def _pure_literal(pattern: str) -> bytes | None:
     return "".join(out).encode() if out else None
 
 
+@functools.lru_cache(maxsize=4096)
 def _pure_branches(pattern: str) -> frozenset[bytes]:
     """The top-level alternatives of ``pattern`` that are plain literals (:func:`_pure_literal`): a line holding one
     matches the pattern. None for a pattern with inline flags (other than ``(?:``)."""
