@@ -439,6 +439,9 @@ class Plan:
     anchors: tuple[tuple[bytes, int], ...] = ()
     """(literal, offset of its byte pair rarest on the sample) for the native line finder (:func:`_native`); a
     literal not listed gets the finder's static guess."""
+    profile: bytes = b""
+    """The sample's most frequent byte pairs (``_linescan.pair_profile``): the native finder merges its anchors into
+    the SIMD filter's buckets so that these pass few of them (empty: a static prior of log text decides)."""
     dense: tuple[tuple[int, tuple[bytes, ...]], ...] = ()
     """(pattern id, needles) of the dense patterns (:attr:`PatternSpec.dense`): a line can match only if it holds
     one of the needles (found with ``bytes.find``); no needles: found by the pattern's own RE2 search. These ids are
@@ -554,6 +557,7 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
         dfa=tuple(dfa),
         fallback=tuple(fallback),
         anchors=anchors,
+        profile=native.pair_profile(sample) if native and distinct and sample else b"",
         dense=tuple(dense_needles),
         dfa_search=dfa_search,
     )
@@ -754,7 +758,9 @@ class _Matcher:
             distinct = sorted({lit for lit, _ in lits})
             anchor_of = dict(plan.anchors)
             known = all(lit in anchor_of for lit in distinct)
-            self.finder = native.Finder(distinct, [anchor_of[lit] for lit in distinct] if known else None)
+            self.finder = native.Finder(
+                distinct, [anchor_of[lit] for lit in distinct] if known else None, profile=plan.profile or None
+            )
             self.prefilter = self.finder
         elif lits:
             ac = _aho_corasick()
