@@ -510,18 +510,15 @@ typedef struct {
 } Profile;
 
 #define PROFILE_PRIOR 0.05
-#define PROFILE_GROUPS 64 /* merges guided by the profile: from this many groups down */
 
 /* the byte values whose low nibble is in lo and high nibble in hi, into out; their number */
 static int
 closure(uint16_t lo, uint16_t hi, uint8_t *out)
 {
     int n = 0;
-    for (unsigned h = 0; h < 16; h++)
-        if (hi & (1u << h))
-            for (unsigned l = 0; l < 16; l++)
-                if (lo & (1u << l))
-                    out[n++] = (uint8_t)(h << 4 | l);
+    for (uint32_t hs = hi; hs; hs &= hs - 1)
+        for (uint32_t ls = lo; ls; ls &= ls - 1)
+            out[n++] = (uint8_t)((unsigned)__builtin_ctz(hs) << 4 | (unsigned)__builtin_ctz(ls));
     return n;
 }
 
@@ -661,12 +658,14 @@ static double prior_w[256], prior_rs[32][256]; /* text_weight normalised, and it
 static int prior_ready;
 
 /* The filter's verdict on the 32 positions at..at + 31 (reads at..at + 31 + w - 1): bytes non-zero where a
- * fingerprint of w bytes may start */
+ * fingerprint of w bytes may start; *newlines: the bits of the newlines among the 32 bytes (the scan's line count
+ * comes from the same load) */
 __attribute__((target("avx2"), always_inline)) static inline __m256i
-teddy_block(const __m256i (*m)[6], const unsigned char *at, const int sets, const int w)
+teddy_block(const __m256i (*m)[6], const unsigned char *at, const int sets, const int w, uint32_t *newlines)
 {
     const __m256i nib = _mm256_set1_epi8(0x0f);
     __m256i a = _mm256_loadu_si256((const __m256i *)at);
+    *newlines = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, _mm256_set1_epi8('\n')));
     __m256i b = _mm256_loadu_si256((const __m256i *)(at + 1));
     __m256i al = _mm256_and_si256(a, nib), ah = _mm256_and_si256(_mm256_srli_epi16(a, 4), nib);
     __m256i bl = _mm256_and_si256(b, nib), bh = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
@@ -691,10 +690,11 @@ teddy_block(const __m256i (*m)[6], const unsigned char *at, const int sets, cons
 
 /* The first position q in [*pp, n - 34] where a needle (verify) occurs: the filter tests 32 or 64 positions per
  * step, a position it passes is looked up in tab (exact) and verified. Returns q with the needle in *which and its
- * start in *s; -1 when none, *pp then being the first position not tested (fewer than 34 bytes before n). */
+ * start in *s, *pp then being the start of q's step; -1 when none, *pp then being the first position not tested
+ * (fewer than 34 bytes before n). Either way *nl is the number of newlines from the entry's *pp to the new *pp. */
 __attribute__((target("avx2"), always_inline)) static inline Py_ssize_t
 teddy_kernel(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
-             Py_ssize_t *which, Py_ssize_t *s, const int sets, const int w)
+             Py_ssize_t *which, Py_ssize_t *s, Py_ssize_t *nl, const int sets, const int w)
 {
     const __m256i zero = _mm256_setzero_si256();
     __m256i m[4][6];
@@ -702,20 +702,24 @@ teddy_kernel(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize
         for (int j = 0; j < 2 * w; j++)
             m[k][j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)f->t_mask[k][j]));
     const uint8_t *tab = f->tab;
-    Py_ssize_t p = *pp;
+    Py_ssize_t p = *pp, lines = 0;
     while (p + 34 <= n) {
-        uint64_t bits;
+        uint64_t bits, nls;
         int step;
         if (sets * w <= 6 && p + 66 <= n) { /* two blocks per branch while the masks leave registers for it */
-            __m256i a0 = teddy_block((const __m256i (*)[6])m, buf + p, sets, w);
-            __m256i a1 = teddy_block((const __m256i (*)[6])m, buf + p + 32, sets, w);
+            uint32_t n0, n1;
+            __m256i a0 = teddy_block((const __m256i (*)[6])m, buf + p, sets, w, &n0);
+            __m256i a1 = teddy_block((const __m256i (*)[6])m, buf + p + 32, sets, w, &n1);
             uint32_t z0 = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a0, zero));
             uint32_t z1 = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a1, zero));
             bits = ~((uint64_t)z0 | (uint64_t)z1 << 32);
+            nls = (uint64_t)n0 | (uint64_t)n1 << 32;
             step = 64;
         } else {
-            __m256i a0 = teddy_block((const __m256i (*)[6])m, buf + p, sets, w);
+            uint32_t n0;
+            __m256i a0 = teddy_block((const __m256i (*)[6])m, buf + p, sets, w, &n0);
             bits = (uint32_t)~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a0, zero));
+            nls = n0;
             step = 32;
         }
         while (bits) {
@@ -724,23 +728,27 @@ teddy_kernel(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize
                 Py_ssize_t x = verify(f, buf, lo, n, q, s);
                 if (x >= 0) {
                     *which = x;
+                    *pp = p;
+                    *nl = lines;
                     return q;
                 }
             }
             bits &= bits - 1;
         }
+        lines += __builtin_popcountll(nls);
         p += step;
     }
     *pp = p;
+    *nl = lines;
     return -1;
 }
 
 #define TEDDY_NEXT(name, sets, w)                                                                                      \
-    __attribute__((target("avx2"))) static Py_ssize_t name(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, \
-                                                           Py_ssize_t lo, Py_ssize_t n, Py_ssize_t *which,           \
-                                                           Py_ssize_t *s)                                            \
+    __attribute__((target("avx2,popcnt"))) static Py_ssize_t name(const Finder *f, const unsigned char *buf,          \
+                                                                  Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,       \
+                                                                  Py_ssize_t *which, Py_ssize_t *s, Py_ssize_t *nl)  \
     {                                                                                                                  \
-        return teddy_kernel(f, buf, pp, lo, n, which, s, sets, w);                                                     \
+        return teddy_kernel(f, buf, pp, lo, n, which, s, nl, sets, w);                                                 \
     }
 TEDDY_NEXT(teddy_next1w2, 1, 2)
 TEDDY_NEXT(teddy_next2w2, 2, 2)
@@ -751,15 +759,15 @@ TEDDY_NEXT(teddy_next4w3, 4, 3)
 
 static inline Py_ssize_t
 teddy_next(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n, Py_ssize_t *which,
-           Py_ssize_t *s)
+           Py_ssize_t *s, Py_ssize_t *nl)
 {
     if (f->t_width == 3)
-        return f->t_sets == 1   ? teddy_next1w3(f, buf, pp, lo, n, which, s)
-               : f->t_sets == 2 ? teddy_next2w3(f, buf, pp, lo, n, which, s)
-                                : teddy_next4w3(f, buf, pp, lo, n, which, s);
-    return f->t_sets == 1   ? teddy_next1w2(f, buf, pp, lo, n, which, s)
-           : f->t_sets == 2 ? teddy_next2w2(f, buf, pp, lo, n, which, s)
-                            : teddy_next4w2(f, buf, pp, lo, n, which, s);
+        return f->t_sets == 1   ? teddy_next1w3(f, buf, pp, lo, n, which, s, nl)
+               : f->t_sets == 2 ? teddy_next2w3(f, buf, pp, lo, n, which, s, nl)
+                                : teddy_next4w3(f, buf, pp, lo, n, which, s, nl);
+    return f->t_sets == 1   ? teddy_next1w2(f, buf, pp, lo, n, which, s, nl)
+           : f->t_sets == 2 ? teddy_next2w2(f, buf, pp, lo, n, which, s, nl)
+                            : teddy_next4w2(f, buf, pp, lo, n, which, s, nl);
 }
 
 static void
@@ -838,32 +846,18 @@ teddy_groups(const Finder *f, const Py_ssize_t *anchor, int w, const Profile *pf
         PyErr_NoMemory();
         return -1;
     }
-    /* greedy merging; alive groups are g[0 .. alive) after each step (the merged-away one is replaced by the last).
-     * With a profile, the prior guides the merges down to PROFILE_GROUPS groups and the profile the rest (its costs
-     * take longer to compute, and the last merges decide the pass rate) */
-    int alive = ng;
-    const Profile none = {NULL, NULL, NULL};
-    const Profile *cur = pf->t != NULL && ng > PROFILE_GROUPS ? &none : pf;
     for (int i = 0; i < ng; i++)
-        cost[i] = tgroup_cost(&g[i], rs, w, cur);
+        cost[i] = tgroup_cost(&g[i], rs, w, pf);
     for (int i = 0; i < ng; i++)
         for (int j = i + 1; j < ng; j++) {
             TGroup u = tgroup_union(&g[i], &g[j]);
-            delta[i * ng + j] = (float)(tgroup_cost(&u, rs, w, cur) - cost[i] - cost[j]);
+            delta[i * ng + j] = (float)(tgroup_cost(&u, rs, w, pf) - cost[i] - cost[j]);
         }
+    /* greedy merging; alive groups are g[0 .. alive) after each step (the merged-away one is replaced by the last) */
+    int alive = ng;
     for (int t = 0; t < 3; t++) {
         int target = 32 >> t;
         while (alive > target) {
-            if (cur != pf && alive <= PROFILE_GROUPS) {
-                cur = pf;
-                for (int i = 0; i < alive; i++)
-                    cost[i] = tgroup_cost(&g[i], rs, w, cur);
-                for (int i = 0; i < alive; i++)
-                    for (int j = i + 1; j < alive; j++) {
-                        TGroup u = tgroup_union(&g[i], &g[j]);
-                        delta[i * ng + j] = (float)(tgroup_cost(&u, rs, w, cur) - cost[i] - cost[j]);
-                    }
-            }
             int bi = 0, bj = 1;
             float best = delta[0 * ng + 1];
             for (int i = 0; i < alive; i++)
@@ -874,7 +868,7 @@ teddy_groups(const Finder *f, const Py_ssize_t *anchor, int w, const Profile *pf
                         bj = j;
                     }
             g[bi] = tgroup_union(&g[bi], &g[bj]);
-            cost[bi] = tgroup_cost(&g[bi], rs, w, cur);
+            cost[bi] = tgroup_cost(&g[bi], rs, w, pf);
             int last = alive - 1;
             if (bj != last) { /* the last group moves into slot bj */
                 g[bj] = g[last];
@@ -894,7 +888,7 @@ teddy_groups(const Finder *f, const Py_ssize_t *anchor, int w, const Profile *pf
                 if (i == bi)
                     continue;
                 TGroup u = tgroup_union(&g[i], &g[bi]);
-                float d = (float)(tgroup_cost(&u, rs, w, cur) - cost[i] - cost[bi]);
+                float d = (float)(tgroup_cost(&u, rs, w, pf) - cost[i] - cost[bi]);
                 if (i < bi)
                     delta[i * ng + bi] = d;
                 else
@@ -906,7 +900,7 @@ teddy_groups(const Finder *f, const Py_ssize_t *anchor, int w, const Profile *pf
         if (pf->t != NULL) { /* the profile's estimate (overlaps between buckets counted twice) */
             rate[t] = 0;
             for (int i = 0; i < alive; i++)
-                rate[t] += cur == pf ? cost[i] : tgroup_cost(&g[i], rs, w, pf);
+                rate[t] += cost[i];
         } else {
             rate[t] = tgroups_rate(g, alive, wts, w);
         }
@@ -1036,14 +1030,25 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
     const uint8_t *tab = f->tab;
     Py_ssize_t pos = start; /* the start of a line (or of the buffer part searched): nothing before it is left */
     Py_ssize_t p = start;
-    Py_ssize_t nl = 0;      /* newlines in [start, pos) */
+    Py_ssize_t nl = 0;      /* newlines in [start, counted) */
+    Py_ssize_t counted = start; /* (the filter counts the newlines of the blocks it tests) */
     for (;;) {
         Py_ssize_t last = n - 1;
         Py_ssize_t s = 0, which = -1;
 #ifdef HAVE_TEDDY
         if (f->simd) {
-            /* the filter up to the last 32 bytes, verifying what it passes; the scalar loop below does the rest */
-            if (teddy_next(f, buf, &p, start, n, &which, &s) >= 0)
+            /* the filter up to the last 33 bytes, verifying what it passes; the scalar loop below does the rest */
+            if (counted < p) {
+                nl += count_nl(buf + counted, p - counted);
+                counted = p;
+            }
+            Py_ssize_t lines = 0;
+            Py_ssize_t q = teddy_next(f, buf, &p, start, n, &which, &s, &lines);
+            if (p > counted) { /* blocks tested (none when fewer than 34 bytes were left at p) */
+                nl += lines;
+                counted = p;
+            }
+            if (q >= 0)
                 goto hit;
         }
 #endif
@@ -1074,7 +1079,11 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
     {
         const unsigned char *before = last_nl(buf + pos, buf + s);
         Py_ssize_t ls = before ? (before - buf) + 1 : pos;
-        nl += count_nl(buf + pos, ls - pos);
+        if (ls >= counted)
+            nl += count_nl(buf + counted, ls - counted);
+        else /* the filter counted past the line start (the needle starts before its block) */
+            nl -= count_nl(buf + ls, counted - ls);
+        counted = ls;
         const unsigned char *after = memchr(buf + s, '\n', (size_t)(n - s));
         Py_ssize_t le = after ? after - buf : n;
         if (vec_push(out, ls, le, nl, which) < 0)
@@ -1083,15 +1092,15 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
             pos = n;
             break;
         }
-        nl++;
-        pos = p = le + 1;
+        nl++; /* [ls, le] holds one newline, at le */
+        pos = p = counted = le + 1;
         if (max_lines > 0 && out->len >= max_lines)
             break;
     }
     }
     if (pos < n && (max_lines <= 0 || out->len < max_lines)) {
-        nl += count_nl(buf + pos, n - pos);
-        pos = n;
+        nl += count_nl(buf + counted, n - counted);
+        pos = counted = n;
     }
     *newlines = nl;
     return pos;
