@@ -222,3 +222,29 @@ def test_a_profile_is_read_and_changes_only_the_speed() -> None:
     assert blind.find_lines(text) == fitted.find_lines(text)
     assert fitted.find_lines(text)[0][-1][:2] == (len(text) - len(needles[7]) - 1, len(text) - 1)
     assert fitted.simd_filter()[1] != blind.simd_filter()[1]
+
+
+def test_the_planner_profiles_its_sample_for_the_matchers_finder() -> None:
+    """make_plan keeps pair_profile of its sample in the plan and the matcher's finder merges its buckets on it; the
+    lines found from a plan with the profile and one without are the same, and with no sample there is no profile."""
+    mod = _linescan()
+    _filtering(mod)
+    from debug_training_logs.logs import scan
+
+    spec = scan.PatternSpec(
+        patterns=("NCCL WARN", "Traceback \\(most recent", r"loss[: =]+nan", "CUDA error", "watchdog", "exitcode")
+    )
+    line = b"[rank3]: DEBUG:lhotse.dataset.sampling.dynamic_bucketing: rank 3 bucket 0 took 64 cuts (1.5s)\n"
+    rare = b"[rank1]: NCCL WARN net.cc:12 watchdog fired\n[rank2]: loss: nan at step 7\n"
+    text = line * 300 + rare + line * 300
+    plan = scan.make_plan(spec, text)
+    assert plan.profile == mod.pair_profile(text) and scan.make_plan(spec, b"").profile == b""
+    assert "profile" not in repr(plan)
+    fitted = scan._Matcher(spec, plan, frozenset(range(len(spec.patterns)))).finder
+    blind = mod.Finder([lit for lit, _k in plan.anchors], [k for _lit, k in plan.anchors])
+    assert fitted.simd_filter() != blind.simd_filter()
+    assert fitted.find_lines(text, 0, 0, len(text), True) == blind.find_lines(text, 0, 0, len(text), True)
+    lits = [lit for lit, _k in plan.anchors]
+    lines = text.split(b"\n")
+    want = [k for k, ln in enumerate(lines) if any(lit in ln for lit in lits)]
+    assert [h[2] for h in fitted.find_lines(text)[0]] == want == [300]  # the NCCL WARN line (the loss one: a DFA's)

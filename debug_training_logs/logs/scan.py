@@ -439,9 +439,6 @@ class Plan:
     anchors: tuple[tuple[bytes, int], ...] = ()
     """(literal, offset of its byte pair rarest on the sample) for the native line finder (:func:`_native`); a
     literal not listed gets the finder's static guess."""
-    profile: bytes = b""
-    """The sample's most frequent byte pairs (``_linescan.pair_profile``): the native finder merges its anchors into
-    the SIMD filter's buckets so that these pass few of them (empty: a static prior of log text decides)."""
     dense: tuple[tuple[int, tuple[bytes, ...]], ...] = ()
     """(pattern id, needles) of the dense patterns (:attr:`PatternSpec.dense`): a line can match only if it holds
     one of the needles (found with ``bytes.find``); no needles: found by the pattern's own RE2 search. These ids are
@@ -450,6 +447,9 @@ class Plan:
     """(pattern, what its DFA search looks for instead): a superset of the pattern (its tail from an item whose first
     byte is rare on the sample, :func:`_rare_suffix`) that RE2 skips to with memchr; the lines found are checked
     exactly. Patterns not listed are searched as :func:`_relaxed` gives them."""
+    profile: bytes = field(default=b"", repr=False)
+    """The sample's most frequent byte pairs (``_linescan.pair_profile``): the native finder merges its anchors into
+    the SIMD filter's buckets so that these pass few of them (empty: a static prior of log text decides)."""
 
     def describe(self) -> str:
         """One line for benchmarks and debugging."""
