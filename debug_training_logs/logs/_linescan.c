@@ -19,13 +19,15 @@
  *     it (tests/test_native_teddy.py). The buckets are merged so that few positions pass: under a static prior of log
  *     text bytes, or, given the planner's pair_profile of its sample (Plan.profile), so that the sample's frequent
  *     pairs (the lines a job writes every step) pass few. Which filter runs (or none: anchors of common letters) is
- *     decided per needle set at init by a cost rule measured on the corpus (teddy_base). Measured on the realistic
- *     corpus (bench/README.md, CPU per 8.6 MB file, the first read of the file included): the finder pass of grep
- *     3.2 -> 2.0 ms, nccl 3.4 -> 2.1 ms, analyze 3.9 -> 2.6 ms. Finder(simd=False) forces the scalar loop,
- *     simd_filter() says which runs;
+ *     decided per needle set at init by a cost rule measured on the corpus (teddy_base). The filter also counts
+ *     the newlines of the blocks it tests from its own loads. Measured on the realistic corpus (bench/README.md,
+ *     CPU per 8.6 MB file, the first read of the file included, session 8): the finder pass of grep 2.5 -> 1.75 ms,
+ *     nccl 2.6 -> 1.8 ms, analyze 3.3 -> 1.85 ms. Finder(simd=False) forces the scalar loop, simd_filter() says
+ *     which runs;
  *   - a verified needle flags its line: the line start is found backwards (memrchr, never before the previous
- *     line's end), newlines up to it are counted with SSE2 (scalar elsewhere), the line end with memchr, and the
- *     search resumes after that line (other needles in the same line cost nothing).
+ *     line's end), newlines up to it are counted with SSE2 (scalar elsewhere; the filter's count is corrected by
+ *     the few bytes between its block and the line start), the line end with memchr, and the search resumes after
+ *     that line (other needles in the same line cost nothing).
  * Needles holding a newline can never lie inside a line and are ignored. Nothing is read outside [start, end).
  * A candidate is checked with one word compare of the needle's first 8 bytes before memcmp.
  *
@@ -462,10 +464,10 @@ verify(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t n, P
  * union adds the least expected pass rate, from one group per distinct fingerprint down to 32, 16 and 8: the rate
  * under a static prior of log text bytes (text_weight), or, with a profile of the text (pair_profile), the share of
  * the sample's pairs the union passes (three bytes: a Markov estimate from pairs). Measured on the corpus (8.6 MB
- * files, positions passed per file): grep's 73 needles in 16 buckets 267k under the prior, 35k with the profile
- * (25k of them the anchor pair "na" of "nan", which verify() rejects); nccl's 87 needles 346k -> 35k; analyze's
- * ~310 in 32 buckets 358k -> 66k. Three bytes pass fewer still (grep 6.6k in 16 buckets) but their kernel costs
- * more than it saves on these sets; the rule (teddy_base, fitted on kernel timings) weighs both. */
+ * files, positions passed per file): grep's 73 needles in 16 buckets 268k under the prior, 35k with the profile
+ * (25k of them the anchor pair "na" of "nan", see below); nccl's 87 needles 346k -> 42k; analyze's ~310 in 32
+ * buckets 438k -> 40k. Three bytes pass fewer still (grep 6.6k in 16 buckets) but their kernel costs more than it
+ * saves on these sets; the rule (teddy_base, fitted on kernel timings) weighs both. */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
