@@ -224,9 +224,10 @@ def test_a_profile_is_read_and_changes_only_the_speed() -> None:
     assert fitted.simd_filter()[1] != blind.simd_filter()[1]
 
 
-def test_the_planner_profiles_its_sample_for_the_matchers_finder() -> None:
+def test_the_planner_profiles_its_sample_for_the_matchers_finder(monkeypatch: pytest.MonkeyPatch) -> None:
     """make_plan keeps pair_profile of its sample in the plan and the matcher's finder merges its buckets on it; the
-    lines found from a plan with the profile and one without are the same, and with no sample there is no profile."""
+    lines found from a plan with the profile and one without are the same, and with no sample (or without the
+    extension: the Aho-Corasick passes need none) there is no profile."""
     mod = _linescan()
     _filtering(mod)
     from debug_training_logs.logs import scan
@@ -237,6 +238,9 @@ def test_the_planner_profiles_its_sample_for_the_matchers_finder() -> None:
     line = b"[rank3]: DEBUG:lhotse.dataset.sampling.dynamic_bucketing: rank 3 bucket 0 took 64 cuts (1.5s)\n"
     rare = b"[rank1]: NCCL WARN net.cc:12 watchdog fired\n[rank2]: loss: nan at step 7\n"
     text = line * 300 + rare + line * 300
+    monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
+    assert scan.make_plan(spec, text).profile == b""
+    monkeypatch.delenv("DEBUG_TRAINING_LOGS_NO_NATIVE")
     plan = scan.make_plan(spec, text)
     assert plan.profile == mod.pair_profile(text) and scan.make_plan(spec, b"").profile == b""
     assert "profile" not in repr(plan)
