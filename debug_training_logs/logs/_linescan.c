@@ -89,7 +89,7 @@ typedef struct {
     int simd;                /* 1: scan() runs the AVX2 candidate filter (teddy_next) before the scalar loop */
     int t_sets;              /* the filter's mask sets, 8 buckets each (1, 2 or 4) */
     int t_width;             /* bytes per fingerprint the filter tests (2: the anchor pair, 3: a byte more) */
-    double t_rate;           /* the filter's pass rate per position on the static text prior (-1: not built) */
+    double t_rate;           /* the filter's estimated pass rate per position (prior or profile; -1: not built) */
     uint8_t t_mask[4][6][16]; /* [set][lo0, hi0, lo1, hi1, lo2, hi2][nibble] -> bucket bits of (b0, b1, b2) */
 } Finder;
 
@@ -458,9 +458,8 @@ verify(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t n, P
  * once; a position that passes is checked against tab (its pair, and the low three bits of the byte after it against
  * those of the bytes that follow that pair in its needles: "nan"'s anchor "na" no longer stops at every "dynamic")
  * and goes to verify(). Measured on the corpus, verify() calls per file: grep 25.6k -> 0.5k, nccl 2.9k -> 0.8k,
- * analyze 36.5k -> 6.3k. A bucket's masks are the union of
- * its members' nibbles, so no fingerprint is missed; what it passes beyond them (one member's low and another's high
- * nibbles) only costs time. teddy_groups chooses the buckets at init by merging, greedily, the two groups whose
+ * analyze 36.5k -> 6.3k. A bucket's masks are the union of its members' nibbles, so no fingerprint is missed; what
+ * it passes beyond them (one member's low and another's high nibbles) only costs time. teddy_groups chooses the buckets at init by merging, greedily, the two groups whose
  * union adds the least expected pass rate, from one group per distinct fingerprint down to 32, 16 and 8: the rate
  * under a static prior of log text bytes (text_weight), or, with a profile of the text (pair_profile), the share of
  * the sample's pairs the union passes (three bytes: a Markov estimate from pairs). Measured on the corpus (8.6 MB
@@ -475,12 +474,14 @@ verify(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t n, P
 
 /* The rule choosing the filter (mode 1 of teddy_build), from timings of the corpus' needle sets and random subsets
  * of them (bench/README.md): the filter's time per byte, relative to the scalar loop's, is about
- * teddy_base[sets] + TEDDY_SLOPE * (its pass rate on the prior); the cheapest bucket count is used when that is at most
- * TEDDY_MAX_COST. */
+ * teddy_base[width][sets] + TEDDY_SLOPE * (its estimated pass rate: on the prior, or on the profile); the cheapest
+ * bucket count is used when that is at most TEDDY_MAX_COST. The three-byte bases are scaled from the two-byte ones by
+ * the kernels' timings with nothing passing (grep's set, session 8: 8 / 16 / 32 buckets 1.30 / 1.40 / 1.94 ms per
+ * file for two bytes, 1.40 / 1.78 / 2.76 ms for three). */
 static const double teddy_base[2][3] = {{0.49, 0.30, 0.30}, {0.70, 0.38, 0.32}}; /* [width 2, 3][32, 16, 8 buckets] */
 #define TEDDY_SLOPE 6.0
 #define TEDDY_MAX_COST 0.9
-#define TEDDY_MAX_GROUPS 256 /* more distinct anchor pairs (plus one-byte needles): no filter, the scalar loop runs */
+#define TEDDY_MAX_GROUPS 256 /* more distinct fingerprints: no filter of that width (the merge costs ng^3) */
 
 /* relative frequency of a byte in log text (our own rough prior: spaces, lowercase letters and digits are common) */
 static double
@@ -805,18 +806,15 @@ prior_init(void)
 
 /* The buckets of fingerprints of w bytes for the needles with anchors at anchor[] (a needle's fingerprint starts at
  * its anchor; bytes past a needle's end are any byte), merged greedily down to 32, 16 and 8: snap[32 * t ..] holds
- * snap_n[t] groups, rate[t] their pass rate on the prior (t = 0, 1, 2). Returns 0, 1 when there are too many distinct
- * fingerprints for a filter, -1 on memory error. */
+ * snap_n[t] groups, rate[t] their pass rate (t = 0, 1, 2) on the profile pf, or the prior when pf has none. Returns 0,
+ * 1 when there are too many distinct fingerprints for a filter, -1 on memory error. */
 static int
 teddy_groups(const Finder *f, const Py_ssize_t *anchor, int w, const Profile *pf, TGroup *snap, int *snap_n,
              double *rate)
 {
     const double *wts = prior_w;
     const double (*rs)[256] = (const double (*)[256])prior_rs;
-    int cap = 0;
-    for (Py_ssize_t i = 0; i < f->n_needles; i++)
-        cap++;
-    TGroup *g = PyMem_Malloc(sizeof(TGroup) * (size_t)(cap ? cap : 1));
+    TGroup *g = PyMem_Malloc(sizeof(TGroup) * (size_t)(f->n_needles ? f->n_needles : 1));
     if (g == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -993,7 +991,7 @@ teddy_build(Finder *f, int mode, int width, const unsigned char *prof, Py_ssize_
             goto done;
         usable[wi] = rc == 0;
     }
-    /* the rule; mode 2: the lowest rate (fewer buckets, then two bytes, when equal) */
+    /* the rule; mode 2: the lowest rate (when equal: two bytes, then fewer buckets) */
     int pick = -1, pick_w = -1;
     double best = mode == 1 ? TEDDY_MAX_COST + 1e-9 : 1e300;
     for (int wi = 0; wi < 2; wi++)
