@@ -1112,63 +1112,104 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
     return pos;
 }
 
-/* Append to *found (capacity cap, *count used) every distinct needle occurring inside buf[ls:le] (a line: no needle
- * holding a newline is anchored), in order of their anchor positions. Returns -1 when more than cap were found. */
-static int
-line_needles(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t *found,
-             Py_ssize_t cap, Py_ssize_t *count)
+/* Append to *found (capacity cap, *count used) the distinct needles whose anchor (or, one-byte needles, start) is at
+ * q inside buf[ls:le]. Returns -1 when more than cap were found. */
+static inline int
+needles_at(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t q, Py_ssize_t *found,
+           Py_ssize_t cap, Py_ssize_t *count)
 {
-    for (Py_ssize_t q = ls; q < le; q++) {
-        Py_ssize_t cand[2];
-        int nc = 0;
-        int32_t one = f->single[buf[q]];
-        if (one >= 0)
-            cand[nc++] = one;
-        if (q + 1 < le) {
-            unsigned v = pair_at(buf + q);
-            if (f->tab[v] && (f->has_bucket[v >> 3] & (1u << (v & 7)))) {
-                uint32_t b = f->bucket_of[v];
-                for (uint32_t j = f->bucket_start[b]; j < f->bucket_start[b + 1]; j++) {
-                    uint32_t i = f->items[j];
-                    Py_ssize_t st = q - f->anchor[i];
-                    Py_ssize_t len = f->length[i];
-                    if (st < ls || st + len > le)
-                        continue;
-                    if (memcmp(buf + st, f->blob + f->offset[i], (size_t)len) != 0)
-                        continue;
-                    int dup = 0;
-                    for (Py_ssize_t k = 0; k < *count; k++)
-                        dup |= found[k] == (Py_ssize_t)i;
-                    if (dup)
-                        continue;
-                    if (*count >= cap)
-                        return -1;
-                    found[(*count)++] = (Py_ssize_t)i;
-                }
+    Py_ssize_t cand[2];
+    int nc = 0;
+    int32_t one = f->single[buf[q]];
+    if (one >= 0)
+        cand[nc++] = one;
+    if (q + 1 < le) {
+        unsigned v = pair_at(buf + q);
+        if (f->tab[v] && (f->has_bucket[v >> 3] & (1u << (v & 7)))) {
+            uint32_t b = f->bucket_of[v];
+            for (uint32_t j = f->bucket_start[b]; j < f->bucket_start[b + 1]; j++) {
+                uint32_t i = f->items[j];
+                Py_ssize_t st = q - f->anchor[i];
+                Py_ssize_t len = f->length[i];
+                if (st < ls || st + len > le)
+                    continue;
+                if (memcmp(buf + st, f->blob + f->offset[i], (size_t)len) != 0)
+                    continue;
+                int dup = 0;
+                for (Py_ssize_t k = 0; k < *count; k++)
+                    dup |= found[k] == (Py_ssize_t)i;
+                if (dup)
+                    continue;
+                if (*count >= cap)
+                    return -1;
+                found[(*count)++] = (Py_ssize_t)i;
             }
         }
-        for (int c = 0; c < nc; c++) {
-            int dup = 0;
-            for (Py_ssize_t k = 0; k < *count; k++)
-                dup |= found[k] == cand[c];
-            if (dup)
-                continue;
-            if (*count >= cap)
-                return -1;
-            found[(*count)++] = cand[c];
+    }
+    for (int c = 0; c < nc; c++) {
+        int dup = 0;
+        for (Py_ssize_t k = 0; k < *count; k++)
+            dup |= found[k] == cand[c];
+        if (dup)
+            continue;
+        if (*count >= cap)
+            return -1;
+        found[(*count)++] = cand[c];
+    }
+    return 0;
+}
+
+#ifdef HAVE_TEDDY
+/* The filter's passes among the 32 positions at..at + 31 (reads at..at + 33), as bits */
+__attribute__((target("avx2"))) static uint32_t
+teddy_mask32(const Finder *f, const unsigned char *at)
+{
+    __m256i m[4][6];
+    for (int k = 0; k < f->t_sets; k++)
+        for (int j = 0; j < 2 * f->t_width; j++)
+            m[k][j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)f->t_mask[k][j]));
+    uint32_t newlines;
+    __m256i acc = teddy_block((const __m256i (*)[6])m, at, f->t_sets, f->t_width, &newlines);
+    return ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(acc, _mm256_setzero_si256()));
+}
+#endif
+
+/* Append to *found (capacity cap, *count used) every distinct needle occurring inside buf[ls:le] (a line: no needle
+ * holding a newline is anchored; buf holds n bytes), in order of their anchor positions: the positions the filter
+ * passes where it runs (32 per step), every position elsewhere. Returns -1 when more than cap were found. */
+static int
+line_needles(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t n,
+             Py_ssize_t *found, Py_ssize_t cap, Py_ssize_t *count)
+{
+    Py_ssize_t q = ls;
+#ifdef HAVE_TEDDY
+    if (f->simd) {
+        for (; q < le && q + 34 <= n; q += 32) {
+            uint32_t bits = teddy_mask32(f, buf + q);
+            if (le - q < 32)
+                bits &= (1u << (le - q)) - 1;
+            for (; bits; bits &= bits - 1)
+                if (needles_at(f, buf, ls, le, q + __builtin_ctz(bits), found, cap, count) < 0)
+                    return -1;
         }
     }
+#else
+    (void)n;
+#endif
+    for (; q < le; q++)
+        if (needles_at(f, buf, ls, le, q, found, cap, count) < 0)
+            return -1;
     return 0;
 }
 
 /* A tuple of the distinct needles (ascending indexes) inside buf[ls:le], or NULL with an exception set. */
 static PyObject *
-line_needle_tuple(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le)
+line_needle_tuple(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t n)
 {
     Py_ssize_t local[64];
     Py_ssize_t *found = local, cap = 64, count = 0;
     Py_ssize_t *heap = NULL;
-    if (line_needles(f, buf, ls, le, found, cap, &count) < 0) {
+    if (line_needles(f, buf, ls, le, n, found, cap, &count) < 0) {
         /* more distinct needles in one line than fit on the stack: every needle at most once */
         cap = f->n_needles;
         heap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(cap ? cap : 1));
@@ -1176,7 +1217,7 @@ line_needle_tuple(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_s
             return PyErr_NoMemory();
         found = heap;
         count = 0;
-        line_needles(f, buf, ls, le, found, cap, &count);
+        line_needles(f, buf, ls, le, n, found, cap, &count);
     }
     /* ascending (insertion sort: a handful) */
     for (Py_ssize_t i = 1; i < count; i++) {
@@ -1250,7 +1291,7 @@ Finder_find_lines(Finder *self, PyObject *args, PyObject *kwds)
         Hit *h = &hits.items[i];
         PyObject *t;
         if (every) {
-            PyObject *nd = line_needle_tuple(self, (const unsigned char *)view.buf, h->start, h->end);
+            PyObject *nd = line_needle_tuple(self, (const unsigned char *)view.buf, h->start, h->end, n);
             t = nd == NULL ? NULL : Py_BuildValue("(nnnN)", h->start, h->end, h->line, nd);
         } else {
             t = Py_BuildValue("(nnnn)", h->start, h->end, h->line, h->needle);
