@@ -105,21 +105,38 @@ def _pages(f: Any, buf: bytes, start: int, end: int, page: int) -> list[Any]:
 KINDS = ["one byte", "two bytes", "long", "shared pairs", "many buckets", "high bytes", "mixed"]
 
 
+def _lines(pages: list[Any]) -> list[Any]:
+    """``_pages`` without the needle named in each hit (with three-byte fingerprints a line holding several needles
+    may name another one than the scalar loop; the lines, their indexes, the newlines and the stops never differ)."""
+    return [([h[:3] for h in hits], nl, stop) for hits, nl, stop in pages]
+
+
+# the filter's configurations: (simd, width, profile of): profile of "text" is pair_profile of the searched buffer
+# (the buckets fitted to the very text they filter), "other" of unrelated random bytes
+CONFIGS = [(True, 2, None), (True, 3, None), (True, 0, "text"), (16, 3, "other"), (32, 2, "text"), (8, 3, "text")]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("seed", range(12))
-def test_filter_equals_scalar_loop_and_reference(kind: str, seed: int) -> None:
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c[0]}-w{c[1]}-{c[2]}")
+def test_filter_equals_scalar_loop_and_reference(kind: str, seed: int, config: tuple[Any, int, str | None]) -> None:
     mod = _linescan()
     _filtering(mod)
     rnd = random.Random(f"{kind}/{seed}")
     needles = _needles(rnd, kind)
     anchors = None if rnd.random() < 0.3 else [rnd.randrange(max(1, len(nd) - 1)) for nd in needles]
-    simd = mod.Finder(needles, anchors, True)
-    scalar = mod.Finder(needles, anchors, False)
-    auto = mod.Finder(needles, anchors)
-    assert scalar.simd_filter() is None
-    buckets, _rate = simd.simd_filter()  # at most 256 distinct anchor pairs here: the filter is built
-    assert buckets in (8, 16, 32)
     buf = _buffer(rnd, needles, rnd.choice([40, 200, 3000, 20000]))
+    mode, width, of = config
+    text = {"text": buf, "other": bytes(rnd.randrange(256) for _ in range(5000)), None: None}[of]
+    profile = None if text is None else mod.pair_profile(text, rnd.choice([16, 1024]))
+    simd = mod.Finder(needles, anchors, mode, width, profile)
+    scalar = mod.Finder(needles, anchors, False)
+    auto = mod.Finder(needles, anchors, None, 0, profile)
+    assert scalar.simd_filter() is None
+    buckets, _rate, used = simd.simd_filter()  # at most 256 distinct fingerprints here: the filter is built
+    assert buckets in (8, 16, 32) and (mode is True or buckets <= mode)  # few fingerprints fill fewer mask sets
+    assert used in ((2, 3) if width == 0 else (width,))
+    same = _pages if used == 2 else lambda *a: _lines(_pages(*a))
     n = len(buf)
     spans = [(0, n)]
     for _ in range(3):
@@ -131,8 +148,8 @@ def test_filter_equals_scalar_loop_and_reference(kind: str, seed: int) -> None:
         want, nl = reference(buf[lo:hi], needles)
         for page in (0, 1, 3):
             got = _pages(simd, buf, lo, hi, page)
-            assert got == _pages(scalar, buf, lo, hi, page), (lo, hi, page)
-            assert got == _pages(auto, buf, lo, hi, page), (lo, hi, page)
+            assert same(simd, buf, lo, hi, page) == same(scalar, buf, lo, hi, page), (lo, hi, page)
+            assert _lines(got) == _lines(_pages(auto, buf, lo, hi, page)), (lo, hi, page)
             hits = [h for hs, _nl, _stop in got for h in hs]
             before, lines = 0, []
             for hs, got_nl, _stop in got:
@@ -156,15 +173,17 @@ def test_every_block_offset_of_every_needle() -> None:
     _filtering(mod)
     for nd in [b"q", b"qz", b"qzj", b"\xffz", b"Watchdog caught"]:
         filler = [b"a", b"b", b"c", b"z"]  # a one-byte or two-byte needle must not occur by chance
-        simd, scalar = mod.Finder([nd, b"\x01\x02"], None, True), mod.Finder([nd, b"\x01\x02"], None, False)
-        for size in (31, 32, 33, 34, 64, 65, 66, 97):
-            for at in range(size - len(nd) + 1):
-                rnd = random.Random(at)
-                body = bytes(rnd.choice(filler)[0] for _ in range(size))
-                buf = body[:at] + nd + body[at + len(nd) :]
-                got = simd.find_lines(buf)
-                assert got == scalar.find_lines(buf)
-                assert [h[:2] for h in got[0]] == [(0, size)], (nd, size, at)
+        scalar = mod.Finder([nd, b"\x01\x02"], None, False)
+        for width in (2, 3):
+            simd = mod.Finder([nd, b"\x01\x02"], None, True, width)
+            for size in (31, 32, 33, 34, 35, 64, 65, 66, 67, 97):
+                for at in range(size - len(nd) + 1):
+                    rnd = random.Random(at)
+                    body = bytes(rnd.choice(filler)[0] for _ in range(size))
+                    buf = body[:at] + nd + body[at + len(nd) :]
+                    got = simd.find_lines(buf)
+                    assert got == scalar.find_lines(buf)
+                    assert [h[:2] for h in got[0]] == [(0, size)], (nd, size, at, width)
 
 
 def test_the_rule_keeps_the_scalar_loop_where_the_filter_would_pass_most_positions() -> None:
@@ -176,8 +195,60 @@ def test_the_rule_keeps_the_scalar_loop_where_the_filter_would_pass_most_positio
     common = [bytes([a, b]) for a in b"etaoinsr hdlcum" for b in b"etaoinsr hdlcum"]
     f = mod.Finder(common)
     assert f.simd_filter() is None
-    buckets, rate = mod.Finder(common, None, True).simd_filter()
-    assert buckets == 32 and rate > 0.05
+    buckets, rate, _width = mod.Finder(common, None, True, 2).simd_filter()
+    assert buckets in (16, 32) and rate > 0.05  # 16 and 32 buckets pass as much here
     # more distinct anchor pairs than teddy_build merges: the scalar loop even when asked for the filter
     many = [bytes([a, b]) for a in range(0x41, 0x5B) for b in range(0x61, 0x7B)]
     assert mod.Finder(many, None, True).simd_filter() is None
+
+
+def test_a_profile_is_read_and_changes_only_the_speed() -> None:
+    """pair_profile lists a sample's pairs by count; a Finder given one merges its buckets on it (the rate it reports
+    is then the profile's estimate, not the prior's) and finds the same lines."""
+    mod = _linescan()
+    _filtering(mod)
+    prof = mod.pair_profile(b"abab")
+    assert prof == (3).to_bytes(4, "little") + b"ab" + (2).to_bytes(4, "little") + b"ba" + (1).to_bytes(4, "little")
+    assert mod.pair_profile(b"abab", 1) == prof[:10] and mod.pair_profile(b"") == bytes(4)
+    with pytest.raises(ValueError):
+        mod.Finder([b"ab"], None, True, 0, b"12345")
+    rnd = random.Random(5)
+    letters = b"abcdefghijklmnopqrstuvwxyz"
+    needles = [bytes(rnd.choice(letters) for _ in range(rnd.randint(4, 9))) for _ in range(60)]
+    line = b"[rank3]: 2026-01-01 12:00:00 lhotse.dataset.sampling DEBUG: fetched bucket of 64 cuts\n"
+    text = line * 400 + needles[7] + b"\n"
+    blind = mod.Finder(needles, None, 16, 2)
+    fitted = mod.Finder(needles, None, 16, 2, mod.pair_profile(text))
+    assert blind.find_lines(text) == fitted.find_lines(text)
+    assert fitted.find_lines(text)[0][-1][:2] == (len(text) - len(needles[7]) - 1, len(text) - 1)
+    assert fitted.simd_filter()[1] != blind.simd_filter()[1]
+
+
+def test_the_planner_profiles_its_sample_for_the_matchers_finder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """make_plan keeps pair_profile of its sample in the plan and the matcher's finder merges its buckets on it; the
+    lines found from a plan with the profile and one without are the same, and with no sample (or without the
+    extension: the Aho-Corasick passes need none) there is no profile."""
+    mod = _linescan()
+    _filtering(mod)
+    from debug_training_logs.logs import scan
+
+    spec = scan.PatternSpec(
+        patterns=("NCCL WARN", "Traceback \\(most recent", r"loss[: =]+nan", "CUDA error", "watchdog", "exitcode")
+    )
+    line = b"[rank3]: DEBUG:lhotse.dataset.sampling.dynamic_bucketing: rank 3 bucket 0 took 64 cuts (1.5s)\n"
+    rare = b"[rank1]: NCCL WARN net.cc:12 watchdog fired\n[rank2]: loss: nan at step 7\n"
+    text = line * 300 + rare + line * 300
+    monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
+    assert scan.make_plan(spec, text).profile == b""
+    monkeypatch.delenv("DEBUG_TRAINING_LOGS_NO_NATIVE")
+    plan = scan.make_plan(spec, text)
+    assert plan.profile == mod.pair_profile(text) and scan.make_plan(spec, b"").profile == b""
+    assert "profile" not in repr(plan)
+    fitted = scan._Matcher(spec, plan, frozenset(range(len(spec.patterns)))).finder
+    blind = mod.Finder([lit for lit, _k in plan.anchors], [k for _lit, k in plan.anchors])
+    assert fitted.simd_filter() != blind.simd_filter()
+    assert fitted.find_lines(text, 0, 0, len(text), True) == blind.find_lines(text, 0, 0, len(text), True)
+    lits = [lit for lit, _k in plan.anchors]
+    lines = text.split(b"\n")
+    want = [k for k, ln in enumerate(lines) if any(lit in ln for lit in lits)]
+    assert [h[2] for h in fitted.find_lines(text)[0]] == want == [300]  # the NCCL WARN line (the loss one: a DFA's)

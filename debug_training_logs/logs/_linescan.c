@@ -12,18 +12,22 @@
  *     verified against the needles anchored on that pair with memcmp (a one-byte needle flags every pair it
  *     starts);
  *   - where the CPU has AVX2 (checked once at run time; x86-64 GCC/Clang builds only), a Teddy-style filter runs
- *     before that loop (teddy_build, teddy_next): the anchor pairs are merged into 8, 16 or 32 buckets of nibble
- *     masks, four pshufb per 8 buckets test 32 positions at once, and only the positions it passes are looked up in
- *     the table and verified; the scalar loop does the last 32 bytes of each search. The filter passes every anchor
- *     pair, so the answer is the same with or without it (tests/test_native_teddy.py). Whether it runs is decided per
- *     needle set at init by a cost rule measured on the corpus (teddy_base): a set whose buckets would pass too many
- *     positions (anchors made of common text letters) keeps the scalar loop. Measured on the realistic corpus
- *     (bench/README.md, CPU per 8.6 MB file): the finder pass of grep 3.2 -> 2.5 ms, nccl 3.4 -> 2.3 ms (16
- *     buckets), analyze 3.9 -> 3.1 ms (32 buckets for its 150 distinct pairs). Finder(simd=False) forces the scalar
- *     loop, simd_filter() says which runs;
+ *     before that loop (teddy_build, teddy_next): fingerprints of two bytes (the anchor pairs) or three (a byte more)
+ *     are merged into 8, 16 or 32 buckets of nibble masks, two pshufb per byte and 8 buckets test 32 positions at
+ *     once, and only the positions it passes are looked up in the table and verified; the scalar loop does the last
+ *     33 bytes of each search. The filter passes every fingerprint, so the lines found are the same with or without
+ *     it (tests/test_native_teddy.py). The buckets are merged so that few positions pass: under a static prior of log
+ *     text bytes, or, given the planner's pair_profile of its sample (Plan.profile), so that the sample's frequent
+ *     pairs (the lines a job writes every step) pass few. Which filter runs (or none: anchors of common letters) is
+ *     decided per needle set at init by a cost rule measured on the corpus (teddy_base). The filter also counts
+ *     the newlines of the blocks it tests from its own loads. Measured on the realistic corpus (bench/README.md,
+ *     CPU per 8.6 MB file, the first read of the file included, session 8): the finder pass of grep 2.5 -> 1.75 ms,
+ *     nccl 2.6 -> 1.8 ms, analyze 3.3 -> 1.85 ms. Finder(simd=False) forces the scalar loop, simd_filter() says
+ *     which runs;
  *   - a verified needle flags its line: the line start is found backwards (memrchr, never before the previous
- *     line's end), newlines up to it are counted with SSE2 (scalar elsewhere), the line end with memchr, and the
- *     search resumes after that line (other needles in the same line cost nothing).
+ *     line's end), newlines up to it are counted with SSE2 (scalar elsewhere; the filter's count is corrected by
+ *     the few bytes between its block and the line start), the line end with memchr, and the search resumes after
+ *     that line (other needles in the same line cost nothing).
  * Needles holding a newline can never lie inside a line and are ignored. Nothing is read outside [start, end).
  * A candidate is checked with one word compare of the needle's first 8 bytes before memcmp.
  *
@@ -71,7 +75,9 @@ typedef struct {
     Py_ssize_t *offset;      /* needle i is blob[offset[i] : offset[i] + length[i]] */
     Py_ssize_t *length;
     Py_ssize_t *anchor;      /* offset of needle i's anchor pair inside it (0 for one-byte needles) */
-    uint8_t *tab;            /* pair (b0 | b1 << 8) -> 1 when it may be an anchor (or start a one-byte needle) */
+    uint8_t *tab;            /* pair (b0 | b1 << 8) -> non-zero when it may be an anchor (or start a one-byte
+                              * needle): bit j set when a needle anchored on it has a byte c after the pair with
+                              * c & 7 == j, every bit when one has none (the filter's third-byte check) */
     int32_t single[256];     /* first byte -> index of a one-byte needle equal to it, or -1 */
     uint32_t *bucket_of;     /* pair -> index into bucket_start (valid when the pair has anchored needles) */
     uint8_t has_bucket[8192];
@@ -82,8 +88,9 @@ typedef struct {
     uint64_t *head_mask;     /* ... and the mask of those of its bytes that exist */
     int simd;                /* 1: scan() runs the AVX2 candidate filter (teddy_next) before the scalar loop */
     int t_sets;              /* the filter's mask sets, 8 buckets each (1, 2 or 4) */
-    double t_rate;           /* the filter's pass rate per position on the static text prior (-1: not built) */
-    uint8_t t_mask[4][4][16]; /* [set][lo0, hi0, lo1, hi1][nibble] -> bucket bits of the pairs (b0, b1) */
+    int t_width;             /* bytes per fingerprint the filter tests (2: the anchor pair, 3: a byte more) */
+    double t_rate;           /* the filter's estimated pass rate per position (prior or profile; -1: not built) */
+    uint8_t t_mask[4][6][16]; /* [set][lo0, hi0, lo1, hi1, lo2, hi2][nibble] -> bucket bits of (b0, b1, b2) */
 } Finder;
 
 /* ----------------------------------------------------------------------------------------------------------------- */
@@ -174,7 +181,7 @@ byte_prior(unsigned char c)
 /* ----------------------------------------------------------------------------------------------------------------- */
 /* Finder */
 
-static int teddy_build(Finder *f, int mode);
+static int teddy_build(Finder *f, int mode, int width, const unsigned char *prof, Py_ssize_t prof_len);
 
 static void
 Finder_dealloc(Finder *self)
@@ -192,13 +199,92 @@ Finder_dealloc(Finder *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The tables of the scalar loop and verify() from the needles and their anchors: tab, single, has_bucket, bucket_of,
+ * bucket_start and items. Returns -1 (exception set) on memory error. */
+static int
+build_index(Finder *self)
+{
+    Py_ssize_t n = self->n_needles;
+    memset(self->has_bucket, 0, sizeof(self->has_bucket));
+    memset(self->tab, 0, 65536);
+    for (int c = 0; c < 256; c++)
+        self->single[c] = -1;
+    /* group needles by anchor pair (counting sort over the 65,536 pairs) */
+    uint32_t *count = PyMem_Calloc(65536, sizeof(uint32_t));
+    if (count == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t anchored = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *s = self->blob + self->offset[i];
+        Py_ssize_t len = self->length[i];
+        if (memchr(s, '\n', (size_t)len) != NULL)
+            continue; /* can never lie inside one line */
+        if (len == 1) {
+            if (self->single[s[0]] < 0)
+                self->single[s[0]] = (int32_t)i;
+            for (unsigned b1 = 0; b1 < 256; b1++) {
+                unsigned v = s[0] | (b1 << 8);
+                self->tab[v] = 0xff;
+            }
+            continue;
+        }
+        Py_ssize_t k = self->anchor[i];
+        unsigned v = pair_at(s + k);
+        self->tab[v] |= k + 2 < len ? (uint8_t)(1u << (s[k + 2] & 7)) : 0xff;
+        count[v]++;
+        anchored++;
+    }
+    Py_ssize_t n_buckets = 0;
+    for (unsigned v = 0; v < 65536; v++)
+        if (count[v])
+            n_buckets++;
+    self->bucket_start = PyMem_Malloc(sizeof(uint32_t) * (size_t)(n_buckets + 1));
+    self->items = PyMem_Malloc(sizeof(uint32_t) * (size_t)(anchored ? anchored : 1));
+    if (!self->bucket_start || !self->items) {
+        PyMem_Free(count);
+        PyErr_NoMemory();
+        return -1;
+    }
+    uint32_t b = 0, pos = 0;
+    for (unsigned v = 0; v < 65536; v++) {
+        if (!count[v])
+            continue;
+        self->bucket_of[v] = b;
+        self->has_bucket[v >> 3] |= (uint8_t)(1u << (v & 7));
+        self->bucket_start[b] = pos;
+        pos += count[v];
+        count[v] = self->bucket_start[b]; /* now: next free slot of this bucket */
+        b++;
+    }
+    self->bucket_start[b] = pos;
+    self->n_buckets = n_buckets;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *s = self->blob + self->offset[i];
+        Py_ssize_t len = self->length[i];
+        if (len < 2 || memchr(s, '\n', (size_t)len) != NULL)
+            continue;
+        unsigned v = pair_at(s + self->anchor[i]);
+        self->items[count[v]++] = (uint32_t)i;
+    }
+    PyMem_Free(count);
+    return 0;
+}
+
 static int
 Finder_init(Finder *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"needles", "anchors", "simd", NULL};
-    PyObject *needles_obj, *anchors_obj = Py_None, *simd_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO", kwlist, &needles_obj, &anchors_obj, &simd_obj))
+    static char *kwlist[] = {"needles", "anchors", "simd", "width", "profile", NULL};
+    PyObject *needles_obj, *anchors_obj = Py_None, *simd_obj = Py_None, *profile_obj = Py_None;
+    int width = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OOiO", kwlist, &needles_obj, &anchors_obj, &simd_obj, &width,
+                                     &profile_obj))
         return -1;
+    if (width != 0 && width != 2 && width != 3) {
+        PyErr_SetString(PyExc_ValueError, "width must be 0 (the rule chooses), 2 or 3");
+        return -1;
+    }
     int simd_mode = 1;
     if (PyLong_Check(simd_obj) && !PyBool_Check(simd_obj)) {
         long k = PyLong_AsLong(simd_obj);
@@ -260,9 +346,6 @@ Finder_init(Finder *self, PyObject *args, PyObject *kwds)
         PyErr_NoMemory();
         goto done;
     }
-    memset(self->has_bucket, 0, sizeof(self->has_bucket));
-    for (int c = 0; c < 256; c++)
-        self->single[c] = -1;
     Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
@@ -297,67 +380,24 @@ Finder_init(Finder *self, PyObject *args, PyObject *kwds)
         }
         self->anchor[i] = k;
     }
-    /* group needles by anchor pair (counting sort over the 65,536 pairs) */
-    uint32_t *count = PyMem_Calloc(65536, sizeof(uint32_t));
-    if (count == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_ssize_t anchored = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *s = self->blob + self->offset[i];
-        Py_ssize_t len = self->length[i];
-        if (memchr(s, '\n', (size_t)len) != NULL)
-            continue; /* can never lie inside one line */
-        if (len == 1) {
-            if (self->single[s[0]] < 0)
-                self->single[s[0]] = (int32_t)i;
-            for (unsigned b1 = 0; b1 < 256; b1++) {
-                unsigned v = s[0] | (b1 << 8);
-                self->tab[v] = 1;
+    /* the filter first: with three-byte fingerprints it moves some anchors (teddy_build) */
+    {
+        Py_buffer pv = {0};
+        if (profile_obj != Py_None) {
+            if (PyObject_GetBuffer(profile_obj, &pv, PyBUF_SIMPLE) < 0)
+                goto done;
+            if (pv.len < 4 || (pv.len - 4) % 6 != 0) {
+                PyBuffer_Release(&pv);
+                PyErr_SetString(PyExc_ValueError, "profile must come from pair_profile()");
+                goto done;
             }
-            continue;
         }
-        unsigned v = pair_at(s + self->anchor[i]);
-        self->tab[v] = 1;
-        count[v]++;
-        anchored++;
+        int rc = teddy_build(self, simd_mode, width, (const unsigned char *)pv.buf, pv.buf ? pv.len : 0);
+        if (pv.buf != NULL)
+            PyBuffer_Release(&pv);
+        if (rc < 0 || build_index(self) < 0)
+            goto done;
     }
-    Py_ssize_t n_buckets = 0;
-    for (unsigned v = 0; v < 65536; v++)
-        if (count[v])
-            n_buckets++;
-    self->bucket_start = PyMem_Malloc(sizeof(uint32_t) * (size_t)(n_buckets + 1));
-    self->items = PyMem_Malloc(sizeof(uint32_t) * (size_t)(anchored ? anchored : 1));
-    if (!self->bucket_start || !self->items) {
-        PyMem_Free(count);
-        PyErr_NoMemory();
-        goto done;
-    }
-    uint32_t b = 0, pos = 0;
-    for (unsigned v = 0; v < 65536; v++) {
-        if (!count[v])
-            continue;
-        self->bucket_of[v] = b;
-        self->has_bucket[v >> 3] |= (uint8_t)(1u << (v & 7));
-        self->bucket_start[b] = pos;
-        pos += count[v];
-        count[v] = self->bucket_start[b]; /* now: next free slot of this bucket */
-        b++;
-    }
-    self->bucket_start[b] = pos;
-    self->n_buckets = n_buckets;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *s = self->blob + self->offset[i];
-        Py_ssize_t len = self->length[i];
-        if (len < 2 || memchr(s, '\n', (size_t)len) != NULL)
-            continue;
-        unsigned v = pair_at(s + self->anchor[i]);
-        self->items[count[v]++] = (uint32_t)i;
-    }
-    PyMem_Free(count);
-    if (teddy_build(self, simd_mode) < 0)
-        goto done;
     ok = 0;
 done:
     Py_XDECREF(aseq);
@@ -411,14 +451,22 @@ verify(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t n, P
 /* ----------------------------------------------------------------------------------------------------------------- */
 /* The SIMD candidate filter (Teddy-style, as in Hyperscan and ripgrep; this is our own code).
  *
- * Each anchor pair (b0, b1) goes to one of 8, 16 or 32 buckets; bucket k is a bit of t_mask[k / 8]. A byte pair can be
- * an anchor of bucket k only if lo0[b0 & 15], hi0[b0 >> 4], lo1[b1 & 15] and hi1[b1 >> 4] all hold k's bit (a
- * one-byte needle c: lo0/hi0 for c, every lo1/hi1 entry). Four pshufb per mask set test 32 positions at once; a
- * position that passes is checked against tab (exact) and goes to verify(). The filter passes every pair tab flags
- * (a bucket's masks are the union of its pairs' nibbles), so no anchor is missed; what it passes beyond tab (pairs
- * made of one member's low and another's high nibbles) only costs time. The buckets are chosen at Finder init by
- * merging, greedily, the two groups of pairs whose union adds the least expected pass rate under a static prior of
- * log text bytes (text_weight), from one group per distinct pair down to 32, 16 and 8 buckets. */
+ * Each needle's fingerprint (its anchor pair, or with width 3 the three bytes from its anchor; bytes past the
+ * needle's end and a one-byte needle's second byte match any byte) goes to one of 8, 16 or 32 buckets; bucket k is a
+ * bit of t_mask[k / 8]. Bytes (b0, b1, b2) can start a fingerprint of bucket k only if lo0[b0 & 15], hi0[b0 >> 4],
+ * lo1[b1 & 15], hi1[b1 >> 4] (and lo2, hi2) all hold k's bit. Two pshufb per byte and mask set test 32 positions at
+ * once; a position that passes is checked against tab (its pair, and the low three bits of the byte after it against
+ * those of the bytes that follow that pair in its needles: "nan"'s anchor "na" no longer stops at every "dynamic")
+ * and goes to verify(). Measured on the corpus, verify() calls per file: grep 25.6k -> 0.5k, nccl 2.9k -> 0.8k,
+ * analyze 36.5k -> 6.3k. A bucket's masks are the union of its members' nibbles, so no fingerprint is missed; what
+ * it passes beyond them (one member's low and another's high nibbles) only costs time. teddy_groups chooses the buckets at init by merging, greedily, the two groups whose
+ * union adds the least expected pass rate, from one group per distinct fingerprint down to 32, 16 and 8: the rate
+ * under a static prior of log text bytes (text_weight), or, with a profile of the text (pair_profile), the share of
+ * the sample's pairs the union passes (three bytes: a Markov estimate from pairs). Measured on the corpus (8.6 MB
+ * files, positions passed per file): grep's 73 needles in 16 buckets 268k under the prior, 35k with the profile
+ * (25k of them the anchor pair "na" of "nan", see below); nccl's 87 needles 346k -> 42k; analyze's ~310 in 32
+ * buckets 438k -> 40k. Three bytes pass fewer still (grep 6.6k in 16 buckets) but their kernel costs more than it
+ * saves on these sets; the rule (teddy_base, fitted on kernel timings) weighs both. */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -426,12 +474,14 @@ verify(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t n, P
 
 /* The rule choosing the filter (mode 1 of teddy_build), from timings of the corpus' needle sets and random subsets
  * of them (bench/README.md): the filter's time per byte, relative to the scalar loop's, is about
- * teddy_base[sets] + TEDDY_SLOPE * (its pass rate on the prior); the cheapest bucket count is used when that is at most
- * TEDDY_MAX_COST. */
-static const double teddy_base[3] = {0.49, 0.30, 0.30}; /* 32, 16, 8 buckets (4, 2, 1 mask sets) */
+ * teddy_base[width][sets] + TEDDY_SLOPE * (its estimated pass rate: on the prior, or on the profile); the cheapest
+ * bucket count is used when that is at most TEDDY_MAX_COST. The three-byte bases are scaled from the two-byte ones by
+ * the kernels' timings with nothing passing (grep's set, session 8: 8 / 16 / 32 buckets 1.30 / 1.40 / 1.94 ms per
+ * file for two bytes, 1.40 / 1.78 / 2.76 ms for three). */
+static const double teddy_base[2][3] = {{0.49, 0.30, 0.30}, {0.70, 0.38, 0.32}}; /* [width 2, 3][32, 16, 8 buckets] */
 #define TEDDY_SLOPE 6.0
 #define TEDDY_MAX_COST 0.9
-#define TEDDY_MAX_GROUPS 256 /* more distinct anchor pairs (plus one-byte needles): no filter, the scalar loop runs */
+#define TEDDY_MAX_GROUPS 256 /* more distinct fingerprints: no filter of that width (the merge costs ng^3) */
 
 /* relative frequency of a byte in log text (our own rough prior: spaces, lowercase letters and digits are common) */
 static double
@@ -458,262 +508,359 @@ text_weight(unsigned c)
 }
 
 typedef struct {
-    uint16_t m[4]; /* nibble sets: lo0, hi0, lo1, hi1 */
+    uint16_t m[6]; /* nibble sets: lo0, hi0, lo1, hi1, lo2, hi2 (a side that may be any byte: 0xffff twice) */
 } TGroup;
 
-/* expected share of (b0, b1) positions passing one group's masks: P(b0 in its nibble closure) * P(b1 in its) */
-static double
-tgroup_cost(const TGroup *g, const double (*rs)[256])
+/* The byte pairs of a text sample (Finder's profile): t[b0 | b1 << 8] is the share of the sample's positions holding
+ * that pair plus PROFILE_PRIOR times the prior's estimate (pairs the sample missed are not free), row[b] and col[b]
+ * the sums over pairs starting and ending with b. t NULL: no profile, the prior alone. */
+typedef struct {
+    float *t, *row, *col;
+} Profile;
+
+#define PROFILE_PRIOR 0.05
+
+/* the byte values whose low nibble is in lo and high nibble in hi, into out; their number */
+static int
+closure(uint16_t lo, uint16_t hi, uint8_t *out)
 {
-    double side[2];
-    for (int k = 0; k < 2; k++) {
+    int n = 0;
+    for (uint32_t hs = hi; hs; hs &= hs - 1)
+        for (uint32_t ls = lo; ls; ls &= ls - 1)
+            out[n++] = (uint8_t)((unsigned)__builtin_ctz(hs) << 4 | (unsigned)__builtin_ctz(ls));
+    return n;
+}
+
+/* a group's pass rate on the profile: the sample's pairs in its closure; three bytes: a Markov estimate from pairs
+ * (P(b0 b1) P(b1 b2) / P(b1)) */
+static double
+tgroup_cost_profile(const TGroup *g, const Profile *pf, int w)
+{
+    uint8_t c[3][256];
+    int nc[3];
+    for (int k = 0; k < w; k++)
+        nc[k] = closure(g->m[2 * k], g->m[2 * k + 1], c[k]);
+    double rate = 0;
+    for (int j = 0; j < nc[1]; j++) {
+        unsigned b = c[1][j];
+        double a = 0;
+        if (nc[0] == 256)
+            a = pf->col[b];
+        else
+            for (int i = 0; i < nc[0]; i++)
+                a += pf->t[c[0][i] | b << 8];
+        if (w == 2 || a == 0) {
+            rate += a;
+            continue;
+        }
+        double z = 0;
+        if (nc[2] == 256)
+            z = pf->row[b];
+        else
+            for (int i = 0; i < nc[2]; i++)
+                z += pf->t[b | (unsigned)c[2][i] << 8];
+        if (pf->row[b] > 0)
+            rate += a * z / pf->row[b];
+    }
+    return rate;
+}
+
+/* expected share of positions passing one group's masks: the product over its w bytes of P(byte in its closure)
+ * under the prior, or the profile's estimate when there is one */
+static double
+tgroup_cost(const TGroup *g, const double (*rs)[256], int w, const Profile *pf)
+{
+    if (pf->t != NULL)
+        return tgroup_cost_profile(g, pf, w);
+    double rate = 1;
+    for (int k = 0; k < w; k++) {
         uint16_t lo = g->m[2 * k], hi = g->m[2 * k + 1];
         double s = 0;
         for (unsigned h = 0; h < 16; h++)
             if (hi & (1u << h))
                 s += rs[2 * h][lo & 255] + rs[2 * h + 1][lo >> 8];
-        side[k] = s;
+        rate *= s;
     }
-    return side[0] * side[1];
+    return rate;
 }
 
 static TGroup
 tgroup_union(const TGroup *a, const TGroup *b)
 {
     TGroup u;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 6; k++)
         u.m[k] = a->m[k] | b->m[k];
     return u;
 }
 
-/* the pass rate of buckets g[0 .. nb) under the prior (w: normalised byte weights) */
+/* the pass rate of buckets g[0 .. nb) of w bytes under the prior (weights: normalised byte weights) */
 static double
-tgroups_rate(const TGroup *g, int nb, const double *w)
+tgroups_rate(const TGroup *g, int nb, const double *weights, int w)
 {
-    uint32_t m0[256], m1[256];
-    for (unsigned c = 0; c < 256; c++) {
-        uint32_t a = 0, b = 0;
-        for (int k = 0; k < nb; k++) {
-            if ((g[k].m[0] >> (c & 15)) & (g[k].m[1] >> (c >> 4)) & 1)
-                a |= 1u << k;
-            if ((g[k].m[2] >> (c & 15)) & (g[k].m[3] >> (c >> 4)) & 1)
-                b |= 1u << k;
+    uint32_t m[3][256];
+    for (int k = 0; k < w; k++)
+        for (unsigned c = 0; c < 256; c++) {
+            uint32_t a = 0;
+            for (int b = 0; b < nb; b++)
+                if ((g[b].m[2 * k] >> (c & 15)) & (g[b].m[2 * k + 1] >> (c >> 4)) & 1)
+                    a |= 1u << b;
+            m[k][c] = a;
         }
-        m0[c] = a;
-        m1[c] = b;
+    /* the last byte's weights grouped by its bucket bits (few distinct values) */
+    uint32_t val[256];
+    double wsum[256];
+    int nv = 0;
+    for (unsigned c = 0; c < 256; c++) {
+        uint32_t v = m[w - 1][c];
+        if (!v)
+            continue;
+        int j = 0;
+        while (j < nv && val[j] != v)
+            j++;
+        if (j == nv) {
+            val[nv] = v;
+            wsum[nv++] = 0;
+        }
+        wsum[j] += weights[c];
     }
     double rate = 0;
     for (unsigned c0 = 0; c0 < 256; c0++) {
-        if (!m0[c0])
+        if (!m[0][c0])
             continue;
-        double s = 0;
-        for (unsigned c1 = 0; c1 < 256; c1++)
-            if (m0[c0] & m1[c1])
-                s += w[c1];
-        rate += w[c0] * s;
+        if (w == 2) {
+            double s = 0;
+            for (int j = 0; j < nv; j++)
+                if (m[0][c0] & val[j])
+                    s += wsum[j];
+            rate += weights[c0] * s;
+            continue;
+        }
+        for (unsigned c1 = 0; c1 < 256; c1++) {
+            uint32_t both = m[0][c0] & m[1][c1];
+            if (!both)
+                continue;
+            double s = 0;
+            for (int j = 0; j < nv; j++)
+                if (both & val[j])
+                    s += wsum[j];
+            rate += weights[c0] * weights[c1] * s;
+        }
     }
     return rate;
 }
 
 static void
-tgroups_store(Finder *f, const TGroup *g, int nb)
+tgroups_store(Finder *f, const TGroup *g, int nb, int w)
 {
     memset(f->t_mask, 0, sizeof(f->t_mask));
     for (int k = 0; k < nb; k++)
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < 2 * w; j++)
             for (unsigned x = 0; x < 16; x++)
                 if (g[k].m[j] & (1u << x))
                     f->t_mask[k / 8][j][x] |= (uint8_t)(1u << (k % 8));
     f->t_sets = nb <= 8 ? 1 : nb <= 16 ? 2 : 4;
+    f->t_width = w;
 }
 
 static int cpu_avx2 = -1; /* __builtin_cpu_supports("avx2"), read once */
 static double prior_w[256], prior_rs[32][256]; /* text_weight normalised, and its row sums (teddy_build) */
 static int prior_ready;
 
-/* The filter's verdict on the 32 positions at..at + 31 (reads at..at + 32): bytes non-zero where a pair may be an
- * anchor */
+/* The filter's verdict on the 32 positions at..at + 31 (reads at..at + 31 + w - 1): bytes non-zero where a
+ * fingerprint of w bytes may start; *newlines: the bits of the newlines among the 32 bytes (the scan's line count
+ * comes from the same load) */
 __attribute__((target("avx2"), always_inline)) static inline __m256i
-teddy_block(const __m256i (*m)[4], const unsigned char *at, const int sets)
+teddy_block(const __m256i (*m)[6], const unsigned char *at, const int sets, const int w, uint32_t *newlines)
 {
     const __m256i nib = _mm256_set1_epi8(0x0f);
     __m256i a = _mm256_loadu_si256((const __m256i *)at);
+    *newlines = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, _mm256_set1_epi8('\n')));
     __m256i b = _mm256_loadu_si256((const __m256i *)(at + 1));
     __m256i al = _mm256_and_si256(a, nib), ah = _mm256_and_si256(_mm256_srli_epi16(a, 4), nib);
     __m256i bl = _mm256_and_si256(b, nib), bh = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+    __m256i cl = al, ch = ah;
+    if (w == 3) {
+        __m256i c = _mm256_loadu_si256((const __m256i *)(at + 2));
+        cl = _mm256_and_si256(c, nib);
+        ch = _mm256_and_si256(_mm256_srli_epi16(c, 4), nib);
+    }
     __m256i acc = _mm256_setzero_si256();
     for (int s = 0; s < sets; s++) {
         __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(m[s][0], al), _mm256_shuffle_epi8(m[s][1], ah));
         __m256i y = _mm256_and_si256(_mm256_shuffle_epi8(m[s][2], bl), _mm256_shuffle_epi8(m[s][3], bh));
-        acc = _mm256_or_si256(acc, _mm256_and_si256(x, y));
+        x = _mm256_and_si256(x, y);
+        if (w == 3)
+            x = _mm256_and_si256(
+                x, _mm256_and_si256(_mm256_shuffle_epi8(m[s][4], cl), _mm256_shuffle_epi8(m[s][5], ch)));
+        acc = _mm256_or_si256(acc, x);
     }
     return acc;
 }
 
-/* The first position q in [*pp, n - 33] where a needle (verify) occurs: the filter tests 32 or 64 positions per
+/* The first position q in [*pp, n - 34] where a needle (verify) occurs: the filter tests 32 or 64 positions per
  * step, a position it passes is looked up in tab (exact) and verified. Returns q with the needle in *which and its
- * start in *s; -1 when none, *pp then being the first position not tested (fewer than 33 bytes before n). */
+ * start in *s, *pp then being the start of q's step; -1 when none, *pp then being the first position not tested
+ * (fewer than 34 bytes before n). Either way *nl is the number of newlines from the entry's *pp to the new *pp. */
 __attribute__((target("avx2"), always_inline)) static inline Py_ssize_t
 teddy_kernel(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
-             Py_ssize_t *which, Py_ssize_t *s, const int sets)
+             Py_ssize_t *which, Py_ssize_t *s, Py_ssize_t *nl, const int sets, const int w)
 {
     const __m256i zero = _mm256_setzero_si256();
-    __m256i m[4][4];
+    __m256i m[4][6];
     for (int k = 0; k < sets; k++)
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < 2 * w; j++)
             m[k][j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)f->t_mask[k][j]));
     const uint8_t *tab = f->tab;
-    Py_ssize_t p = *pp;
-    while (p + 33 <= n) {
-        uint64_t bits;
+    Py_ssize_t p = *pp, lines = 0;
+    while (p + 34 <= n) {
+        uint64_t bits, nls;
         int step;
-        if (sets < 4 && p + 65 <= n) { /* two blocks per branch (four mask sets: registers run out) */
-            __m256i a0 = teddy_block((const __m256i (*)[4])m, buf + p, sets);
-            __m256i a1 = teddy_block((const __m256i (*)[4])m, buf + p + 32, sets);
+        if (sets * w <= 6 && p + 66 <= n) { /* two blocks per branch while the masks leave registers for it */
+            uint32_t n0, n1;
+            __m256i a0 = teddy_block((const __m256i (*)[6])m, buf + p, sets, w, &n0);
+            __m256i a1 = teddy_block((const __m256i (*)[6])m, buf + p + 32, sets, w, &n1);
             uint32_t z0 = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a0, zero));
             uint32_t z1 = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a1, zero));
             bits = ~((uint64_t)z0 | (uint64_t)z1 << 32);
+            nls = (uint64_t)n0 | (uint64_t)n1 << 32;
             step = 64;
         } else {
-            __m256i a0 = teddy_block((const __m256i (*)[4])m, buf + p, sets);
+            uint32_t n0;
+            __m256i a0 = teddy_block((const __m256i (*)[6])m, buf + p, sets, w, &n0);
             bits = (uint32_t)~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a0, zero));
+            nls = n0;
             step = 32;
         }
         while (bits) {
             Py_ssize_t q = p + __builtin_ctzll(bits);
-            if (tab[pair_at(buf + q)]) {
-                Py_ssize_t w = verify(f, buf, lo, n, q, s);
-                if (w >= 0) {
-                    *which = w;
+            if (tab[pair_at(buf + q)] & (1u << (buf[q + 2] & 7))) { /* q + 2 < n: the loop's bound */
+                Py_ssize_t x = verify(f, buf, lo, n, q, s);
+                if (x >= 0) {
+                    *which = x;
+                    *pp = p;
+                    *nl = lines;
                     return q;
                 }
             }
             bits &= bits - 1;
         }
+        lines += __builtin_popcountll(nls);
         p += step;
     }
     *pp = p;
+    *nl = lines;
     return -1;
 }
 
-__attribute__((target("avx2"))) static Py_ssize_t
-teddy_next1(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
-            Py_ssize_t *which, Py_ssize_t *s)
-{
-    return teddy_kernel(f, buf, pp, lo, n, which, s, 1);
-}
-
-__attribute__((target("avx2"))) static Py_ssize_t
-teddy_next2(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
-            Py_ssize_t *which, Py_ssize_t *s)
-{
-    return teddy_kernel(f, buf, pp, lo, n, which, s, 2);
-}
-
-__attribute__((target("avx2"))) static Py_ssize_t
-teddy_next4(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,
-            Py_ssize_t *which, Py_ssize_t *s)
-{
-    return teddy_kernel(f, buf, pp, lo, n, which, s, 4);
-}
+#define TEDDY_NEXT(name, sets, w)                                                                                      \
+    __attribute__((target("avx2,popcnt"))) static Py_ssize_t name(const Finder *f, const unsigned char *buf,          \
+                                                                  Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n,       \
+                                                                  Py_ssize_t *which, Py_ssize_t *s, Py_ssize_t *nl)  \
+    {                                                                                                                  \
+        return teddy_kernel(f, buf, pp, lo, n, which, s, nl, sets, w);                                                 \
+    }
+TEDDY_NEXT(teddy_next1w2, 1, 2)
+TEDDY_NEXT(teddy_next2w2, 2, 2)
+TEDDY_NEXT(teddy_next4w2, 4, 2)
+TEDDY_NEXT(teddy_next1w3, 1, 3)
+TEDDY_NEXT(teddy_next2w3, 2, 3)
+TEDDY_NEXT(teddy_next4w3, 4, 3)
 
 static inline Py_ssize_t
 teddy_next(const Finder *f, const unsigned char *buf, Py_ssize_t *pp, Py_ssize_t lo, Py_ssize_t n, Py_ssize_t *which,
-           Py_ssize_t *s)
+           Py_ssize_t *s, Py_ssize_t *nl)
 {
-    return f->t_sets == 1   ? teddy_next1(f, buf, pp, lo, n, which, s)
-           : f->t_sets == 2 ? teddy_next2(f, buf, pp, lo, n, which, s)
-                            : teddy_next4(f, buf, pp, lo, n, which, s);
+    if (f->t_width == 3)
+        return f->t_sets == 1   ? teddy_next1w3(f, buf, pp, lo, n, which, s, nl)
+               : f->t_sets == 2 ? teddy_next2w3(f, buf, pp, lo, n, which, s, nl)
+                                : teddy_next4w3(f, buf, pp, lo, n, which, s, nl);
+    return f->t_sets == 1   ? teddy_next1w2(f, buf, pp, lo, n, which, s, nl)
+           : f->t_sets == 2 ? teddy_next2w2(f, buf, pp, lo, n, which, s, nl)
+                            : teddy_next4w2(f, buf, pp, lo, n, which, s, nl);
 }
-#endif
 
-/* Build the filter's buckets (f->tab, single, has_bucket filled) and decide whether scan() uses it: mode 0 never,
- * 1 when the CPU has AVX2 and the rule below says it pays, 2 whenever the CPU has AVX2 (the buckets with the lowest
- * rate), 3/4/5: with 8/16/32 buckets whenever the CPU has AVX2 (benchmarks). Returns -1 on memory error. */
-static int
-teddy_build(Finder *f, int mode)
+static void
+prior_init(void)
 {
-    f->simd = 0;
-    f->t_sets = 0;
-    f->t_rate = -1;
-#ifdef HAVE_TEDDY
-    if (cpu_avx2 < 0)
-        cpu_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
-    if (mode == 0 || !cpu_avx2)
-        return 0;
-    int ng = 0;
+    if (prior_ready)
+        return;
+    double total = 0;
     for (unsigned c = 0; c < 256; c++)
-        if (f->single[c] >= 0)
-            ng++;
-    for (unsigned x = 0; x < 8192; x++)
-        ng += __builtin_popcount(f->has_bucket[x]);
-    if (ng > TEDDY_MAX_GROUPS)
-        return 0;
-    TGroup *g = PyMem_Malloc(sizeof(TGroup) * (size_t)(ng ? ng : 1));
+        total += prior_w[c] = text_weight(c);
+    for (unsigned c = 0; c < 256; c++)
+        prior_w[c] /= total;
+    /* prior_rs[2h][x]: weight of the bytes h << 4 | l, l in the low 8 nibbles set in x; prior_rs[2h + 1]: the high 8 */
+    for (unsigned h = 0; h < 16; h++)
+        for (unsigned x = 0; x < 256; x++) {
+            double lo = 0, hi = 0;
+            for (unsigned l = 0; l < 8; l++)
+                if (x & (1u << l)) {
+                    lo += prior_w[h << 4 | l];
+                    hi += prior_w[h << 4 | (l + 8)];
+                }
+            prior_rs[2 * h][x] = lo;
+            prior_rs[2 * h + 1][x] = hi;
+        }
+    prior_ready = 1;
+}
+
+/* The buckets of fingerprints of w bytes for the needles with anchors at anchor[] (a needle's fingerprint starts at
+ * its anchor; bytes past a needle's end are any byte), merged greedily down to 32, 16 and 8: snap[32 * t ..] holds
+ * snap_n[t] groups, rate[t] their pass rate (t = 0, 1, 2) on the profile pf, or the prior when pf has none. Returns 0,
+ * 1 when there are too many distinct fingerprints for a filter, -1 on memory error. */
+static int
+teddy_groups(const Finder *f, const Py_ssize_t *anchor, int w, const Profile *pf, TGroup *snap, int *snap_n,
+             double *rate)
+{
+    const double *wts = prior_w;
+    const double (*rs)[256] = (const double (*)[256])prior_rs;
+    TGroup *g = PyMem_Malloc(sizeof(TGroup) * (size_t)(f->n_needles ? f->n_needles : 1));
+    if (g == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int ng = 0;
+    for (Py_ssize_t i = 0; i < f->n_needles; i++) {
+        const unsigned char *nd = f->blob + f->offset[i];
+        Py_ssize_t len = f->length[i];
+        if (memchr(nd, '\n', (size_t)len) != NULL)
+            continue;
+        TGroup t;
+        for (int k = 0; k < 6; k++)
+            t.m[k] = 0xffff;
+        for (int k = 0; k < w && anchor[i] + k < len; k++) {
+            unsigned c = nd[anchor[i] + k];
+            t.m[2 * k] = (uint16_t)(1u << (c & 15));
+            t.m[2 * k + 1] = (uint16_t)(1u << (c >> 4));
+        }
+        int dup = 0;
+        for (int j = 0; j < ng && !dup; j++)
+            dup = memcmp(&g[j], &t, sizeof(TGroup)) == 0;
+        if (!dup)
+            g[ng++] = t;
+    }
+    if (ng > TEDDY_MAX_GROUPS) {
+        PyMem_Free(g);
+        return 1;
+    }
     float *delta = PyMem_Malloc(sizeof(float) * (size_t)(ng ? ng * ng : 1));
     double *cost = PyMem_Malloc(sizeof(double) * (size_t)(ng ? ng : 1));
-    TGroup *snap = PyMem_Malloc(sizeof(TGroup) * 32 * 3);
-    int ok = -1;
-    if (!g || !delta || !cost || !snap) {
+    if (!delta || !cost) {
+        PyMem_Free(g);
+        PyMem_Free(delta);
+        PyMem_Free(cost);
         PyErr_NoMemory();
-        goto done;
-    }
-    if (!prior_ready) {
-        double total = 0;
-        for (unsigned c = 0; c < 256; c++)
-            total += prior_w[c] = text_weight(c);
-        for (unsigned c = 0; c < 256; c++)
-            prior_w[c] /= total;
-        /* prior_rs[2h][x]: weight of the bytes h << 4 | l, l in the low 8 nibbles set in x; prior_rs[2h + 1]: the high 8 */
-        for (unsigned h = 0; h < 16; h++)
-            for (unsigned x = 0; x < 256; x++) {
-                double lo = 0, hi = 0;
-                for (unsigned l = 0; l < 8; l++)
-                    if (x & (1u << l)) {
-                        lo += prior_w[h << 4 | l];
-                        hi += prior_w[h << 4 | (l + 8)];
-                    }
-                prior_rs[2 * h][x] = lo;
-                prior_rs[2 * h + 1][x] = hi;
-            }
-        prior_ready = 1;
-    }
-    const double *w = prior_w;
-    const double (*rs)[256] = (const double (*)[256])prior_rs;
-    int k = 0;
-    for (unsigned c = 0; c < 256; c++)
-        if (f->single[c] >= 0) {
-            g[k].m[0] = (uint16_t)(1u << (c & 15));
-            g[k].m[1] = (uint16_t)(1u << (c >> 4));
-            g[k].m[2] = g[k].m[3] = 0xffff;
-            k++;
-        }
-    for (unsigned v = 0; v < 65536; v += 8) {
-        if (!f->has_bucket[v >> 3]) {
-            continue;
-        }
-        for (unsigned u = v; u < v + 8; u++) {
-            if (!(f->has_bucket[u >> 3] & (1u << (u & 7))))
-                continue;
-            unsigned c0 = u & 255, c1 = u >> 8;
-            g[k].m[0] = (uint16_t)(1u << (c0 & 15));
-            g[k].m[1] = (uint16_t)(1u << (c0 >> 4));
-            g[k].m[2] = (uint16_t)(1u << (c1 & 15));
-            g[k].m[3] = (uint16_t)(1u << (c1 >> 4));
-            k++;
-        }
+        return -1;
     }
     for (int i = 0; i < ng; i++)
-        cost[i] = tgroup_cost(&g[i], rs);
+        cost[i] = tgroup_cost(&g[i], rs, w, pf);
     for (int i = 0; i < ng; i++)
         for (int j = i + 1; j < ng; j++) {
             TGroup u = tgroup_union(&g[i], &g[j]);
-            delta[i * ng + j] = (float)(tgroup_cost(&u, rs) - cost[i] - cost[j]);
+            delta[i * ng + j] = (float)(tgroup_cost(&u, rs, w, pf) - cost[i] - cost[j]);
         }
     /* greedy merging; alive groups are g[0 .. alive) after each step (the merged-away one is replaced by the last) */
     int alive = ng;
-    double rate[3];  /* 32, 16, 8 buckets */
-    int snap_n[3];
     for (int t = 0; t < 3; t++) {
         int target = 32 >> t;
         while (alive > target) {
@@ -727,7 +874,7 @@ teddy_build(Finder *f, int mode)
                         bj = j;
                     }
             g[bi] = tgroup_union(&g[bi], &g[bj]);
-            cost[bi] = tgroup_cost(&g[bi], rs);
+            cost[bi] = tgroup_cost(&g[bi], rs, w, pf);
             int last = alive - 1;
             if (bj != last) { /* the last group moves into slot bj */
                 g[bj] = g[last];
@@ -747,7 +894,7 @@ teddy_build(Finder *f, int mode)
                 if (i == bi)
                     continue;
                 TGroup u = tgroup_union(&g[i], &g[bi]);
-                float d = (float)(tgroup_cost(&u, rs) - cost[i] - cost[bi]);
+                float d = (float)(tgroup_cost(&u, rs, w, pf) - cost[i] - cost[bi]);
                 if (i < bi)
                     delta[i * ng + bi] = d;
                 else
@@ -756,34 +903,126 @@ teddy_build(Finder *f, int mode)
         }
         snap_n[t] = alive;
         memcpy(snap + 32 * t, g, sizeof(TGroup) * (size_t)(alive ? alive : 1));
-        rate[t] = tgroups_rate(g, alive, w);
-    }
-    /* the rule (see teddy_base); mode 2: the lowest rate (fewer buckets when equal) */
-    int pick = mode >= 3 ? 5 - mode : -1;
-    double best = TEDDY_MAX_COST + 1e-9; /* strictly cheaper replaces: on a tie the fewer mask sets stay */
-    for (int t = 2; t >= 0 && mode < 3; t--) {
-        if (mode == 2) {
-            if (pick < 0 || rate[t] < rate[pick])
-                pick = t;
-        } else if (teddy_base[t] + TEDDY_SLOPE * rate[t] < best) {
-            best = teddy_base[t] + TEDDY_SLOPE * rate[t];
-            pick = t;
+        if (pf->t != NULL) { /* the profile's estimate (overlaps between buckets counted twice) */
+            rate[t] = 0;
+            for (int i = 0; i < alive; i++)
+                rate[t] += cost[i];
+        } else {
+            rate[t] = tgroups_rate(g, alive, wts, w);
         }
     }
-    if (pick >= 0) {
-        tgroups_store(f, snap + 32 * pick, snap_n[pick]);
-        f->t_rate = rate[pick];
-        f->simd = 1;
-    }
-    ok = 0;
-done:
     PyMem_Free(g);
     PyMem_Free(delta);
     PyMem_Free(cost);
+    return 0;
+}
+#endif
+
+/* Choose the filter (f->anchor set, the index not built yet) and whether scan() uses it: mode 0 never, 1 when the CPU
+ * has AVX2 and the rule (teddy_base) says it pays, 2 whenever the CPU has AVX2 (the buckets with the lowest rate),
+ * 3/4/5: with 8/16/32 buckets whenever the CPU has AVX2 (benchmarks, tests). width 2 or 3 forces the fingerprint's
+ * bytes, 0 lets the rule choose. With three bytes, the anchor of a needle whose anchor pair is its last two bytes
+ * moves one byte back (its fingerprint is then whole); results do not change, only which needle of a line that holds
+ * several is named. Returns -1 on memory error. */
+static int
+teddy_build(Finder *f, int mode, int width, const unsigned char *prof, Py_ssize_t prof_len)
+{
+    f->simd = 0;
+    f->t_sets = 0;
+    f->t_width = 0;
+    f->t_rate = -1;
+#ifdef HAVE_TEDDY
+    if (cpu_avx2 < 0)
+        cpu_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+    if (mode == 0 || !cpu_avx2)
+        return 0;
+    prior_init();
+    Profile pf = {NULL, NULL, NULL};
+    if (prof != NULL && prof_len >= 4) {
+        pf.t = PyMem_Malloc(sizeof(float) * (65536 + 512));
+        if (pf.t == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        pf.row = pf.t + 65536;
+        pf.col = pf.row + 256;
+        uint32_t total = (uint32_t)prof[0] | (uint32_t)prof[1] << 8 | (uint32_t)prof[2] << 16 | (uint32_t)prof[3] << 24;
+        double scale = 1.0 / (total ? total : 1);
+        for (unsigned v = 0; v < 65536; v++)
+            pf.t[v] = (float)(PROFILE_PRIOR * prior_w[v & 255] * prior_w[v >> 8]);
+        for (Py_ssize_t r = 4; r + 6 <= prof_len; r += 6) {
+            unsigned v = (unsigned)prof[r] | (unsigned)prof[r + 1] << 8;
+            uint32_t c = (uint32_t)prof[r + 2] | (uint32_t)prof[r + 3] << 8 | (uint32_t)prof[r + 4] << 16 |
+                         (uint32_t)prof[r + 5] << 24;
+            pf.t[v] += (float)(c * scale);
+        }
+        for (unsigned b = 0; b < 256; b++)
+            pf.row[b] = pf.col[b] = 0;
+        for (unsigned v = 0; v < 65536; v++) {
+            pf.row[v & 255] += pf.t[v];
+            pf.col[v >> 8] += pf.t[v];
+        }
+    }
+    Py_ssize_t n = f->n_needles;
+    Py_ssize_t *moved = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
+    TGroup *snap = PyMem_Malloc(sizeof(TGroup) * 32 * 3 * 2);
+    if (!moved || !snap) {
+        PyMem_Free(moved);
+        PyMem_Free(snap);
+        PyMem_Free(pf.t);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len = f->length[i];
+        moved[i] = len >= 3 && f->anchor[i] > len - 3 ? len - 3 : f->anchor[i];
+    }
+    int snap_n[2][3], usable[2] = {0, 0};
+    double rate[2][3];
+    int ok = -1;
+    for (int wi = 0; wi < 2; wi++) {
+        int w = 2 + wi;
+        /* the rule tries three bytes only on a profile: under the prior they measured slower (grep's set: 2.3 ms
+         * per file in 16 buckets against 2.1 ms for pairs), the prior's estimate of them being too optimistic */
+        if (width != 0 ? width != w : w == 3 && pf.t == NULL)
+            continue;
+        int rc = teddy_groups(f, w == 3 ? moved : f->anchor, w, &pf, snap + 96 * wi, snap_n[wi], rate[wi]);
+        if (rc < 0)
+            goto done;
+        usable[wi] = rc == 0;
+    }
+    /* the rule; mode 2: the lowest rate (when equal: two bytes, then fewer buckets) */
+    int pick = -1, pick_w = -1;
+    double best = mode == 1 ? TEDDY_MAX_COST + 1e-9 : 1e300;
+    for (int wi = 0; wi < 2; wi++)
+        for (int t = 2; t >= 0; t--) {
+            if (!usable[wi] || (mode >= 3 && t != 5 - mode))
+                continue;
+            double c = mode == 1 ? teddy_base[wi][t] + TEDDY_SLOPE * rate[wi][t] : rate[wi][t];
+            if (c < best) { /* strictly cheaper replaces: on a tie the fewer mask sets stay */
+                best = c;
+                pick = t;
+                pick_w = wi;
+            }
+        }
+    if (pick >= 0) {
+        tgroups_store(f, snap + 96 * pick_w + 32 * pick, snap_n[pick_w][pick], 2 + pick_w);
+        f->t_rate = rate[pick_w][pick];
+        f->simd = 1;
+        if (pick_w == 1)
+            memcpy(f->anchor, moved, sizeof(Py_ssize_t) * (size_t)n);
+    }
+    ok = 0;
+done:
+    PyMem_Free(moved);
     PyMem_Free(snap);
+    PyMem_Free(pf.t);
     return ok;
 #else
     (void)mode;
+    (void)width;
+    (void)prof;
+    (void)prof_len;
     return 0;
 #endif
 }
@@ -797,14 +1036,25 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
     const uint8_t *tab = f->tab;
     Py_ssize_t pos = start; /* the start of a line (or of the buffer part searched): nothing before it is left */
     Py_ssize_t p = start;
-    Py_ssize_t nl = 0;      /* newlines in [start, pos) */
+    Py_ssize_t nl = 0;      /* newlines in [start, counted) */
+    Py_ssize_t counted = start; /* (the filter counts the newlines of the blocks it tests) */
     for (;;) {
         Py_ssize_t last = n - 1;
         Py_ssize_t s = 0, which = -1;
 #ifdef HAVE_TEDDY
         if (f->simd) {
-            /* the filter up to the last 32 bytes, verifying what it passes; the scalar loop below does the rest */
-            if (teddy_next(f, buf, &p, start, n, &which, &s) >= 0)
+            /* the filter up to the last 33 bytes, verifying what it passes; the scalar loop below does the rest */
+            if (counted < p) {
+                nl += count_nl(buf + counted, p - counted);
+                counted = p;
+            }
+            Py_ssize_t lines = 0;
+            Py_ssize_t q = teddy_next(f, buf, &p, start, n, &which, &s, &lines);
+            if (p > counted) { /* blocks tested (none when fewer than 34 bytes were left at p) */
+                nl += lines;
+                counted = p;
+            }
+            if (q >= 0)
                 goto hit;
         }
 #endif
@@ -835,7 +1085,11 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
     {
         const unsigned char *before = last_nl(buf + pos, buf + s);
         Py_ssize_t ls = before ? (before - buf) + 1 : pos;
-        nl += count_nl(buf + pos, ls - pos);
+        if (ls >= counted)
+            nl += count_nl(buf + counted, ls - counted);
+        else /* the filter counted past the line start (the needle starts before its block) */
+            nl -= count_nl(buf + ls, counted - ls);
+        counted = ls;
         const unsigned char *after = memchr(buf + s, '\n', (size_t)(n - s));
         Py_ssize_t le = after ? after - buf : n;
         if (vec_push(out, ls, le, nl, which) < 0)
@@ -844,77 +1098,118 @@ scan(const Finder *f, const unsigned char *buf, Py_ssize_t start, Py_ssize_t n, 
             pos = n;
             break;
         }
-        nl++;
-        pos = p = le + 1;
+        nl++; /* [ls, le] holds one newline, at le */
+        pos = p = counted = le + 1;
         if (max_lines > 0 && out->len >= max_lines)
             break;
     }
     }
     if (pos < n && (max_lines <= 0 || out->len < max_lines)) {
-        nl += count_nl(buf + pos, n - pos);
-        pos = n;
+        nl += count_nl(buf + counted, n - counted);
+        pos = counted = n;
     }
     *newlines = nl;
     return pos;
 }
 
-/* Append to *found (capacity cap, *count used) every distinct needle occurring inside buf[ls:le] (a line: no needle
- * holding a newline is anchored), in order of their anchor positions. Returns -1 when more than cap were found. */
-static int
-line_needles(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t *found,
-             Py_ssize_t cap, Py_ssize_t *count)
+/* Append to *found (capacity cap, *count used) the distinct needles whose anchor (or, one-byte needles, start) is at
+ * q inside buf[ls:le]. Returns -1 when more than cap were found. */
+static inline int
+needles_at(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t q, Py_ssize_t *found,
+           Py_ssize_t cap, Py_ssize_t *count)
 {
-    for (Py_ssize_t q = ls; q < le; q++) {
-        Py_ssize_t cand[2];
-        int nc = 0;
-        int32_t one = f->single[buf[q]];
-        if (one >= 0)
-            cand[nc++] = one;
-        if (q + 1 < le) {
-            unsigned v = pair_at(buf + q);
-            if (f->tab[v] && (f->has_bucket[v >> 3] & (1u << (v & 7)))) {
-                uint32_t b = f->bucket_of[v];
-                for (uint32_t j = f->bucket_start[b]; j < f->bucket_start[b + 1]; j++) {
-                    uint32_t i = f->items[j];
-                    Py_ssize_t st = q - f->anchor[i];
-                    Py_ssize_t len = f->length[i];
-                    if (st < ls || st + len > le)
-                        continue;
-                    if (memcmp(buf + st, f->blob + f->offset[i], (size_t)len) != 0)
-                        continue;
-                    int dup = 0;
-                    for (Py_ssize_t k = 0; k < *count; k++)
-                        dup |= found[k] == (Py_ssize_t)i;
-                    if (dup)
-                        continue;
-                    if (*count >= cap)
-                        return -1;
-                    found[(*count)++] = (Py_ssize_t)i;
-                }
+    Py_ssize_t cand[2];
+    int nc = 0;
+    int32_t one = f->single[buf[q]];
+    if (one >= 0)
+        cand[nc++] = one;
+    if (q + 1 < le) {
+        unsigned v = pair_at(buf + q);
+        if (f->tab[v] && (f->has_bucket[v >> 3] & (1u << (v & 7)))) {
+            uint32_t b = f->bucket_of[v];
+            for (uint32_t j = f->bucket_start[b]; j < f->bucket_start[b + 1]; j++) {
+                uint32_t i = f->items[j];
+                Py_ssize_t st = q - f->anchor[i];
+                Py_ssize_t len = f->length[i];
+                if (st < ls || st + len > le)
+                    continue;
+                if (memcmp(buf + st, f->blob + f->offset[i], (size_t)len) != 0)
+                    continue;
+                int dup = 0;
+                for (Py_ssize_t k = 0; k < *count; k++)
+                    dup |= found[k] == (Py_ssize_t)i;
+                if (dup)
+                    continue;
+                if (*count >= cap)
+                    return -1;
+                found[(*count)++] = (Py_ssize_t)i;
             }
         }
-        for (int c = 0; c < nc; c++) {
-            int dup = 0;
-            for (Py_ssize_t k = 0; k < *count; k++)
-                dup |= found[k] == cand[c];
-            if (dup)
-                continue;
-            if (*count >= cap)
-                return -1;
-            found[(*count)++] = cand[c];
+    }
+    for (int c = 0; c < nc; c++) {
+        int dup = 0;
+        for (Py_ssize_t k = 0; k < *count; k++)
+            dup |= found[k] == cand[c];
+        if (dup)
+            continue;
+        if (*count >= cap)
+            return -1;
+        found[(*count)++] = cand[c];
+    }
+    return 0;
+}
+
+#ifdef HAVE_TEDDY
+/* The filter's passes among the 32 positions at..at + 31 (reads at..at + 33), as bits */
+__attribute__((target("avx2"))) static uint32_t
+teddy_mask32(const Finder *f, const unsigned char *at)
+{
+    __m256i m[4][6];
+    for (int k = 0; k < f->t_sets; k++)
+        for (int j = 0; j < 2 * f->t_width; j++)
+            m[k][j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)f->t_mask[k][j]));
+    uint32_t newlines;
+    __m256i acc = teddy_block((const __m256i (*)[6])m, at, f->t_sets, f->t_width, &newlines);
+    return ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(acc, _mm256_setzero_si256()));
+}
+#endif
+
+/* Append to *found (capacity cap, *count used) every distinct needle occurring inside buf[ls:le] (a line: no needle
+ * holding a newline is anchored; buf holds n bytes), in order of their anchor positions: the positions the filter
+ * passes where it runs (32 per step), every position elsewhere. Returns -1 when more than cap were found. */
+static int
+line_needles(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t n,
+             Py_ssize_t *found, Py_ssize_t cap, Py_ssize_t *count)
+{
+    Py_ssize_t q = ls;
+#ifdef HAVE_TEDDY
+    if (f->simd) {
+        for (; q < le && q + 34 <= n; q += 32) {
+            uint32_t bits = teddy_mask32(f, buf + q);
+            if (le - q < 32)
+                bits &= (1u << (le - q)) - 1;
+            for (; bits; bits &= bits - 1)
+                if (needles_at(f, buf, ls, le, q + __builtin_ctz(bits), found, cap, count) < 0)
+                    return -1;
         }
     }
+#else
+    (void)n;
+#endif
+    for (; q < le; q++)
+        if (needles_at(f, buf, ls, le, q, found, cap, count) < 0)
+            return -1;
     return 0;
 }
 
 /* A tuple of the distinct needles (ascending indexes) inside buf[ls:le], or NULL with an exception set. */
 static PyObject *
-line_needle_tuple(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le)
+line_needle_tuple(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t n)
 {
     Py_ssize_t local[64];
     Py_ssize_t *found = local, cap = 64, count = 0;
     Py_ssize_t *heap = NULL;
-    if (line_needles(f, buf, ls, le, found, cap, &count) < 0) {
+    if (line_needles(f, buf, ls, le, n, found, cap, &count) < 0) {
         /* more distinct needles in one line than fit on the stack: every needle at most once */
         cap = f->n_needles;
         heap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(cap ? cap : 1));
@@ -922,7 +1217,7 @@ line_needle_tuple(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_s
             return PyErr_NoMemory();
         found = heap;
         count = 0;
-        line_needles(f, buf, ls, le, found, cap, &count);
+        line_needles(f, buf, ls, le, n, found, cap, &count);
     }
     /* ascending (insertion sort: a handful) */
     for (Py_ssize_t i = 1; i < count; i++) {
@@ -996,7 +1291,7 @@ Finder_find_lines(Finder *self, PyObject *args, PyObject *kwds)
         Hit *h = &hits.items[i];
         PyObject *t;
         if (every) {
-            PyObject *nd = line_needle_tuple(self, (const unsigned char *)view.buf, h->start, h->end);
+            PyObject *nd = line_needle_tuple(self, (const unsigned char *)view.buf, h->start, h->end, n);
             t = nd == NULL ? NULL : Py_BuildValue("(nnnN)", h->start, h->end, h->line, nd);
         } else {
             t = Py_BuildValue("(nnnn)", h->start, h->end, h->line, h->needle);
@@ -1157,7 +1452,7 @@ Finder_simd_filter(Finder *self, PyObject *Py_UNUSED(ignored))
 {
     if (!self->simd)
         Py_RETURN_NONE;
-    return Py_BuildValue("(id)", self->t_sets * 8, self->t_rate);
+    return Py_BuildValue("(idi)", self->t_sets * 8, self->t_rate, self->t_width);
 }
 
 static PyMethodDef Finder_methods[] = {
@@ -1166,9 +1461,9 @@ static PyMethodDef Finder_methods[] = {
     {"sample", (PyCFunction)Finder_sample, METH_VARARGS, sample_doc},
     {"needle_count", (PyCFunction)Finder_len, METH_NOARGS, "Number of needles."},
     {"simd_filter", (PyCFunction)Finder_simd_filter, METH_NOARGS,
-     "(buckets, pass rate per position on the static text prior) of the AVX2 candidate filter scan() runs before\n"
-     "its scalar loop, or None when only the scalar loop runs (no AVX2, simd=False, or the rule found no filter\n"
-     "that pays)."},
+     "(buckets, estimated pass rate per position, fingerprint bytes) of the AVX2 candidate filter scan() runs\n"
+     "before its scalar loop, or None when only the scalar loop runs (no AVX2, simd=False, or the rule found no\n"
+     "filter that pays). The rate is on the profile when one was given, else on a static prior of log text."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1178,11 +1473,14 @@ static PyTypeObject FinderType = {
     .tp_basicsize = sizeof(Finder),
     .tp_dealloc = (destructor)Finder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Finder(needles, anchors=None, simd=None): the lines holding any of the needles (bytes), one pass per\n"
-              "buffer. anchors: per needle, the offset of the byte pair it is filtered on (choose_anchors); default:\n"
-              "a static guess of the rarest pair. simd: None: the AVX2 candidate filter runs where the CPU has AVX2\n"
-              "and the needles' filter passes few positions (simd_filter()); False: never (the scalar loop, for\n"
-              "tests); True: whenever the CPU has AVX2. Results are the same either way.",
+    .tp_doc = "Finder(needles, anchors=None, simd=None, width=0, profile=None): the lines holding any of the needles\n"
+              "(bytes), one pass per buffer. anchors: per needle, the offset of the byte pair it is filtered on\n"
+              "(choose_anchors); default: a static guess of the rarest pair. simd: None: the AVX2 candidate filter\n"
+              "runs where the CPU has AVX2 and the needles' filter passes few positions (simd_filter()); False: never\n"
+              "(the scalar loop, for tests); True: whenever the CPU has AVX2; 8, 16 or 32: with that many buckets.\n"
+              "width: the filter's fingerprint bytes (2 or 3; 0: the rule chooses). profile: pair_profile() of a\n"
+              "sample of the text (the buckets are merged so that its frequent pairs pass few). Results are the same\n"
+              "either way, up to which needle of a line holding several is named (every=False) with width 3.",
     .tp_methods = Finder_methods,
     .tp_init = (initproc)Finder_init,
     .tp_new = PyType_GenericNew,
@@ -1272,6 +1570,70 @@ fail:
     PyMem_Free(count);
     Py_DECREF(seq);
     return NULL;
+}
+
+PyDoc_STRVAR(pair_profile_doc,
+"pair_profile(sample, limit=1024) -> bytes\n\n"
+"The byte pairs of sample, for Finder(profile=...): the number of pair positions (uint32), then the limit most\n"
+"frequent pairs, most frequent first, each as (b0 | b1 << 8: uint16, count: uint32), little-endian. The Finder\n"
+"merges its anchors into the SIMD filter's buckets so that the sample's frequent pairs pass few of them.");
+
+static int
+profile_order(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0; /* descending: count in the high bits, then the pair */
+}
+
+static PyObject *
+pair_profile(PyObject *Py_UNUSED(mod), PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t limit = 1024;
+    if (!PyArg_ParseTuple(args, "y*|n", &view, &limit))
+        return NULL;
+    if (limit < 0)
+        limit = 0;
+    uint32_t *count = PyMem_Calloc(65536, sizeof(uint32_t));
+    uint64_t *order = PyMem_Malloc(65536 * sizeof(uint64_t));
+    if (count == NULL || order == NULL) {
+        PyMem_Free(count);
+        PyMem_Free(order);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t total = view.len > 1 ? view.len - 1 : 0;
+    if (total > (Py_ssize_t)UINT32_MAX)
+        total = UINT32_MAX;
+    for (Py_ssize_t i = 0; i < total; i++)
+        count[pair_at(b + i)]++;
+    PyBuffer_Release(&view);
+    Py_ssize_t k = 0;
+    for (unsigned v = 0; v < 65536; v++)
+        if (count[v])
+            order[k++] = (uint64_t)count[v] << 16 | v;
+    qsort(order, (size_t)k, sizeof(uint64_t), profile_order);
+    if (k > limit)
+        k = limit;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 4 + 6 * k);
+    if (out != NULL) {
+        unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+        uint32_t t = (uint32_t)total;
+        for (int j = 0; j < 4; j++)
+            o[j] = (unsigned char)(t >> (8 * j));
+        for (Py_ssize_t r = 0; r < k; r++) {
+            unsigned char *e = o + 4 + 6 * r;
+            uint32_t v = (uint32_t)(order[r] & 0xffff), c = (uint32_t)(order[r] >> 16);
+            e[0] = (unsigned char)v;
+            e[1] = (unsigned char)(v >> 8);
+            for (int j = 0; j < 4; j++)
+                e[2 + j] = (unsigned char)(c >> (8 * j));
+        }
+    }
+    PyMem_Free(count);
+    PyMem_Free(order);
+    return out;
 }
 
 PyDoc_STRVAR(line_indexes_doc,
@@ -1712,6 +2074,7 @@ done:
 static PyMethodDef module_methods[] = {
     {"choose_anchors", choose_anchors, METH_VARARGS, choose_anchors_doc},
     {"line_indexes", line_indexes, METH_VARARGS, line_indexes_doc},
+    {"pair_profile", pair_profile, METH_VARARGS, pair_profile_doc},
     {"collect_ranks", (PyCFunction)(void (*)(void))collect_ranks, METH_VARARGS | METH_KEYWORDS, collect_ranks_doc},
     {"count_literals", count_literals, METH_VARARGS, count_literals_doc},
     {NULL, NULL, 0, NULL},

@@ -447,6 +447,9 @@ class Plan:
     """(pattern, what its DFA search looks for instead): a superset of the pattern (its tail from an item whose first
     byte is rare on the sample, :func:`_rare_suffix`) that RE2 skips to with memchr; the lines found are checked
     exactly. Patterns not listed are searched as :func:`_relaxed` gives them."""
+    profile: bytes = field(default=b"", repr=False)
+    """The sample's most frequent byte pairs (``_linescan.pair_profile``): the native finder merges its anchors into
+    the SIMD filter's buckets so that these pass few of them (empty: a static prior of log text decides)."""
 
     def describe(self) -> str:
         """One line for benchmarks and debugging."""
@@ -554,6 +557,7 @@ def make_plan(spec: PatternSpec, sample: bytes) -> Plan:
         dfa=tuple(dfa),
         fallback=tuple(fallback),
         anchors=anchors,
+        profile=native.pair_profile(sample) if native and distinct and sample else b"",
         dense=tuple(dense_needles),
         dfa_search=dfa_search,
     )
@@ -754,7 +758,9 @@ class _Matcher:
             distinct = sorted({lit for lit, _ in lits})
             anchor_of = dict(plan.anchors)
             known = all(lit in anchor_of for lit in distinct)
-            self.finder = native.Finder(distinct, [anchor_of[lit] for lit in distinct] if known else None)
+            self.finder = native.Finder(
+                distinct, [anchor_of[lit] for lit in distinct] if known else None, profile=plan.profile or None
+            )
             self.prefilter = self.finder
         elif lits:
             ac = _aho_corasick()
