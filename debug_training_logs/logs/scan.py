@@ -1264,7 +1264,10 @@ def _native_hits(
     checks = m.checks
     m_set, searched = m.set.Match, m.searched
     left = dict(left) if left else None
+    capped = frozenset(left or ())
     spent: dict[int, int] = {}  # capped pattern -> the line start after which it is not checked
+    # (needles, found by a DFA search too) -> :meth:`_Matcher.checks` without the spent patterns
+    local: dict[tuple[tuple[int, ...], bool], tuple[tuple[int, ...], tuple[tuple[int, Any], ...]]] = {}
     newlines = 0
     pos = lo
     while pos < n:
@@ -1272,11 +1275,16 @@ def _native_hits(
         for ls, le, rel, needles in page:
             if dfa_set:
                 seen.add(ls)
-                sure, check = checks(needles, ls in dfa_set)
+                key = (needles, ls in dfa_set)
             else:
-                sure, check = checks(needles, False)
-            if spent and check:
-                check = tuple(c for c in check if c[0] not in spent)
+                key = (needles, False)
+            got = local.get(key)
+            if got is None:
+                sure, check = got = checks(*key)
+                if spent and check:
+                    got = sure, tuple(c for c in check if c[0] not in spent)
+                local[key] = got
+            sure, check = got
             if not check:
                 ids = list(sure)
             elif len(check) == 1:
@@ -1297,12 +1305,13 @@ def _native_hits(
             if ids:
                 recs.append((ls, le, ids, newlines + rel))
                 rec_starts.append(ls)
-                if left:
+                if left and not capped.isdisjoint(ids):
                     for i in ids:
                         if i in left:
                             left[i] -= 1
                             if left[i] == 0:
                                 spent[i] = ls
+                                local.clear()  # the checks of later lines leave pattern i out
         newlines += nl
         pos = stop
     found: dict[int, list[int]] = dict(more) if more else {}  # lines the finder did not bring, or more patterns
@@ -1739,6 +1748,7 @@ def _scan_one(
     result = FileScan(file=lf, counts=[0] * k)
     counts = result.counts
     sink = sink_factory(lf) if sink_factory is not None else None
+    on_hit = sink.on_hit if sink is not None else None
     problems = ReadProblems()
     seen_ranks: set[str] = set()
     line_base = 0  # lines before the current chunk
@@ -1747,7 +1757,7 @@ def _scan_one(
     offset = 0  # file offset of the current chunk (decompressed bytes)
     tail_at: int | None = None  # file offset where the dense patterns' tail begins (known for plain files)
     matchers: dict[frozenset[int], _Matcher] = {}  # per active set (hashing the spec per piece costs)
-    last_hit: tuple[int, list[int]] = (0, [])  # (line, ids) of the latest hit: a long line is searched in pieces
+    last_no, last_ids = 0, []  # (line, ids) of the latest hit: a long line is searched in pieces
     stamp = _file_stamp(lf) if lf.compression == "none" else None
     marks: list[tuple[int, int]] = []  # (offset, lines before) of every window that starts on a line start
     tail_windows: list[tuple[Buffer, int, int, bool]] = []  # (buffer, start, end, continues) not yet in ``tail``
@@ -1844,9 +1854,11 @@ def _scan_one(
                         piece_end = bounds[j][1] - shift
                         if changed_in is not None and j > changed_in:
                             break
-                    # (counted here only without the native finder: ``piece`` is then bytes)
-                    line_at = line_base + rel if rel >= 0 else line_at + cast(bytes, piece).count(b"\n", counted_to, ls)
-                    counted_to = ls
+                    if rel >= 0:
+                        line_at = line_base + rel
+                    else:  # (counted here only without the native finder: ``piece`` is then bytes)
+                        line_at += cast(bytes, piece).count(b"\n", counted_to, ls)
+                        counted_to = ls
                     kept = ids
                     if capped_set and not capped_set.isdisjoint(ids):
                         kept = []
@@ -1859,13 +1871,14 @@ def _scan_one(
                                     changed_in = j if changed_in is None else changed_in
                         if not kept:
                             continue
-                    if last_hit[0] == line_at + 1:  # the same line, searched again in its next piece
-                        kept = [i for i in kept if i not in last_hit[1]]
-                        last_hit = (line_at + 1, last_hit[1] + kept)
+                    no = line_at + 1
+                    if last_no == no:  # the same line, searched again in its next piece
+                        kept = [i for i in kept if i not in last_ids]
+                        last_ids = last_ids + kept
                         if not kept:
                             continue
                     else:
-                        last_hit = (line_at + 1, kept)
+                        last_no, last_ids = no, kept
                     for i in kept:
                         counts[i] += 1
                     if head_dense and not head_dense.isdisjoint(kept):
@@ -1873,9 +1886,9 @@ def _scan_one(
                             if i in head_dense and counts[i] >= DENSE_HEAD_HITS:
                                 head_dense.discard(i)  # from the next piece on, sampled (the tail is searched in full)
                                 changed_in = j if changed_in is None else changed_in
-                    if sink is not None:
+                    if on_hit is not None:
                         raw = piece[ls:le] if le - ls <= MAX_LINE_CHARS else _shown_part(piece[ls:le], kept, matcher)
-                        sink.on_hit(kept, line_at + 1, decode(raw).rstrip("\r"))
+                        on_hit(kept, no, raw.decode("utf-8", "replace").rstrip("\r"))  # as reader.decode
                 done = last if changed_in is None else changed_in  # the last piece whose hits all count
                 if any(samples[: done - k + 1]):
                     result.sampled |= sampled & active
