@@ -574,14 +574,24 @@ def _file_series(fh: _FileHits) -> _FileSeries:
         arrays: dict[int | None, tuple[array[int], array[int], array[float]]] = {}
         raw: dict[int | None, list[tuple[int, WallTime | None, float]]] = {}
         for rank, s in per_rank.items():
-            if any(wt is not None and wt.year is None for _ln, wt, _v in s.points):
-                raw[rank] = s.points
-                continue
             times = array("q")
+            prev: WallTime | None = None
+            value = _NO_TIME
             for _ln, wt, _v in s.points:
-                t = with_year(wt, None) if wt is not None else None  # the line's own year
-                times.append(_NO_TIME if t is None else (t - _EPOCH) // _US)
-            arrays[rank] = (array("q", [p[0] for p in s.points]), times, array("d", [p[2] for p in s.points]))
+                if wt is not prev:  # (consecutive points often share one time object: converted once)
+                    prev = wt
+                    if wt is None:
+                        value = _NO_TIME
+                    elif wt.year is None:
+                        break  # a time without a year: kept as points (the job's year is needed)
+                    else:
+                        t = with_year(wt, None)  # the line's own year
+                        value = _NO_TIME if t is None else (t - _EPOCH) // _US
+                times.append(value)
+            else:
+                arrays[rank] = (array("q", [p[0] for p in s.points]), times, array("d", [p[2] for p in s.points]))
+                continue
+            raw[rank] = s.points
         if arrays:
             out.arrays[kind] = arrays
         if raw:

@@ -1415,7 +1415,12 @@ class _Dense:
             for j, chain in enumerate(finder.sample(buf, bounds, DENSE_STRIDE)):
                 for ls, le in chain:
                     line = buf[ls:le]
-                    if (sure and any(lit in line for lit in sure)) or match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
+                    ok = False
+                    for lit in sure:  # (a loop: a generator for any() cost as much as the regex check)
+                        if lit in line:
+                            ok = True
+                            break
+                    if ok or match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
                         have = out.get(ls)
                         if have is None:
                             out[ls] = [i]
