@@ -261,34 +261,34 @@ class _CompositeSink:
         self.parts = [(f(lf) if f is not None else None, off, k) for f, off, k in parts]
         self.markers_at = markers_at
         self.inventory = InventorySink(lf, markers)
-        self._routes: dict[tuple[int, ...], tuple[list[int] | None, list[tuple[Sink, list[int]]]]] = {}
-        """Id set -> (the inventory's ids, each sink's ids): a file repeats a few sets, each split once."""
+        self._routes: dict[tuple[int, ...], tuple[list[int] | None, list[tuple[Callable[..., None], list[int]]]]] = {}
+        """Id set -> (the inventory's ids, each sink's bound ``on_hit`` and ids): a file repeats a few sets, each split
+        once."""
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
-        key = tuple(pattern_ids)
-        route = self._routes.get(key)
+        route = self._routes.get(tuple(pattern_ids))
         if route is None:
             route = self._route(pattern_ids)
             if len(self._routes) < _MAX_ROUTES:
-                self._routes[key] = route
+                self._routes[tuple(pattern_ids)] = route
         inv, shares = route
         if inv is not None:
             self.inventory.on_hit(inv, line_no, line)
-        for sink, mine in shares:
-            sink.on_hit(mine, line_no, line)
+        for on_hit, mine in shares:
+            on_hit(mine, line_no, line)
 
-    def _route(self, pattern_ids: list[int]) -> tuple[list[int] | None, list[tuple[Sink, list[int]]]]:
+    def _route(self, pattern_ids: list[int]) -> tuple[list[int] | None, list[tuple[Callable[..., None], list[int]]]]:
         inv = None
         if pattern_ids[-1] >= self.markers_at:
             inv = [i - self.markers_at for i in pattern_ids if i >= self.markers_at]
             if pattern_ids[0] >= self.markers_at:
                 return inv, []
-        shares = []
+        shares: list[tuple[Callable[..., None], list[int]]] = []
         for sink, off, k in self.parts:
             if sink is not None:
                 mine = [i - off for i in pattern_ids if off <= i < off + k]
                 if mine:
-                    shares.append((sink, mine))
+                    shares.append((sink.on_hit, mine))
         return inv, shares
 
     def finish(self) -> tuple[list[Any], FileFacts]:

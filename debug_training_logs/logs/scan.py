@@ -1333,14 +1333,13 @@ def _native_hits(
         return recs, newlines
     # merge: a line the finder brought gets the other patterns; the rest (the dense sample's lines among them) are
     # numbered natively, in one counting pass, so the caller never counts newlines
-    others: list[int] = []
-    for ls, ids in found.items():
-        k = bisect_left(rec_starts, ls)
-        if k < len(rec_starts) and rec_starts[k] == ls:
+    rec_set = set(rec_starts)
+    others = [ls for ls in found if ls not in rec_set]
+    if len(others) < len(found):
+        for ls in found.keys() & rec_set:
+            k = bisect_left(rec_starts, ls)
             r = recs[k]
-            recs[k] = (ls, r[1], sorted(set(r[2]) | set(ids)), r[3])
-        else:
-            others.append(ls)
+            recs[k] = (ls, r[1], sorted(set(r[2]) | set(found[ls])), r[3])
     if others:
         others.sort()
         for ls, rel in zip(others, m.native.line_indexes(chunk, others, lo), strict=True):
