@@ -1540,6 +1540,29 @@ class _Dense:
 
 _DENSES: dict[tuple[PatternSpec, Plan, bool], _Dense] = {}
 
+_LAST_SCAN: tuple[PatternSpec, Plan, bool, dict[frozenset[int], _Matcher], _Dense | None] | None = None
+"""(spec, plan, extension used, matchers per active set, dense search) of the latest scan in this process: the next
+file of the same scan finds them by identity (hashing a spec and plan, as the shared caches do, costs ~15 us each time,
+per file and per active set)."""
+
+MAX_ACTIVE_SETS = 64
+"""Matchers one scan keeps by active set (capped patterns leave the search in a different order in each file)."""
+
+
+def _scan_state(spec: PatternSpec, plan: Plan) -> tuple[dict[frozenset[int], _Matcher], _Dense | None]:
+    """The matchers (by active set, filled by the caller) and the dense search of a scan, shared by its files."""
+    global _LAST_SCAN
+    native = _native() is not None
+    last = _LAST_SCAN  # read once: another thread may replace it
+    if last is not None and last[0] is spec and last[1] is plan and last[2] == native:
+        if len(last[3]) > MAX_ACTIVE_SETS:
+            last[3].clear()
+        return last[3], last[4]
+    matchers: dict[frozenset[int], _Matcher] = {}
+    dense = _dense(spec, plan) if plan.dense else None
+    _LAST_SCAN = (spec, plan, native, matchers, dense)
+    return matchers, dense
+
 
 def _dense(spec: PatternSpec, plan: Plan) -> _Dense:
     """The :class:`_Dense` of a scan, built once per worker (its regexes and finders cost ~0.35 ms, as much as the
@@ -1746,7 +1769,7 @@ def _scan_one(
     k = len(spec.patterns)
     caps = spec.max_hits or (None,) * k
     dense_all = frozenset(i for i, _n in plan.dense)
-    dense = _dense(spec, plan) if dense_all else None
+    matchers, dense = _scan_state(spec, plan)  # matchers per active set, shared with the scan's other files
     head_dense = set(dense_all)  # dense ids still searched on every line (the file's first hits)
     active = frozenset(range(k))
     result = FileScan(file=lf, counts=[0] * k)
@@ -1760,13 +1783,13 @@ def _scan_one(
     ends_with_newline = True
     offset = 0  # file offset of the current chunk (decompressed bytes)
     tail_at: int | None = None  # file offset where the dense patterns' tail begins (known for plain files)
-    matchers: dict[frozenset[int], _Matcher] = {}  # per active set (hashing the spec per piece costs)
     last_no, last_ids = 0, []  # (line, ids) of the latest hit: a long line is searched in pieces
     stamp = _file_stamp(lf) if lf.compression == "none" else None
     marks: list[tuple[int, int]] = []  # (offset, lines before) of every window that starts on a line start
     tail_windows: list[tuple[Buffer, int, int, bool]] = []  # (buffer, start, end, continues) not yet in ``tail``
     run = 1  # pieces searched together (see below)
     capped_ids = [i for i in range(k) if caps[i] is not None]
+    capped_caps = [(i, cast(int, caps[i])) for i in capped_ids]
     capped_set = frozenset(capped_ids)
     for buf, lo, hi, is_last in _spans(lf, problems):
         n = hi - lo
@@ -1786,7 +1809,7 @@ def _scan_one(
             _collect_ranks(buf, seen_ranks, lo, hi)
         if dense is not None and tail_at is None:
             if lf.compression == "none":
-                tail_at = _plain_tail_start(lf, dense, seen_ranks)
+                tail_at = _plain_tail_start(lf, dense, seen_ranks, buf if isinstance(buf, mmap.mmap) else None)
             elif is_last:  # a decompressed chunk: the whole buffer
                 tail_at = offset + dense.tail_start(buf, seen_ranks, DENSE_TAIL_MAX)
         split = n if dense is None or tail_at is None else min(n, max(0, tail_at - offset))
@@ -1845,7 +1868,7 @@ def _scan_one(
                         extra,
                         p_lo,
                         p_hi,
-                        {i: cast(int, caps[i]) - counts[i] + 1 for i in capped_ids if i in searched},
+                        {i: cap - counts[i] + 1 for i, cap in capped_caps if i in searched},
                     )
                 )
                 j = k  # the piece of the hit
@@ -2003,8 +2026,11 @@ def _lookahead(chunks: Iterator[bytes]) -> Iterator[tuple[bytes, bool]]:
         yield prev, True
 
 
-def _plain_tail_start(lf: LogFile, dense: _Dense, ranks: set[str]) -> int:
-    """:meth:`_Dense.tail_start` over a plain file (memory-mapped, read backwards from its end)."""
+def _plain_tail_start(lf: LogFile, dense: _Dense, ranks: set[str], mapped: mmap.mmap | None = None) -> int:
+    """:meth:`_Dense.tail_start` over a plain file (memory-mapped, read backwards from its end); ``mapped``: the scan's
+    own map of the whole file, when it has one (mapping the file again and unmapping it cost ~50 us)."""
+    if mapped is not None:
+        return dense.tail_start(mapped, ranks, DENSE_TAIL_MAX)
     try:
         with open(lf.path, "rb") as fh:
             if os.fstat(fh.fileno()).st_size == 0:
