@@ -1783,7 +1783,8 @@ def _scan_one(
     ends_with_newline = True
     offset = 0  # file offset of the current chunk (decompressed bytes)
     tail_at: int | None = None  # file offset where the dense patterns' tail begins (known for plain files)
-    last_no, last_ids = 0, []  # (line, ids) of the latest hit: a long line is searched in pieces
+    last_no: int = 0  # (line, ids) of the latest hit: a long line is searched in pieces
+    last_ids: list[int] = []
     stamp = _file_stamp(lf) if lf.compression == "none" else None
     marks: list[tuple[int, int]] = []  # (offset, lines before) of every window that starts on a line start
     tail_windows: list[tuple[Buffer, int, int, bool]] = []  # (buffer, start, end, continues) not yet in ``tail``

@@ -1,0 +1,170 @@
+"""The per-file work the scan's worker does besides the search: a scan's state shared between its files, the dense
+tail start read from the scan's own map, and the evidence series made into arrays. Each is checked against the plain
+way of doing the same thing (a fresh state per file, a second map of the file, one conversion per point)."""
+
+from __future__ import annotations
+
+import mmap
+import random
+from array import array
+from pathlib import Path
+
+import pytest
+
+from debug_training_logs.analysis import evidence
+from debug_training_logs.formats.timestamps import WallTime, with_year
+from debug_training_logs.logs import scan
+from debug_training_logs.logs.discovery import discover
+from debug_training_logs.logs.scan import PatternSpec
+
+
+def _log(rnd: random.Random, lines: int, crlf: bool, final_newline: bool) -> bytes:
+    words = [
+        b"Epoch 0: %d/100 [00:01<00:02, train_step_timing in s=1.%d]",
+        b"iteration %d/ 100 | consumed samples: %d",
+        b"NCCL WARN net %d failed %d",
+        b"watchdog caught collective operation timeout %d %d",
+        b"lhotse DEBUG sampler %d %d",
+        b"plain line %d %d",
+    ]
+    out = []
+    for _ in range(lines):
+        w = rnd.choice(words)
+        out.append(b"[rank%d]: " % rnd.randrange(8) + w % (rnd.randrange(100), rnd.randrange(10)))
+        if rnd.random() < 0.005:
+            out[-1] += b"x" * rnd.randrange(4000, 9000)  # a very long line
+    sep = b"\r\n" if crlf else b"\n"
+    return sep.join(out) + (sep if final_newline else b"")
+
+
+SPECS = (
+    PatternSpec(
+        (r"iteration +\d+/ *\d+ \||train_step_timing", "NCCL WARN", r"collective operation timeout \d+", "lhotse"),
+        max_hits=(None, 3, None, 5),
+        dense=(True, False, False, False),
+    ),
+    PatternSpec(("NCCL WARN", r"plain line \d+ 7", "lhotse|Lhotse"), max_hits=(None, 2, 4)),
+)
+
+
+def _fields(s: scan.FileScan) -> tuple[object, ...]:
+    cp = s.checkpoints
+    points = (cp.offsets, cp.lines_before, cp.newlines) if cp else None
+    return (s.lines, s.bytes_read, s.counts, s.ranks, s.head, s.tail, s.sampled, points, s.sink_result)
+
+
+class _Calls:
+    def __init__(self, lf: object) -> None:
+        self.calls: list[tuple[list[int], int, str]] = []
+
+    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        self.calls.append((list(pattern_ids), line_no, line))
+
+    def finish(self) -> list[tuple[list[int], int, str]]:
+        return self.calls
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_scans_state_shared_between_files_and_scans_gives_what_a_fresh_one_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Files of two scans scanned in turn (each finding its matchers and dense search by identity from the file
+    before, or making them again when the other scan ran in between) give exactly what each file scanned with empty
+    caches gives: every field and every sink call; empty, CRLF, no final newline and very long lines included."""
+    rnd = random.Random(seed)
+    monkeypatch.setattr(scan, "WINDOW", rnd.choice([3000, 1 << 20]))
+    monkeypatch.setattr(scan, "CAPPED_PIECE_BYTES", rnd.choice([500, 64 << 10]))
+    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([200, 48 << 10]))
+    monkeypatch.setattr(scan, "DENSE_HEAD_HITS", rnd.choice([2, 64]))
+    for f in range(4):
+        data = b"" if f == 3 else _log(rnd, rnd.randrange(50, 3000), crlf=f == 1, final_newline=f != 2)
+        (tmp_path / f"node-{f}.log").write_bytes(data)
+    files, _ = discover(tmp_path)
+    plans = [scan.make_plan(spec, b"") for spec in SPECS]
+
+    def run(fresh: bool) -> list[tuple[object, ...]]:
+        out = []
+        for lf in files:
+            for spec, plan in zip(SPECS, plans, strict=True):
+                if fresh:
+                    monkeypatch.setattr(scan, "_LAST_SCAN", None)
+                    scan._MATCHERS.clear()
+                    scan._DENSES.clear()
+                out.append(_fields(scan._scan_one(lf, spec, plan, _Calls, 5, 5, True)))
+        return out
+
+    fresh = run(True)
+    assert run(False) == fresh
+    assert run(False) == fresh  # and again, every state found from the file before
+    assert any(f[8] for f in fresh)  # sink calls were made
+
+
+def test_the_state_is_shared_only_by_identity() -> None:
+    """Another scan object (even an equal one) gets its own matchers; the same scan gets the same dict back."""
+    spec = SPECS[1]
+    plan = scan.make_plan(spec, b"")
+    first, _dense = scan._scan_state(spec, plan)
+    first[frozenset({0})] = scan._matcher(spec, plan, frozenset({0}))
+    again, _ = scan._scan_state(spec, plan)
+    assert again is first
+    other, _ = scan._scan_state(PatternSpec(spec.patterns, max_hits=spec.max_hits), plan)
+    assert other is not first and not other
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_dense_tail_start_on_the_scans_map_equals_a_fresh_map(tmp_path: Path, seed: int) -> None:
+    rnd = random.Random(seed)
+    path = tmp_path / "node.log"
+    path.write_bytes(_log(rnd, rnd.randrange(1, 2000), crlf=rnd.random() < 0.5, final_newline=rnd.random() < 0.5))
+    (lf,) = discover(tmp_path)[0]
+    spec = SPECS[0]
+    dense = scan._Dense(spec, scan.make_plan(spec, b""))
+    ranks = {str(r) for r in rnd.sample(range(8), rnd.randrange(0, 9))}
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        assert scan._plain_tail_start(lf, dense, ranks, mm) == scan._plain_tail_start(lf, dense, ranks)
+
+
+def _series_reference(
+    points: list[tuple[int, WallTime | None, float]],
+) -> tuple[array[int], array[int], array[float]] | None:
+    """One conversion per point (None: a point's time has no year, the series stays as points)."""
+    if any(wt is not None and wt.year is None for _ln, wt, _v in points):
+        return None
+    times = array("q")
+    for _ln, wt, _v in points:
+        t = with_year(wt, None) if wt is not None else None
+        times.append(evidence._NO_TIME if t is None else (t - evidence._EPOCH) // evidence._US)
+    return array("q", [p[0] for p in points]), times, array("d", [p[2] for p in points])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_series_arrays_equal_one_conversion_per_point(seed: int) -> None:
+    """Consecutive points sharing one time object are converted once: the arrays equal converting every point, with
+    untimed points between timed ones, a February 29 with its year, and a time without a year anywhere (the rank's
+    series then stays as points)."""
+    rnd = random.Random(seed)
+    times = [
+        WallTime(2026, 5, 21, 7, 0, rnd.randrange(60), rnd.randrange(10**6)),
+        WallTime(2024, 2, 29, 23, 59, 59),
+        WallTime(2026, 1, 1, 0, 0, 0),
+        None,
+        WallTime(None, 5, 21, 7, 0, 1),
+    ]
+    fh = evidence._FileHits(rel="f")
+    want: dict[int | None, tuple[array[int], array[int], array[float]] | None] = {}
+    for rank in (None, 0, 1, 2):
+        pts: list[tuple[int, WallTime | None, float]] = []
+        wt = rnd.choice(times[:4])
+        for k in range(rnd.randrange(0, 60)):
+            if rnd.random() < 0.3:
+                wt = rnd.choice(times if rnd.random() < 0.1 else times[:4])
+            pts.append((k + 1, wt, rnd.random()))
+        fh.step_ms[rank] = evidence._Series(points=pts)
+        want[rank] = _series_reference(pts)
+    got = evidence._file_series(fh)
+    arrays, raw = got.arrays.get("step", {}), got.raw.get("step", {})
+    for rank, ref in want.items():
+        if ref is None:
+            assert raw[rank] == fh.step_ms[rank].points and rank not in arrays
+        else:
+            assert arrays[rank] == ref and rank not in raw
