@@ -118,7 +118,8 @@ def _replay(
                 key: Key = ("inventory", tuple(i + k for i in inv_ids))
                 spent[key] += clock() - t
                 hits[key] += 1
-            for part, mine in shares:
+            for j, mine in shares:  # (the index of the consumer's part, its ids)
+                part = sink.parts[j][0]
                 before = batched[0]
                 t = clock()
                 part.on_hit(mine, line_no, line)
