@@ -168,3 +168,35 @@ def test_series_arrays_equal_one_conversion_per_point(seed: int) -> None:
             assert raw[rank] == fh.step_ms[rank].points and rank not in arrays
         else:
             assert arrays[rank] == ref and rank not in raw
+
+
+def test_composite_routes_shared_by_a_scans_files_split_each_scans_ids(tmp_path: Path) -> None:
+    """Files of two scans with different consumer layouts, sunk in turn: each file's consumers get exactly their own
+    ids (shifted back to 0..k-1) and the inventory its markers', whichever scan's routes were worked out before."""
+    from debug_training_logs.analysis import inventory
+
+    (tmp_path / "a.log").write_text("x\n")
+    (lf,) = discover(tmp_path)[0]
+    layouts = (
+        ((_Calls, 0, 3), (None, 3, 2), (_Calls, 5, 4)),  # markers from 9
+        ((_Calls, 0, 1), (_Calls, 1, 6)),  # markers from 7
+    )
+    marks = (9, 7)
+    rnd = random.Random(5)
+    for _ in range(6):
+        for parts, at in zip(layouts, marks, strict=True):
+            sink = inventory._CompositeSink(lf, parts, at)
+            sent = []
+            for no in range(1, 40):
+                ids = sorted(rnd.sample(range(at + 3), rnd.randrange(1, 4)))
+                sink.on_hit(ids, no, f"line {no}")
+                sent.append((ids, no))
+            results, _facts = sink.finish()
+            for (factory, off, k), got in zip(parts, results, strict=True):
+                want = [
+                    ([i - off for i in ids if off <= i < off + k], no, f"line {no}")
+                    for ids, no in sent
+                    if any(off <= i < off + k for i in ids)
+                ]
+                assert got == (want if factory is not None else None)
+            assert sink.inventory.facts.markers or not any(i >= at for ids, _ in sent for i in ids)
