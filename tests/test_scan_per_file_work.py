@@ -200,3 +200,90 @@ def test_composite_routes_shared_by_a_scans_files_split_each_scans_ids(tmp_path:
                 ]
                 assert got == (want if factory is not None else None)
             assert sink.inventory.facts.markers or not any(i >= at for ids, _ in sent for i in ids)
+            # the same hits as runs of one id set (a consumer sink that takes runs gets them whole)
+            runs = inventory._CompositeSink(lf, tuple((_Runs if f is _Calls else f, o, k) for f, o, k in parts), at)
+            for ids, no in sent:
+                runs.on_hits(ids, [no, no], [f"line {no}", f"line {no}"])
+            twice = [
+                None if r is None else [c for c in r for _ in (0, 1)] for r in inventory._CompositeSink.finish(sink)[0]
+            ]
+            assert runs.finish()[0] == twice
+
+
+class _Runs(_Calls):
+    """A sink that also takes runs: records them flattened, and the run lengths."""
+
+    def __init__(self, lf: object) -> None:
+        super().__init__(lf)
+        self.runs: list[int] = []
+
+    def on_hits(self, pattern_ids: list[int], line_nos: list[int], lines: list[str]) -> None:
+        self.runs.append(len(line_nos))
+        for no, line in zip(line_nos, lines, strict=True):
+            self.calls.append((list(pattern_ids), no, line))
+
+    def finish(self) -> list[tuple[list[int], int, str]]:
+        assert all(1 < n <= scan.HIT_RUN for n in self.runs)
+        return self.calls
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_sink_taking_runs_gets_every_hit_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """A sink with ``on_hits`` receives the same hits, ids and lines in the same order as one with ``on_hit`` alone:
+    runs of one id set cut at :data:`HIT_RUN`, single hits as ``on_hit``, the last run before ``finish``."""
+    rnd = random.Random(seed)
+    monkeypatch.setattr(scan, "HIT_RUN", rnd.choice([2, 3, 4096]))
+    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([200, 48 << 10]))
+    path = tmp_path / "node.log"
+    path.write_bytes(_log(rnd, rnd.randrange(100, 3000), crlf=seed == 1, final_newline=seed != 2))
+    (lf,) = discover(tmp_path)[0]
+    for spec in SPECS:
+        plan = scan.make_plan(spec, b"")
+        plain = scan._scan_one(lf, spec, plan, _Calls, 0, 0, False)
+        runs = scan._scan_one(lf, spec, plan, _Runs, 0, 0, False)
+        assert runs.sink_result == plain.sink_result
+        assert plain.sink_result
+
+
+def _evidence_calls(rnd: random.Random) -> list[tuple[list[int], int, str]]:
+    progress = evidence._PROGRESS_ID
+    other = evidence.SIGNAL_NAMES.index("net_error")
+    calls = []
+    for no in range(1, rnd.randrange(2, 400)):
+        rank = rnd.randrange(4)
+        r = rnd.random()
+        if r < 0.8:
+            stamp = f"2026-05-21 07:{no // 60 % 60:02d}:{no % 60:02d} " if rnd.random() < 0.7 else ""
+            text = f"[rank{rank}]: {stamp}Epoch 0: {no}/900 [00:01, train_step_timing in s={rnd.random():.2f}]"
+            calls.append(([progress], no, text))
+        elif r < 0.9:
+            calls.append(([other], no, f"[rank{rank}]: NCCL WARN net {no} failed"))
+        else:
+            calls.append(([progress, other], no, f"[rank{rank}]: step {no} NCCL WARN"))
+    return calls
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_evidence_sink_reads_runs_as_it_reads_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Runs of progress lines joining the batch at once (and a batch read when it passes its bound) give the result
+    that the same lines one by one give."""
+    rnd = random.Random(seed)
+    monkeypatch.setattr(evidence, "_BATCH_LINES", rnd.choice([3, 50, 4096]))
+    (tmp_path / "a.log").write_text("x\n")
+    (lf,) = discover(tmp_path)[0]
+    calls = _evidence_calls(rnd)
+    one = evidence.EvidenceSink(lf)
+    for ids, no, line in calls:
+        one.on_hit(ids, no, line)
+    runs = evidence.EvidenceSink(lf)
+    k = 0
+    while k < len(calls):
+        j = k
+        while j < len(calls) and calls[j][0] == calls[k][0] and j - k < rnd.randrange(1, 80):
+            j += 1
+        j = max(j, k + 1)
+        runs.on_hits(calls[k][0], [c[1] for c in calls[k:j]], [c[2] for c in calls[k:j]])
+        k = j
+    assert repr(runs.finish()) == repr(one.finish())
