@@ -287,3 +287,30 @@ def test_the_evidence_sink_reads_runs_as_it_reads_lines(
         runs.on_hits(calls[k][0], [c[1] for c in calls[k:j]], [c[2] for c in calls[k:j]])
         k = j
     assert repr(runs.finish()) == repr(one.finish())
+
+
+AGENT_STOP = "E0521 07:00:01.000000 1234 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1)"
+AFTER_STOP = [
+    ("[rank1]: step 5 loss 1.0", True),
+    ("0: [rank1]: step 5 loss 1.0", True),  # an srun label before the rank prefix
+    ("2026-05-21 07:00:02 [rank1] step 5", True),  # '[rankN] ' after a time
+    ("[default0]:step 5", True),
+    ("[trainer3]:step 5", True),
+    ("W0521 07:00:02.000000 1234 torch/distributed/run.py:793] [rank1]: agent's own line", False),
+    ('  File "train.py", line 3, in <module> [rank1]: x', False),  # a traceback line: the agent's own
+    ("Traceback (most recent call last):", False),
+    ("plain text [rank] no number", False),
+    ("x[default0]:not at the start", False),
+]
+
+
+@pytest.mark.parametrize(("line", "worker"), AFTER_STOP)
+def test_a_worker_line_after_an_agent_stop_starts_an_attempt(tmp_path: Path, line: str, worker: bool) -> None:
+    """Workers logging after the agent stopped them mean they ran again (a new attempt), whatever prefix their lines
+    carry; the agent's own lines, tracebacks and text that only looks like a prefix do not."""
+    from debug_training_logs.analysis import attempts
+
+    (tmp_path / "node.log").write_text(f"I0521 07:00:00.000000 1234 start\n{AGENT_STOP}\n{line}\nlast words\n")
+    (lf,) = discover(tmp_path)[0]
+    found = attempts._file_boundaries(lf, [(2, "a worker failed (exitcode 1)", "")])
+    assert bool(found) == worker

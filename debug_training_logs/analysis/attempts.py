@@ -272,7 +272,12 @@ def _file_boundaries(
                 and (not shared or _pid_of(t) == pid)
                 for t in after
             )
-            workers = not shared and any(_WORKER_LINE.search(t) and not _AGENT_OWN.search(t) for t in after)
+            workers = not shared and any(
+                (t[:1] == "[" or "[rank" in t)  # (what each branch of the regex needs: most lines skip it)
+                and _WORKER_LINE.search(t)
+                and not _AGENT_OWN.search(t)
+                for t in after
+            )
             # a decision to restart is not an attempt until workers run again (a closed rendezvous ends the job)
             ran_again = started or workers
         if ran_again:
