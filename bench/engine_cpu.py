@@ -5,9 +5,10 @@
 
 The command (``analyze``, ``grep`` or ``nccl`` with ``--json``) runs once in this process with the worker scan in this
 process too, and the scan it asked for (patterns, plan, sink, head/tail lines) is recorded. Then every file of the
-directory is scanned again ``--rounds`` times with that scan: once with the command's own sinks (``real``), once with a
-sink that only hashes each call (``hash``: the engine plus one cheap call per hit) and once with no sink (``none``:
-the engine only). Printed: the best CPU time of each per file. ``--digest FILE`` writes every file's result (counts,
+directory is scanned again ``--rounds`` times with that scan: once with the command's own sinks and the worker's pack of
+the result (``packed``: what a scan worker spends per file), once with the sinks alone (``real``), once with a sink that
+only hashes each call (``hash``: the engine plus one cheap call per hit) and once with no sink (``none``: the engine
+only). Printed: the best CPU time of each per file. ``--digest FILE`` writes every file's result (counts,
 lines, ranks, head, tail, sampled ids, checkpoints) and the hash of its sink calls: the same file from two branches
 means the same hits, line numbers and samples. ``--parts`` also splits the no-sink time into the engine's parts
 (the native finder's pass, the DFA searches, the dense sample, the rank prefixes, the rest in Python), each the best
@@ -48,6 +49,10 @@ class HashSink:
         return self.calls, self.digest.hexdigest()
 
 
+PACKS: dict[int, Any] = {}
+"""id(spec) -> the consumer's pack the recorded scan ran in its worker after the file's scan."""
+
+
 def record(command: str, directory: str) -> list[tuple[Any, ...]]:
     """The scans (spec, plan, sink factory, head, tail, ranks) the command runs over ``directory``."""
     scans: list[tuple[Any, ...]] = []
@@ -56,6 +61,7 @@ def record(command: str, directory: str) -> list[tuple[Any, ...]]:
     def spy(lf: LogFile, spec: Any, plan: Any, factory: Any, head: int, tail: int, ranks: bool, pack: Any) -> Any:
         if not scans or scans[-1][0] is not spec:
             scans.append((spec, plan, factory, head, tail, ranks))
+            PACKS[id(spec)] = pack
         return original(lf, spec, plan, factory, head, tail, ranks, pack)
 
     scan._worker_count = lambda files: 1
@@ -164,11 +170,15 @@ def main() -> None:
     files = sorted(files, key=lambda f: f.rel)[: args.limit or None]
     print(f"{args.command}: {len(scans)} scan(s), {len(files)} files; {scans[0][1].describe()}")
     lines: list[str] = []
-    for mode in ("real", "hash", "none"):
+    for mode in ("packed", "real", "hash", "none"):
         best = float("inf")
         for r in range(args.rounds):
             c0 = time.process_time()
             for spec, plan, factory, head, tail, ranks in scans:
+                if mode == "packed":
+                    for lf in files:
+                        scan._scan_packed(lf, spec, plan, factory, head, tail, ranks, PACKS[id(spec)])
+                    continue
                 sink = {"real": factory, "hash": HashSink, "none": None}[mode]
                 for lf in files:
                     s = scan._scan_one(lf, spec, plan, sink, head, tail, ranks)

@@ -59,6 +59,10 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
     setattr(inventory._CompositeSink, "__init__", rec_init)  # noqa: B010
     setattr(inventory._CompositeSink, "on_hit", rec_hit)  # noqa: B010
     setattr(inventory, "scan_each", rec_scan)  # noqa: B010
+    # runs of one id set come one call per hit while recording (the replay times each hit)
+    on_hits = inventory._CompositeSink.__dict__.get("on_hits")
+    if on_hits is not None:
+        delattr(inventory._CompositeSink, "on_hits")
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
             cli.main([*argv, "--json"])
@@ -66,6 +70,8 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
         setattr(inventory._CompositeSink, "__init__", init)  # noqa: B010
         setattr(inventory._CompositeSink, "on_hit", on_hit)  # noqa: B010
         setattr(inventory, "scan_each", scan_each)  # noqa: B010
+        if on_hits is not None:
+            setattr(inventory._CompositeSink, "on_hits", on_hits)  # noqa: B010
     return files, patterns[0] if patterns else ()
 
 
@@ -118,7 +124,8 @@ def _replay(
                 key: Key = ("inventory", tuple(i + k for i in inv_ids))
                 spent[key] += clock() - t
                 hits[key] += 1
-            for part, mine in shares:
+            for j, mine in shares:  # (the index of the consumer's part, its ids)
+                part = sink.parts[j][0]
                 before = batched[0]
                 t = clock()
                 part.on_hit(mine, line_no, line)

@@ -266,8 +266,18 @@ def _file_boundaries(
             # the batch script runs again from its start: only a starting job shows a requeue was run
             ran_again = any(_FRESH_START.search(t) is not None for t in after)
         else:
-            started = any(_STARTING.search(t) is not None and (not shared or _pid_of(t) == pid) for t in after)
-            workers = not shared and any(_WORKER_LINE.search(t) and not _AGENT_OWN.search(t) for t in after)
+            started = any(
+                "Starting worker group" in t  # (the literal every match holds: most lines skip the regex)
+                and _STARTING.search(t) is not None
+                and (not shared or _pid_of(t) == pid)
+                for t in after
+            )
+            workers = not shared and any(
+                (t[:1] == "[" or "[rank" in t)  # (what each branch of the regex needs: most lines skip it)
+                and _WORKER_LINE.search(t)
+                and not _AGENT_OWN.search(t)
+                for t in after
+            )
             # a decision to restart is not an attempt until workers run again (a closed rendezvous ends the job)
             ran_again = started or workers
         if ran_again:

@@ -393,6 +393,19 @@ class EvidenceSink:
                 self._flush()
             self._signals(route, line_no, line)
 
+    def on_hits(self, pattern_ids: list[int], line_nos: list[int], lines: list[str]) -> None:
+        """:meth:`on_hit` of each line of a run with the same ids: a run of progress lines joins the batch at once."""
+        route = _ROUTES.get(tuple(pattern_ids)) or _route(pattern_ids)
+        if route.batched and self._native is not None:
+            self._batch.extend(lines)
+            self._batch_nos.extend(line_nos)
+            if len(self._batch) >= _BATCH_LINES:
+                self._flush()
+            return
+        on_hit = self.on_hit
+        for line_no, line in zip(line_nos, lines, strict=True):
+            on_hit(pattern_ids, line_no, line)
+
     def _flush(self) -> None:
         """Read the waiting progress lines in order, as :meth:`_signals` would one by one: runs the compiled helper
         answers for are applied per rank (:meth:`_apply_run`), a line it leaves (a c10/glog time, a Ray ``[rank=N]``
@@ -574,14 +587,24 @@ def _file_series(fh: _FileHits) -> _FileSeries:
         arrays: dict[int | None, tuple[array[int], array[int], array[float]]] = {}
         raw: dict[int | None, list[tuple[int, WallTime | None, float]]] = {}
         for rank, s in per_rank.items():
-            if any(wt is not None and wt.year is None for _ln, wt, _v in s.points):
-                raw[rank] = s.points
-                continue
             times = array("q")
+            prev: WallTime | None = None
+            value = _NO_TIME
             for _ln, wt, _v in s.points:
-                t = with_year(wt, None) if wt is not None else None  # the line's own year
-                times.append(_NO_TIME if t is None else (t - _EPOCH) // _US)
-            arrays[rank] = (array("q", [p[0] for p in s.points]), times, array("d", [p[2] for p in s.points]))
+                if wt is not prev:  # (consecutive points often share one time object: converted once)
+                    prev = wt
+                    if wt is None:
+                        value = _NO_TIME
+                    elif wt.year is None:
+                        break  # a time without a year: kept as points (the job's year is needed)
+                    else:
+                        t = with_year(wt, None)  # the line's own year
+                        value = _NO_TIME if t is None else (t - _EPOCH) // _US
+                times.append(value)
+            else:
+                arrays[rank] = (array("q", [p[0] for p in s.points]), times, array("d", [p[2] for p in s.points]))
+                continue
+            raw[rank] = s.points
         if arrays:
             out.arrays[kind] = arrays
         if raw:

@@ -1,0 +1,316 @@
+"""The per-file work the scan's worker does besides the search: a scan's state shared between its files, the dense
+tail start read from the scan's own map, and the evidence series made into arrays. Each is checked against the plain
+way of doing the same thing (a fresh state per file, a second map of the file, one conversion per point)."""
+
+from __future__ import annotations
+
+import mmap
+import random
+from array import array
+from pathlib import Path
+
+import pytest
+
+from debug_training_logs.analysis import evidence
+from debug_training_logs.formats.timestamps import WallTime, with_year
+from debug_training_logs.logs import scan
+from debug_training_logs.logs.discovery import discover
+from debug_training_logs.logs.scan import PatternSpec
+
+
+def _log(rnd: random.Random, lines: int, crlf: bool, final_newline: bool) -> bytes:
+    words = [
+        b"Epoch 0: %d/100 [00:01<00:02, train_step_timing in s=1.%d]",
+        b"iteration %d/ 100 | consumed samples: %d",
+        b"NCCL WARN net %d failed %d",
+        b"watchdog caught collective operation timeout %d %d",
+        b"lhotse DEBUG sampler %d %d",
+        b"plain line %d %d",
+    ]
+    out = []
+    for _ in range(lines):
+        w = rnd.choice(words)
+        out.append(b"[rank%d]: " % rnd.randrange(8) + w % (rnd.randrange(100), rnd.randrange(10)))
+        if rnd.random() < 0.005:
+            out[-1] += b"x" * rnd.randrange(4000, 9000)  # a very long line
+    sep = b"\r\n" if crlf else b"\n"
+    return sep.join(out) + (sep if final_newline else b"")
+
+
+SPECS = (
+    PatternSpec(
+        (r"iteration +\d+/ *\d+ \||train_step_timing", "NCCL WARN", r"collective operation timeout \d+", "lhotse"),
+        max_hits=(None, 3, None, 5),
+        dense=(True, False, False, False),
+    ),
+    PatternSpec(("NCCL WARN", r"plain line \d+ 7", "lhotse|Lhotse"), max_hits=(None, 2, 4)),
+)
+
+
+def _fields(s: scan.FileScan) -> tuple[object, ...]:
+    cp = s.checkpoints
+    points = (cp.offsets, cp.lines_before, cp.newlines) if cp else None
+    return (s.lines, s.bytes_read, s.counts, s.ranks, s.head, s.tail, s.sampled, points, s.sink_result)
+
+
+class _Calls:
+    def __init__(self, lf: object) -> None:
+        self.calls: list[tuple[list[int], int, str]] = []
+
+    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        self.calls.append((list(pattern_ids), line_no, line))
+
+    def finish(self) -> list[tuple[list[int], int, str]]:
+        return self.calls
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_scans_state_shared_between_files_and_scans_gives_what_a_fresh_one_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Files of two scans scanned in turn (each finding its matchers and dense search by identity from the file
+    before, or making them again when the other scan ran in between) give exactly what each file scanned with empty
+    caches gives: every field and every sink call; empty, CRLF, no final newline and very long lines included."""
+    rnd = random.Random(seed)
+    monkeypatch.setattr(scan, "WINDOW", rnd.choice([3000, 1 << 20]))
+    monkeypatch.setattr(scan, "CAPPED_PIECE_BYTES", rnd.choice([500, 64 << 10]))
+    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([200, 48 << 10]))
+    monkeypatch.setattr(scan, "DENSE_HEAD_HITS", rnd.choice([2, 64]))
+    for f in range(4):
+        data = b"" if f == 3 else _log(rnd, rnd.randrange(50, 3000), crlf=f == 1, final_newline=f != 2)
+        (tmp_path / f"node-{f}.log").write_bytes(data)
+    files, _ = discover(tmp_path)
+    plans = [scan.make_plan(spec, b"") for spec in SPECS]
+
+    def run(fresh: bool) -> list[tuple[object, ...]]:
+        out = []
+        for lf in files:
+            for spec, plan in zip(SPECS, plans, strict=True):
+                if fresh:
+                    monkeypatch.setattr(scan, "_LAST_SCAN", None)
+                    scan._MATCHERS.clear()
+                    scan._DENSES.clear()
+                out.append(_fields(scan._scan_one(lf, spec, plan, _Calls, 5, 5, True)))
+        return out
+
+    fresh = run(True)
+    assert run(False) == fresh
+    assert run(False) == fresh  # and again, every state found from the file before
+    assert any(f[8] for f in fresh)  # sink calls were made
+
+
+def test_the_state_is_shared_only_by_identity() -> None:
+    """Another scan object (even an equal one) gets its own matchers; the same scan gets the same dict back."""
+    spec = SPECS[1]
+    plan = scan.make_plan(spec, b"")
+    first, _dense = scan._scan_state(spec, plan)
+    first[frozenset({0})] = scan._matcher(spec, plan, frozenset({0}))
+    again, _ = scan._scan_state(spec, plan)
+    assert again is first
+    other, _ = scan._scan_state(PatternSpec(spec.patterns, max_hits=spec.max_hits), plan)
+    assert other is not first and not other
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_dense_tail_start_on_the_scans_map_equals_a_fresh_map(tmp_path: Path, seed: int) -> None:
+    rnd = random.Random(seed)
+    path = tmp_path / "node.log"
+    path.write_bytes(_log(rnd, rnd.randrange(1, 2000), crlf=rnd.random() < 0.5, final_newline=rnd.random() < 0.5))
+    (lf,) = discover(tmp_path)[0]
+    spec = SPECS[0]
+    dense = scan._Dense(spec, scan.make_plan(spec, b""))
+    ranks = {str(r) for r in rnd.sample(range(8), rnd.randrange(0, 9))}
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        assert scan._plain_tail_start(lf, dense, ranks, mm) == scan._plain_tail_start(lf, dense, ranks)
+
+
+def _series_reference(
+    points: list[tuple[int, WallTime | None, float]],
+) -> tuple[array[int], array[int], array[float]] | None:
+    """One conversion per point (None: a point's time has no year, the series stays as points)."""
+    if any(wt is not None and wt.year is None for _ln, wt, _v in points):
+        return None
+    times = array("q")
+    for _ln, wt, _v in points:
+        t = with_year(wt, None) if wt is not None else None
+        times.append(evidence._NO_TIME if t is None else (t - evidence._EPOCH) // evidence._US)
+    return array("q", [p[0] for p in points]), times, array("d", [p[2] for p in points])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_series_arrays_equal_one_conversion_per_point(seed: int) -> None:
+    """Consecutive points sharing one time object are converted once: the arrays equal converting every point, with
+    untimed points between timed ones, a February 29 with its year, and a time without a year anywhere (the rank's
+    series then stays as points)."""
+    rnd = random.Random(seed)
+    times = [
+        WallTime(2026, 5, 21, 7, 0, rnd.randrange(60), rnd.randrange(10**6)),
+        WallTime(2024, 2, 29, 23, 59, 59),
+        WallTime(2026, 1, 1, 0, 0, 0),
+        None,
+        WallTime(None, 5, 21, 7, 0, 1),
+    ]
+    fh = evidence._FileHits(rel="f")
+    want: dict[int | None, tuple[array[int], array[int], array[float]] | None] = {}
+    for rank in (None, 0, 1, 2):
+        pts: list[tuple[int, WallTime | None, float]] = []
+        wt = rnd.choice(times[:4])
+        for k in range(rnd.randrange(0, 60)):
+            if rnd.random() < 0.3:
+                wt = rnd.choice(times if rnd.random() < 0.1 else times[:4])
+            pts.append((k + 1, wt, rnd.random()))
+        fh.step_ms[rank] = evidence._Series(points=pts)
+        want[rank] = _series_reference(pts)
+    got = evidence._file_series(fh)
+    arrays, raw = got.arrays.get("step", {}), got.raw.get("step", {})
+    for rank, ref in want.items():
+        if ref is None:
+            assert raw[rank] == fh.step_ms[rank].points and rank not in arrays
+        else:
+            assert arrays[rank] == ref and rank not in raw
+
+
+def test_composite_routes_shared_by_a_scans_files_split_each_scans_ids(tmp_path: Path) -> None:
+    """Files of two scans with different consumer layouts, sunk in turn: each file's consumers get exactly their own
+    ids (shifted back to 0..k-1) and the inventory its markers', whichever scan's routes were worked out before."""
+    from debug_training_logs.analysis import inventory
+
+    (tmp_path / "a.log").write_text("x\n")
+    (lf,) = discover(tmp_path)[0]
+    layouts = (
+        ((_Calls, 0, 3), (None, 3, 2), (_Calls, 5, 4)),  # markers from 9
+        ((_Calls, 0, 1), (_Calls, 1, 6)),  # markers from 7
+    )
+    marks = (9, 7)
+    rnd = random.Random(5)
+    for _ in range(6):
+        for parts, at in zip(layouts, marks, strict=True):
+            sink = inventory._CompositeSink(lf, parts, at)
+            sent = []
+            for no in range(1, 40):
+                ids = sorted(rnd.sample(range(at + 3), rnd.randrange(1, 4)))
+                sink.on_hit(ids, no, f"line {no}")
+                sent.append((ids, no))
+            results, _facts = sink.finish()
+            for (factory, off, k), got in zip(parts, results, strict=True):
+                want = [
+                    ([i - off for i in ids if off <= i < off + k], no, f"line {no}")
+                    for ids, no in sent
+                    if any(off <= i < off + k for i in ids)
+                ]
+                assert got == (want if factory is not None else None)
+            assert sink.inventory.facts.markers or not any(i >= at for ids, _ in sent for i in ids)
+            # the same hits as runs of one id set (a consumer sink that takes runs gets them whole)
+            runs = inventory._CompositeSink(lf, tuple((_Runs if f is _Calls else f, o, k) for f, o, k in parts), at)
+            for ids, no in sent:
+                runs.on_hits(ids, [no, no], [f"line {no}", f"line {no}"])
+            twice = [
+                None if r is None else [c for c in r for _ in (0, 1)] for r in inventory._CompositeSink.finish(sink)[0]
+            ]
+            assert runs.finish()[0] == twice
+
+
+class _Runs(_Calls):
+    """A sink that also takes runs: records them flattened, and the run lengths."""
+
+    def __init__(self, lf: object) -> None:
+        super().__init__(lf)
+        self.runs: list[int] = []
+
+    def on_hits(self, pattern_ids: list[int], line_nos: list[int], lines: list[str]) -> None:
+        self.runs.append(len(line_nos))
+        for no, line in zip(line_nos, lines, strict=True):
+            self.calls.append((list(pattern_ids), no, line))
+
+    def finish(self) -> list[tuple[list[int], int, str]]:
+        assert all(1 < n <= scan.HIT_RUN for n in self.runs)
+        return self.calls
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_sink_taking_runs_gets_every_hit_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """A sink with ``on_hits`` receives the same hits, ids and lines in the same order as one with ``on_hit`` alone:
+    runs of one id set cut at :data:`HIT_RUN`, single hits as ``on_hit``, the last run before ``finish``."""
+    rnd = random.Random(seed)
+    monkeypatch.setattr(scan, "HIT_RUN", rnd.choice([2, 3, 4096]))
+    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([200, 48 << 10]))
+    path = tmp_path / "node.log"
+    path.write_bytes(_log(rnd, rnd.randrange(100, 3000), crlf=seed == 1, final_newline=seed != 2))
+    (lf,) = discover(tmp_path)[0]
+    for spec in SPECS:
+        plan = scan.make_plan(spec, b"")
+        plain = scan._scan_one(lf, spec, plan, _Calls, 0, 0, False)
+        runs = scan._scan_one(lf, spec, plan, _Runs, 0, 0, False)
+        assert runs.sink_result == plain.sink_result
+        assert plain.sink_result
+
+
+def _evidence_calls(rnd: random.Random) -> list[tuple[list[int], int, str]]:
+    progress = evidence._PROGRESS_ID
+    other = evidence.SIGNAL_NAMES.index("net_error")
+    calls = []
+    for no in range(1, rnd.randrange(2, 400)):
+        rank = rnd.randrange(4)
+        r = rnd.random()
+        if r < 0.8:
+            stamp = f"2026-05-21 07:{no // 60 % 60:02d}:{no % 60:02d} " if rnd.random() < 0.7 else ""
+            text = f"[rank{rank}]: {stamp}Epoch 0: {no}/900 [00:01, train_step_timing in s={rnd.random():.2f}]"
+            calls.append(([progress], no, text))
+        elif r < 0.9:
+            calls.append(([other], no, f"[rank{rank}]: NCCL WARN net {no} failed"))
+        else:
+            calls.append(([progress, other], no, f"[rank{rank}]: step {no} NCCL WARN"))
+    return calls
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_evidence_sink_reads_runs_as_it_reads_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Runs of progress lines joining the batch at once (and a batch read when it passes its bound) give the result
+    that the same lines one by one give."""
+    rnd = random.Random(seed)
+    monkeypatch.setattr(evidence, "_BATCH_LINES", rnd.choice([3, 50, 4096]))
+    (tmp_path / "a.log").write_text("x\n")
+    (lf,) = discover(tmp_path)[0]
+    calls = _evidence_calls(rnd)
+    one = evidence.EvidenceSink(lf)
+    for ids, no, line in calls:
+        one.on_hit(ids, no, line)
+    runs = evidence.EvidenceSink(lf)
+    k = 0
+    while k < len(calls):
+        j = k
+        while j < len(calls) and calls[j][0] == calls[k][0] and j - k < rnd.randrange(1, 80):
+            j += 1
+        j = max(j, k + 1)
+        runs.on_hits(calls[k][0], [c[1] for c in calls[k:j]], [c[2] for c in calls[k:j]])
+        k = j
+    assert repr(runs.finish()) == repr(one.finish())
+
+
+AGENT_STOP = "E0521 07:00:01.000000 1234 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1)"
+AFTER_STOP = [
+    ("[rank1]: step 5 loss 1.0", True),
+    ("0: [rank1]: step 5 loss 1.0", True),  # an srun label before the rank prefix
+    ("2026-05-21 07:00:02 [rank1] step 5", True),  # '[rankN] ' after a time
+    ("[default0]:step 5", True),
+    ("[trainer3]:step 5", True),
+    ("W0521 07:00:02.000000 1234 torch/distributed/run.py:793] [rank1]: agent's own line", False),
+    ('  File "train.py", line 3, in <module> [rank1]: x', False),  # a traceback line: the agent's own
+    ("Traceback (most recent call last):", False),
+    ("plain text [rank] no number", False),
+    ("x[default0]:not at the start", False),
+]
+
+
+@pytest.mark.parametrize(("line", "worker"), AFTER_STOP)
+def test_a_worker_line_after_an_agent_stop_starts_an_attempt(tmp_path: Path, line: str, worker: bool) -> None:
+    """Workers logging after the agent stopped them mean they ran again (a new attempt), whatever prefix their lines
+    carry; the agent's own lines, tracebacks and text that only looks like a prefix do not."""
+    from debug_training_logs.analysis import attempts
+
+    (tmp_path / "node.log").write_text(f"I0521 07:00:00.000000 1234 start\n{AGENT_STOP}\n{line}\nlast words\n")
+    (lf,) = discover(tmp_path)[0]
+    found = attempts._file_boundaries(lf, [(2, "a worker failed (exitcode 1)", "")])
+    assert bool(found) == worker
