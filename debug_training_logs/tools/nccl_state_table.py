@@ -13,13 +13,15 @@ import dataclasses
 from collections import defaultdict
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis import nccl_table as analysis
 from debug_training_logs.analysis.inventory import consumer_for, lean_inventory
+from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.models import Coverage, Evidence
+from debug_training_logs.memo import unpack
+from debug_training_logs.models import Coverage, Evidence, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges, parse_ranges
 from debug_training_logs.tools._cache import cached
@@ -33,7 +35,7 @@ ALL = 10**9
 """``limit`` for the analysis: the tool pages over every row itself."""
 
 
-class _Model(BaseModel):
+class _Model(Model):
     model_config = ConfigDict(from_attributes=True)
 
 
@@ -347,15 +349,29 @@ def nccl_state_table(
     wanted = _parse_ranks(ranks)
     # one pass for the attempts and the table; of the inventory, the table reads only what coverage comes from
     with lean_inventory():
-        split, chosen = choose(root, attempt, consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink))
+        mine = consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink)
+        early: dict[str, analysis.FileEvents] = {}
+
+        def arrived(_j: int, results: dict[str, FileResult]) -> None:
+            # the table's input, unpacked while the scan's workers read the other files (the main process waits for
+            # them there); only the whole job's lines: an attempt's table has a sink of its own
+            fr = results.get(mine.key)
+            fe = unpack(fr.sink_result) if fr is not None else None
+            if isinstance(fe, analysis.FileEvents):
+                early[fe.rel] = fe
+
+        split, chosen = choose(root, attempt, mine, on_file=arrived)
         keep = split.keeper(chosen) if chosen is not None else None
         # Pages and rank filters of the same logs reuse one scan (the table is computed from every row either way).
         table = cached(
             "nccl_state_table",
             root,
             (world_size, chosen),
-            lambda: analysis.nccl_state_table(root, limit=ALL, world_size=world_size, keep=keep),
+            lambda: analysis.nccl_state_table(
+                root, limit=ALL, world_size=world_size, keep=keep, early=early if keep is None else None
+            ),
         )
+        early.clear()
     order = {p.pg: i for i, p in enumerate(table.process_groups)}
     rows = sorted(table.rows, key=lambda r: (order.get(r.pg, len(order)), r.rank))
     if offset is None and wanted is None:

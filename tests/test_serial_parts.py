@@ -1,0 +1,169 @@
+"""The work a command does in its main process before and after the scan, moved or shortened, gives the same answers.
+
+* ``nccl``: each file's NCCL lines are unpacked as the file's result arrives (while the scan's workers read the
+  others); the table equals the one built from the lazily unpacked results, over NCCL stories, one and two scan
+  processes, and a restarted job (an attempt's table has a sink of its own: the early results are not used).
+* :mod:`~debug_training_logs.meanwhile`: a queued task runs once, in the main process, after the first file's result
+  has arrived; a scan that reads nothing (all cached) leaves it queued; a task is not queued twice.
+* Result models are built on first use (``defer_build``): :func:`~debug_training_logs.models.build_deferred` builds
+  every one imported, and a deferred model validates and serialises as a built one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import Field
+
+from debug_training_logs import meanwhile
+from debug_training_logs.analysis import nccl_table
+from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
+from debug_training_logs.analysis.scan_cache import CACHE
+from debug_training_logs.logs import scan
+from debug_training_logs.memo import MEMO, unpack
+from debug_training_logs.models import Coverage, Model, build_deferred
+from debug_training_logs.tools._cache import TOOL
+from debug_training_logs.tools.registry import all_tools, tool_by_name
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+NCCL_JOBS = [
+    "nccl_missing_node",
+    "nccl_root_ahead",
+    "nccl_fabric",
+    "nccl_styles/torch-2.14",
+    "nccl_styles/torch-2.5-ray",
+    "nccl_styles/torch-2.10-wrapped-gz",
+    "watchdog_hang",
+    "data_stall",
+    "real_torch/restart",
+]
+
+
+def _logs(name: str) -> Path:
+    base = FIXTURES / name
+    for sub in ("logs", "torchrun_logs"):
+        if (base / sub).is_dir():
+            return base / sub
+    return base
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache() -> Any:
+    CACHE.clear()
+    yield
+    CACHE.clear()
+    meanwhile._QUEUE.clear()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("name", NCCL_JOBS)
+def test_nccl_table_from_early_unpacked_files_equals_the_lazy_one(
+    name: str, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = _logs(name)
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    seen: list[int | None] = []
+    real = nccl_table.nccl_state_table
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        early = kwargs.get("early")
+        seen.append(None if early is None else len(early))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(nccl_table, "nccl_state_table", spy)
+    spec = tool_by_name("nccl")
+    assert spec is not None
+    got = spec.call(logs_dir=str(logs))
+    # the same table from lazily unpacked results: the tool's results are forgotten, the scan's are kept (a cache
+    # hit announces no file)
+    MEMO.drop(TOOL)
+    want = spec.call(logs_dir=str(logs))
+    restarted = bool(got.attempts)  # type: ignore[attr-defined]
+    assert seen == [None, None] if restarted else seen[1] == 0 and seen[0]
+    assert got.model_dump() == want.model_dump()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_early_files_give_the_table_of_the_lazy_ones(workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the analysis level, with every file's result given early and with none."""
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs = _logs("nccl_missing_node")
+    mine = consumer_for(nccl_table.NCCL_PATTERNS, nccl_table.NcclSink)
+    early: dict[str, nccl_table.FileEvents] = {}
+
+    def arrived(_j: int, results: dict[str, Any]) -> None:
+        fe = unpack(results[mine.key].sink_result)
+        if fe is not None:
+            early[fe.rel] = fe
+
+    scan_consumers(logs, [mine], on_file=arrived)
+    assert early
+    with_early = nccl_table.nccl_state_table(logs, limit=10**9, early=early)
+    lazy = nccl_table.nccl_state_table(logs, limit=10**9)
+    assert dataclasses.asdict(with_early) == dataclasses.asdict(lazy)
+
+
+def _four_files(tmp: Path) -> Path:
+    logs = tmp / "logs"
+    logs.mkdir()
+    for node in range(4):
+        (logs / f"node{node}.out").write_text("".join(f"[rank{node}]: step {i} loss 1.0\n" for i in range(50)))
+    return logs
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_queued_task_runs_once_after_the_first_file_arrived(
+    workers: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs = _four_files(tmp_path)
+    arrived: list[int] = []
+    ran: list[int] = []
+
+    def task() -> None:
+        ran.append(len(arrived))
+
+    meanwhile.later(task)
+    meanwhile.later(task)  # queued once
+    c = consumer_for((r"step \d+",), None)
+    scan_consumers(logs, [c], on_file=lambda j, _r: arrived.append(j))
+    assert ran == [1]
+    assert len(arrived) == 4
+    # a scan whose files are all cached reads nothing: the task waits for one that does
+    meanwhile.later(task)
+    scan_consumers(logs, [c], on_file=lambda j, _r: arrived.append(j))
+    assert ran == [1]
+    assert list(meanwhile._QUEUE) == [task]
+
+
+def test_build_deferred_builds_every_result_model() -> None:
+    for spec in all_tools():
+        _ = spec.result_model
+    build_deferred()
+    todo: list[type[Model]] = [Model]
+    models = []
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        models.append(cls)
+    assert len(models) > 30
+    assert all(m.__pydantic_complete__ for m in models if m is not Model)
+
+
+def test_a_deferred_model_is_built_on_first_use_and_answers_as_a_built_one() -> None:
+    class Later(Model):
+        """A model made here: not built until used."""
+
+        coverage: Coverage
+        names: list[str] = Field(default_factory=list)
+
+    assert not Later.__pydantic_complete__
+    cov = Coverage(files_scanned=1, bytes_scanned=2, ranks_found="0", world_size=1, missing_ranks="")
+    got = Later.model_validate({"coverage": cov.model_dump(), "names": ["a"]})
+    assert Later.__pydantic_complete__
+    assert got.model_dump(mode="json") == {"coverage": cov.model_dump(mode="json"), "names": ["a"]}
+    assert Later.model_json_schema()["required"] == ["coverage"]
