@@ -9,7 +9,8 @@ exist and are busy). Work that no scan ran is simply done on first use, as it wo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 
 _QUEUE: list[Callable[[], object]] = []
 
@@ -29,3 +30,18 @@ def run_queued() -> None:
         except IndexError:  # another thread took the last one
             return
         task()
+
+
+@contextmanager
+def queued(task: Callable[[], object] | None) -> Iterator[None]:
+    """Queue ``task`` (:func:`later`) for a scan within the block; if none ran it, it is dropped at the block's end
+    (its caller then does that work itself). ``None``: nothing to queue."""
+    if task is None:
+        yield
+        return
+    later(task)
+    try:
+        yield
+    finally:
+        with suppress(ValueError):
+            _QUEUE.remove(task)

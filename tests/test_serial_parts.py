@@ -5,6 +5,8 @@
   processes, and a restarted job (an attempt's table has a sink of its own: the early results are not used).
 * :mod:`~debug_training_logs.meanwhile`: a queued task runs once, in the main process, after the first file's result
   has arrived; a scan that reads nothing (all cached) leaves it queued; a task is not queued twice.
+* ``analyze`` reads the AIS logs' own evidence during the worker scan: the same evidence as read after it; a
+  failure there is raised where it always was.
 * Result models are built on first use (``defer_build``): :func:`~debug_training_logs.models.build_deferred` builds
   every one imported, and a deferred model validates and serialises as a built one.
 """
@@ -19,7 +21,7 @@ import pytest
 from pydantic import Field
 
 from debug_training_logs import meanwhile
-from debug_training_logs.analysis import nccl_table
+from debug_training_logs.analysis import evidence, nccl_table
 from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
 from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.logs import scan
@@ -167,3 +169,66 @@ def test_a_deferred_model_is_built_on_first_use_and_answers_as_a_built_one() -> 
     assert Later.__pydantic_complete__
     assert got.model_dump(mode="json") == {"coverage": cov.model_dump(mode="json"), "names": ["a"]}
     assert Later.model_json_schema()["required"] == ["coverage"]
+
+
+AIS_JOBS = ["data_stall", "ais_idle", "ais_target_restart"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("name", AIS_JOBS)
+def test_the_ais_logs_read_during_the_worker_scan_give_the_same_evidence(
+    name: str, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``analyze`` reads the AIS logs' own evidence while the worker scan runs (after its first file arrived); the
+    AIS evidence equals the one read after the scan, and nothing stays queued."""
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs, ais = _logs(name), FIXTURES / name / "ais"
+    if not logs.is_dir():
+        logs = FIXTURES / name / "logs"
+    arrived: list[int] = []
+    when: list[int] = []
+    real_own = evidence.ais_own
+    real_scan = evidence.scan_consumers
+
+    def own(d: Path) -> Any:
+        when.append(len(arrived))
+        return real_own(d)
+
+    def counting_scan(*args: Any, **kwargs: Any) -> Any:
+        inner = kwargs.get("on_file")
+
+        def on_file(j: int, results: Any) -> None:
+            arrived.append(j)
+            if inner is not None:
+                inner(j, results)
+
+        return real_scan(*args, **{**kwargs, "on_file": on_file})
+
+    monkeypatch.setattr(evidence, "ais_own", own)
+    monkeypatch.setattr(evidence, "scan_consumers", counting_scan)
+    got = evidence.gather_evidence(logs, ais)
+    assert when == [1], "read once, while the worker scan ran, after its first file"
+    assert not meanwhile._QUEUE
+    assert got.ais is not None
+    want = evidence.gather_ais_evidence(ais, got.worker, got.nccl)  # read here, after the scan
+    assert dataclasses.asdict(got.ais) == dataclasses.asdict(want)
+    # a second call finds every worker file in the scan cache: no scan runs, the AIS logs are read after it
+    when.clear()
+    again = evidence.gather_evidence(logs, ais)
+    assert when == [len(arrived)]
+    assert not meanwhile._QUEUE
+    assert again.ais is not None and dataclasses.asdict(again.ais) == dataclasses.asdict(want)
+
+
+def test_an_ais_directory_that_fails_fails_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure while the AIS logs are read during the scan is not raised there: the same call after the scan
+    raises it (the error the caller always got)."""
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(2, len(files)))
+
+    def broken(_d: Path) -> Any:
+        raise RuntimeError("AIS logs unreadable")
+
+    monkeypatch.setattr(evidence, "ais_own", broken)
+    with pytest.raises(RuntimeError, match="AIS logs unreadable"):
+        evidence.gather_evidence(_logs("data_stall"), FIXTURES / "data_stall" / "ais")
+    assert not meanwhile._QUEUE

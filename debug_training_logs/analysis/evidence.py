@@ -51,18 +51,20 @@ from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from debug_training_logs import progress
+from debug_training_logs import meanwhile, progress
 from debug_training_logs.analysis import attempts as attempts_mod
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis import launcher as launcher_scan
 from debug_training_logs.analysis.ais_deltas import (
     DEFAULT_COUNTERS,
+    AisCollection,
     GetStop,
     IntervalDelta,
     NotableLines,
@@ -1414,27 +1416,55 @@ class AisEvidence:
         return sorted((n for n in self.notable if not n.noise), key=lambda n: (n.first or datetime.max, n.daemon))
 
 
-def gather_ais_evidence(ais_dir: Path, worker: WorkerEvidence, nccl: NcclState) -> AisEvidence:
-    """One pass over the AIS logs (index, stats deltas, W/E lines), then the clock alignment from the scans made."""
+@dataclass
+class AisOwn:
+    """What the AIS evidence takes from the AIS logs alone (no worker fact): it can be read before the worker
+    evidence exists (:func:`gather_evidence` reads it while the worker scan's processes read the worker logs)."""
+
+    collection: AisCollection
+    spikes: list[Spike]
+    notable: list[NotableLines]
+    get_stops: list[GetStop]
+    restarts: list[Restart]
+
+
+def ais_own(ais_dir: Path) -> AisOwn:
+    """One pass over the AIS logs (index, stats deltas, W/E lines) and what follows from them alone."""
     collection = collect(ais_dir)
-    index = collection.index
     intervals: list[IntervalDelta] = []
     restarts: list[Restart] = []
     stops: list[GetStop] = []
-    for d in index.daemons:
+    for d in collection.index.daemons:
         series = collection.points.get(d.key, [])
         intervals += interval_deltas(d.key, series, DEFAULT_COUNTERS)
         restarts += find_restarts(d, series)
         if d.role == "target":
             stops += get_stops(d, series)
-    alignment = align(worker.root, ais_dir, worker=worker.clock, table=nccl.table, collection=collection)
-    return AisEvidence(
-        root=index.root,
-        index=index,
+    return AisOwn(
+        collection=collection,
         spikes=find_spikes(intervals, DEFAULT_COUNTERS),
         notable=notable_lines(collection),
         get_stops=sorted(stops, key=lambda g: g.last_increase_at),
         restarts=restarts,
+    )
+
+
+def gather_ais_evidence(
+    ais_dir: Path, worker: WorkerEvidence, nccl: NcclState, own: AisOwn | None = None
+) -> AisEvidence:
+    """The AIS logs' own evidence (:func:`ais_own`, or ``own`` when it was read already), then the clock alignment
+    from the scans made."""
+    if own is None:
+        own = ais_own(ais_dir)
+    collection = own.collection
+    alignment = align(worker.root, ais_dir, worker=worker.clock, table=nccl.table, collection=collection)
+    return AisEvidence(
+        root=collection.index.root,
+        index=collection.index,
+        spikes=own.spikes,
+        notable=own.notable,
+        get_stops=own.get_stops,
+        restarts=own.restarts,
         alignment=alignment,
     )
 
@@ -1524,12 +1554,25 @@ def gather_evidence(
         if isinstance(fe, FileEvents):
             early[j] = fe
 
-    jobs = scan_consumers(logs_dir, [ec, lc], on_file=arrived)
+    # the AIS logs' own evidence, read while the worker scan's processes read the worker logs (the main process only
+    # waits for them there); read after the scan instead when it fails there or no worker file is read
+    ais: list[AisOwn] = []
+
+    def read_ais() -> None:
+        assert ais_dir is not None
+        with suppress(Exception):  # the same failure is met, and reported, where it is read again
+            ais.append(ais_own(ais_dir))
+
+    with meanwhile.queued(read_ais if ais_dir is not None else None):
+        jobs = scan_consumers(logs_dir, [ec, lc], on_file=arrived)
     whole = launcher_scan.from_job_scan(jobs[lc.key])
     split = attempts_mod.split(logs_dir, files=jobs[lc.key].log_files(), launcher_facts=whole)
     chosen = split.choose(attempt)
+    own = ais[0] if ais else None
     if chosen is None:
-        ev = evidence_from_scan(given_world_size(jobs[ec.key], world_size), ais_dir, fr_dir, whole, early_nccl=early)
+        ev = evidence_from_scan(
+            given_world_size(jobs[ec.key], world_size), ais_dir, fr_dir, whole, early_nccl=early, ais_own=own
+        )
     else:
         early.clear()
         keep = split.keeper(chosen)
@@ -1537,7 +1580,8 @@ def gather_evidence(
         progress.report(1, 1, f"attempt {chosen} of {split.count}: a second pass keeps only its lines")
         if facts is None:  # more launcher hits in a file than remembered: that attempt's own launcher scan
             facts = launcher_scan.gather(logs_dir, keep=keep)
-        ev = evidence_from_scan(given_world_size(scan_worker_logs(logs_dir, keep), world_size), ais_dir, fr_dir, facts)
+        job = given_world_size(scan_worker_logs(logs_dir, keep), world_size)
+        ev = evidence_from_scan(job, ais_dir, fr_dir, facts, ais_own=own)
     ev.attempts = split
     ev.attempt = chosen if split.count > 1 else None
     ev.given_world_size = world_size
@@ -1550,16 +1594,18 @@ def evidence_from_scan(
     fr_dir: Path | None = None,
     launcher_facts: launcher_scan.LauncherFacts | None = None,
     early_nccl: dict[int, FileEvents] | None = None,
+    ais_own: AisOwn | None = None,
 ) -> JobEvidence:
     """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass, the
     launcher facts (``launcher_facts``, default from the shared scan: a cache hit when the launcher consumer was
     scanned along) and the flight-recorder dumps. ``early_nccl``: files' NCCL lines already unpacked (see
-    :func:`nccl_state`); the dict is emptied once the table is built."""
+    :func:`nccl_state`); the dict is emptied once the table is built. ``ais_own``: the AIS logs' own evidence of
+    ``ais_dir`` when it was read already (:func:`ais_own`)."""
     worker = worker_evidence_from_scan(job)
     nccl = nccl_state(worker, early_nccl)
     if early_nccl is not None:
         early_nccl.clear()
-    ais = gather_ais_evidence(ais_dir, worker, nccl) if ais_dir is not None else None
+    ais = gather_ais_evidence(ais_dir, worker, nccl, ais_own) if ais_dir is not None else None
     return JobEvidence(
         worker=worker,
         nccl=nccl,
