@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
 PROBE = r"""
@@ -51,7 +51,7 @@ print(json.dumps(marks), file=sys.stderr)
 
 
 def run_once(python: str, args: list[str], cwd: Path) -> dict[str, float | str]:
-    env = {**__import__("os").environ, "SERIAL_ARGS": json.dumps(args)}
+    env = {**os.environ, "SERIAL_ARGS": json.dumps(args)}
     p = subprocess.run([python, "-c", PROBE], cwd=cwd, env=env, capture_output=True, text=True, check=False)
     lines = p.stderr.strip().splitlines()
     m = json.loads(lines[-1])
@@ -93,4 +93,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
