@@ -4,7 +4,7 @@ ends (run by hand; issue 14).
     python bench/serial.py grep bench/out/real_1024/logs
     python bench/serial.py --runs 5 --vs /path/to/other/checkout analyze bench/out/real_1024/logs bench/out/real_1024/ais
 
-Each run is a fresh interpreter (``PYTHON -c``) that runs the command with ``--json`` and notes, through the
+Each run is a fresh interpreter (``PYTHON -P -c``) that runs the command with ``--json`` and notes, through the
 progress reports of the job's scan (the first scan of 100+ files), the wall time since its start and its own CPU
 time when the scan starts and when it ends. Printed per checkout, medians over the runs:
 
@@ -52,7 +52,9 @@ print(json.dumps(marks), file=sys.stderr)
 
 def run_once(python: str, args: list[str], cwd: Path) -> dict[str, float | str]:
     env = {**os.environ, "SERIAL_ARGS": json.dumps(args)}
-    p = subprocess.run([python, "-c", PROBE], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    # -P: the working directory (``cwd``, where the command's relative paths start) is not put first on sys.path,
+    # so each interpreter imports its own checkout's package
+    p = subprocess.run([python, "-P", "-c", PROBE], cwd=cwd, env=env, capture_output=True, text=True, check=False)
     lines = p.stderr.strip().splitlines()
     m = json.loads(lines[-1])
     if "scan0" not in m or "scanN" not in m:
