@@ -56,28 +56,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from debug_training_logs import meanwhile, progress
 from debug_training_logs.analysis import attempts as attempts_mod
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis import launcher as launcher_scan
-from debug_training_logs.analysis.ais_deltas import (
-    DEFAULT_COUNTERS,
-    AisCollection,
-    GetStop,
-    IntervalDelta,
-    NotableLines,
-    Restart,
-    Spike,
-    collect,
-    find_restarts,
-    find_spikes,
-    get_stops,
-    interval_deltas,
-    notable_lines,
-)
-from debug_training_logs.analysis.ais_index import AisDaemon, AisIndex
 from debug_training_logs.analysis.alignment import WORKER_PATTERNS as ALIGNMENT_PATTERNS
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock, WorkerClockFacts, WorkerClockSink, align
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
@@ -110,6 +94,16 @@ from debug_training_logs.logs.scan import (
 )
 from debug_training_logs.models import TEXT_CUT, Coverage, Evidence, cut
 from debug_training_logs.ranges import parse_ranges
+
+if TYPE_CHECKING:  # the AIS modules are imported where the AIS logs are read: the worker scan's sinks need none
+    from debug_training_logs.analysis.ais_deltas import (
+        AisCollection,
+        GetStop,
+        NotableLines,
+        Restart,
+        Spike,
+    )
+    from debug_training_logs.analysis.ais_index import AisDaemon, AisIndex
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Named data: the signals searched for in every worker log
@@ -1430,6 +1424,17 @@ class AisOwn:
 
 def ais_own(ais_dir: Path) -> AisOwn:
     """One pass over the AIS logs (index, stats deltas, W/E lines) and what follows from them alone."""
+    from debug_training_logs.analysis.ais_deltas import (
+        DEFAULT_COUNTERS,
+        IntervalDelta,
+        collect,
+        find_restarts,
+        find_spikes,
+        get_stops,
+        interval_deltas,
+        notable_lines,
+    )
+
     collection = collect(ais_dir)
     intervals: list[IntervalDelta] = []
     restarts: list[Restart] = []
