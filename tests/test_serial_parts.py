@@ -5,6 +5,8 @@
   processes, and a restarted job (an attempt's table has a sink of its own: the early results are not used).
 * :mod:`~debug_training_logs.meanwhile`: a queued task runs once, in the main process, after the first file's result
   has arrived; a scan that reads nothing (all cached) leaves it queued; a task is not queued twice.
+* ``nccl`` looks for flight-recorder dumps during its scan: the same answer as when they are read after it, and a
+  bad ``fr_dir`` is the same error.
 * ``analyze`` reads the AIS logs' own evidence during the worker scan: the same evidence as read after it; a
   failure there is raised where it always was.
 * Result models are built on first use (``defer_build``): :func:`~debug_training_logs.models.build_deferred` builds
@@ -21,12 +23,14 @@ import pytest
 from pydantic import Field
 
 from debug_training_logs import meanwhile
-from debug_training_logs.analysis import evidence, nccl_table
+from debug_training_logs.analysis import evidence, inventory, nccl_table
 from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
 from debug_training_logs.analysis.scan_cache import CACHE
+from debug_training_logs.errors import UserInputError
 from debug_training_logs.logs import scan
 from debug_training_logs.memo import MEMO, unpack
 from debug_training_logs.models import Coverage, Model, build_deferred
+from debug_training_logs.tools import attempt_choice
 from debug_training_logs.tools._cache import TOOL
 from debug_training_logs.tools.registry import all_tools, tool_by_name
 
@@ -231,4 +235,53 @@ def test_an_ais_directory_that_fails_fails_as_before(tmp_path: Path, monkeypatch
     monkeypatch.setattr(evidence, "ais_own", broken)
     with pytest.raises(RuntimeError, match="AIS logs unreadable"):
         evidence.gather_evidence(_logs("data_stall"), FIXTURES / "data_stall" / "ais")
+    assert not meanwhile._QUEUE
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("with_fr_dir", [False, True])
+def test_nccl_reads_the_flight_recorder_dumps_during_the_scan(
+    workers: int, with_fr_dir: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``nccl`` looks for flight-recorder dumps (next to the logs, or in ``fr_dir``) while its scan runs, after the
+    first file arrived; the answer equals the one whose dumps are read after the scan (no scan: all cached)."""
+    from debug_training_logs.tools import nccl_state_table as tool
+
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs = FIXTURES / "real_torch" / "stall_fr" / "logs"
+    fr_dir = str(FIXTURES / "real_torch" / "stall_fr" / "fr") if with_fr_dir else None
+    arrived: list[int] = []
+    when: list[int] = []
+    real_dumps = tool._dumps
+    real_scan = inventory.scan_consumers
+
+    def dumps(root: Path, d: str | None) -> Any:
+        when.append(len(arrived))
+        return real_dumps(root, d)
+
+    def counting_scan(*args: Any, **kwargs: Any) -> Any:
+        inner = kwargs.get("on_file")
+
+        def on_file(j: int, results: Any) -> None:
+            arrived.append(j)
+            if inner is not None:
+                inner(j, results)
+
+        return real_scan(*args, **{**kwargs, "on_file": on_file})
+
+    monkeypatch.setattr(tool, "_dumps", dumps)
+    monkeypatch.setattr(attempt_choice, "scan_consumers", counting_scan)
+    spec = tool_by_name("nccl")
+    assert spec is not None
+    got = spec.call(logs_dir=str(logs), fr_dir=fr_dir)
+    assert when == [1]
+    assert not meanwhile._QUEUE
+    assert got.flight_recorder is not None and got.flight_recorder.dumps  # type: ignore[attr-defined]
+    MEMO.drop(TOOL)  # the tool's results are forgotten, the scan's kept: no file arrives, the dumps are read after
+    when.clear()
+    want = spec.call(logs_dir=str(logs), fr_dir=fr_dir)
+    assert when == [len(arrived)]
+    assert got.model_dump() == want.model_dump()
+    with pytest.raises(UserInputError, match="flight-recorder directory"):
+        spec.call(logs_dir=str(logs), fr_dir=str(FIXTURES / "no such directory"))
     assert not meanwhile._QUEUE

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import Annotated, Any
+from contextlib import suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import ConfigDict, Field
 
-from debug_training_logs.analysis import fr_dumps
+from debug_training_logs import meanwhile
 from debug_training_logs.analysis import nccl_table as analysis
 from debug_training_logs.analysis.inventory import consumer_for, lean_inventory
 from debug_training_logs.analysis.scan_cache import FileResult
@@ -30,6 +32,9 @@ from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.params import WorldSize
 from debug_training_logs.tools.registry import ToolSpec
+
+if TYPE_CHECKING:  # read where the dumps are read (while the scan runs): the scan needs none of it
+    from debug_training_logs.analysis import fr_dumps
 
 ALL = 10**9
 """``limit`` for the analysis: the tool pages over every row itself."""
@@ -348,7 +353,13 @@ def nccl_state_table(
     root = input_dir(logs_dir)
     wanted = _parse_ranks(ranks)
     # one pass for the attempts and the table; of the inventory, the table reads only what coverage comes from
-    with lean_inventory():
+    dumps: list[fr_dumps.FlightRecorderFacts] = []
+
+    def read_dumps() -> None:  # while the scan's workers read the logs; after it if it fails there or no scan runs
+        with suppress(Exception):
+            dumps.append(_dumps(root, fr_dir))
+
+    with lean_inventory(), meanwhile.queued(read_dumps):
         mine = consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink)
         early: dict[str, analysis.FileEvents] = {}
 
@@ -403,10 +414,16 @@ def nccl_state_table(
             else f" (the logs show {split.count} attempts and none is known to have failed: this table reads them "
             "all together; pass attempt=N for one attempt's lines)"
         )
-    facts = fr_dumps.gather(root, input_dir(fr_dir, "flight-recorder directory") if fr_dir else None)
+    facts = dumps[0] if dumps else _dumps(root, fr_dir)
     if facts.files_found:
         add_dump_rows(result, facts, limit, wanted, first_page=not offset)
     return result
+
+
+def _dumps(root: Path, fr_dir: str | None) -> fr_dumps.FlightRecorderFacts:
+    from debug_training_logs.analysis import fr_dumps
+
+    return fr_dumps.gather(root, input_dir(fr_dir, "flight-recorder directory") if fr_dir else None)
 
 
 def add_dump_rows(
