@@ -285,3 +285,39 @@ def test_nccl_reads_the_flight_recorder_dumps_during_the_scan(
     with pytest.raises(UserInputError, match="flight-recorder directory"):
         spec.call(logs_dir=str(logs), fr_dir=str(FIXTURES / "no such directory"))
     assert not meanwhile._QUEUE
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("fr_dir", [None, FIXTURES / "real_torch" / "stall_fr" / "fr"])
+def test_analyze_reads_the_flight_recorder_dumps_during_the_scan(
+    workers: int, fr_dir: Path | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs = FIXTURES / "real_torch" / "stall_fr" / "logs"
+    arrived: list[int] = []
+    when: list[int] = []
+    real_dumps = evidence._dumps
+    real_scan = evidence.scan_consumers
+
+    def dumps(root: Path, d: Path | None) -> Any:
+        when.append(len(arrived))
+        return real_dumps(root, d)
+
+    def counting_scan(*args: Any, **kwargs: Any) -> Any:
+        inner = kwargs.get("on_file")
+
+        def on_file(j: int, results: Any) -> None:
+            arrived.append(j)
+            if inner is not None:
+                inner(j, results)
+
+        return real_scan(*args, **{**kwargs, "on_file": on_file})
+
+    monkeypatch.setattr(evidence, "_dumps", dumps)
+    monkeypatch.setattr(evidence, "scan_consumers", counting_scan)
+    got = evidence.gather_evidence(logs, fr_dir=fr_dir)
+    assert when == [1]
+    assert not meanwhile._QUEUE
+    assert got.flight_recorder is not None and got.flight_recorder.dumps
+    want = real_dumps(logs.resolve(), fr_dir)
+    assert dataclasses.asdict(got.flight_recorder) == dataclasses.asdict(want)

@@ -60,7 +60,6 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from debug_training_logs import meanwhile, progress
 from debug_training_logs.analysis import attempts as attempts_mod
-from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis import launcher as launcher_scan
 from debug_training_logs.analysis.alignment import WORKER_PATTERNS as ALIGNMENT_PATTERNS
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock, WorkerClockFacts, WorkerClockSink, align
@@ -95,7 +94,8 @@ from debug_training_logs.logs.scan import (
 from debug_training_logs.models import TEXT_CUT, Coverage, Evidence, cut
 from debug_training_logs.ranges import parse_ranges
 
-if TYPE_CHECKING:  # the AIS modules are imported where the AIS logs are read: the worker scan's sinks need none
+if TYPE_CHECKING:  # the AIS and dump modules are imported where those are read: the worker scan's sinks need none
+    from debug_training_logs.analysis import fr_dumps
     from debug_training_logs.analysis.ais_deltas import (
         AisCollection,
         GetStop,
@@ -1568,15 +1568,22 @@ def gather_evidence(
         with suppress(Exception):  # the same failure is met, and reported, where it is read again
             ais.append(ais_own(ais_dir))
 
-    with meanwhile.queued(read_ais if ais_dir is not None else None):
+    dumps: list[fr_dumps.FlightRecorderFacts] = []
+
+    def read_dumps() -> None:  # the flight-recorder dumps too (next to the logs or in ``fr_dir``)
+        with suppress(Exception):
+            dumps.append(_dumps(Path(logs_dir).resolve(), fr_dir))
+
+    with meanwhile.queued(read_ais if ais_dir is not None else None), meanwhile.queued(read_dumps):
         jobs = scan_consumers(logs_dir, [ec, lc], on_file=arrived)
     whole = launcher_scan.from_job_scan(jobs[lc.key])
     split = attempts_mod.split(logs_dir, files=jobs[lc.key].log_files(), launcher_facts=whole)
     chosen = split.choose(attempt)
     own = ais[0] if ais else None
+    fr = dumps[0] if dumps else None
     if chosen is None:
         ev = evidence_from_scan(
-            given_world_size(jobs[ec.key], world_size), ais_dir, fr_dir, whole, early_nccl=early, ais_own=own
+            given_world_size(jobs[ec.key], world_size), ais_dir, fr_dir, whole, early_nccl=early, ais_own=own, fr=fr
         )
     else:
         early.clear()
@@ -1586,7 +1593,7 @@ def gather_evidence(
         if facts is None:  # more launcher hits in a file than remembered: that attempt's own launcher scan
             facts = launcher_scan.gather(logs_dir, keep=keep)
         job = given_world_size(scan_worker_logs(logs_dir, keep), world_size)
-        ev = evidence_from_scan(job, ais_dir, fr_dir, facts, ais_own=own)
+        ev = evidence_from_scan(job, ais_dir, fr_dir, facts, ais_own=own, fr=fr)
     ev.attempts = split
     ev.attempt = chosen if split.count > 1 else None
     ev.given_world_size = world_size
@@ -1600,12 +1607,14 @@ def evidence_from_scan(
     launcher_facts: launcher_scan.LauncherFacts | None = None,
     early_nccl: dict[int, FileEvents] | None = None,
     ais_own: AisOwn | None = None,
+    fr: fr_dumps.FlightRecorderFacts | None = None,
 ) -> JobEvidence:
     """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass, the
     launcher facts (``launcher_facts``, default from the shared scan: a cache hit when the launcher consumer was
     scanned along) and the flight-recorder dumps. ``early_nccl``: files' NCCL lines already unpacked (see
     :func:`nccl_state`); the dict is emptied once the table is built. ``ais_own``: the AIS logs' own evidence of
-    ``ais_dir`` when it was read already (:func:`ais_own`)."""
+    ``ais_dir`` when it was read already (:func:`ais_own`); ``fr``: the flight-recorder dumps' facts when they were
+    read already."""
     worker = worker_evidence_from_scan(job)
     nccl = nccl_state(worker, early_nccl)
     if early_nccl is not None:
@@ -1622,8 +1631,14 @@ def evidence_from_scan(
         else launcher_scan.gather(job.root, files=job.log_files())
         if job.files
         else None,
-        flight_recorder=fr_dumps.gather(job.root, fr_dir),
+        flight_recorder=fr if fr is not None else _dumps(job.root, fr_dir),
     )
+
+
+def _dumps(root: Path, fr_dir: Path | None) -> fr_dumps.FlightRecorderFacts:
+    from debug_training_logs.analysis import fr_dumps
+
+    return fr_dumps.gather(root, fr_dir)
 
 
 STEP_JUMP_FACTOR = 3.0
