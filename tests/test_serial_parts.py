@@ -321,3 +321,46 @@ def test_analyze_reads_the_flight_recorder_dumps_during_the_scan(
     assert got.flight_recorder is not None and got.flight_recorder.dumps
     want = real_dumps(logs.resolve(), fr_dir)
     assert dataclasses.asdict(got.flight_recorder) == dataclasses.asdict(want)
+
+
+def _worker_facts(w: Any) -> dict[str, Any]:
+    return {
+        "tallies": w.tallies,
+        "counts": w.counts,
+        "counts_by_rank": w.counts_by_rank,
+        "first_by_rank": w.first_by_rank,
+        "last_by_rank": w.last_by_rank,
+        "rank_host": w.rank_host,
+        "file_host": w.file_host,
+        "file_end": w.file_end,
+        "step_ms": {r: list(p) for r, p in w.step_ms.items()},
+        "memory_mb": {r: list(p) for r, p in w.memory_mb.items()},
+        "clock": w.clock.facts,
+    }
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("name", ["oom_untimed_tail", "throughput_collapse", "memory_creep_oom", "real_torch/restart"])
+def test_the_fold_from_items_unpacked_as_files_arrive_equals_the_fold_after_the_scan(
+    name: str, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file's evidence items unpacked as it arrives, some of them (the cap), or none: the same evidence."""
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs = _logs(name)
+    seen: list[int] = []
+    real_fold = evidence.worker_evidence_from_scan
+
+    def fold(job: Any, early: Any = None) -> Any:
+        seen.append(len(early or {}))
+        return real_fold(job, early)
+
+    monkeypatch.setattr(evidence, "worker_evidence_from_scan", fold)
+    got = {}
+    for cap in (10**6, 1, 0):
+        CACHE.clear()
+        monkeypatch.setattr(evidence, "EARLY_ITEMS_FILES", cap)
+        got[cap] = _worker_facts(evidence.gather_evidence(logs).worker)
+    restarted = name.startswith("real_torch")
+    assert seen[2] == 0 and (restarted or (seen[0] > 1 and seen[1] == 1)), seen
+    assert got[10**6] == got[0]
+    assert got[1] == got[0]

@@ -984,9 +984,29 @@ def gather_worker_evidence(logs_dir: Path) -> WorkerEvidence:
     return worker_evidence_from_scan(scan_worker_logs(logs_dir))
 
 
-def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
+FileItems = tuple[Any, Any, Any, Any]
+"""One file's evidence items the fold reads: (digest, raw tallies when there is no digest, clock facts, series); all
+None for a file whose sink found nothing."""
+
+EARLY_ITEMS_FILES = 256
+"""How many files' :data:`FileItems` :func:`gather_evidence` unpacks as they arrive (while the scan's workers read the
+others); the rest are unpacked by the fold after the scan. Bounds what is held meanwhile (~55 KB per 8-rank file)."""
+
+
+def file_items(fr: FileResult) -> FileItems:
+    """The :data:`FileItems` of one file's evidence result, unpacked."""
+    digest = file_result_item(fr, 4)
+    fh = file_result_item(fr, 0) if digest is None else None
+    if digest is None and fh is None:
+        return (None, None, None, None)
+    return digest, fh, file_result_item(fr, 2), file_result_item(fr, 3)
+
+
+def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None = None) -> WorkerEvidence:
     """The worker evidence from a finished scan whose per-file results (``job.caller_results``) are
-    :meth:`EvidenceSink.finish`'s (a composite scan may feed it: only those results and the inventory are read)."""
+    :meth:`EvidenceSink.finish`'s (a composite scan may feed it: only those results and the inventory are read).
+    ``early``: files' items already unpacked (:func:`file_items`, by index in the scan); each is let go as it is
+    folded."""
     inv = job.inventory
     year = inv.year_hint or WORKER_FALLBACK_YEAR
     single_rank = {f.rel: next(iter(f.ranks)) for f in inv.files if len(f.ranks) == 1}
@@ -1042,14 +1062,22 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
     clock_facts: list[tuple[str, WorkerClockFacts]] = []
     series: dict[str, dict[int, _SeriesBuilder]] = {"step": {}, "memory": {}}
     hosts: dict[int, tuple[int, str]] = {}
+    got = early if early is not None else {}
     for j, lf in enumerate(job.log_files()):
         rel = lf.rel
-        digest: _FileDigest | None = result_item(job, j, 4)
-        fh = result_item(job, j, 0) if digest is None else None
+        pre = got.pop(j, None)
+        digest: _FileDigest | None
+        if pre is not None:
+            digest, fh, clock, fseries = pre
+        else:
+            digest = result_item(job, j, 4)
+            fh = result_item(job, j, 0) if digest is None else None
         if digest is None and fh is None:
             continue
+        if pre is None:
+            clock, fseries = result_item(job, j, 2), result_item(job, j, 3)
         fh_hosts: dict[int, tuple[int, str]] = {}
-        clock_facts.append((rel, result_item(job, j, 2)))
+        clock_facts.append((rel, clock))
         if digest is not None:
             for name, sd in digest.signals.items():
                 counts[name] += sd.count
@@ -1085,7 +1113,6 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
                 (hit(name, rel, raw) for raw in t.last_by_rank.values()),
                 t.count_by_rank,
             )
-        fseries = result_item(job, j, 3)
         for key in ("step", "memory"):
             for r, arrays in fseries.arrays.get(key, {}).items():
                 rr = rank_of(rel, r)
@@ -1551,13 +1578,17 @@ def gather_evidence(
     ec, lc = evidence_consumer(), launcher_scan.consumer()
     early: dict[int, FileEvents] = {}
 
+    items: dict[int, FileItems] = {}
+
     def arrived(j: int, results: dict[str, FileResult]) -> None:
-        # the NCCL table's input, unpacked while the scan's workers read the other files (the main process waits
-        # for them there): nccl_state later finds it unpacked
+        # the NCCL table's input and the fold's items, unpacked while the scan's workers read the other files (the
+        # main process waits for them there): nccl_state and the fold later find them unpacked
         fr = results.get(ec.key)
         fe = file_result_item(fr, 1) if fr is not None else None
         if isinstance(fe, FileEvents):
             early[j] = fe
+        if fr is not None and len(items) < EARLY_ITEMS_FILES:
+            items[j] = file_items(fr)
 
     # the AIS logs' own evidence, read while the worker scan's processes read the worker logs (the main process only
     # waits for them there); read after the scan instead when it fails there or no worker file is read
@@ -1583,10 +1614,18 @@ def gather_evidence(
     fr = dumps[0] if dumps else None
     if chosen is None:
         ev = evidence_from_scan(
-            given_world_size(jobs[ec.key], world_size), ais_dir, fr_dir, whole, early_nccl=early, ais_own=own, fr=fr
+            given_world_size(jobs[ec.key], world_size),
+            ais_dir,
+            fr_dir,
+            whole,
+            early_nccl=early,
+            ais_own=own,
+            fr=fr,
+            early_items=items,
         )
     else:
         early.clear()
+        items.clear()
         keep = split.keeper(chosen)
         facts = launcher_scan.for_attempt(jobs[lc.key], keep)
         progress.report(1, 1, f"attempt {chosen} of {split.count}: a second pass keeps only its lines")
@@ -1608,14 +1647,15 @@ def evidence_from_scan(
     early_nccl: dict[int, FileEvents] | None = None,
     ais_own: AisOwn | None = None,
     fr: fr_dumps.FlightRecorderFacts | None = None,
+    early_items: dict[int, FileItems] | None = None,
 ) -> JobEvidence:
     """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass, the
     launcher facts (``launcher_facts``, default from the shared scan: a cache hit when the launcher consumer was
     scanned along) and the flight-recorder dumps. ``early_nccl``: files' NCCL lines already unpacked (see
     :func:`nccl_state`); the dict is emptied once the table is built. ``ais_own``: the AIS logs' own evidence of
     ``ais_dir`` when it was read already (:func:`ais_own`); ``fr``: the flight-recorder dumps' facts when they were
-    read already."""
-    worker = worker_evidence_from_scan(job)
+    read already; ``early_items``: files' evidence items already unpacked (see :func:`worker_evidence_from_scan`)."""
+    worker = worker_evidence_from_scan(job, early_items)
     nccl = nccl_state(worker, early_nccl)
     if early_nccl is not None:
         early_nccl.clear()
