@@ -3,20 +3,38 @@
 Every tool result carries ``coverage`` so that a reader can see at once whether the answer rests on all ranks.
 """
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 TEXT_CUT = 300
 """Evidence text is cut to this many characters (the verifier allows for the cut when it checks a citation)."""
 
 
-class UnreadableFile(BaseModel):
+class Model(BaseModel):
+    """The base of every result model of ours: its validator and serializer are built on its first use, not when its
+    module is imported (``defer_build``): a command builds only the models it uses, and the CLI builds them while a
+    scan's worker processes read the files (:func:`build_deferred`), not before the scan starts."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+def build_deferred() -> None:
+    """Build every model of ours imported so far whose build is still deferred (what its first use would do)."""
+    todo: list[type[BaseModel]] = [Model]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if not cls.__pydantic_complete__ and cls is not Model:
+            cls.model_rebuild()
+
+
+class UnreadableFile(Model):
     """A file that could not be read, or only partly."""
 
     file: str = Field(description="Path relative to the directory the tool was pointed at.")
     reason: str = Field(description="Why: binary content, truncated compressed stream (how far it got), permission...")
 
 
-class Coverage(BaseModel):
+class Coverage(Model):
     """What the answer rests on: how much was read and which ranks it saw against the world size."""
 
     files_scanned: int = Field(description="Log files read (plain, .gz, .zst, rotated).")
@@ -32,7 +50,7 @@ class Coverage(BaseModel):
     unreadable_files: list[UnreadableFile] = Field(default_factory=list)
 
 
-class Evidence(BaseModel):
+class Evidence(Model):
     """One cited log line."""
 
     file: str = Field(description="Path relative to the logs directory given to the tool.")

@@ -28,17 +28,20 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from debug_training_logs.analysis import ais_deltas
-from debug_training_logs.analysis.ais_index import AisIndex
 from debug_training_logs.analysis.inventory import Inventory, scan_job
 from debug_training_logs.analysis.nccl_table import NcclTable
-from debug_training_logs.formats.ais import AIS_ERROR_PATTERNS
 from debug_training_logs.formats.timestamps import parse_wall_time, with_year
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.models import Coverage, Evidence, cut
+
+if TYPE_CHECKING:  # the AIS modules are imported where the AIS logs are read: the worker scan's sink needs none
+    from debug_training_logs.analysis import ais_deltas
+    from debug_training_logs.analysis.ais_index import AisIndex
 
 # Zone abbreviations -> UTC offset in hours; None marks an ambiguous abbreviation (a hint only).
 ZONE_OFFSETS: dict[str, float | None] = {
@@ -97,8 +100,14 @@ DATA_ERROR = (
 )
 WORKER_PATTERNS = (WORKER_ZONE_ISO, WORKER_ZONE_DATE, SLURM_CANCEL, DATA_ERROR)
 
-# AIS warning/error kinds that count as data-path trouble: every named kind that is not usually noise.
-AIS_DATA_PATH_PATTERNS = frozenset(p.name for p in AIS_ERROR_PATTERNS if not p.noise)
+
+@cache
+def ais_data_path_patterns() -> frozenset[str]:
+    """AIS warning/error kinds that count as data-path trouble: every named kind that is not usually noise."""
+    from debug_training_logs.formats.ais import AIS_ERROR_PATTERNS
+
+    return frozenset(p.name for p in AIS_ERROR_PATTERNS if not p.noise)
+
 
 _ISO_OFFSET = re.compile(r"(?P<ts>20\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?P<off>Z|[+-]\d\d:?\d\d)\b")
 _DATE_ZONE = re.compile(r"\d\d:\d\d:\d\d (?P<zone>[A-Z]{1,5}) 20\d\d\b")
@@ -292,6 +301,8 @@ def align(
 
     ``worker``, ``table`` and ``collection`` let a caller that already scanned the logs pass its results in.
     """
+    from debug_training_logs.analysis import ais_deltas
+
     worker = worker or scan_worker_clock(logs_dir)
     collection = collection or ais_deltas.collect(ais_dir)
     if table is None:
@@ -386,6 +397,8 @@ def align(
 
 def _ais_error_onsets(collection: ais_deltas.AisCollection) -> list[tuple[str, datetime, Evidence]]:
     """Per daemon whose error counters spiked: its first data-path W/E line (or the spike interval's end)."""
+    from debug_training_logs.analysis import ais_deltas
+
     spikes = ais_deltas.collection_spikes(collection)
     spiking: dict[str, ais_deltas.Spike] = {}
     for sp in spikes:
@@ -394,7 +407,7 @@ def _ais_error_onsets(collection: ais_deltas.AisCollection) -> list[tuple[str, d
     firsts: dict[str, tuple[datetime, Evidence]] = {}
     for (ref, pattern), group in collection.info_groups.items():
         daemon = collection.index.daemon_of(ref)
-        if daemon is None or daemon.key not in spiking or pattern not in AIS_DATA_PATH_PATTERNS:
+        if daemon is None or daemon.key not in spiking or pattern not in ais_data_path_patterns():
             continue
         if group.first is None or group.example is None:
             continue

@@ -51,31 +51,16 @@ from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from debug_training_logs import progress
+from debug_training_logs import meanwhile, progress
 from debug_training_logs.analysis import attempts as attempts_mod
-from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis import launcher as launcher_scan
-from debug_training_logs.analysis.ais_deltas import (
-    DEFAULT_COUNTERS,
-    GetStop,
-    IntervalDelta,
-    NotableLines,
-    Restart,
-    Spike,
-    collect,
-    find_restarts,
-    find_spikes,
-    get_stops,
-    interval_deltas,
-    notable_lines,
-)
-from debug_training_logs.analysis.ais_index import AisDaemon, AisIndex
 from debug_training_logs.analysis.alignment import WORKER_PATTERNS as ALIGNMENT_PATTERNS
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock, WorkerClockFacts, WorkerClockSink, align
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
@@ -108,6 +93,17 @@ from debug_training_logs.logs.scan import (
 )
 from debug_training_logs.models import TEXT_CUT, Coverage, Evidence, cut
 from debug_training_logs.ranges import parse_ranges
+
+if TYPE_CHECKING:  # the AIS and dump modules are imported where those are read: the worker scan's sinks need none
+    from debug_training_logs.analysis import fr_dumps
+    from debug_training_logs.analysis.ais_deltas import (
+        AisCollection,
+        GetStop,
+        NotableLines,
+        Restart,
+        Spike,
+    )
+    from debug_training_logs.analysis.ais_index import AisDaemon, AisIndex
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Named data: the signals searched for in every worker log
@@ -1011,9 +1007,29 @@ def gather_worker_evidence(logs_dir: Path) -> WorkerEvidence:
     return worker_evidence_from_scan(scan_worker_logs(logs_dir))
 
 
-def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
+FileItems = tuple[Any, Any, Any, Any]
+"""One file's evidence items the fold reads: (digest, raw tallies when there is no digest, clock facts, series); all
+None for a file whose sink found nothing."""
+
+EARLY_ITEMS_FILES = 256
+"""How many files' :data:`FileItems` :func:`gather_evidence` unpacks as they arrive (while the scan's workers read the
+others); the rest are unpacked by the fold after the scan. Bounds what is held meanwhile (~55 KB per 8-rank file)."""
+
+
+def file_items(fr: FileResult) -> FileItems:
+    """The :data:`FileItems` of one file's evidence result, unpacked."""
+    digest = file_result_item(fr, 4)
+    fh = file_result_item(fr, 0) if digest is None else None
+    if digest is None and fh is None:
+        return (None, None, None, None)
+    return digest, fh, file_result_item(fr, 2), file_result_item(fr, 3)
+
+
+def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None = None) -> WorkerEvidence:
     """The worker evidence from a finished scan whose per-file results (``job.caller_results``) are
-    :meth:`EvidenceSink.finish`'s (a composite scan may feed it: only those results and the inventory are read)."""
+    :meth:`EvidenceSink.finish`'s (a composite scan may feed it: only those results and the inventory are read).
+    ``early``: files' items already unpacked (:func:`file_items`, by index in the scan); each is let go as it is
+    folded."""
     inv = job.inventory
     year = inv.year_hint or WORKER_FALLBACK_YEAR
     single_rank = {f.rel: next(iter(f.ranks)) for f in inv.files if len(f.ranks) == 1}
@@ -1069,14 +1085,22 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
     clock_facts: list[tuple[str, WorkerClockFacts]] = []
     series: dict[str, dict[int, _SeriesBuilder]] = {"step": {}, "memory": {}}
     hosts: dict[int, tuple[int, str]] = {}
+    got = early if early is not None else {}
     for j, lf in enumerate(job.log_files()):
         rel = lf.rel
-        digest: _FileDigest | None = result_item(job, j, 4)
-        fh = result_item(job, j, 0) if digest is None else None
+        pre = got.pop(j, None)
+        digest: _FileDigest | None
+        if pre is not None:
+            digest, fh, clock, fseries = pre
+        else:
+            digest = result_item(job, j, 4)
+            fh = result_item(job, j, 0) if digest is None else None
         if digest is None and fh is None:
             continue
+        if pre is None:
+            clock, fseries = result_item(job, j, 2), result_item(job, j, 3)
         fh_hosts: dict[int, tuple[int, str]] = {}
-        clock_facts.append((rel, result_item(job, j, 2)))
+        clock_facts.append((rel, clock))
         if digest is not None:
             for name, sd in digest.signals.items():
                 counts[name] += sd.count
@@ -1112,7 +1136,6 @@ def worker_evidence_from_scan(job: JobScan) -> WorkerEvidence:
                 (hit(name, rel, raw) for raw in t.last_by_rank.values()),
                 t.count_by_rank,
             )
-        fseries = result_item(job, j, 3)
         for key in ("step", "memory"):
             for r, arrays in fseries.arrays.get(key, {}).items():
                 rr = rank_of(rel, r)
@@ -1437,27 +1460,66 @@ class AisEvidence:
         return sorted((n for n in self.notable if not n.noise), key=lambda n: (n.first or datetime.max, n.daemon))
 
 
-def gather_ais_evidence(ais_dir: Path, worker: WorkerEvidence, nccl: NcclState) -> AisEvidence:
-    """One pass over the AIS logs (index, stats deltas, W/E lines), then the clock alignment from the scans made."""
+@dataclass
+class AisOwn:
+    """What the AIS evidence takes from the AIS logs alone (no worker fact): it can be read before the worker
+    evidence exists (:func:`gather_evidence` reads it while the worker scan's processes read the worker logs)."""
+
+    collection: AisCollection
+    spikes: list[Spike]
+    notable: list[NotableLines]
+    get_stops: list[GetStop]
+    restarts: list[Restart]
+
+
+def ais_own(ais_dir: Path) -> AisOwn:
+    """One pass over the AIS logs (index, stats deltas, W/E lines) and what follows from them alone."""
+    from debug_training_logs.analysis.ais_deltas import (
+        DEFAULT_COUNTERS,
+        IntervalDelta,
+        collect,
+        find_restarts,
+        find_spikes,
+        get_stops,
+        interval_deltas,
+        notable_lines,
+    )
+
     collection = collect(ais_dir)
-    index = collection.index
     intervals: list[IntervalDelta] = []
     restarts: list[Restart] = []
     stops: list[GetStop] = []
-    for d in index.daemons:
+    for d in collection.index.daemons:
         series = collection.points.get(d.key, [])
         intervals += interval_deltas(d.key, series, DEFAULT_COUNTERS)
         restarts += find_restarts(d, series)
         if d.role == "target":
             stops += get_stops(d, series)
-    alignment = align(worker.root, ais_dir, worker=worker.clock, table=nccl.table, collection=collection)
-    return AisEvidence(
-        root=index.root,
-        index=index,
+    return AisOwn(
+        collection=collection,
         spikes=find_spikes(intervals, DEFAULT_COUNTERS),
         notable=notable_lines(collection),
         get_stops=sorted(stops, key=lambda g: g.last_increase_at),
         restarts=restarts,
+    )
+
+
+def gather_ais_evidence(
+    ais_dir: Path, worker: WorkerEvidence, nccl: NcclState, own: AisOwn | None = None
+) -> AisEvidence:
+    """The AIS logs' own evidence (:func:`ais_own`, or ``own`` when it was read already), then the clock alignment
+    from the scans made."""
+    if own is None:
+        own = ais_own(ais_dir)
+    collection = own.collection
+    alignment = align(worker.root, ais_dir, worker=worker.clock, table=nccl.table, collection=collection)
+    return AisEvidence(
+        root=collection.index.root,
+        index=collection.index,
+        spikes=own.spikes,
+        notable=own.notable,
+        get_stops=own.get_stops,
+        restarts=own.restarts,
         alignment=alignment,
     )
 
@@ -1539,28 +1601,61 @@ def gather_evidence(
     ec, lc = evidence_consumer(), launcher_scan.consumer()
     early: dict[int, FileEvents] = {}
 
+    items: dict[int, FileItems] = {}
+
     def arrived(j: int, results: dict[str, FileResult]) -> None:
-        # the NCCL table's input, unpacked while the scan's workers read the other files (the main process waits
-        # for them there): nccl_state later finds it unpacked
+        # the NCCL table's input and the fold's items, unpacked while the scan's workers read the other files (the
+        # main process waits for them there): nccl_state and the fold later find them unpacked
         fr = results.get(ec.key)
         fe = file_result_item(fr, 1) if fr is not None else None
         if isinstance(fe, FileEvents):
             early[j] = fe
+        if fr is not None and len(items) < EARLY_ITEMS_FILES:
+            items[j] = file_items(fr)
 
-    jobs = scan_consumers(logs_dir, [ec, lc], on_file=arrived)
+    # the AIS logs' own evidence, read while the worker scan's processes read the worker logs (the main process only
+    # waits for them there); read after the scan instead when it fails there or no worker file is read
+    ais: list[AisOwn] = []
+
+    def read_ais() -> None:
+        assert ais_dir is not None
+        with suppress(Exception):  # the same failure is met, and reported, where it is read again
+            ais.append(ais_own(ais_dir))
+
+    dumps: list[fr_dumps.FlightRecorderFacts] = []
+
+    def read_dumps() -> None:  # the flight-recorder dumps too (next to the logs or in ``fr_dir``)
+        with suppress(Exception):
+            dumps.append(_dumps(Path(logs_dir).resolve(), fr_dir))
+
+    with meanwhile.queued(read_ais if ais_dir is not None else None), meanwhile.queued(read_dumps):
+        jobs = scan_consumers(logs_dir, [ec, lc], on_file=arrived)
     whole = launcher_scan.from_job_scan(jobs[lc.key])
     split = attempts_mod.split(logs_dir, files=jobs[lc.key].log_files(), launcher_facts=whole)
     chosen = split.choose(attempt)
+    own = ais[0] if ais else None
+    fr = dumps[0] if dumps else None
     if chosen is None:
-        ev = evidence_from_scan(given_world_size(jobs[ec.key], world_size), ais_dir, fr_dir, whole, early_nccl=early)
+        ev = evidence_from_scan(
+            given_world_size(jobs[ec.key], world_size),
+            ais_dir,
+            fr_dir,
+            whole,
+            early_nccl=early,
+            ais_own=own,
+            fr=fr,
+            early_items=items,
+        )
     else:
         early.clear()
+        items.clear()
         keep = split.keeper(chosen)
         facts = launcher_scan.for_attempt(jobs[lc.key], keep)
         progress.report(1, 1, f"attempt {chosen} of {split.count}: a second pass keeps only its lines")
         if facts is None:  # more launcher hits in a file than remembered: that attempt's own launcher scan
             facts = launcher_scan.gather(logs_dir, keep=keep)
-        ev = evidence_from_scan(given_world_size(scan_worker_logs(logs_dir, keep), world_size), ais_dir, fr_dir, facts)
+        job = given_world_size(scan_worker_logs(logs_dir, keep), world_size)
+        ev = evidence_from_scan(job, ais_dir, fr_dir, facts, ais_own=own, fr=fr)
     ev.attempts = split
     ev.attempt = chosen if split.count > 1 else None
     ev.given_world_size = world_size
@@ -1573,16 +1668,21 @@ def evidence_from_scan(
     fr_dir: Path | None = None,
     launcher_facts: launcher_scan.LauncherFacts | None = None,
     early_nccl: dict[int, FileEvents] | None = None,
+    ais_own: AisOwn | None = None,
+    fr: fr_dumps.FlightRecorderFacts | None = None,
+    early_items: dict[int, FileItems] | None = None,
 ) -> JobEvidence:
     """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass, the
     launcher facts (``launcher_facts``, default from the shared scan: a cache hit when the launcher consumer was
     scanned along) and the flight-recorder dumps. ``early_nccl``: files' NCCL lines already unpacked (see
-    :func:`nccl_state`); the dict is emptied once the table is built."""
-    worker = worker_evidence_from_scan(job)
+    :func:`nccl_state`); the dict is emptied once the table is built. ``ais_own``: the AIS logs' own evidence of
+    ``ais_dir`` when it was read already (:func:`ais_own`); ``fr``: the flight-recorder dumps' facts when they were
+    read already; ``early_items``: files' evidence items already unpacked (see :func:`worker_evidence_from_scan`)."""
+    worker = worker_evidence_from_scan(job, early_items)
     nccl = nccl_state(worker, early_nccl)
     if early_nccl is not None:
         early_nccl.clear()
-    ais = gather_ais_evidence(ais_dir, worker, nccl) if ais_dir is not None else None
+    ais = gather_ais_evidence(ais_dir, worker, nccl, ais_own) if ais_dir is not None else None
     return JobEvidence(
         worker=worker,
         nccl=nccl,
@@ -1594,8 +1694,14 @@ def evidence_from_scan(
         else launcher_scan.gather(job.root, files=job.log_files())
         if job.files
         else None,
-        flight_recorder=fr_dumps.gather(job.root, fr_dir),
+        flight_recorder=fr if fr is not None else _dumps(job.root, fr_dir),
     )
+
+
+def _dumps(root: Path, fr_dir: Path | None) -> fr_dumps.FlightRecorderFacts:
+    from debug_training_logs.analysis import fr_dumps
+
+    return fr_dumps.gather(root, fr_dir)
 
 
 STEP_JUMP_FACTOR = 3.0

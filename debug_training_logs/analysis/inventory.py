@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+from debug_training_logs import meanwhile
 from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
 from debug_training_logs.lazy import LazySequence
@@ -730,6 +731,7 @@ def scan_consumers(
                 CACHE.put(fkeys[j], ckey(c, found[j]), fr, fr.nbytes)
             if on_file is not None:
                 on_file(j, {c.key: fr for c, fr in zip(run, results, strict=True)})
+            meanwhile.run_queued()  # the workers read the other files meanwhile
 
     def lookup(j: int, c: Consumer | None) -> Any:
         return held[(j, c.key if c is not None else _BASE)]

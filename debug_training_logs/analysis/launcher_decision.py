@@ -14,11 +14,14 @@ rendezvous or store failed).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from debug_training_logs.analysis.fr_dumps import FlightRecorderFacts
 from debug_training_logs.analysis.launcher import LauncherFacts, RankFate, mismatch_culprits
 from debug_training_logs.models import Evidence
 from debug_training_logs.ranges import format_ranges
+
+if TYPE_CHECKING:  # the dumps module is imported where dumps are read
+    from debug_training_logs.analysis.fr_dumps import FlightRecorderFacts
 
 OWN_SIGNALS = frozenset({"SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"})
 """Signals that end a rank on its own (the OOM killer's SIGKILL, a crash in native code). Not SIGTERM (the agent's

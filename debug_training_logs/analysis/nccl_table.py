@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -1107,14 +1107,22 @@ def nccl_state_table(
     files: Sequence[LogFile] | None = None,
     world_size: int | None = None,
     keep: LineKeep | None = None,
+    early: Mapping[str, FileEvents] | None = None,
 ) -> NcclTable:
     """Scan every worker log under ``logs_dir`` once and build the NCCL state table (see the module docstring).
 
     ``world_size``: the job's world size as the caller knows it (the launch command), for logs that do not state it.
-    ``keep``: only those lines (one attempt's, :mod:`~debug_training_logs.analysis.attempts`)."""
+    ``keep``: only those lines (one attempt's, :mod:`~debug_training_logs.analysis.attempts`).
+    ``early``: files' sink results (by file ``rel``) already unpacked from this same scan (the tool unpacks them
+    while the scan's workers read the other files); the others are unpacked here."""
     with lean_inventory():  # the table reads coverage, line counts and the year of the inventory, nothing else
         job = scan_job(logs_dir, NCCL_PATTERNS, NcclSink, files=files, keep=keep)
-    return build_table(list(PerFile(job, FileEvents)), job.inventory, job.coverage(), limit, world_size=world_size)
+    per = PerFile(job, FileEvents)
+    got = early or {}
+    results = [
+        fe if (fe := got.get(f.rel)) is not None else per[i] for i, f in enumerate(job.inventory.files[: len(per)])
+    ]
+    return build_table(results, job.inventory, job.coverage(), limit, world_size=world_size)
 
 
 def build_table(

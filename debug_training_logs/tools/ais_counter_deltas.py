@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 from debug_training_logs.analysis import ais_deltas
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.models import Coverage, Evidence, UnreadableFile, cut
+from debug_training_logs.models import Coverage, Evidence, Model, UnreadableFile, cut
 from debug_training_logs.paths import input_dir
 from debug_training_logs.tools._cache import cached
 from debug_training_logs.tools.budget import Cut
@@ -47,7 +47,7 @@ AisTime = Annotated[
 """A time on the AIS daemons' clock, shown as ISO 8601 without offset (``2026-05-21T14:32:05.118``)."""
 
 
-class _FromAnalysis(BaseModel):
+class _FromAnalysis(Model):
     model_config = ConfigDict(from_attributes=True)
 
 
@@ -188,7 +188,7 @@ class NotableLines(_FromAnalysis):
     template: str = Field(description="For 'other': the line with numbers and ids replaced (what was grouped).")
 
 
-class IntervalSummary(BaseModel):
+class IntervalSummary(Model):
     """One daemon's intervals that are not listed, summed up."""
 
     daemon: str

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from debug_training_logs.analysis.alignment import align, scan_worker_clock
-from debug_training_logs.models import Coverage, Evidence
+from debug_training_logs.models import Coverage, Evidence, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.tools.registry import ToolSpec
 
 
-class Method(BaseModel):
+class Method(Model):
     """One way the offset was measured."""
 
     method: str = Field(
@@ -28,7 +28,7 @@ class Method(BaseModel):
     detail: str
 
 
-class DaemonOffset(BaseModel):
+class DaemonOffset(Model):
     """The alignment of one AIS daemon's clock."""
 
     daemon: str
@@ -42,7 +42,7 @@ class DaemonOffset(BaseModel):
     methods: list[str]
 
 
-class AlignTimezones(BaseModel):
+class AlignTimezones(Model):
     """Whether worker and AIS times may be compared, and with which offset."""
 
     summary: str

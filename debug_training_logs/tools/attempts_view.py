@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from debug_training_logs.analysis.attempts import DEFAULT_YEAR, Attempts
-from debug_training_logs.models import Evidence
+from debug_training_logs.models import Evidence, Model
 from debug_training_logs.ranges import format_ranges
 
 
-class AttemptSummary(BaseModel):
+class AttemptSummary(Model):
     """One run of the workers."""
 
     attempt: int = Field(description="0 for the first run; N for the N-th restart (torchrun attempt_N).")

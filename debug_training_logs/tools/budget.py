@@ -27,6 +27,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, create_model
 
+from debug_training_logs.models import Model
+
 DEFAULT_MAX_TOKENS = 6000
 """Default budget per result: a quarter of Claude Code's 25k cap and well under its 10k-token warning."""
 MIN_MAX_TOKENS = 1000
@@ -47,14 +49,14 @@ MaxTokens = Annotated[
 ]
 
 
-class NextCall(BaseModel):
+class NextCall(Model):
     """A tool call, ready to make: the tool's name and its arguments."""
 
     tool: str
     arguments: dict[str, Any] = Field(description="Arguments as the tool takes them (defaults left out).")
 
 
-class Omission(BaseModel):
+class Omission(Model):
     """One list the budget shortened, and how to see the rest."""
 
     field: str = Field(description="Where in the result, e.g. 'rows' or 'process_groups[0].straggler_ranks'.")
@@ -64,7 +66,7 @@ class Omission(BaseModel):
     how: str = Field(description="The same in words, with the alternatives (filters, paging).")
 
 
-class ResultBudget(BaseModel):
+class ResultBudget(Model):
     """How this result was held to its size budget."""
 
     max_tokens: int = Field(description="The budget this answer was held to (the `max_tokens` argument).")

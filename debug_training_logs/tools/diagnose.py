@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from debug_training_logs.analysis.diagnosis import Verdict, conclude
 from debug_training_logs.analysis.evidence import (
@@ -23,7 +23,7 @@ from debug_training_logs.analysis.evidence import (
 )
 from debug_training_logs.analysis.recommendations import recommend
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, show
-from debug_training_logs.models import Coverage
+from debug_training_logs.models import Coverage, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
@@ -38,7 +38,7 @@ TIMELINE_LIMIT = 40
 """Rows of the timeline table (the chain's events first, then context)."""
 
 
-class JobDetails(BaseModel):
+class JobDetails(Model):
     """What kind of job it was."""
 
     framework: str = Field(description="NeMo / Megatron-LM / Lightning / Ray / plain PyTorch, as the logs show.")
@@ -52,7 +52,7 @@ class JobDetails(BaseModel):
     logs: str = Field(description="Files and bytes read (worker and AIS).")
 
 
-class VerdictModel(BaseModel):
+class VerdictModel(Model):
     """The root cause (contract)."""
 
     category: Category
@@ -71,7 +71,7 @@ class VerdictModel(BaseModel):
     )
 
 
-class RankStateGroup(BaseModel):
+class RankStateGroup(Model):
     """Ranks in the same state at the end of the job (one row per state; crashed ranks grouped by cause)."""
 
     state: str = Field(
@@ -84,7 +84,7 @@ class RankStateGroup(BaseModel):
     source: str | None = Field(default=None, description="file:line of the deciding line, when there is one.")
 
 
-class TimelineEntry(BaseModel):
+class TimelineEntry(Model):
     """One row of the timeline table."""
 
     time_local: str | None = Field(
@@ -103,7 +103,7 @@ class TimelineEntry(BaseModel):
     text: str = Field(description="The cited line (cut at ~300 characters).")
 
 
-class ChainLink(BaseModel):
+class ChainLink(Model):
     """One step of the root-cause chain, trigger first."""
 
     step: int
@@ -114,18 +114,18 @@ class ChainLink(BaseModel):
     text: str
 
 
-class KeyFile(BaseModel):
+class KeyFile(Model):
     file: str
     why: str
 
 
-class RecommendationModel(BaseModel):
+class RecommendationModel(Model):
     area: str = Field(description="Storage-side, Client-side, Training config, Operations, Evidence to collect.")
     text: str
     because: str
 
 
-class Diagnosis(BaseModel):
+class Diagnosis(Model):
     """The diagnosis of a failed job (contract), with the verifier's verdict on it."""
 
     summary: str

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Hashable
 from pathlib import Path
 
-from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis.evidence import JobEvidence, gather_evidence
+from debug_training_logs.memo import MEMO
 from debug_training_logs.tools._cache import cached, files_key
 
 
 def _dumps_key(logs_root: Path, fr_root: Path | None) -> tuple[Hashable, ...]:
+    from debug_training_logs.analysis import fr_dumps
+
     out: list[Hashable] = []
     for d in fr_dumps.find_dumps(logs_root, fr_root):
         try:
@@ -37,6 +39,8 @@ def job_evidence(
     """:func:`~debug_training_logs.analysis.evidence.gather_evidence`, or the evidence an earlier call of this
     process gathered from the same unchanged files with the same arguments (the evidence is never changed by its
     readers, apart from the derived results it caches for them)."""
+    if not MEMO.keep_results:  # one command (the CLI): nothing is kept, so no key is needed (it walks the files)
+        return gather_evidence(logs_root, ais_root, fr_root, attempt, world_size)
     extra = (
         files_key(ais_root, archives=True) if ais_root is not None else None,
         _dumps_key(logs_root, fr_root),

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from debug_training_logs.analysis import grep as analysis
 from debug_training_logs.analysis.inventory import COVERAGE_MARKERS, lean_inventory
-from debug_training_logs.models import Coverage
+from debug_training_logs.models import Coverage, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.registry import ToolSpec
 
 
-class _Model(BaseModel):
+class _Model(Model):
     model_config = ConfigDict(from_attributes=True)
 
 

@@ -11,11 +11,11 @@ import re
 from collections import defaultdict
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from debug_training_logs.analysis import attempts, launcher
 from debug_training_logs.analysis.inventory import MARKERS, Inventory, TimePoint, scan_consumers, time_text
-from debug_training_logs.models import Coverage
+from debug_training_logs.models import Coverage, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
@@ -42,7 +42,7 @@ _FRAMEWORKS = {
 _DATA_SOURCES = {"aistore": "AIStore", "lhotse": "Lhotse"}
 
 
-class FileEntry(BaseModel):
+class FileEntry(Model):
     """One log file."""
 
     file: str = Field(description="Path relative to logs_dir.")
@@ -54,7 +54,7 @@ class FileEntry(BaseModel):
     node: str | None = Field(description="Host name or node index of the file, when the logs say.")
 
 
-class FileGroup(BaseModel):
+class FileGroup(Model):
     """Files alike: the same rank source, compression and number of ranks per file."""
 
     count: int = Field(description="Files in the group.")
@@ -67,7 +67,7 @@ class FileGroup(BaseModel):
     example: str = Field(description="The group's first file (path relative to logs_dir).")
 
 
-class Hint(BaseModel):
+class Hint(Model):
     """A fact with the line that shows it."""
 
     name: str = Field(description="What was detected (a framework, a version family, a data source).")
@@ -75,7 +75,7 @@ class Hint(BaseModel):
     evidence: str = Field(description="file:line and the text of the first line that shows it.")
 
 
-class TimeAt(BaseModel):
+class TimeAt(Model):
     """A time as the logs write it (no zone: worker logs do not say), with where."""
 
     time: str = Field(
@@ -86,7 +86,7 @@ class TimeAt(BaseModel):
     text: str
 
 
-class JobOverview(BaseModel):
+class JobOverview(Model):
     """What the logs say about the job: read this first, then search (grep_all_ranks) and compare ranks (nccl)."""
 
     summary: str = Field(description="One paragraph a person would say after reading the inventory.")

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import Annotated, Any
+from contextlib import suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from debug_training_logs.analysis import fr_dumps
+from debug_training_logs import meanwhile
 from debug_training_logs.analysis import nccl_table as analysis
 from debug_training_logs.analysis.inventory import consumer_for, lean_inventory
+from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.models import Coverage, Evidence
+from debug_training_logs.memo import unpack
+from debug_training_logs.models import Coverage, Evidence, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges, parse_ranges
 from debug_training_logs.tools._cache import cached
@@ -29,11 +33,14 @@ from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.params import WorldSize
 from debug_training_logs.tools.registry import ToolSpec
 
+if TYPE_CHECKING:  # read where the dumps are read (while the scan runs): the scan needs none of it
+    from debug_training_logs.analysis import fr_dumps
+
 ALL = 10**9
 """``limit`` for the analysis: the tool pages over every row itself."""
 
 
-class _Model(BaseModel):
+class _Model(Model):
     model_config = ConfigDict(from_attributes=True)
 
 
@@ -346,16 +353,36 @@ def nccl_state_table(
     root = input_dir(logs_dir)
     wanted = _parse_ranks(ranks)
     # one pass for the attempts and the table; of the inventory, the table reads only what coverage comes from
-    with lean_inventory():
-        split, chosen = choose(root, attempt, consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink))
+    dumps: list[fr_dumps.FlightRecorderFacts] = []
+
+    def read_dumps() -> None:  # while the scan's workers read the logs; after it if it fails there or no scan runs
+        with suppress(Exception):
+            dumps.append(_dumps(root, fr_dir))
+
+    with lean_inventory(), meanwhile.queued(read_dumps):
+        mine = consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink)
+        early: dict[str, analysis.FileEvents] = {}
+
+        def arrived(_j: int, results: dict[str, FileResult]) -> None:
+            # the table's input, unpacked while the scan's workers read the other files (the main process waits for
+            # them there); only the whole job's lines: an attempt's table has a sink of its own
+            fr = results.get(mine.key)
+            fe = unpack(fr.sink_result) if fr is not None else None
+            if isinstance(fe, analysis.FileEvents):
+                early[fe.rel] = fe
+
+        split, chosen = choose(root, attempt, mine, on_file=arrived)
         keep = split.keeper(chosen) if chosen is not None else None
         # Pages and rank filters of the same logs reuse one scan (the table is computed from every row either way).
         table = cached(
             "nccl_state_table",
             root,
             (world_size, chosen),
-            lambda: analysis.nccl_state_table(root, limit=ALL, world_size=world_size, keep=keep),
+            lambda: analysis.nccl_state_table(
+                root, limit=ALL, world_size=world_size, keep=keep, early=early if keep is None else None
+            ),
         )
+        early.clear()
     order = {p.pg: i for i, p in enumerate(table.process_groups)}
     rows = sorted(table.rows, key=lambda r: (order.get(r.pg, len(order)), r.rank))
     if offset is None and wanted is None:
@@ -387,10 +414,16 @@ def nccl_state_table(
             else f" (the logs show {split.count} attempts and none is known to have failed: this table reads them "
             "all together; pass attempt=N for one attempt's lines)"
         )
-    facts = fr_dumps.gather(root, input_dir(fr_dir, "flight-recorder directory") if fr_dir else None)
+    facts = dumps[0] if dumps else _dumps(root, fr_dir)
     if facts.files_found:
         add_dump_rows(result, facts, limit, wanted, first_page=not offset)
     return result
+
+
+def _dumps(root: Path, fr_dir: str | None) -> fr_dumps.FlightRecorderFacts:
+    from debug_training_logs.analysis import fr_dumps
+
+    return fr_dumps.gather(root, input_dir(fr_dir, "flight-recorder directory") if fr_dir else None)
 
 
 def add_dump_rows(

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from debug_training_logs.analysis import scan_cache
 from debug_training_logs.analysis.attempts import AttemptFilter
 from debug_training_logs.analysis.timeline import build_timeline
-from debug_training_logs.models import Coverage
+from debug_training_logs.models import Coverage, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.tools.attempt_choice import choose
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.registry import ToolSpec
 
 
-class TimelineEvent(BaseModel):
+class TimelineEvent(Model):
     """One event."""
 
     time_local: str | None = Field(description="ISO time on the source's own clock (worker: zone unstated).")
@@ -33,7 +33,7 @@ class TimelineEvent(BaseModel):
     )
 
 
-class Timeline(BaseModel):
+class Timeline(Model):
     """The merged timeline."""
 
     summary: str

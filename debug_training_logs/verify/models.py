@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from debug_training_logs.models import Coverage, Evidence
+from debug_training_logs.models import Coverage, Evidence, Model
 
 Category = Literal[
     "data_loading_stall",
@@ -32,7 +32,7 @@ CATEGORIES: tuple[str, ...] = get_args(Category)
 CheckStatus = Literal["passed", "failed", "undecided", "not_applicable"]
 
 
-class CitedEvent(BaseModel):
+class CitedEvent(Model):
     """A log line the conclusion rests on (its time, when given, is only the caller's reading: it is re-derived)."""
 
     file: str = Field(description="Path relative to logs_dir (worker logs) or ais_dir (AIS daemon logs).")
@@ -41,7 +41,7 @@ class CitedEvent(BaseModel):
     time: str | None = Field(default=None, description="When it happened, as the caller read it (ISO 8601).")
 
 
-class ChainStep(BaseModel):
+class ChainStep(Model):
     """One link of the causal chain, trigger first."""
 
     event: str = Field(description="What happened, in a few words.")
@@ -50,7 +50,7 @@ class ChainStep(BaseModel):
     time: str | None = Field(default=None, description="When, as the caller read it (ISO 8601).")
 
 
-class Conclusion(BaseModel):
+class Conclusion(Model):
     """A claim about why a job failed, to be checked against the logs (contract)."""
 
     logs_dir: str = Field(description="Directory with every rank's worker logs.")
@@ -96,7 +96,7 @@ class Conclusion(BaseModel):
     )
 
 
-class Check(BaseModel):
+class Check(Model):
     """The outcome of one rule."""
 
     rule: str = Field(description="The rule's name.")
@@ -111,7 +111,7 @@ class Check(BaseModel):
     next_step: str = Field(default="", description="When not passed: what to look at or fetch next.")
 
 
-class Verification(BaseModel):
+class Verification(Model):
     """Accepted or rejected, one entry per rule."""
 
     summary: str = Field(description="Accepted or rejected, and the first reasons.")

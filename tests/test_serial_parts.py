@@ -1,0 +1,366 @@
+"""The work a command does in its main process before and after the scan, moved or shortened, gives the same answers.
+
+* ``nccl``: each file's NCCL lines are unpacked as the file's result arrives (while the scan's workers read the
+  others); the table equals the one built from the lazily unpacked results, over NCCL stories, one and two scan
+  processes, and a restarted job (an attempt's table has a sink of its own: the early results are not used).
+* :mod:`~debug_training_logs.meanwhile`: a queued task runs once, in the main process, after the first file's result
+  has arrived; a scan that reads nothing (all cached) leaves it queued; a task is not queued twice.
+* ``nccl`` looks for flight-recorder dumps during its scan: the same answer as when they are read after it, and a
+  bad ``fr_dir`` is the same error.
+* ``analyze`` reads the AIS logs' own evidence during the worker scan: the same evidence as read after it; a
+  failure there is raised where it always was.
+* Result models are built on first use (``defer_build``): :func:`~debug_training_logs.models.build_deferred` builds
+  every one imported, and a deferred model validates and serialises as a built one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import Field
+
+from debug_training_logs import meanwhile
+from debug_training_logs.analysis import evidence, inventory, nccl_table
+from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
+from debug_training_logs.analysis.scan_cache import CACHE
+from debug_training_logs.errors import UserInputError
+from debug_training_logs.logs import scan
+from debug_training_logs.memo import MEMO, unpack
+from debug_training_logs.models import Coverage, Model, build_deferred
+from debug_training_logs.tools import attempt_choice
+from debug_training_logs.tools._cache import TOOL
+from debug_training_logs.tools.registry import all_tools, tool_by_name
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+NCCL_JOBS = [
+    "nccl_missing_node",
+    "nccl_root_ahead",
+    "nccl_fabric",
+    "nccl_styles/torch-2.14",
+    "nccl_styles/torch-2.5-ray",
+    "nccl_styles/torch-2.10-wrapped-gz",
+    "watchdog_hang",
+    "data_stall",
+    "real_torch/restart",
+]
+
+
+def _logs(name: str) -> Path:
+    base = FIXTURES / name
+    for sub in ("logs", "torchrun_logs"):
+        if (base / sub).is_dir():
+            return base / sub
+    return base
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache() -> Any:
+    CACHE.clear()
+    yield
+    CACHE.clear()
+    meanwhile._QUEUE.clear()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("name", NCCL_JOBS)
+def test_nccl_table_from_early_unpacked_files_equals_the_lazy_one(
+    name: str, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = _logs(name)
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    seen: list[int | None] = []
+    real = nccl_table.nccl_state_table
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        early = kwargs.get("early")
+        seen.append(None if early is None else len(early))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(nccl_table, "nccl_state_table", spy)
+    spec = tool_by_name("nccl")
+    assert spec is not None
+    got = spec.call(logs_dir=str(logs))
+    # the same table from lazily unpacked results: the tool's results are forgotten, the scan's are kept (a cache
+    # hit announces no file)
+    MEMO.drop(TOOL)
+    want = spec.call(logs_dir=str(logs))
+    restarted = bool(got.attempts)  # type: ignore[attr-defined]
+    assert seen == [None, None] if restarted else seen[1] == 0 and seen[0]
+    assert got.model_dump() == want.model_dump()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_early_files_give_the_table_of_the_lazy_ones(workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the analysis level, with every file's result given early and with none."""
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs = _logs("nccl_missing_node")
+    mine = consumer_for(nccl_table.NCCL_PATTERNS, nccl_table.NcclSink)
+    early: dict[str, nccl_table.FileEvents] = {}
+
+    def arrived(_j: int, results: dict[str, Any]) -> None:
+        fe = unpack(results[mine.key].sink_result)
+        if fe is not None:
+            early[fe.rel] = fe
+
+    scan_consumers(logs, [mine], on_file=arrived)
+    assert early
+    with_early = nccl_table.nccl_state_table(logs, limit=10**9, early=early)
+    lazy = nccl_table.nccl_state_table(logs, limit=10**9)
+    assert dataclasses.asdict(with_early) == dataclasses.asdict(lazy)
+
+
+def _four_files(tmp: Path) -> Path:
+    logs = tmp / "logs"
+    logs.mkdir()
+    for node in range(4):
+        (logs / f"node{node}.out").write_text("".join(f"[rank{node}]: step {i} loss 1.0\n" for i in range(50)))
+    return logs
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_queued_task_runs_once_after_the_first_file_arrived(
+    workers: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs = _four_files(tmp_path)
+    arrived: list[int] = []
+    ran: list[int] = []
+
+    def task() -> None:
+        ran.append(len(arrived))
+
+    meanwhile.later(task)
+    meanwhile.later(task)  # queued once
+    c = consumer_for((r"step \d+",), None)
+    scan_consumers(logs, [c], on_file=lambda j, _r: arrived.append(j))
+    assert ran == [1]
+    assert len(arrived) == 4
+    # a scan whose files are all cached reads nothing: the task waits for one that does
+    meanwhile.later(task)
+    scan_consumers(logs, [c], on_file=lambda j, _r: arrived.append(j))
+    assert ran == [1]
+    assert list(meanwhile._QUEUE) == [task]
+
+
+def test_build_deferred_builds_every_result_model() -> None:
+    for spec in all_tools():
+        _ = spec.result_model
+    build_deferred()
+    todo: list[type[Model]] = [Model]
+    models = []
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        models.append(cls)
+    assert len(models) > 30
+    assert all(m.__pydantic_complete__ for m in models if m is not Model)
+
+
+def test_a_deferred_model_is_built_on_first_use_and_answers_as_a_built_one() -> None:
+    class Later(Model):
+        """A model made here: not built until used."""
+
+        coverage: Coverage
+        names: list[str] = Field(default_factory=list)
+
+    assert not Later.__pydantic_complete__
+    cov = Coverage(files_scanned=1, bytes_scanned=2, ranks_found="0", world_size=1, missing_ranks="")
+    got = Later.model_validate({"coverage": cov.model_dump(), "names": ["a"]})
+    assert Later.__pydantic_complete__
+    assert got.model_dump(mode="json") == {"coverage": cov.model_dump(mode="json"), "names": ["a"]}
+    assert Later.model_json_schema()["required"] == ["coverage"]
+
+
+AIS_JOBS = ["data_stall", "ais_idle", "ais_target_restart"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("name", AIS_JOBS)
+def test_the_ais_logs_read_during_the_worker_scan_give_the_same_evidence(
+    name: str, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``analyze`` reads the AIS logs' own evidence while the worker scan runs (after its first file arrived); the
+    AIS evidence equals the one read after the scan, and nothing stays queued."""
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs, ais = _logs(name), FIXTURES / name / "ais"
+    if not logs.is_dir():
+        logs = FIXTURES / name / "logs"
+    arrived: list[int] = []
+    when: list[int] = []
+    real_own = evidence.ais_own
+    real_scan = evidence.scan_consumers
+
+    def own(d: Path) -> Any:
+        when.append(len(arrived))
+        return real_own(d)
+
+    def counting_scan(*args: Any, **kwargs: Any) -> Any:
+        inner = kwargs.get("on_file")
+
+        def on_file(j: int, results: Any) -> None:
+            arrived.append(j)
+            if inner is not None:
+                inner(j, results)
+
+        return real_scan(*args, **{**kwargs, "on_file": on_file})
+
+    monkeypatch.setattr(evidence, "ais_own", own)
+    monkeypatch.setattr(evidence, "scan_consumers", counting_scan)
+    got = evidence.gather_evidence(logs, ais)
+    assert when == [1], "read once, while the worker scan ran, after its first file"
+    assert not meanwhile._QUEUE
+    assert got.ais is not None
+    want = evidence.gather_ais_evidence(ais, got.worker, got.nccl)  # read here, after the scan
+    assert dataclasses.asdict(got.ais) == dataclasses.asdict(want)
+    # a second call finds every worker file in the scan cache: no scan runs, the AIS logs are read after it
+    when.clear()
+    again = evidence.gather_evidence(logs, ais)
+    assert when == [len(arrived)]
+    assert not meanwhile._QUEUE
+    assert again.ais is not None and dataclasses.asdict(again.ais) == dataclasses.asdict(want)
+
+
+def test_an_ais_directory_that_fails_fails_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure while the AIS logs are read during the scan is not raised there: the same call after the scan
+    raises it (the error the caller always got)."""
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(2, len(files)))
+
+    def broken(_d: Path) -> Any:
+        raise RuntimeError("AIS logs unreadable")
+
+    monkeypatch.setattr(evidence, "ais_own", broken)
+    with pytest.raises(RuntimeError, match="AIS logs unreadable"):
+        evidence.gather_evidence(_logs("data_stall"), FIXTURES / "data_stall" / "ais")
+    assert not meanwhile._QUEUE
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("with_fr_dir", [False, True])
+def test_nccl_reads_the_flight_recorder_dumps_during_the_scan(
+    workers: int, with_fr_dir: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``nccl`` looks for flight-recorder dumps (next to the logs, or in ``fr_dir``) while its scan runs, after the
+    first file arrived; the answer equals the one whose dumps are read after the scan (no scan: all cached)."""
+    from debug_training_logs.tools import nccl_state_table as tool
+
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs = FIXTURES / "real_torch" / "stall_fr" / "logs"
+    fr_dir = str(FIXTURES / "real_torch" / "stall_fr" / "fr") if with_fr_dir else None
+    arrived: list[int] = []
+    when: list[int] = []
+    real_dumps = tool._dumps
+    real_scan = inventory.scan_consumers
+
+    def dumps(root: Path, d: str | None) -> Any:
+        when.append(len(arrived))
+        return real_dumps(root, d)
+
+    def counting_scan(*args: Any, **kwargs: Any) -> Any:
+        inner = kwargs.get("on_file")
+
+        def on_file(j: int, results: Any) -> None:
+            arrived.append(j)
+            if inner is not None:
+                inner(j, results)
+
+        return real_scan(*args, **{**kwargs, "on_file": on_file})
+
+    monkeypatch.setattr(tool, "_dumps", dumps)
+    monkeypatch.setattr(attempt_choice, "scan_consumers", counting_scan)
+    spec = tool_by_name("nccl")
+    assert spec is not None
+    got = spec.call(logs_dir=str(logs), fr_dir=fr_dir)
+    assert when == [1]
+    assert not meanwhile._QUEUE
+    assert got.flight_recorder is not None and got.flight_recorder.dumps  # type: ignore[attr-defined]
+    MEMO.drop(TOOL)  # the tool's results are forgotten, the scan's kept: no file arrives, the dumps are read after
+    when.clear()
+    want = spec.call(logs_dir=str(logs), fr_dir=fr_dir)
+    assert when == [len(arrived)]
+    assert got.model_dump() == want.model_dump()
+    with pytest.raises(UserInputError, match="flight-recorder directory"):
+        spec.call(logs_dir=str(logs), fr_dir=str(FIXTURES / "no such directory"))
+    assert not meanwhile._QUEUE
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("fr_dir", [None, FIXTURES / "real_torch" / "stall_fr" / "fr"])
+def test_analyze_reads_the_flight_recorder_dumps_during_the_scan(
+    workers: int, fr_dir: Path | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs = FIXTURES / "real_torch" / "stall_fr" / "logs"
+    arrived: list[int] = []
+    when: list[int] = []
+    real_dumps = evidence._dumps
+    real_scan = evidence.scan_consumers
+
+    def dumps(root: Path, d: Path | None) -> Any:
+        when.append(len(arrived))
+        return real_dumps(root, d)
+
+    def counting_scan(*args: Any, **kwargs: Any) -> Any:
+        inner = kwargs.get("on_file")
+
+        def on_file(j: int, results: Any) -> None:
+            arrived.append(j)
+            if inner is not None:
+                inner(j, results)
+
+        return real_scan(*args, **{**kwargs, "on_file": on_file})
+
+    monkeypatch.setattr(evidence, "_dumps", dumps)
+    monkeypatch.setattr(evidence, "scan_consumers", counting_scan)
+    got = evidence.gather_evidence(logs, fr_dir=fr_dir)
+    assert when == [1]
+    assert not meanwhile._QUEUE
+    assert got.flight_recorder is not None and got.flight_recorder.dumps
+    want = real_dumps(logs.resolve(), fr_dir)
+    assert dataclasses.asdict(got.flight_recorder) == dataclasses.asdict(want)
+
+
+def _worker_facts(w: Any) -> dict[str, Any]:
+    return {
+        "tallies": w.tallies,
+        "counts": w.counts,
+        "counts_by_rank": w.counts_by_rank,
+        "first_by_rank": w.first_by_rank,
+        "last_by_rank": w.last_by_rank,
+        "rank_host": w.rank_host,
+        "file_host": w.file_host,
+        "file_end": w.file_end,
+        "step_ms": {r: list(p) for r, p in w.step_ms.items()},
+        "memory_mb": {r: list(p) for r, p in w.memory_mb.items()},
+        "clock": w.clock.facts,
+    }
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("name", ["oom_untimed_tail", "throughput_collapse", "memory_creep_oom", "real_torch/restart"])
+def test_the_fold_from_items_unpacked_as_files_arrive_equals_the_fold_after_the_scan(
+    name: str, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file's evidence items unpacked as it arrives, some of them (the cap), or none: the same evidence."""
+    monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
+    logs = _logs(name)
+    seen: list[int] = []
+    real_fold = evidence.worker_evidence_from_scan
+
+    def fold(job: Any, early: Any = None) -> Any:
+        seen.append(len(early or {}))
+        return real_fold(job, early)
+
+    monkeypatch.setattr(evidence, "worker_evidence_from_scan", fold)
+    got = {}
+    for cap in (10**6, 1, 0):
+        CACHE.clear()
+        monkeypatch.setattr(evidence, "EARLY_ITEMS_FILES", cap)
+        got[cap] = _worker_facts(evidence.gather_evidence(logs).worker)
+    restarted = name.startswith("real_torch")
+    assert seen[2] == 0 and (restarted or (seen[0] > 1 and seen[1] == 1)), seen
+    assert got[10**6] == got[0]
+    assert got[1] == got[0]
