@@ -5,31 +5,39 @@ will need right after the scan (building the result models, importing the module
 there than before the scan starts (where it delays the workers) or after it (where nothing else runs). A caller
 queues such work with :func:`later`; the job scan runs it once the first file's result has arrived (the workers
 exist and are busy). Work that no scan ran is simply done on first use, as it would have been without a queue.
+
+The queue is the calling thread's: in the server, one request's scan never runs (or waits on) another request's work.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
-_QUEUE: list[Callable[[], object]] = []
+_LOCAL = threading.local()
+
+
+def _queue() -> list[Callable[[], object]]:
+    q: list[Callable[[], object]] | None = getattr(_LOCAL, "queue", None)
+    if q is None:
+        q = _LOCAL.queue = []
+    return q
 
 
 def later(task: Callable[[], object]) -> None:
     """Run ``task`` once, in this process, while the next scan's workers read files (see the module doc); a task
     already queued is not queued twice."""
-    if task not in _QUEUE:
-        _QUEUE.append(task)
+    q = _queue()
+    if task not in q:
+        q.append(task)
 
 
 def run_queued() -> None:
     """Run and forget every queued task, oldest first (called by the job scan as files arrive)."""
-    while _QUEUE:
-        try:
-            task = _QUEUE.pop(0)
-        except IndexError:  # another thread took the last one
-            return
-        task()
+    q = _queue()
+    while q:
+        q.pop(0)()
 
 
 @contextmanager
@@ -44,4 +52,4 @@ def queued(task: Callable[[], object] | None) -> Iterator[None]:
         yield
     finally:
         with suppress(ValueError):
-            _QUEUE.remove(task)
+            _queue().remove(task)

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def _empty_cache() -> Any:
     CACHE.clear()
     yield
     CACHE.clear()
-    meanwhile._QUEUE.clear()
+    meanwhile._queue().clear()
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -143,7 +144,26 @@ def test_a_queued_task_runs_once_after_the_first_file_arrived(
     meanwhile.later(task)
     scan_consumers(logs, [c], on_file=lambda j, _r: arrived.append(j))
     assert ran == [1]
-    assert list(meanwhile._QUEUE) == [task]
+    assert list(meanwhile._queue()) == [task]
+
+
+def test_the_queue_is_the_calling_threads() -> None:
+    """In the server, requests run in threads: one request's scan runs only its own thread's queued work."""
+    ran: list[str] = []
+    meanwhile.later(lambda: ran.append("main"))
+    other: list[list[object]] = []
+
+    def in_other_thread() -> None:
+        other.append(list(meanwhile._queue()))
+        meanwhile.later(lambda: ran.append("other"))
+        meanwhile.run_queued()
+
+    t = threading.Thread(target=in_other_thread)
+    t.start()
+    t.join()
+    assert other == [[]] and ran == ["other"]
+    meanwhile.run_queued()
+    assert ran == ["other", "main"] and not meanwhile._queue()
 
 
 def test_build_deferred_builds_every_result_model() -> None:
@@ -212,7 +232,7 @@ def test_the_ais_logs_read_during_the_worker_scan_give_the_same_evidence(
     monkeypatch.setattr(evidence, "scan_consumers", counting_scan)
     got = evidence.gather_evidence(logs, ais)
     assert when == [1], "read once, while the worker scan ran, after its first file"
-    assert not meanwhile._QUEUE
+    assert not meanwhile._queue()
     assert got.ais is not None
     want = evidence.gather_ais_evidence(ais, got.worker, got.nccl)  # read here, after the scan
     assert dataclasses.asdict(got.ais) == dataclasses.asdict(want)
@@ -220,7 +240,7 @@ def test_the_ais_logs_read_during_the_worker_scan_give_the_same_evidence(
     when.clear()
     again = evidence.gather_evidence(logs, ais)
     assert when == [len(arrived)]
-    assert not meanwhile._QUEUE
+    assert not meanwhile._queue()
     assert again.ais is not None and dataclasses.asdict(again.ais) == dataclasses.asdict(want)
 
 
@@ -235,7 +255,7 @@ def test_an_ais_directory_that_fails_fails_as_before(tmp_path: Path, monkeypatch
     monkeypatch.setattr(evidence, "ais_own", broken)
     with pytest.raises(RuntimeError, match="AIS logs unreadable"):
         evidence.gather_evidence(_logs("data_stall"), FIXTURES / "data_stall" / "ais")
-    assert not meanwhile._QUEUE
+    assert not meanwhile._queue()
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -275,7 +295,7 @@ def test_nccl_reads_the_flight_recorder_dumps_during_the_scan(
     assert spec is not None
     got = spec.call(logs_dir=str(logs), fr_dir=fr_dir)
     assert when == [1]
-    assert not meanwhile._QUEUE
+    assert not meanwhile._queue()
     assert got.flight_recorder is not None and got.flight_recorder.dumps  # type: ignore[attr-defined]
     MEMO.drop(TOOL)  # the tool's results are forgotten, the scan's kept: no file arrives, the dumps are read after
     when.clear()
@@ -284,7 +304,7 @@ def test_nccl_reads_the_flight_recorder_dumps_during_the_scan(
     assert got.model_dump() == want.model_dump()
     with pytest.raises(UserInputError, match="flight-recorder directory"):
         spec.call(logs_dir=str(logs), fr_dir=str(FIXTURES / "no such directory"))
-    assert not meanwhile._QUEUE
+    assert not meanwhile._queue()
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -317,7 +337,7 @@ def test_analyze_reads_the_flight_recorder_dumps_during_the_scan(
     monkeypatch.setattr(evidence, "scan_consumers", counting_scan)
     got = evidence.gather_evidence(logs, fr_dir=fr_dir)
     assert when == [1]
-    assert not meanwhile._QUEUE
+    assert not meanwhile._queue()
     assert got.flight_recorder is not None and got.flight_recorder.dumps
     want = real_dumps(logs.resolve(), fr_dir)
     assert dataclasses.asdict(got.flight_recorder) == dataclasses.asdict(want)
