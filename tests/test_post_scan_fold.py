@@ -104,7 +104,8 @@ def _reference_worker(logs: Path, keep: LineKeep | None) -> WorkerEvidence:
     return worker_evidence_from_scan(scan_consumers(logs, [c])[c.key])
 
 
-def _facts(w: WorkerEvidence) -> dict[str, Any]:
+def worker_facts(w: WorkerEvidence) -> dict[str, Any]:
+    """What the fold of a job's worker evidence decides (compared between two ways of folding)."""
     return {
         "tallies": w.tallies,
         "counts": w.counts,
@@ -211,7 +212,7 @@ def test_the_fold_equals_the_in_process_computation(
     # the hits made in the workers equal the fold's own over the raw hits, in this process
     digests = [result_item(ev.worker.job, j, 4) for j in range(len(ev.worker.job.files))]
     monkeypatch.setattr(scan, "_worker_count", lambda files: 1)
-    assert _facts(ev.worker) == _facts(_reference_worker(logs, keep))
+    assert worker_facts(ev.worker) == worker_facts(_reference_worker(logs, keep))
     year = ev.worker.year
     if name == "feb29":
         assert digests == [None, None] and ev.worker.tallies["traceback"][0].time is None

@@ -24,7 +24,7 @@ import pytest
 from pydantic import Field
 
 from debug_training_logs import meanwhile
-from debug_training_logs.analysis import evidence, inventory, nccl_table
+from debug_training_logs.analysis import evidence, nccl_table
 from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
 from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.errors import UserInputError
@@ -34,6 +34,7 @@ from debug_training_logs.models import Coverage, Model, build_deferred
 from debug_training_logs.tools import attempt_choice
 from debug_training_logs.tools._cache import TOOL
 from debug_training_logs.tools.registry import all_tools, tool_by_name
+from tests.test_post_scan_fold import worker_facts
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -209,27 +210,7 @@ def test_the_ais_logs_read_during_the_worker_scan_give_the_same_evidence(
     logs, ais = _logs(name), FIXTURES / name / "ais"
     if not logs.is_dir():
         logs = FIXTURES / name / "logs"
-    arrived: list[int] = []
-    when: list[int] = []
-    real_own = evidence.ais_own
-    real_scan = evidence.scan_consumers
-
-    def own(d: Path) -> Any:
-        when.append(len(arrived))
-        return real_own(d)
-
-    def counting_scan(*args: Any, **kwargs: Any) -> Any:
-        inner = kwargs.get("on_file")
-
-        def on_file(j: int, results: Any) -> None:
-            arrived.append(j)
-            if inner is not None:
-                inner(j, results)
-
-        return real_scan(*args, **{**kwargs, "on_file": on_file})
-
-    monkeypatch.setattr(evidence, "ais_own", own)
-    monkeypatch.setattr(evidence, "scan_consumers", counting_scan)
+    arrived, when = _count_reads(monkeypatch, evidence, "ais_own", evidence)
     got = evidence.gather_evidence(logs, ais)
     assert when == [1], "read once, while the worker scan ran, after its first file"
     assert not meanwhile._queue()
@@ -258,6 +239,35 @@ def test_an_ais_directory_that_fails_fails_as_before(tmp_path: Path, monkeypatch
     assert not meanwhile._queue()
 
 
+def _count_reads(
+    monkeypatch: pytest.MonkeyPatch, reader_module: Any, reader: str, scan_module: Any
+) -> tuple[list[int], list[int]]:
+    """(the files arrived from the scan so far, how many had arrived at each call of ``reader_module.<reader>``, the
+    AIS or flight-recorder reading queued for the scan), the scan called as ``scan_module.scan_consumers``."""
+    arrived: list[int] = []
+    when: list[int] = []
+    real_read = getattr(reader_module, reader)
+    real_scan = scan_module.scan_consumers
+
+    def read(*args: Any) -> Any:
+        when.append(len(arrived))
+        return real_read(*args)
+
+    def counting_scan(*args: Any, **kwargs: Any) -> Any:
+        inner = kwargs.get("on_file")
+
+        def on_file(j: int, results: Any) -> None:
+            arrived.append(j)
+            if inner is not None:
+                inner(j, results)
+
+        return real_scan(*args, **{**kwargs, "on_file": on_file})
+
+    monkeypatch.setattr(reader_module, reader, read)
+    monkeypatch.setattr(scan_module, "scan_consumers", counting_scan)
+    return arrived, when
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("with_fr_dir", [False, True])
 def test_nccl_reads_the_flight_recorder_dumps_during_the_scan(
@@ -270,27 +280,7 @@ def test_nccl_reads_the_flight_recorder_dumps_during_the_scan(
     monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
     logs = FIXTURES / "real_torch" / "stall_fr" / "logs"
     fr_dir = str(FIXTURES / "real_torch" / "stall_fr" / "fr") if with_fr_dir else None
-    arrived: list[int] = []
-    when: list[int] = []
-    real_dumps = tool._dumps
-    real_scan = inventory.scan_consumers
-
-    def dumps(root: Path, d: str | None) -> Any:
-        when.append(len(arrived))
-        return real_dumps(root, d)
-
-    def counting_scan(*args: Any, **kwargs: Any) -> Any:
-        inner = kwargs.get("on_file")
-
-        def on_file(j: int, results: Any) -> None:
-            arrived.append(j)
-            if inner is not None:
-                inner(j, results)
-
-        return real_scan(*args, **{**kwargs, "on_file": on_file})
-
-    monkeypatch.setattr(tool, "_dumps", dumps)
-    monkeypatch.setattr(attempt_choice, "scan_consumers", counting_scan)
+    arrived, when = _count_reads(monkeypatch, tool, "_dumps", attempt_choice)
     spec = tool_by_name("nccl")
     assert spec is not None
     got = spec.call(logs_dir=str(logs), fr_dir=fr_dir)
@@ -314,49 +304,14 @@ def test_analyze_reads_the_flight_recorder_dumps_during_the_scan(
 ) -> None:
     monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
     logs = FIXTURES / "real_torch" / "stall_fr" / "logs"
-    arrived: list[int] = []
-    when: list[int] = []
     real_dumps = evidence._dumps
-    real_scan = evidence.scan_consumers
-
-    def dumps(root: Path, d: Path | None) -> Any:
-        when.append(len(arrived))
-        return real_dumps(root, d)
-
-    def counting_scan(*args: Any, **kwargs: Any) -> Any:
-        inner = kwargs.get("on_file")
-
-        def on_file(j: int, results: Any) -> None:
-            arrived.append(j)
-            if inner is not None:
-                inner(j, results)
-
-        return real_scan(*args, **{**kwargs, "on_file": on_file})
-
-    monkeypatch.setattr(evidence, "_dumps", dumps)
-    monkeypatch.setattr(evidence, "scan_consumers", counting_scan)
+    _arrived, when = _count_reads(monkeypatch, evidence, "_dumps", evidence)
     got = evidence.gather_evidence(logs, fr_dir=fr_dir)
     assert when == [1]
     assert not meanwhile._queue()
     assert got.flight_recorder is not None and got.flight_recorder.dumps
     want = real_dumps(logs.resolve(), fr_dir)
     assert dataclasses.asdict(got.flight_recorder) == dataclasses.asdict(want)
-
-
-def _worker_facts(w: Any) -> dict[str, Any]:
-    return {
-        "tallies": w.tallies,
-        "counts": w.counts,
-        "counts_by_rank": w.counts_by_rank,
-        "first_by_rank": w.first_by_rank,
-        "last_by_rank": w.last_by_rank,
-        "rank_host": w.rank_host,
-        "file_host": w.file_host,
-        "file_end": w.file_end,
-        "step_ms": {r: list(p) for r, p in w.step_ms.items()},
-        "memory_mb": {r: list(p) for r, p in w.memory_mb.items()},
-        "clock": w.clock.facts,
-    }
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -379,7 +334,7 @@ def test_the_fold_from_items_unpacked_as_files_arrive_equals_the_fold_after_the_
     for cap in (10**6, 1, 0):
         CACHE.clear()
         monkeypatch.setattr(evidence, "EARLY_ITEMS_FILES", cap)
-        got[cap] = _worker_facts(evidence.gather_evidence(logs).worker)
+        got[cap] = worker_facts(evidence.gather_evidence(logs).worker)
     restarted = name.startswith("real_torch")
     assert seen[2] == 0 and (restarted or (seen[0] > 1 and seen[1] == 1)), seen
     assert got[10**6] == got[0]

@@ -281,13 +281,17 @@ class _CompositeSink:
             self._routes = {}
             _LAST_ROUTES = (parts, markers_at, self._routes)
 
-    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+    def _route_of(self, pattern_ids: list[int]) -> _Route:
+        """The route of a hit with these ids (worked out once per id set and scan, see :meth:`_route`)."""
         route = self._routes.get(tuple(pattern_ids))
         if route is None:
             route = self._route(pattern_ids)
             if len(self._routes) < _MAX_ROUTES:
                 self._routes[tuple(pattern_ids)] = route
-        inv, shares = route
+        return route
+
+    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
+        inv, shares = self._route_of(pattern_ids)
         if inv is not None:
             self.inventory.on_hit(inv, line_no, line)
         hits = self._hits
@@ -296,12 +300,7 @@ class _CompositeSink:
 
     def on_hits(self, pattern_ids: list[int], line_nos: list[int], lines: list[str]) -> None:
         """:meth:`on_hit` of each line of a run with the same ids (a consumer's sink with ``on_hits`` gets the run)."""
-        route = self._routes.get(tuple(pattern_ids))
-        if route is None:
-            route = self._route(pattern_ids)
-            if len(self._routes) < _MAX_ROUTES:
-                self._routes[tuple(pattern_ids)] = route
-        inv, shares = route
+        inv, shares = self._route_of(pattern_ids)
         if inv is not None:
             inventory_hit = self.inventory.on_hit
             for line_no, line in zip(line_nos, lines, strict=True):
