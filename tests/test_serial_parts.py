@@ -16,6 +16,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -179,6 +181,28 @@ def test_build_deferred_builds_every_result_model() -> None:
         models.append(cls)
     assert len(models) > 30
     assert all(m.__pydantic_complete__ for m in models if m is not Model)
+
+
+SERVER_BUILDS = """
+from debug_training_logs.models import Model
+from debug_training_logs.server.app import create_server
+
+create_server()
+todo, deferred = [Model], []
+while todo:
+    cls = todo.pop()
+    todo.extend(cls.__subclasses__())
+    if cls is not Model and not cls.__pydantic_complete__:
+        deferred.append(cls.__qualname__)
+print(len(deferred), deferred)
+"""
+
+
+def test_the_server_builds_every_result_model_when_it_starts() -> None:
+    """A client's first call of a tool does not wait for its result models to be built (a fresh interpreter: this
+    one's models may have been built by other tests)."""
+    out = subprocess.run([sys.executable, "-c", SERVER_BUILDS], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "0 []"
 
 
 def test_a_deferred_model_is_built_on_first_use_and_answers_as_a_built_one() -> None:

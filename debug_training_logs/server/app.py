@@ -40,6 +40,7 @@ from pydantic import BaseModel
 from debug_training_logs import __version__, paths, progress
 from debug_training_logs.analysis import scan_cache
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.models import build_deferred
 from debug_training_logs.printers import store
 from debug_training_logs.render import render_text
 from debug_training_logs.tools.registry import ToolSpec, all_tools
@@ -153,6 +154,7 @@ def create_server(roots: Sequence[str | os.PathLike[str]] | None = None) -> MCPS
             structured_output=True,
         )
     _register_extras(server)
+    build_deferred()  # every result model built now, not on the first call of each tool (a client waits on that)
     return server
 
 
