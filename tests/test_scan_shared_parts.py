@@ -66,3 +66,33 @@ def test_dense_parts_are_shared_between_files(tmp_path: Path, monkeypatch: pytes
     for k, (_rel, counts, ranks, sampled, _lines, seen) in enumerate(together):
         assert ranks == list(range(8 * k, 8 * k + 8)) and sampled == [0] and counts[1] == 1
         assert len(seen) < 8 * 3000 // 4  # sampled, not every metric line
+
+
+def test_worker_processes_take_the_scan_from_the_fork_and_leave_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parallel scan's arguments reach its forked workers through :data:`scan._TASKS` (a task names only its
+    token and file): the results equal one process's, and no scan's arguments stay once it ends, however it ends."""
+    for k, first in enumerate((0, 8, 16, 24)):
+        _node(tmp_path / f"node{k}.log", first, 400, {first + 3: 300 - 50 * k})
+    files = sorted(discover(tmp_path)[0], key=lambda f: f.rel)
+    spec = PatternSpec((r"Epoch \d+: \d+/", "Connection reset"), dense=(True, False))
+    monkeypatch.setattr(scan, "_worker_count", lambda files: 1)
+    alone = _results(files, spec)
+    monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
+    tasks: list[Any] = []
+    real_submit = scan.ProcessPoolExecutor.submit
+
+    def submit(pool: Any, fn: Any, *args: Any) -> Any:
+        tasks.append((fn, args))
+        return real_submit(pool, fn, *args)
+
+    monkeypatch.setattr(scan.ProcessPoolExecutor, "submit", submit)
+    assert _results(files, spec) == alone
+    assert len(tasks) == len(files) and all(fn is scan._scan_task and len(args) == 2 for fn, args in tasks)
+    assert not scan._TASKS
+    scans = scan.scan_each(files, spec, _Lines, lambda s: s.lines)
+    next(scans)
+    assert len(scan._TASKS) == 1  # in use while the scan runs
+    scans.close()  # a caller that stops reading early (an error in its fold)
+    assert not scan._TASKS
