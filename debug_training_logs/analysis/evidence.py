@@ -80,7 +80,7 @@ from debug_training_logs.analysis.inventory import (
 )
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
-from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR, read_lines
+from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR, TimeBounds, read_lines
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
@@ -718,7 +718,7 @@ def _in_year(h: Hit, flags: int, year: int) -> Hit:
 
 
 @dataclass(frozen=True, slots=True)
-class Hit:
+class Hit(TimeBounds):
     """One log line that matched a signal, with its rank and time (worker clock)."""
 
     signal: str
@@ -732,16 +732,6 @@ class Hit:
     """For a line without a time: the latest time on an earlier matched line of the same file (a lower bound)."""
     before: datetime | None = None
     """For a line without a time: the earliest time on a later matched line of the same file (an upper bound)."""
-
-    @property
-    def earliest(self) -> datetime | None:
-        """The earliest moment the line can have been written."""
-        return self.time or self.after
-
-    @property
-    def latest(self) -> datetime | None:
-        """The latest moment the line can have been written."""
-        return self.time or self.before
 
     @property
     def when(self) -> datetime | None:

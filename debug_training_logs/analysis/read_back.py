@@ -31,8 +31,28 @@ MAX_LINES_PAST = 2_000_000
 """After the last wanted line of a file, read at most this many more lines looking for the next line with a time."""
 
 
+class TimeBounds:
+    """What a line's own time and the times of the nearest timed lines around it (a lower and an upper bound) say of
+    when it was written; mixed into the dataclasses that carry those three fields."""
+
+    __slots__ = ()
+    time: datetime | None
+    after: datetime | None
+    before: datetime | None
+
+    @property
+    def earliest(self) -> datetime | None:
+        """The earliest moment the line can have been written."""
+        return self.time or self.after
+
+    @property
+    def latest(self) -> datetime | None:
+        """The latest moment the line can have been written."""
+        return self.time or self.before
+
+
 @dataclass(frozen=True, slots=True)
-class LineAt:
+class LineAt(TimeBounds):
     """One line read back from a file, with its own time or the times around it."""
 
     file: str
@@ -44,14 +64,6 @@ class LineAt:
     """The time of the nearest earlier line that has one (a lower bound)."""
     before: datetime | None
     """The time of the nearest later line that has one (an upper bound)."""
-
-    @property
-    def earliest(self) -> datetime | None:
-        return self.time or self.after
-
-    @property
-    def latest(self) -> datetime | None:
-        return self.time or self.before
 
 
 def safe_path(root: Path, rel: str) -> Path | None:
