@@ -33,6 +33,7 @@ from tests.test_nccl_lean_scan import (
     _nccl_init,
     _scanned_markers,
     _status,
+    lean_and_full_patterns,
     lean_equals_full,
 )
 
@@ -55,12 +56,7 @@ def assert_lean_equals_full(monkeypatch: pytest.MonkeyPatch, logs: Path, **kw: A
 
 
 def test_the_lean_scan_searches_fewer_markers(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen = _scanned_markers(monkeypatch)
-    logs = FIXTURES / "data_stall" / "logs"
-    _answer(logs)
-    with full_scan(monkeypatch):
-        _answer(logs)
-    lean_n, full_n = seen
+    lean_n, full_n = lean_and_full_patterns(_answer, full_scan, monkeypatch)
     assert full_n - lean_n == len(inventory.MARKERS) - len(tool.GREP_INVENTORY_MARKERS)
     assert {m.name for m in inventory.MARKERS} > tool.GREP_INVENTORY_MARKERS > inventory.COVERAGE_MARKERS
 

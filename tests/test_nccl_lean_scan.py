@@ -80,13 +80,23 @@ def assert_lean_equals_full(monkeypatch: pytest.MonkeyPatch, logs: Path, **kw: A
     return lean_equals_full(_answer, full_scan, monkeypatch, logs, **kw)
 
 
-def test_the_lean_scan_searches_fewer_markers(monkeypatch: pytest.MonkeyPatch) -> None:
+def lean_and_full_patterns(
+    answer: Callable[..., dict[str, Any]],
+    full: Callable[[pytest.MonkeyPatch], contextlib.AbstractContextManager[None]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[int, int]:
+    """How many patterns a tool's scan of the data_stall fixture searches with its lean plan and within ``full``."""
     seen = _scanned_markers(monkeypatch)
     logs = FIXTURES / "data_stall" / "logs"
-    _answer(logs)
-    with full_scan(monkeypatch):
-        _answer(logs)
+    answer(logs)
+    with full(monkeypatch):
+        answer(logs)
     lean_n, full_n = seen
+    return lean_n, full_n
+
+
+def test_the_lean_scan_searches_fewer_markers(monkeypatch: pytest.MonkeyPatch) -> None:
+    lean_n, full_n = lean_and_full_patterns(_answer, full_scan, monkeypatch)
     assert full_n - lean_n == len(inventory.MARKERS) - len(inventory.COVERAGE_MARKERS)
     assert {m.name for m in inventory.MARKERS} > inventory.COVERAGE_MARKERS
 
