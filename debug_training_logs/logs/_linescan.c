@@ -405,6 +405,25 @@ done:
     return ok;
 }
 
+/* 1 when needle i occurs at st, wholly inside buf[lo:hi] (hi: at most the buffer's end) */
+static inline int
+needle_at(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t st, uint32_t i)
+{
+    Py_ssize_t len = f->length[i];
+    if (st < lo || st + len > hi)
+        return 0;
+    if (st + 8 <= hi) {
+        /* one word compare rejects almost every false candidate (an anchor pair is often common text) */
+        const unsigned char *w = buf + st;
+        uint64_t word = (uint64_t)w[0] | (uint64_t)w[1] << 8 | (uint64_t)w[2] << 16 | (uint64_t)w[3] << 24 |
+                        (uint64_t)w[4] << 32 | (uint64_t)w[5] << 40 | (uint64_t)w[6] << 48 | (uint64_t)w[7] << 56;
+        if ((word ^ f->head[i]) & f->head_mask[i])
+            return 0;
+        return len <= 8 || memcmp(buf + st + 8, f->blob + f->offset[i] + 8, (size_t)(len - 8)) == 0;
+    }
+    return memcmp(buf + st, f->blob + f->offset[i], (size_t)len) == 0;
+}
+
 /* index of a needle that occurs with its anchor (or, one-byte needles, its start) at p, setting *s to its start; -1 */
 static inline Py_ssize_t
 verify(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t n, Py_ssize_t p, Py_ssize_t *s)
@@ -423,24 +442,7 @@ verify(const Finder *f, const unsigned char *buf, Py_ssize_t lo, Py_ssize_t n, P
     for (uint32_t j = f->bucket_start[b]; j < f->bucket_start[b + 1]; j++) {
         uint32_t i = f->items[j];
         Py_ssize_t st = p - f->anchor[i];
-        Py_ssize_t len = f->length[i];
-        if (st < lo || st + len > n)
-            continue;
-        if (st + 8 <= n) {
-            /* one word compare rejects almost every false candidate (an anchor pair is often common text) */
-            const unsigned char *w = buf + st;
-            uint64_t word = (uint64_t)w[0] | (uint64_t)w[1] << 8 | (uint64_t)w[2] << 16 | (uint64_t)w[3] << 24 |
-                            (uint64_t)w[4] << 32 | (uint64_t)w[5] << 40 | (uint64_t)w[6] << 48 |
-                            (uint64_t)w[7] << 56;
-            if ((word ^ f->head[i]) & f->head_mask[i])
-                continue;
-            if (len <= 8 || memcmp(buf + st + 8, f->blob + f->offset[i] + 8, (size_t)(len - 8)) == 0) {
-                *s = st;
-                return (Py_ssize_t)i;
-            }
-            continue;
-        }
-        if (memcmp(buf + st, f->blob + f->offset[i], (size_t)len) == 0) {
+        if (needle_at(f, buf, lo, n, st, i)) {
             *s = st;
             return (Py_ssize_t)i;
         }
@@ -1129,11 +1131,7 @@ needles_at(const Finder *f, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t 
             uint32_t b = f->bucket_of[v];
             for (uint32_t j = f->bucket_start[b]; j < f->bucket_start[b + 1]; j++) {
                 uint32_t i = f->items[j];
-                Py_ssize_t st = q - f->anchor[i];
-                Py_ssize_t len = f->length[i];
-                if (st < ls || st + len > le)
-                    continue;
-                if (memcmp(buf + st, f->blob + f->offset[i], (size_t)len) != 0)
+                if (!needle_at(f, buf, ls, le, q - f->anchor[i], i))
                     continue;
                 int dup = 0;
                 for (Py_ssize_t k = 0; k < *count; k++)
