@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from debug_training_logs.analysis import inventory
-from debug_training_logs.analysis.scan_cache import CACHE, set_default_companions, standard_consumers
+from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.tools import grep_all_ranks as tool
 from debug_training_logs.tools import job_overview
 from fixtures.worker_gen import JobSpec, generate
@@ -31,8 +31,8 @@ from tests.test_nccl_lean_scan import (
     VARIANTS,
     _filler,
     _nccl_init,
-    _scanned_markers,
     _status,
+    assert_a_server_keeps_the_full_inventory,
     lean_and_full_patterns,
     lean_equals_full,
 )
@@ -145,14 +145,4 @@ def test_grep_options(monkeypatch: pytest.MonkeyPatch, kw: dict[str, Any]) -> No
 
 
 def test_a_server_keeps_the_full_inventory(monkeypatch: pytest.MonkeyPatch) -> None:
-    logs = FIXTURES / "data_stall" / "logs"
-    CACHE.clear()
-    set_default_companions(standard_consumers())
-    try:
-        tool.grep_all_ranks(str(logs))
-        seen = _scanned_markers(monkeypatch)
-        job_overview.job_overview(str(logs))
-        assert seen == []  # the first scan kept every marker: the overview reads nothing
-    finally:
-        set_default_companions(())
-        CACHE.clear()
+    assert_a_server_keeps_the_full_inventory(monkeypatch, tool.grep_all_ranks, FIXTURES / "data_stall" / "logs")

@@ -299,16 +299,25 @@ def test_a_full_inventory_serves_the_lean_scan(monkeypatch: pytest.MonkeyPatch, 
     assert seen == [] and again == lean
 
 
-def test_a_server_keeps_the_full_inventory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    logs = _write(tmp_path)
+def assert_a_server_keeps_the_full_inventory(
+    monkeypatch: pytest.MonkeyPatch, lean_tool: Callable[[str], object], logs: Path
+) -> None:
+    """In a server (the standard companions in force), a tool with a lean plan still scans every inventory marker:
+    the overview that follows reads nothing."""
+    CACHE.clear()
     set_default_companions(standard_consumers())
     try:
-        tool.nccl_state_table(str(logs))
+        lean_tool(str(logs))
         seen = _scanned_markers(monkeypatch)
         job_overview.job_overview(str(logs))
         assert seen == []  # the first scan kept every marker: the overview reads nothing
     finally:
         set_default_companions(())
+        CACHE.clear()
+
+
+def test_a_server_keeps_the_full_inventory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert_a_server_keeps_the_full_inventory(monkeypatch, tool.nccl_state_table, _write(tmp_path))
 
 
 def test_one_inventory_per_job_and_a_changed_file_builds_a_new_one(
