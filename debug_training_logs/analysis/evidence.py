@@ -56,7 +56,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from debug_training_logs import meanwhile, progress
 from debug_training_logs.analysis import attempts as attempts_mod
@@ -84,6 +84,7 @@ from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR, TimeBou
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
+from debug_training_logs.frozen import positional
 from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs import fields as native_fields
 from debug_training_logs.logs.attribution import rank_and_source_plain, strip_ansi
@@ -669,7 +670,7 @@ def _digest(fh: _FileHits, year: int) -> _FileDigest | None:
                     continue
                 at[raw.line] = len(hits)
                 (when, a), (after, b), (before, c) = conv(raw.wt), conv(raw.after), conv(raw.before)
-                hits.append(Hit(name, rel, raw.line, raw.text, raw.rank, when, after, before))
+                hits.append(_new_evidence_hit(name, rel, raw.line, raw.text, raw.rank, when, after, before))
                 flags.append(a | b << 1 | c << 2)
             signals[name] = _SignalDigest(
                 t.count,
@@ -740,6 +741,11 @@ class Hit(TimeBounds):
 
     def cite(self) -> Evidence:
         return Evidence(file=self.file, line=self.line, text=self.text)
+
+
+_new_evidence_hit: Final = positional(Hit)
+"""``Hit(signal, file, line, text, rank, time, after, before)`` for the worker's digest (~85 per file; see
+:func:`~debug_training_logs.frozen.positional`)."""
 
 
 @dataclass(frozen=True, slots=True)
