@@ -9,6 +9,10 @@ first file). Prints the median round: sink CPU in all, then per (sink, pattern s
 per hit and milliseconds in all; ``finish`` is the sinks' end-of-file work; ``batched runs`` is the evidence sink's
 reading of the progress lines it held, per line (with the compiled helper their hits only append them to a batch). The scan
 itself is not timed.
+
+``--pack`` instead times the consumers' pack that a scan worker runs after each file (``inventory._pack_scan``) on the
+recorded files' scan results, median of ``--rounds``: each consumer's ``refine``, the pickling and the zstd
+compression of the packed values (``memo.pack``), and the rest (the file's own facts, the shares).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import contextlib
 import gc
 import io
+import statistics
 import sys
 import time
 from collections import Counter, defaultdict
@@ -26,9 +31,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from debug_training_logs import cli  # noqa: E402
+import zstandard  # noqa: E402
+
+from debug_training_logs import cli, memo  # noqa: E402
 from debug_training_logs.analysis import evidence, inventory, templates  # noqa: E402
 from debug_training_logs.logs import scan  # noqa: E402
+
+PACKED: list[tuple[Any, Any]] = []
+"""(the consumers' pack, the file's scan result) of every file the recorded run scanned (for ``--pack``)."""
 
 Key = tuple[str, tuple[int, ...]]
 BATCHED: Key = ("batched runs", ())
@@ -51,9 +61,14 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
         self.calls.append((list(ids), line_no, line))
         on_hit(self, ids, line_no, line)
 
-    def rec_scan(fs: Any, spec: Any, factory: Any, *args: Any, **kw: Any) -> Any:
+    def rec_scan(fs: Any, spec: Any, factory: Any, packer: Any, *args: Any, **kw: Any) -> Any:
         patterns.append(spec.patterns)
-        return scan_each(fs, spec, factory, *args, **kw)
+
+        def keep(scanned: Any) -> Any:
+            PACKED.append((packer, scanned))
+            return packer(scanned)
+
+        return scan_each(fs, spec, factory, keep, *args, **kw)
 
     setattr(scan, "_worker_count", lambda fs: 1)  # noqa: B010
     setattr(inventory._CompositeSink, "__init__", rec_init)  # noqa: B010
@@ -140,10 +155,63 @@ def _replay(
         spent[BATCHED] += batched[0] - before
 
 
+def pack_round(packed: list[tuple[Any, Any]]) -> dict[str, float]:
+    """One pack of every recorded file (the template memo emptied first): CPU seconds per part."""
+    getattr(templates, "_shared", {}).clear()
+    clock = time.process_time
+    spent: dict[str, float] = defaultdict(float)
+    values: list[Any] = []
+    real_pack = inventory.pack
+
+    def timed(f: Any, label: str) -> Any:
+        def call(*a: Any) -> Any:
+            t = clock()
+            try:
+                return f(*a)
+            finally:
+                spent[label] += clock() - t
+
+        return call
+
+    def pack(value: Any) -> Any:
+        values.append(value)
+        t = clock()
+        try:
+            return real_pack(value)
+        finally:
+            spent["memo.pack (pickle + zstd)"] += clock() - t
+
+    setattr(inventory, "pack", pack)  # noqa: B010
+    try:
+        for packer, scanned in packed:
+            layout, refiners = packer.args
+            refiners = tuple(None if f is None else timed(f, f"refine {f.__qualname__}") for f in refiners)
+            t = clock()
+            inventory._pack_scan(layout, refiners, scanned)
+            spent["pack in all"] += clock() - t
+    finally:
+        setattr(inventory, "pack", real_pack)  # noqa: B010
+    blobs = [v for value in values for v in (value if type(value) is tuple else (value,))]
+    t = clock()
+    pickles = []
+    for v in blobs:
+        buf = io.BytesIO()
+        memo._Pickler(buf, protocol=memo.PROTOCOL).dump(v)
+        pickles.append(buf.getvalue())
+    spent["  of which pickling"] = clock() - t
+    t = clock()
+    for raw in pickles:
+        zstandard.ZstdCompressor(level=memo.COMPRESSION_LEVEL).compress(raw)
+    spent["  of which zstd"] = clock() - t
+    spent["bytes pickled"] = sum(map(len, pickles))
+    return spent
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--pack", action="store_true", help="time the consumers' pack per file instead of the sinks")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="COMMAND LOGS [AIS] as for the CLI")
     args = ap.parse_args()
     files, patterns = record(args.command)
@@ -151,6 +219,23 @@ def main() -> int:
         print("no file was scanned")
         return 1
     gc.set_threshold(*cli.GC_THRESHOLDS)
+    if args.pack:
+        rounds = [pack_round(PACKED) for _ in range(args.rounds)]
+        n = len(PACKED)
+        print(
+            f"{args.command[0]}: the pack of {n} files, CPU per file (median of {args.rounds}; level "
+            f"{memo.COMPRESSION_LEVEL}, {statistics.median(r['bytes pickled'] for r in rounds) / n / 1024:.1f} KB "
+            "pickled per file)"
+        )
+        med = {label: statistics.median(r[label] for r in rounds) * 1e3 / n for label in rounds[0]}
+        refines = sorted((k for k in med if k.startswith("refine ")), key=lambda k: -med[k])
+        med["rest (own facts, shares)"] = (
+            med["pack in all"] - med["memo.pack (pickle + zstd)"] - sum(med[k] for k in refines)
+        )
+        order = ["pack in all", *refines, "memo.pack (pickle + zstd)", "  of which pickling", "  of which zstd"]
+        for label in [*order, "rest (own facts, shares)"]:
+            print(f"  {label:36} {med[label]:6.2f} ms")
+        return 0
     runs = sorted((replay(files) for _ in range(args.rounds)), key=lambda r: r[0])
     total, spent, hits = runs[len(runs) // 2]
     n, k = len(files), files[0][2]

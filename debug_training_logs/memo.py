@@ -49,8 +49,9 @@ def _budget_mb(text: str | None, default: int = 96) -> int:
 
 MAX_BYTES = _budget_mb(os.environ.get("DEBUG_TRAINING_LOGS_CACHE_MB")) << 20
 """The cache's budget in bytes (estimated): ``DEBUG_TRAINING_LOGS_CACHE_MB``, default 96 MiB. The packed scan results
-of every tool's questions (the server's companions) take ~3.7 KB per rank: ~4 MB for a 1,024-rank job, ~40 MB for
-10,240 ranks, so a server keeps the job it is asked about (and its tables) while the process stays under 300 MB."""
+of every tool's questions (the server's companions) take ~4.0 KB per rank (3.7 KB at zstd level 1): ~4 MB for a
+1,024-rank job, ~41 MB for 10,240 ranks, so a server keeps the job it is asked about (and its tables) while the process
+stays under 300 MB."""
 
 ENTRY_OVERHEAD = 200
 """Bytes counted per entry on top of its own estimate (key tuple, map slot)."""
