@@ -559,8 +559,8 @@ class _TimeText:
             return None
         known = self._texts.get(d)
         if known is None:
-            known = self._texts[d] = d.isoformat(timespec="seconds") if self.year is not None else d.strftime(
-                "%m-%d %H:%M:%S"
+            known = self._texts[d] = (
+                d.isoformat(timespec="seconds") if self.year is not None else d.strftime("%m-%d %H:%M:%S")
             )
         return known
 
