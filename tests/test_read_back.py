@@ -31,7 +31,8 @@ SMALL_WINDOW = 4096
 
 
 def _lines(seed: int, n: int, *, long_every: int = 0) -> list[bytes]:
-    """Log lines: timed NeMo lines, untimed progress and traceback lines (long stretches without a time)."""
+    """Log lines: timed NeMo and c10 lines, untimed progress and traceback lines (long stretches without a time), and
+    untimed lines that hold a piece of a time (``2031-``, ``:07.``: what the read-back's native search stops at)."""
     rng = random.Random(seed)
     out: list[bytes] = []
     minute = 0
@@ -44,6 +45,11 @@ def _lines(seed: int, n: int, *, long_every: int = 0) -> list[bytes]:
             out.append(b"[NeMo I 2026-05-21 07:%02d:%02d train:88] step %d" % (minute // 60 % 60, minute % 60, i))
         elif r < 0.2:
             out.append(b"\x1b[31m[rank3]: ValueError: bad sample %d\x1b[0m" % i)
+        elif r < 0.22:  # a c10/glog header's time (no date)
+            minute += 1
+            out.append(b"[rank5]:[W521 07:%02d:%02d.%06d00 ProcessGroupNCCL.cpp:1234] hb" % (minute // 60 % 60, 7, i))
+        elif r < 0.24:  # a date's or a glog time's start without the rest: no time
+            out.append(b"[rank2]: shard 2031-%02d eta 00:%02d.5s" % (i % 99, i % 60))
         else:
             out.append(
                 b"[rank%d]: Epoch 0: %d%%|####| %d/10000 [loss=2.%03d]" % (i % 8, i % 100, i, rng.randrange(999))

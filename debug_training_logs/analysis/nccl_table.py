@@ -537,6 +537,8 @@ class _TimeText:
         self.year = year
         self._seen: dict[tuple[int, int, str], datetime | None] = {}
         """Per wall-clock second written: its datetime (every rank's rows cite the same few seconds)."""
+        self._texts: dict[datetime, str] = {}
+        self._starts: dict[tuple[datetime, int], str | None] = {}
 
     def dt(self, h: tn.Header | None) -> datetime | None:
         """A datetime for arithmetic (the LEAP year when the year is not known: format with :meth:`text`)."""
@@ -555,9 +557,21 @@ class _TimeText:
         """ISO 8601 with the known year, or ``MM-DD HH:MM:SS`` as the log wrote it when no line states the year."""
         if d is None:
             return None
-        if self.year is not None:
-            return d.isoformat(timespec="seconds")
-        return d.strftime("%m-%d %H:%M:%S")
+        known = self._texts.get(d)
+        if known is None:
+            known = self._texts[d] = (
+                d.isoformat(timespec="seconds") if self.year is not None else d.strftime("%m-%d %H:%M:%S")
+            )
+        return known
+
+    def began(self, end: datetime, span_ms: int) -> str | None:
+        """:meth:`text` of when a collective that ran ``span_ms`` until a line written at ``end`` (to the second)
+        started: the line says only the second, so its middle, minus the span, rounded to the second."""
+        key = (end, span_ms)
+        if key not in self._starts:
+            began = end + timedelta(milliseconds=500) - timedelta(milliseconds=span_ms)
+            self._starts[key] = self.text((began + timedelta(microseconds=500_000)).replace(microsecond=0))
+        return self._starts[key]
 
     def iso(self, h: tn.Header | None) -> str | None:
         return self.text(self.dt(h))
@@ -732,9 +746,7 @@ def _fill(b: _RowBuild, times: _TimeText) -> None:
         r.timeout_time_year_inferred = r.timeout_time is not None and times.year is not None
         span = r.ran_for_ms if r.ran_for_ms is not None else r.timeout_ms
         if start is not None and span is not None:
-            # the line says only the second: take its middle, subtract the span, round to the second
-            began = start + timedelta(milliseconds=500) - timedelta(milliseconds=span)
-            r.collective_start_time = times.text((began + timedelta(microseconds=500_000)).replace(microsecond=0))
+            r.collective_start_time = times.began(start, span)
     sig = b.observed or b.dump
     if sig is not None:
         r.signal_time = times.iso(sig.hit.header)
