@@ -82,10 +82,10 @@ class _TimedFinder:
         self.finder = finder
         self.spent = spent
 
-    def find_lines(self, *args: Any) -> Any:
+    def hits(self, *args: Any) -> Any:
         t0 = time.process_time()
         try:
-            return self.finder.find_lines(*args)
+            return self.finder.hits(*args)
         finally:
             self.spent["finder pass"] += time.process_time() - t0
 
