@@ -263,3 +263,92 @@ def test_a_fallback_pattern_next_to_native_ones_equals_the_pure_python_scan(
     monkeypatch.setattr(scan, "DENSE_HEAD_HITS", rnd.choice([3, 64]))
     monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([100, 3000]))
     assert assert_same_scans(root, monkeypatch, spec, sample=None) > 0
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_sample_with_checks_equals_checking_its_walk_in_python(seed: int) -> None:
+    """``Finder.sample`` with a check: each piece's proposed lines checked natively (a sure literal in the line, else
+    the regex) up to the first that fails, equal to checking the plain walk's lines in Python."""
+    ls_mod = _linescan()
+    rnd = random.Random(seed)
+    needles = sorted(set(rnd.sample([b"ab", b"WARN", b"err", b"loss", b"x", b"12", b"7"], rnd.randrange(1, 4))))
+    body = _buffer(rnd, needles)
+    pre = b"ab 7\n" * rnd.randrange(0, 3)
+    buf = pre + body + b"x ab"
+    lo, hi = len(pre), len(pre) + len(body)
+    cuts = sorted(rnd.sample(range(lo, hi + 1), min(hi + 1 - lo, rnd.randrange(0, 4))))
+    bounds = list(zip([lo, *cuts], [*cuts, hi], strict=True))
+    rx = _rx(rnd.choice([r"\d", "ab|WARN", "loss$", "x.*7", "^e"]))
+    sure = rnd.choice([(), (b"ab",), (b"WARN", b"7"), (b"",)])
+    stride = rnd.choice([1, 40, 400])
+    finder = ls_mod.Finder(needles)
+    want = []
+    for chain in finder.sample(buf, bounds, stride):
+        starts, failed = [], -1
+        for a, b in chain:
+            line = buf[a:b]
+            if any(lit in line for lit in sure) or _matches(rx, line):
+                starts.append(a)
+                continue
+            failed = b
+            break
+        want.append((starts, failed))
+    assert finder.sample(buf, bounds, stride, -1, sure, rx.Match, _UNANCHORED) == want
+    assert finder.sample(buf, bounds, stride, -1, None, rx.Match, _UNANCHORED) == [
+        (s, f) for s, f in _checked(finder.sample(buf, bounds, stride), buf, rx)
+    ]
+    with pytest.raises(ValueError):
+        finder.sample(buf, bounds, stride, 0, sure, rx.Match, _UNANCHORED)  # base and a check
+    with pytest.raises(TypeError):
+        finder.sample(buf, bounds, stride, -1, ["ab"], rx.Match, _UNANCHORED)  # str, not bytes
+
+
+def _checked(chains: list[list[tuple[int, int]]], buf: bytes, rx: Any) -> list[tuple[list[int], int]]:
+    out = []
+    for chain in chains:
+        starts, failed = [], -1
+        for a, b in chain:
+            if not _matches(rx, buf[a:b]):
+                failed = b
+                break
+            starts.append(a)
+        out.append((starts, failed))
+    return out
+
+
+def test_hits_and_checked_samples_do_not_leak() -> None:
+    """Many finders with pattern tables, pages of hits with DFA and extra lines and caps, checked samples: the
+    resident set stays put, and the objects passed in keep their reference counts."""
+    import resource
+    import sys
+
+    ls_mod = _linescan()
+    rnd = random.Random(3)
+    dense = b"ab x 7\nzz\n" * (1 << 13)
+    starts = _line_starts(dense, 0, len(dense))
+    extra = {ls: [1] for ls in starts[::7]}
+    extra_starts = sorted(extra)
+    dfa = starts[::5]
+    rx, rx2 = _rx("x"), _rx("zz")
+    sure = (b"ab",)
+
+    def churn(rounds: int) -> None:
+        for _ in range(rounds):
+            needles = [b"ab", b"zz", *(bytes(rnd.randrange(97, 123) for _ in range(3)) for _ in range(20))]
+            f = ls_mod.Finder(needles)
+            t = Table(rnd, needles, 70)
+            t.install(f)
+            left: dict[int, int] | None = {0: 5, 1: 3}
+            pos, spent = 0, {}
+            while pos < len(dense):
+                _hits, _nl, pos = f.hits(dense, pos, 1 << 12, len(dense), 0, dfa, extra_starts, extra, left, spent)
+            f.sample(dense, [(0, len(dense) // 2), (len(dense) // 2, len(dense))], 64, -1, sure, rx2.Match, _UNANCHORED)
+
+    churn(3)
+    refs = [sys.getrefcount(o) for o in (extra[starts[0]], sure, dfa, extra_starts)]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    churn(40)
+    grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert [sys.getrefcount(o) for o in (extra[starts[0]], sure, dfa, extra_starts)] == refs
+    assert grown_kb < 8 << 10, f"peak RSS grew by {grown_kb} KB over 40 rounds"
+    del rx

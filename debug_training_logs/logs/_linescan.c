@@ -1472,9 +1472,26 @@ fail:
     return NULL;
 }
 
-/* 1 when verify[i] says line matches, 0 when not, -1 with an exception set */
+/* 1 when hay[0:n] holds needle[0:m] (m == 0: always), as Python's ``in`` */
 static int
-check_one(const Checks *c, Py_ssize_t i, PyObject *line)
+holds(const unsigned char *hay, Py_ssize_t n, const unsigned char *needle, Py_ssize_t m)
+{
+    if (m == 0)
+        return 1;
+#if defined(__GLIBC__)
+    return memmem(hay, (size_t)n, needle, (size_t)m) != NULL;
+#else
+    for (Py_ssize_t i = 0; i + m <= n; i++)
+        if (hay[i] == needle[0] && memcmp(hay + i, needle, (size_t)m) == 0)
+            return 1;
+    return 0;
+#endif
+}
+
+/* 1 when match(unanchored, line, 0, len(line))[0][0] >= 0 (an RE2 Match: the line matches), 0 when not, -1 with an
+ * exception set */
+static int
+match_at(PyObject *match, PyObject *unanchored, PyObject *line)
 {
     PyObject *argv[4];
     PyObject *zero = PyLong_FromLong(0), *size = PyLong_FromSsize_t(PyBytes_GET_SIZE(line));
@@ -1483,11 +1500,11 @@ check_one(const Checks *c, Py_ssize_t i, PyObject *line)
         Py_XDECREF(size);
         return -1;
     }
-    argv[0] = c->unanchored;
+    argv[0] = unanchored;
     argv[1] = line;
     argv[2] = zero;
     argv[3] = size;
-    PyObject *r = PyObject_Vectorcall(c->verify[i], argv, 4, NULL);
+    PyObject *r = PyObject_Vectorcall(match, argv, 4, NULL);
     Py_DECREF(zero);
     Py_DECREF(size);
     if (r == NULL)
@@ -1506,6 +1523,13 @@ check_one(const Checks *c, Py_ssize_t i, PyObject *line)
     if (PyErr_Occurred())
         return -1;
     return at >= 0;
+}
+
+/* 1 when verify[i] says line matches, 0 when not, -1 with an exception set */
+static int
+check_one(const Checks *c, Py_ssize_t i, PyObject *line)
+{
+    return match_at(c->verify[i], c->unanchored, line);
 }
 
 /* A list of the ids whose bits are set in bits (ascending), or NULL with an exception set */
@@ -1956,13 +1980,17 @@ fail:
 }
 
 PyDoc_STRVAR(sample_doc,
-"sample(buf, bounds, stride, base=-1) -> list[list[tuple[int, int]]]\n\n"
+"sample(buf, bounds, stride, base=-1, sure=None, check=None, unanchored=None) -> list[list[tuple[int, int]]]\n\n"
 "Per (lo, hi) of bounds (ascending pieces of buf), the lines a stride walk over buf[lo:hi] proposes, as\n"
 "(line_start, line_end) pairs: from pos = lo, the first line holding a needle that starts at or after pos (a\n"
 "line that began before pos, when pos is not a line start, is given from its real start, never before lo),\n"
 "then pos = max(line_start + stride, line_end + 1), until no line is left. The caller checks the lines and\n"
 "walks on by itself after the first that fails its check (as if every line proposed here passed). base >= 0 (at\n"
-"most the first piece's lo): each pair gets a third item, the newlines in buf[base:line_start].");
+"most the first piece's lo): each pair gets a third item, the newlines in buf[base:line_start]. check (a callable\n"
+"check(unanchored, line, 0, len(line)) whose [0][0] >= 0 when the line matches, an RE2 Match; with sure, a\n"
+"sequence of bytes: a line holding one of them matches without the call): each line is checked here, and per\n"
+"piece the answer is (the starts of the lines that passed, the end of the first that failed or -1): the walk stops\n"
+"at that line (the caller walks on from its end).");
 
 static PyObject *
 Finder_sample(Finder *self, PyObject *args)
@@ -1970,17 +1998,36 @@ Finder_sample(Finder *self, PyObject *args)
     Py_buffer view;
     PyObject *bounds_obj;
     Py_ssize_t stride, base = -1;
+    PyObject *sure_obj = Py_None, *check = Py_None, *unanchored = Py_None, *sure = NULL;
     if (self->blob == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Finder is not initialised");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "y*On|n", &view, &bounds_obj, &stride, &base))
+    if (!PyArg_ParseTuple(args, "y*On|nOOO", &view, &bounds_obj, &stride, &base, &sure_obj, &check, &unanchored))
         return NULL;
     Py_ssize_t counted_to = base, lines = 0; /* newlines in buf[base:counted_to] */
     PyObject *seq = PySequence_Fast(bounds_obj, "bounds must be a sequence of (lo, hi) pairs");
     if (seq == NULL) {
         PyBuffer_Release(&view);
         return NULL;
+    }
+    Py_ssize_t n_sure = 0;
+    if (check != Py_None) {
+        if (base >= 0 || !PyCallable_Check(check)) {
+            PyErr_SetString(PyExc_ValueError, "check must be callable, and base is not given with it");
+            goto fail_args;
+        }
+        if (sure_obj != Py_None) {
+            sure = PySequence_Fast(sure_obj, "sure must be a sequence of bytes");
+            if (sure == NULL)
+                goto fail_args;
+            n_sure = PySequence_Fast_GET_SIZE(sure);
+            for (Py_ssize_t j = 0; j < n_sure; j++)
+                if (!PyBytes_Check(PySequence_Fast_GET_ITEM(sure, j))) {
+                    PyErr_SetString(PyExc_TypeError, "sure must be a sequence of bytes");
+                    goto fail_args;
+                }
+        }
     }
     const unsigned char *buf = (const unsigned char *)view.buf;
     Py_ssize_t n_pieces = PySequence_Fast_GET_SIZE(seq);
@@ -2004,7 +2051,7 @@ Finder_sample(Finder *self, PyObject *args)
         if (chain == NULL)
             goto fail;
         PyList_SET_ITEM(out, k, chain);
-        Py_ssize_t pos = lo;
+        Py_ssize_t pos = lo, failed = -1;
         while (pos < hi) {
             Py_ssize_t nl;
             hits.len = 0;
@@ -2020,7 +2067,26 @@ Finder_sample(Finder *self, PyObject *args)
                 ls = before ? (before - buf) + 1 : lo;
             }
             PyObject *t;
-            if (base >= 0) {
+            if (check != Py_None) {
+                /* checked here: a sure literal inside the line, else the regex */
+                int ok = 0;
+                for (Py_ssize_t j = 0; j < n_sure && !ok; j++) {
+                    PyObject *lit = PySequence_Fast_GET_ITEM(sure, j);
+                    ok = holds(buf + ls, le - ls, (const unsigned char *)PyBytes_AS_STRING(lit), PyBytes_GET_SIZE(lit));
+                }
+                if (!ok) {
+                    PyObject *line = PyBytes_FromStringAndSize((const char *)buf + ls, le - ls);
+                    ok = line == NULL ? -1 : match_at(check, unanchored, line);
+                    Py_XDECREF(line);
+                    if (ok < 0)
+                        goto fail;
+                }
+                if (!ok) {
+                    failed = le;
+                    break;
+                }
+                t = PyLong_FromSsize_t(ls);
+            } else if (base >= 0) {
                 lines += count_nl(buf + counted_to, ls - counted_to);
                 counted_to = ls;
                 t = Py_BuildValue("(nnn)", ls, le, lines);
@@ -2034,14 +2100,24 @@ Finder_sample(Finder *self, PyObject *args)
             Py_DECREF(t);
             pos = ls + stride > le + 1 ? ls + stride : le + 1;
         }
+        if (check != Py_None) {
+            PyObject *pair = Py_BuildValue("(On)", chain, failed);
+            if (pair == NULL)
+                goto fail;
+            PyList_SET_ITEM(out, k, pair); /* pair holds chain now: the list's reference to it goes */
+            Py_DECREF(chain);
+        }
     }
     PyMem_RawFree(hits.items);
+    Py_XDECREF(sure);
     Py_DECREF(seq);
     PyBuffer_Release(&view);
     return out;
 fail:
     PyMem_RawFree(hits.items);
     Py_XDECREF(out);
+fail_args:
+    Py_XDECREF(sure);
     Py_DECREF(seq);
     PyBuffer_Release(&view);
     return NULL;

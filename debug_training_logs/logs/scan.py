@@ -1352,10 +1352,10 @@ class _Dense:
     ) -> tuple[dict[int, list[int]], list[bool]]:
         """:meth:`sample` of each piece ``buf[lo:hi]`` of ``bounds`` (ascending, not overlapping), merged, and per
         piece whether it delivered a line. With the extension, one native call per pattern proposes every piece's
-        stride walk; the lines are checked with RE2, and a piece is walked on in Python only after a line that fails
-        (the walk then goes on as :meth:`_walk` would have). The lines are not numbered here: the caller numbers them
-        with its finder's lines, in one counting pass (the sample's own numbering counted the piece's newlines once
-        more per dense pattern: ~0.3 ms of an 8.6 MB file)."""
+        stride walk and checks its lines (a plain-literal alternative in the line, else the RE2 check, called from
+        C), and a piece is walked on in Python only after a line that fails (the walk then goes on as :meth:`_walk`
+        would have). The lines are not numbered here: the caller's finder numbers them in its own pass (the sample's
+        own numbering counted the piece's newlines once more per dense pattern: ~0.3 ms of an 8.6 MB file)."""
         out: dict[int, list[int]] = {}
         flags = [False] * len(bounds)
         for i, needles, rx in self.items:
@@ -1366,28 +1366,21 @@ class _Dense:
                 for j, (lo, hi) in enumerate(bounds):
                     flags[j] = self._walk(buf, i, needles, rx, None, lo, hi, lo, 0, out) or flags[j]
                 continue
-            match = rx.Match
-            sure = self.sure[i]
-            for j, chain in enumerate(finder.sample(buf, bounds, DENSE_STRIDE)):
-                for ls, le in chain:
-                    line = buf[ls:le]
-                    ok = False
-                    for lit in sure:  # (a loop: a generator for any() cost as much as the regex check)
-                        if lit in line:
-                            ok = True
-                            break
-                    if ok or match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
-                        have = out.get(ls)
-                        if have is None:
-                            out[ls] = [i]
-                        else:
-                            have.append(i)
-                        flags[j] = True
-                        continue
+            # each piece's walk, its lines checked natively (a sure literal, else the regex) up to the first that fails
+            pieces = finder.sample(buf, bounds, DENSE_STRIDE, -1, self.sure[i], rx.Match, _UNANCHORED)
+            for j, (starts, failed) in enumerate(pieces):
+                for ls in starts:
+                    have = out.get(ls)
+                    if have is None:
+                        out[ls] = [i]
+                    else:
+                        have.append(i)
+                if starts:
+                    flags[j] = True
+                if failed >= 0:
                     # the first line that fails its check: walk on from there as the Python walk does
                     lo, hi = bounds[j]
-                    flags[j] = self._walk(buf, i, needles, rx, finder, lo, hi, le + 1, 1, out) or flags[j]
-                    break
+                    flags[j] = self._walk(buf, i, needles, rx, finder, lo, hi, failed + 1, 1, out) or flags[j]
         return out, flags
 
     def _walk(
