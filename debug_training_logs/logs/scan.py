@@ -393,6 +393,14 @@ def _seq(items: list[tuple[Any, Any]], fold: bool) -> Branches | None:
         if op is sre_c.LITERAL:
             run.append(chr(av))
             continue
+        if run and op is sre_c.SUBPATTERN and not av[1] and not av[2] and len(av[3]) == 1:
+            op, av = av[3][0]  # a group holding an alternation only: as the bare alternation below
+        if run and op is sre_c.BRANCH:
+            # the literal run before an alternation goes into each alternative: ``E(?:rror|xception)`` (the form
+            # Python's parser gives ``(?:Error|Exception)``) requires ``Error`` or ``Exception``, not ``E`` and ``rror``
+            prefix = [(sre_c.LITERAL, ord(c)) for c in run]
+            av = (av[0], [prefix + list(alt) for alt in av[1]])
+            run.clear()
         flush()
         inner: Branches | None = None
         if op is sre_c.SUBPATTERN:
