@@ -1142,27 +1142,16 @@ def _hits_in_chunk(
     not counted: the caller counts), searched as if ``chunk[lo:hi]`` were the whole buffer (the caller passes a span
     of a memory-mapped file only where that is so, see :meth:`_Matcher.spans_ok`). Offsets are into ``chunk``.
     ``more``: further (line start -> pattern ids) already checked (the dense patterns' sample). Line indexes (newlines
-    between ``lo`` and the line) come from the native finder's pass."""
+    between ``lo`` and the line) come from the native finder's pass; without it they are -1."""
     n = len(chunk) if hi is None else hi
-    if m.finder is not None and not m.prefilters:
+    if m.finder is not None:
         return _native_hits(chunk, m, more, lo, n, left)
+    # without the extension: Aho-Corasick passes (a bytes chunk: lo = 0, hi = its length), an RE2 Set per line
     find, rfind = chunk.find, chunk.rfind
     starts: list[int] = []  # candidate line starts for the RE2 patterns, ascending
-    index_of: dict[int, tuple[int, int]] = {}  # line start -> (line end, line index), from the native finder
-    newlines = -1
-    if m.finder is not None:
-        newlines = 0
-        pos = lo
-        while pos < n:
-            page, nl, stop = m.finder.find_lines(chunk, pos, NATIVE_PAGE_LINES, n)
-            for ls, le, rel, _needle in page:
-                starts.append(ls)
-                index_of[ls] = (le, newlines + rel)
-            newlines += nl
-            pos = stop
     for prefilter in m.prefilters:
         line_end = -1
-        for _pid, s, _e in prefilter.find_matches_as_indexes(chunk):  # a bytes chunk (lo = 0, hi = its length)
+        for _pid, s, _e in prefilter.find_matches_as_indexes(chunk):
             if s <= line_end:
                 continue  # another literal in a line already flagged
             ls = rfind(b"\n", 0, s) + 1
@@ -1177,35 +1166,18 @@ def _hits_in_chunk(
         starts = sorted(set(starts) | set(extra)) if starts else extra
     found: dict[int, list[int]] = dict(more) if more else {}
     for ls in starts:
-        known = index_of.get(ls)
-        if known is not None:
-            le = known[0]
-        else:
-            le = find(b"\n", ls, n)
-            le = n if le < 0 else le
-        line = chunk[ls:le]
+        le = find(b"\n", ls, n)
+        line = chunk[ls : n if le < 0 else le]
         ids = m.line_ids(line)
         if ids:
             have = found.get(ls)
             found[ls] = ids if have is None else sorted(set(have) | set(ids))
     _fallback_hits(chunk, m, n, found)
     out: list[Hit] = []
-    order = sorted(found)
-    unnumbered = [ls for ls in order if ls not in index_of] if m.finder is not None else []
-    if unnumbered:
-        # lines the finder did not flag (DFA, fallback, dense sample) are numbered natively too, so the caller
-        # never counts newlines
-        for ls, rel in zip(unnumbered, m.native.line_indexes(chunk, unnumbered, lo), strict=True):
-            le = find(b"\n", ls, n)
-            index_of[ls] = (n if le < 0 else le, rel)
-    for ls in order:
-        known = index_of.get(ls)
-        if known is not None:
-            out.append((ls, known[0], sorted(found[ls]), known[1]))
-        else:
-            le = find(b"\n", ls, n)
-            out.append((ls, n if le < 0 else le, sorted(found[ls]), -1))
-    return out, newlines
+    for ls in sorted(found):
+        le = find(b"\n", ls, n)
+        out.append((ls, n if le < 0 else le, sorted(found[ls]), -1))
+    return out, -1  # the caller counts the newlines
 
 
 def _fallback_hits(chunk: Buffer, m: _Matcher, n: int, found: dict[int, list[int]]) -> None:
