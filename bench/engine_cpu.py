@@ -11,8 +11,8 @@ only hashes each call (``hash``: the engine plus one cheap call per hit) and onc
 only). Printed: the best CPU time of each per file. ``--digest FILE`` writes every file's result (counts,
 lines, ranks, head, tail, sampled ids, checkpoints) and the hash of its sink calls: the same file from two branches
 means the same hits, line numbers and samples. ``--parts`` also splits the no-sink time into the engine's parts
-(the native finder's pass, the DFA searches, the dense sample, the rank prefixes, the rest in Python), each the best
-round's CPU per file. Run ``python -m compileall -q debug_training_logs`` first.
+(the native finder's pass with its line checks, ``Finder.hits``; the DFA searches, the dense sample, the rank prefixes,
+the rest in Python), each the best round's CPU per file. Run ``python -m compileall -q debug_training_logs`` first.
 """
 
 from __future__ import annotations
@@ -76,16 +76,17 @@ def record(command: str, directory: str) -> list[tuple[Any, ...]]:
 
 
 class _TimedFinder:
-    """A native finder whose ``find_lines`` calls add their CPU time to ``spent["finder pass"]``."""
+    """A native finder whose ``hits`` calls (its pass, the checks of its candidate lines, the DFA and dense-sample lines
+    merged and numbered) add their CPU time to ``spent["finder pass"]``."""
 
     def __init__(self, finder: Any, spent: dict[str, float]) -> None:
         self.finder = finder
         self.spent = spent
 
-    def find_lines(self, *args: Any) -> Any:
+    def hits(self, *args: Any) -> Any:
         t0 = time.process_time()
         try:
-            return self.finder.find_lines(*args)
+            return self.finder.hits(*args)
         finally:
             self.spent["finder pass"] += time.process_time() - t0
 
@@ -141,9 +142,9 @@ def parts(scans: list[tuple[Any, ...]], files: list[LogFile], rounds: int) -> No
     total, got = best
     inner = got.get("hits in pieces", 0.0)
     rows = [
-        ("finder pass", got.get("finder pass", 0.0)),
+        ("finder pass and line checks (native)", got.get("finder pass", 0.0)),
         ("DFA searches", got.get("DFA searches", 0.0)),
-        ("candidate lines (Python)", inner - got.get("finder pass", 0.0) - got.get("DFA searches", 0.0)),
+        ("hits, the rest (Python)", inner - got.get("finder pass", 0.0) - got.get("DFA searches", 0.0)),
         ("dense sample", got.get("dense sample", 0.0)),
         ("dense tail start", got.get("dense tail start", 0.0)),
         ("rank prefixes", got.get("rank prefixes", 0.0)),
@@ -153,7 +154,7 @@ def parts(scans: list[tuple[Any, ...]], files: list[LogFile], rounds: int) -> No
         f"  parts (no sink, best of {rounds}: {1000 * total / len(files):.2f} ms CPU per file; the first round warms)"
     )
     for label, value in rows:
-        print(f"    {label:36s} {1000 * value / len(files):6.2f} ms")
+        print(f"    {label:38s} {1000 * value / len(files):6.2f} ms")
 
 
 def main() -> None:

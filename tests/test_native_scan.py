@@ -762,8 +762,9 @@ def test_the_planner_weighs_a_literals_anchor_pair_against_its_lines(
     """A branch's literal is the cheapest one: ``complete`` (2 lines here), each of whose byte pairs is in every other
     line, costs more finder stops than ``training `` (10 lines, its pairs rare) costs line checks; with
     few pair stops the rarer literal still wins (``finished``: no line at all, in both). The scan's hits are the same
-    with either choice."""
-    pattern = r"training (?:complete|finished)"
+    with either choice. (``.{0,3}`` keeps the two literals of a branch apart: ``training (?:complete|finished)``
+    requires ``training complete`` or ``training finished`` whole.)"""
+    pattern = r"training .{0,3}(?:complete|finished)"
     common = b"[rank3]: Epoch 0: from comp samples=%d, letter\n"  # every byte pair of "complete" in every line
     lines = [common % i for i in range(4000)]
     lines[100] = b"straining the loader 1\n"

@@ -167,6 +167,51 @@ def test_required_literals_are_conservative() -> None:
     assert required_literals(r"a?b*") is None
 
 
+def test_a_literal_run_before_an_alternation_joins_each_alternative() -> None:
+    """Python's parser factors ``(?:Error|Exception)`` into ``E(?:rror|xception)``: the literals required are the
+    whole words (a prefilter on ``rror`` flags every ``srun: error:`` line), and an alternative without a literal
+    keeps the run."""
+
+    def texts(pattern: str) -> list[list[str]] | None:
+        got = required_literals(pattern)
+        return None if got is None else [[lit.text for lit in b] for b in got]
+
+    assert texts(r"[A-Z]\w*(?:Error|Exception)(?:: |$)") == [["Error"], ["Exception"]]
+    assert texts(r"NCCL (?:WARN|INFO) x") == [["NCCL WARN", " x"], ["NCCL INFO", " x"]]
+    assert texts(r"ab(?:cd|\d+)e") == [["abcd", "e"], ["ab", "e"]]
+    assert texts(r"ab(?:cd|)e") == [["abcd", "e"], ["ab", "e"]]
+    assert texts(r"ab(?i:cd|ef)") == [["ab", "cd"], ["ab", "ef"]]  # a flag group keeps its own literals
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_required_literals_hold_in_every_match(seed: int) -> None:
+    """Random patterns of literal runs, groups, alternations and classes: every line RE2 matches holds all the
+    literals of one branch of :func:`required_literals` (the prefilter never drops a match)."""
+    import random
+
+    import re2
+
+    rnd = random.Random(seed)
+    atoms = ["ab", "a", "b", "E", "rr", "x", r"\d", "[ab]", ".", "c?"]
+
+    def part(depth: int) -> str:
+        if depth < 2 and rnd.random() < 0.35:
+            alts = "|".join(part(depth + 1) for _ in range(rnd.randrange(2, 4)))
+            return rnd.choice(["(?:%s)", "(%s)", "(?:%s)?", "(?:%s)+"]) % alts
+        return "".join(rnd.choice(atoms) for _ in range(rnd.randrange(0, 3)))
+
+    pattern = "".join(part(0) for _ in range(rnd.randrange(1, 4))) or "ab"
+    branches = required_literals(pattern)
+    if branches is None:
+        return
+    rx = re2.compile(pattern)
+    alphabet = ["a", "b", "E", "r", "x", "1", "c", " "]
+    for _ in range(400):
+        line = "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(0, 12)))
+        if rx.search(line):
+            assert any(all(lit.text in line for lit in b) for b in branches), (pattern, line, branches)
+
+
 def test_invalid_and_backtracking_patterns_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match="Invalid pattern 'a\\(b'"):
         compile_patterns(PatternSpec(("a(b",)))

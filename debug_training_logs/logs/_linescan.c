@@ -91,7 +91,11 @@ typedef struct {
     int t_width;             /* bytes per fingerprint the filter tests (2: the anchor pair, 3: a byte more) */
     double t_rate;           /* the filter's estimated pass rate per position (prior or profile; -1: not built) */
     uint8_t t_mask[4][6][16]; /* [set][lo0, hi0, lo1, hi1, lo2, hi2][nibble] -> bucket bits of (b0, b1, b2) */
+    struct Checks *checks;   /* set_patterns(): what hits() checks on a candidate line, or NULL */
 } Finder;
+
+struct Checks;
+static void checks_free(struct Checks *c);
 
 /* ----------------------------------------------------------------------------------------------------------------- */
 /* helpers */
@@ -196,6 +200,7 @@ Finder_dealloc(Finder *self)
     PyMem_Free(self->items);
     PyMem_Free(self->head);
     PyMem_Free(self->head_mask);
+    checks_free(self->checks);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1307,14 +1312,685 @@ Finder_find_lines(Finder *self, PyObject *args, PyObject *kwds)
     return Py_BuildValue("(Nnn)", list, newlines, stop);
 }
 
+/* ----------------------------------------------------------------------------------------------------------------- */
+/* Candidate lines checked here: which patterns each line the finder flags matches (the scan's per-line work). */
+
+/* What set_patterns() gives: per needle the patterns it may match and those it proves, the DFA patterns, and the
+ * RE2 checks (Python callables), as bit sets over pattern ids. */
+typedef struct Checks {
+    Py_ssize_t k, words;    /* pattern ids 0..k-1; words: 64-bit words per set */
+    uint64_t *cand;         /* [needle][words]: patterns a line holding the needle may match */
+    uint64_t *sure;         /* [needle][words]: patterns a line holding the needle matches (a pure top-level branch) */
+    uint64_t *always;       /* [words]: the DFA patterns (checked on lines a DFA search found) */
+    PyObject **verify;      /* [k]: pattern i's RE2 Match (anchor, text, pos, endpos), or NULL */
+    PyObject *set_match;    /* the RE2 Set's Match(text) over the searched patterns, or NULL */
+    Py_ssize_t *searched;   /* Set index -> pattern id */
+    Py_ssize_t n_searched;
+    PyObject *unanchored;   /* the anchor argument of verify */
+} Checks;
+
+static void
+checks_free(Checks *c)
+{
+    if (c == NULL)
+        return;
+    if (c->verify != NULL)
+        for (Py_ssize_t i = 0; i < c->k; i++)
+            Py_XDECREF(c->verify[i]);
+    PyMem_Free(c->verify);
+    Py_XDECREF(c->set_match);
+    Py_XDECREF(c->unanchored);
+    PyMem_Free(c->cand);
+    PyMem_Free(c->sure);
+    PyMem_Free(c->always);
+    PyMem_Free(c->searched);
+    PyMem_Free(c);
+}
+
+/* Set the bits of the ints of iterable obj (each in 0..k-1) in bits. -1 with an exception set on a bad item. */
+static int
+bits_of(PyObject *obj, Py_ssize_t k, uint64_t *bits)
+{
+    PyObject *seq = PySequence_Fast(obj, "pattern ids must be a sequence of int");
+    if (seq == NULL)
+        return -1;
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq); j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, j));
+        if (i == -1 && PyErr_Occurred())
+            goto fail;
+        if (i < 0 || i >= k) {
+            PyErr_SetString(PyExc_ValueError, "a pattern id is outside 0..k-1");
+            goto fail;
+        }
+        bits[i >> 6] |= (uint64_t)1 << (i & 63);
+    }
+    Py_DECREF(seq);
+    return 0;
+fail:
+    Py_DECREF(seq);
+    return -1;
+}
+
+PyDoc_STRVAR(set_patterns_doc,
+"set_patterns(k, may_match, proves, always, verify, set_match, searched, unanchored)\n\n"
+"The checks hits() runs on a candidate line, for pattern ids 0..k-1. may_match, proves: per needle, the ids a line\n"
+"holding it may match and those it matches for sure. always: the ids also checked on a line a DFA search found.\n"
+"verify: per id, a callable verify[i](unanchored, line, 0, len(line)) whose [0][0] >= 0 when the line matches\n"
+"(RE2 Match), or None. set_match: a callable set_match(line) -> indexes into searched of the ids the line\n"
+"matches (an RE2 Set), or None.");
+
+static PyObject *
+Finder_set_patterns(Finder *self, PyObject *args)
+{
+    Py_ssize_t k;
+    PyObject *may_obj, *sure_obj, *always_obj, *verify_obj, *set_obj, *searched_obj, *unanchored;
+    if (!PyArg_ParseTuple(args, "nOOOOOOO", &k, &may_obj, &sure_obj, &always_obj, &verify_obj, &set_obj,
+                          &searched_obj, &unanchored))
+        return NULL;
+    if (k < 0) {
+        PyErr_SetString(PyExc_ValueError, "k must be >= 0");
+        return NULL;
+    }
+    PyObject *may = NULL, *sure = NULL, *ver = NULL, *srch = NULL;
+    Checks *c = PyMem_Calloc(1, sizeof(Checks));
+    if (c == NULL)
+        return PyErr_NoMemory();
+    c->k = k;
+    c->words = (k + 63) / 64;
+    size_t w = (size_t)(c->words ? c->words : 1);
+    size_t nn = (size_t)(self->n_needles ? self->n_needles : 1);
+    c->cand = PyMem_Calloc(nn * w, sizeof(uint64_t));
+    c->sure = PyMem_Calloc(nn * w, sizeof(uint64_t));
+    c->always = PyMem_Calloc(w, sizeof(uint64_t));
+    c->verify = PyMem_Calloc((size_t)(k ? k : 1), sizeof(PyObject *));
+    if (c->cand == NULL || c->sure == NULL || c->always == NULL || c->verify == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    may = PySequence_Fast(may_obj, "may_match must be a sequence");
+    sure = PySequence_Fast(sure_obj, "proves must be a sequence");
+    ver = PySequence_Fast(verify_obj, "verify must be a sequence");
+    srch = PySequence_Fast(searched_obj, "searched must be a sequence");
+    if (may == NULL || sure == NULL || ver == NULL || srch == NULL)
+        goto fail;
+    if (PySequence_Fast_GET_SIZE(may) != self->n_needles || PySequence_Fast_GET_SIZE(sure) != self->n_needles ||
+        PySequence_Fast_GET_SIZE(ver) != k) {
+        PyErr_SetString(PyExc_ValueError, "may_match and proves need one item per needle, verify one per id");
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < self->n_needles; i++) {
+        if (bits_of(PySequence_Fast_GET_ITEM(may, i), k, c->cand + i * c->words) < 0 ||
+            bits_of(PySequence_Fast_GET_ITEM(sure, i), k, c->sure + i * c->words) < 0)
+            goto fail;
+        for (Py_ssize_t j = 0; j < c->words; j++)
+            c->cand[i * c->words + j] |= c->sure[i * c->words + j];
+    }
+    if (bits_of(always_obj, k, c->always) < 0)
+        goto fail;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(ver, i);
+        if (v != Py_None) {
+            Py_INCREF(v);
+            c->verify[i] = v;
+        }
+    }
+    c->n_searched = PySequence_Fast_GET_SIZE(srch);
+    c->searched = PyMem_Calloc((size_t)(c->n_searched ? c->n_searched : 1), sizeof(Py_ssize_t));
+    if (c->searched == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t j = 0; j < c->n_searched; j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(srch, j));
+        if (i == -1 && PyErr_Occurred())
+            goto fail;
+        if (i < 0 || i >= k) {
+            PyErr_SetString(PyExc_ValueError, "a searched id is outside 0..k-1");
+            goto fail;
+        }
+        c->searched[j] = i;
+    }
+    if (set_obj != Py_None) {
+        Py_INCREF(set_obj);
+        c->set_match = set_obj;
+    }
+    Py_INCREF(unanchored);
+    c->unanchored = unanchored;
+    Py_DECREF(may);
+    Py_DECREF(sure);
+    Py_DECREF(ver);
+    Py_DECREF(srch);
+    checks_free(self->checks);
+    self->checks = c;
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(may);
+    Py_XDECREF(sure);
+    Py_XDECREF(ver);
+    Py_XDECREF(srch);
+    checks_free(c);
+    return NULL;
+}
+
+/* 1 when hay[0:n] holds needle[0:m] (m == 0: always), as Python's ``in`` */
+static int
+holds(const unsigned char *hay, Py_ssize_t n, const unsigned char *needle, Py_ssize_t m)
+{
+    if (m == 0)
+        return 1;
+#if defined(__GLIBC__)
+    return memmem(hay, (size_t)n, needle, (size_t)m) != NULL;
+#else
+    for (Py_ssize_t i = 0; i + m <= n; i++)
+        if (hay[i] == needle[0] && memcmp(hay + i, needle, (size_t)m) == 0)
+            return 1;
+    return 0;
+#endif
+}
+
+/* 1 when match(unanchored, line, 0, len(line))[0][0] >= 0 (an RE2 Match: the line matches), 0 when not, -1 with an
+ * exception set */
+static int
+match_at(PyObject *match, PyObject *unanchored, PyObject *line)
+{
+    PyObject *argv[4];
+    PyObject *zero = PyLong_FromLong(0), *size = PyLong_FromSsize_t(PyBytes_GET_SIZE(line));
+    if (zero == NULL || size == NULL) {
+        Py_XDECREF(zero);
+        Py_XDECREF(size);
+        return -1;
+    }
+    argv[0] = unanchored;
+    argv[1] = line;
+    argv[2] = zero;
+    argv[3] = size;
+    PyObject *r = PyObject_Vectorcall(match, argv, 4, NULL);
+    Py_DECREF(zero);
+    Py_DECREF(size);
+    if (r == NULL)
+        return -1;
+    Py_ssize_t at = -1;
+    PyObject *first = PySequence_GetItem(r, 0);
+    if (first != NULL) {
+        PyObject *start = PySequence_GetItem(first, 0);
+        if (start != NULL) {
+            at = PyLong_AsSsize_t(start);
+            Py_DECREF(start);
+        }
+        Py_DECREF(first);
+    }
+    Py_DECREF(r);
+    if (PyErr_Occurred())
+        return -1;
+    return at >= 0;
+}
+
+/* 1 when verify[i] says line matches, 0 when not, -1 with an exception set */
+static int
+check_one(const Checks *c, Py_ssize_t i, PyObject *line)
+{
+    return match_at(c->verify[i], c->unanchored, line);
+}
+
+/* A list of the ids whose bits are set in bits (ascending), or NULL with an exception set */
+static PyObject *
+ids_list(const uint64_t *bits, Py_ssize_t words)
+{
+    Py_ssize_t count = 0;
+    for (Py_ssize_t j = 0; j < words; j++)
+        count += __builtin_popcountll(bits[j]);
+    PyObject *list = PyList_New(count);
+    if (list == NULL)
+        return NULL;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t j = 0; j < words; j++)
+        for (uint64_t b = bits[j]; b; b &= b - 1) {
+            PyObject *o = PyLong_FromSsize_t(j * 64 + __builtin_ctzll(b));
+            if (o == NULL) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, at++, o);
+        }
+    return list;
+}
+
+/* Into ids: the patterns line buf[ls:le] matches, given the needles inside it (cand, sure: their unions) and the
+ * patterns no longer checked (spent). As the scan's Python did: no check left, the sure ones; one, its Match; more,
+ * one Set pass (its answer as it is), or when it says none, each check's Match. 0, or -1 with an exception set. */
+static int
+line_ids(const Checks *c, const unsigned char *buf, Py_ssize_t ls, Py_ssize_t le, const uint64_t *cand,
+         const uint64_t *sure, const uint64_t *spent, uint64_t *ids)
+{
+    Py_ssize_t words = c->words, nchecks = 0, only = -1;
+    for (Py_ssize_t j = 0; j < words; j++) {
+        ids[j] = sure[j];
+        uint64_t chk = cand[j] & ~sure[j] & ~spent[j];
+        if (chk) {
+            nchecks += __builtin_popcountll(chk);
+            only = j * 64 + __builtin_ctzll(chk);
+        }
+    }
+    if (nchecks == 0)
+        return 0;
+    PyObject *line = PyBytes_FromStringAndSize((const char *)buf + ls, le - ls);
+    if (line == NULL)
+        return -1;
+    int rc = 0;
+    if (nchecks == 1 && c->verify[only] != NULL) {
+        rc = check_one(c, only, line);
+        if (rc > 0)
+            ids[only >> 6] |= (uint64_t)1 << (only & 63);
+        Py_DECREF(line);
+        return rc < 0 ? -1 : 0;
+    }
+    if (c->set_match != NULL) {
+        PyObject *got = PyObject_CallOneArg(c->set_match, line);
+        if (got == NULL) {
+            Py_DECREF(line);
+            return -1;
+        }
+        PyObject *seq = PySequence_Fast(got, "the Set's Match must return a sequence");
+        Py_DECREF(got);
+        if (seq == NULL) {
+            Py_DECREF(line);
+            return -1;
+        }
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+        if (m > 0) {
+            memset(ids, 0, (size_t)words * sizeof(uint64_t));
+            for (Py_ssize_t t = 0; t < m; t++) {
+                Py_ssize_t x = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, t));
+                if (x < 0 || x >= c->n_searched) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_ValueError, "the Set's Match gave an index outside searched");
+                    Py_DECREF(seq);
+                    Py_DECREF(line);
+                    return -1;
+                }
+                Py_ssize_t i = c->searched[x];
+                ids[i >> 6] |= (uint64_t)1 << (i & 63);
+            }
+            Py_DECREF(seq);
+            Py_DECREF(line);
+            return 0;
+        }
+        Py_DECREF(seq);
+    }
+    /* none, or the Set ran out of DFA memory: each check */
+    for (Py_ssize_t j = 0; j < words && rc >= 0; j++)
+        for (uint64_t b = cand[j] & ~sure[j] & ~spent[j]; b && rc >= 0; b &= b - 1) {
+            Py_ssize_t i = j * 64 + __builtin_ctzll(b);
+            if (c->verify[i] == NULL)
+                continue;
+            rc = check_one(c, i, line);
+            if (rc > 0)
+                ids[j] |= (uint64_t)1 << (i & 63);
+        }
+    Py_DECREF(line);
+    return rc < 0 ? -1 : 0;
+}
+
+PyDoc_STRVAR(hits_doc,
+"hits(buf, start, max_lines, end, line0, dfa, extra_starts, extra, left, spent) -> (hits, newlines, stop)\n\n"
+"Every line of buf[start:end] that matches a pattern (set_patterns first), in order, as (line_start, line_end,\n"
+"ids, line0 + line_index): ids the ascending pattern ids, line_index the newlines in buf[start:line_start]. A\n"
+"candidate line (one holding a needle, as find_lines) is checked against the patterns of its needles, and also\n"
+"against the always patterns when its start is in dfa (ascending starts of lines a DFA search found); a line of\n"
+"dfa that holds no needle is checked against the always patterns alone (those not spent before it).\n"
+"extra_starts: ascending starts of lines already checked, extra: start -> their ids (added to the line's). The\n"
+"lines of dfa and extra are numbered in the same pass (the search stops at each of them). max_lines > 0: at most\n"
+"about that many candidate lines per call; stop is where to go on from (end when done). left: None, or a dict\n"
+"id -> how many more of its lines count: each candidate line matching the id takes one off (in the dict), and at 0\n"
+"the id is no longer checked on later lines and spent[id] = that line's start (spent, a dict, is also read at the\n"
+"start: those ids are not checked). Only dfa and extra items in [start, end) are looked at.");
+
+typedef struct {
+    Py_ssize_t pos;
+    int dfa;       /* a DFA search found the line */
+    PyObject *ids; /* borrowed: extra[pos], or NULL */
+} Mark;
+
+/* One hits() call's state */
+typedef struct {
+    const Finder *f;
+    const Checks *c;
+    const unsigned char *buf;
+    Py_ssize_t n;
+    uint64_t *cand, *sure, *ids, *spent, *capped;
+    PyObject *out, *left, *spent_dict;
+} HitsState;
+
+/* ids |= the ints of the sequence obj (pattern ids); -1 with an exception set */
+static int
+or_ids(const HitsState *st, PyObject *obj)
+{
+    return bits_of(obj, st->c->k, st->ids);
+}
+
+/* Append (ls, le, ids, line) to the output when ids holds any; -1 with an exception set */
+static int
+emit(HitsState *st, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t line)
+{
+    int any = 0;
+    for (Py_ssize_t j = 0; j < st->c->words; j++)
+        any |= st->ids[j] != 0;
+    if (!any)
+        return 0;
+    PyObject *list = ids_list(st->ids, st->c->words);
+    PyObject *t = list == NULL ? NULL : Py_BuildValue("(nnNn)", ls, le, list, line);
+    if (t == NULL || PyList_Append(st->out, t) < 0) {
+        Py_XDECREF(t);
+        return -1;
+    }
+    Py_DECREF(t);
+    return 0;
+}
+
+/* Take one off left[i] for each capped id of the candidate line at ls; spend those that reach 0 */
+static int
+take_caps(HitsState *st, Py_ssize_t ls)
+{
+    for (Py_ssize_t j = 0; j < st->c->words; j++)
+        for (uint64_t b = st->ids[j] & st->capped[j]; b; b &= b - 1) {
+            Py_ssize_t i = j * 64 + __builtin_ctzll(b);
+            PyObject *key = PyLong_FromSsize_t(i);
+            if (key == NULL)
+                return -1;
+            PyObject *have = PyDict_GetItemWithError(st->left, key);
+            Py_ssize_t rest = have == NULL ? 0 : PyLong_AsSsize_t(have) - 1;
+            PyObject *val = PyErr_Occurred() ? NULL : PyLong_FromSsize_t(rest);
+            int bad = val == NULL || PyDict_SetItem(st->left, key, val) < 0;
+            Py_XDECREF(val);
+            if (!bad && rest == 0) {
+                PyObject *at = PyLong_FromSsize_t(ls);
+                bad = at == NULL || PyDict_SetItem(st->spent_dict, key, at) < 0;
+                Py_XDECREF(at);
+                st->spent[j] |= (uint64_t)1 << (i & 63);
+            }
+            Py_DECREF(key);
+            if (bad)
+                return -1;
+        }
+    return 0;
+}
+
+/* A candidate line buf[ls:le] (mark: the DFA/extra item at the same start, or NULL) */
+static int
+candidate_line(HitsState *st, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t line, const Mark *mark)
+{
+    const Finder *f = st->f;
+    const Checks *c = st->c;
+    Py_ssize_t words = c->words;
+    Py_ssize_t local[64];
+    Py_ssize_t *found = local, count = 0, *heap = NULL;
+    if (line_needles(f, st->buf, ls, le, st->n, found, 64, &count) < 0) {
+        /* more distinct needles in one line than fit on the stack: every needle at most once */
+        heap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(f->n_needles ? f->n_needles : 1));
+        if (heap == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        found = heap;
+        count = 0;
+        line_needles(f, st->buf, ls, le, st->n, found, f->n_needles, &count);
+    }
+    int on_dfa = mark != NULL && mark->dfa;
+    for (Py_ssize_t j = 0; j < words; j++) {
+        st->cand[j] = on_dfa ? c->always[j] : 0;
+        st->sure[j] = 0;
+    }
+    for (Py_ssize_t t = 0; t < count; t++) {
+        const uint64_t *cm = c->cand + found[t] * words, *sm = c->sure + found[t] * words;
+        for (Py_ssize_t j = 0; j < words; j++) {
+            st->cand[j] |= cm[j];
+            st->sure[j] |= sm[j];
+        }
+    }
+    PyMem_Free(heap);
+    if (line_ids(c, st->buf, ls, le, st->cand, st->sure, st->spent, st->ids) < 0)
+        return -1;
+    if (st->left != NULL && take_caps(st, ls) < 0)
+        return -1;
+    if (mark != NULL && mark->ids != NULL && or_ids(st, mark->ids) < 0)
+        return -1;
+    return emit(st, ls, le, line);
+}
+
+/* A line of dfa or extra that holds no needle: the always patterns not spent (when a DFA search found it), and its
+ * extra ids */
+static int
+mark_line(HitsState *st, const Mark *mark, Py_ssize_t line)
+{
+    const Checks *c = st->c;
+    Py_ssize_t ls = mark->pos;
+    const unsigned char *after = memchr(st->buf + ls, '\n', (size_t)(st->n - ls));
+    Py_ssize_t le = after ? after - st->buf : st->n;
+    memset(st->ids, 0, (size_t)c->words * sizeof(uint64_t));
+    if (mark->dfa) {
+        PyObject *text = NULL;
+        for (Py_ssize_t j = 0; j < c->words; j++)
+            for (uint64_t b = c->always[j] & ~st->spent[j]; b; b &= b - 1) {
+                Py_ssize_t i = j * 64 + __builtin_ctzll(b);
+                if (c->verify[i] == NULL)
+                    continue;
+                if (text == NULL && (text = PyBytes_FromStringAndSize((const char *)st->buf + ls, le - ls)) == NULL)
+                    return -1;
+                int rc = check_one(c, i, text);
+                if (rc < 0) {
+                    Py_DECREF(text);
+                    return -1;
+                }
+                if (rc > 0)
+                    st->ids[j] |= (uint64_t)1 << (i & 63);
+            }
+        Py_XDECREF(text);
+    }
+    if (mark->ids != NULL && or_ids(st, mark->ids) < 0)
+        return -1;
+    return emit(st, ls, le, line);
+}
+
+/* The first index of the ascending int sequence seq whose item is >= at; -1 with an exception set */
+static Py_ssize_t
+first_at(PyObject *seq, Py_ssize_t at)
+{
+    Py_ssize_t lo = 0, hi = PySequence_Fast_GET_SIZE(seq);
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        Py_ssize_t v = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, mid));
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (v < at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The marks (items of dfa and extra_starts in [start, n), merged, ascending) into *out (*count of them); -1 */
+static int
+merge_marks(PyObject *dfa, PyObject *xs, PyObject *extra, Py_ssize_t start, Py_ssize_t n, Mark **out,
+            Py_ssize_t *count)
+{
+    Py_ssize_t di = first_at(dfa, start), xi = first_at(xs, start);
+    if (di < 0 || xi < 0)
+        return -1;
+    Py_ssize_t nd = PySequence_Fast_GET_SIZE(dfa), nx = PySequence_Fast_GET_SIZE(xs);
+    Mark *marks = PyMem_Malloc(sizeof(Mark) * (size_t)(nd - di + nx - xi + 1));
+    if (marks == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t m = 0, last = -1;
+    while (di < nd || xi < nx) {
+        Py_ssize_t dv = PY_SSIZE_T_MAX, xv = PY_SSIZE_T_MAX;
+        if (di < nd && (dv = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(dfa, di))) == -1 && PyErr_Occurred())
+            goto fail;
+        PyObject *xo = xi < nx ? PySequence_Fast_GET_ITEM(xs, xi) : NULL;
+        if (xo != NULL && (xv = PyLong_AsSsize_t(xo)) == -1 && PyErr_Occurred())
+            goto fail;
+        Py_ssize_t v = dv < xv ? dv : xv;
+        if (v >= n)
+            break;
+        if (v <= last) {
+            PyErr_SetString(PyExc_ValueError, "dfa and extra_starts must ascend");
+            goto fail;
+        }
+        Mark *mk = &marks[m++];
+        mk->pos = last = v;
+        mk->dfa = dv == v;
+        mk->ids = NULL;
+        if (dv == v)
+            di++;
+        if (xv == v) {
+            xi++;
+            mk->ids = PyDict_GetItemWithError(extra, xo);
+            if (mk->ids == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_KeyError, "a start of extra_starts is not in extra");
+                goto fail;
+            }
+        }
+    }
+    *out = marks;
+    *count = m;
+    return 0;
+fail:
+    PyMem_Free(marks);
+    return -1;
+}
+
+static PyObject *
+Finder_hits(Finder *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t start, max_lines, end, line0;
+    PyObject *dfa_obj, *xs_obj, *extra, *left, *spent;
+    const Checks *c = self->checks;
+    if (self->blob == NULL || c == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Finder has no patterns (set_patterns)");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*nnnnOOOOO", &view, &start, &max_lines, &end, &line0, &dfa_obj, &xs_obj, &extra,
+                          &left, &spent))
+        return NULL;
+    Py_ssize_t n = end < 0 ? view.len : end;
+    if (n > view.len || start < 0 || start > n || !PyDict_Check(spent) || !PyDict_Check(extra) ||
+        (left != Py_None && !PyDict_Check(left))) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start or end outside the buffer, or extra/left/spent not dicts");
+        return NULL;
+    }
+    PyObject *dfa = PySequence_Fast(dfa_obj, "dfa must be a sequence of int");
+    PyObject *xs = dfa == NULL ? NULL : PySequence_Fast(xs_obj, "extra_starts must be a sequence of int");
+    Py_ssize_t words = c->words;
+    uint64_t *bits = PyMem_Calloc((size_t)(5 * (words ? words : 1)), sizeof(uint64_t));
+    HitsState st = {self, c, (const unsigned char *)view.buf, n, bits, bits + words, bits + 2 * words,
+                    bits + 3 * words, bits + 4 * words, PyList_New(0), left == Py_None ? NULL : left, spent};
+    HitVec cands = {NULL, 0, 0};
+    Mark *marks = NULL;
+    Py_ssize_t nm = 0, nl_total = 0, stop = n;
+    if (dfa == NULL || xs == NULL || bits == NULL || st.out == NULL) {
+        if (bits == NULL)
+            PyErr_NoMemory();
+        goto fail;
+    }
+    {
+        PyObject *key, *value;
+        Py_ssize_t it = 0;
+        while (PyDict_Next(spent, &it, &key, &value)) {
+            Py_ssize_t i = PyLong_AsSsize_t(key);
+            if (i >= 0 && i < c->k)
+                st.spent[i >> 6] |= (uint64_t)1 << (i & 63);
+        }
+        it = 0;
+        if (st.left != NULL)
+            while (PyDict_Next(left, &it, &key, &value)) {
+                Py_ssize_t i = PyLong_AsSsize_t(key);
+                if (i >= 0 && i < c->k)
+                    st.capped[i >> 6] |= (uint64_t)1 << (i & 63);
+            }
+        if (PyErr_Occurred())
+            goto fail;
+    }
+    if (merge_marks(dfa, xs, extra, start, n, &marks, &nm) < 0)
+        goto fail;
+    /* the search stops at each mark (a line start: no needle crosses it), so the newlines before it are known */
+    Py_ssize_t seg = start, mi = 0, got = 0;
+    const Mark *at_seg = NULL; /* the mark at seg */
+    if (nm > 0 && marks[0].pos == start)
+        at_seg = &marks[mi++];
+    for (;;) {
+        Py_ssize_t seg_end = mi < nm ? marks[mi].pos : n, nl = 0, s_stop;
+        cands.len = 0;
+        Py_BEGIN_ALLOW_THREADS
+        s_stop = scan(self, st.buf, seg, seg_end, max_lines > 0 ? max_lines - got : 0, &cands, &nl);
+        Py_END_ALLOW_THREADS
+        if (s_stop < 0) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        Py_ssize_t h = 0;
+        if (at_seg != NULL) {
+            int rc;
+            if (cands.len > 0 && cands.items[0].start == seg) {
+                rc = candidate_line(&st, seg, cands.items[0].end, line0 + nl_total + cands.items[0].line, at_seg);
+                h = 1;
+            } else {
+                rc = mark_line(&st, at_seg, line0 + nl_total);
+            }
+            if (rc < 0)
+                goto fail;
+        }
+        for (; h < cands.len; h++)
+            if (candidate_line(&st, cands.items[h].start, cands.items[h].end, line0 + nl_total + cands.items[h].line,
+                               NULL) < 0)
+                goto fail;
+        nl_total += nl;
+        got += cands.len;
+        if (s_stop < seg_end) { /* a full page */
+            stop = s_stop;
+            break;
+        }
+        if (mi >= nm || (max_lines > 0 && got >= max_lines)) {
+            stop = seg_end;
+            break;
+        }
+        seg = seg_end;
+        at_seg = &marks[mi++];
+    }
+    PyMem_Free(marks);
+    PyMem_RawFree(cands.items);
+    PyMem_Free(bits);
+    Py_DECREF(dfa);
+    Py_DECREF(xs);
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nnn)", st.out, nl_total, stop);
+fail:
+    PyMem_Free(marks);
+    PyMem_RawFree(cands.items);
+    PyMem_Free(bits);
+    Py_XDECREF(st.out);
+    Py_XDECREF(dfa);
+    Py_XDECREF(xs);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 PyDoc_STRVAR(sample_doc,
-"sample(buf, bounds, stride, base=-1) -> list[list[tuple[int, int]]]\n\n"
+"sample(buf, bounds, stride, base=-1, sure=None, check=None, unanchored=None) -> list[list[tuple[int, int]]]\n\n"
 "Per (lo, hi) of bounds (ascending pieces of buf), the lines a stride walk over buf[lo:hi] proposes, as\n"
 "(line_start, line_end) pairs: from pos = lo, the first line holding a needle that starts at or after pos (a\n"
 "line that began before pos, when pos is not a line start, is given from its real start, never before lo),\n"
 "then pos = max(line_start + stride, line_end + 1), until no line is left. The caller checks the lines and\n"
 "walks on by itself after the first that fails its check (as if every line proposed here passed). base >= 0 (at\n"
-"most the first piece's lo): each pair gets a third item, the newlines in buf[base:line_start].");
+"most the first piece's lo): each pair gets a third item, the newlines in buf[base:line_start]. check (a callable\n"
+"check(unanchored, line, 0, len(line)) whose [0][0] >= 0 when the line matches, an RE2 Match; with sure, a\n"
+"sequence of bytes: a line holding one of them matches without the call): each line is checked here, and per\n"
+"piece the answer is (the starts of the lines that passed, the end of the first that failed or -1): the walk stops\n"
+"at that line (the caller walks on from its end).");
 
 static PyObject *
 Finder_sample(Finder *self, PyObject *args)
@@ -1322,17 +1998,36 @@ Finder_sample(Finder *self, PyObject *args)
     Py_buffer view;
     PyObject *bounds_obj;
     Py_ssize_t stride, base = -1;
+    PyObject *sure_obj = Py_None, *check = Py_None, *unanchored = Py_None, *sure = NULL;
     if (self->blob == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Finder is not initialised");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "y*On|n", &view, &bounds_obj, &stride, &base))
+    if (!PyArg_ParseTuple(args, "y*On|nOOO", &view, &bounds_obj, &stride, &base, &sure_obj, &check, &unanchored))
         return NULL;
     Py_ssize_t counted_to = base, lines = 0; /* newlines in buf[base:counted_to] */
     PyObject *seq = PySequence_Fast(bounds_obj, "bounds must be a sequence of (lo, hi) pairs");
     if (seq == NULL) {
         PyBuffer_Release(&view);
         return NULL;
+    }
+    Py_ssize_t n_sure = 0;
+    if (check != Py_None) {
+        if (base >= 0 || !PyCallable_Check(check)) {
+            PyErr_SetString(PyExc_ValueError, "check must be callable, and base is not given with it");
+            goto fail_args;
+        }
+        if (sure_obj != Py_None) {
+            sure = PySequence_Fast(sure_obj, "sure must be a sequence of bytes");
+            if (sure == NULL)
+                goto fail_args;
+            n_sure = PySequence_Fast_GET_SIZE(sure);
+            for (Py_ssize_t j = 0; j < n_sure; j++)
+                if (!PyBytes_Check(PySequence_Fast_GET_ITEM(sure, j))) {
+                    PyErr_SetString(PyExc_TypeError, "sure must be a sequence of bytes");
+                    goto fail_args;
+                }
+        }
     }
     const unsigned char *buf = (const unsigned char *)view.buf;
     Py_ssize_t n_pieces = PySequence_Fast_GET_SIZE(seq);
@@ -1356,7 +2051,7 @@ Finder_sample(Finder *self, PyObject *args)
         if (chain == NULL)
             goto fail;
         PyList_SET_ITEM(out, k, chain);
-        Py_ssize_t pos = lo;
+        Py_ssize_t pos = lo, failed = -1;
         while (pos < hi) {
             Py_ssize_t nl;
             hits.len = 0;
@@ -1372,7 +2067,26 @@ Finder_sample(Finder *self, PyObject *args)
                 ls = before ? (before - buf) + 1 : lo;
             }
             PyObject *t;
-            if (base >= 0) {
+            if (check != Py_None) {
+                /* checked here: a sure literal inside the line, else the regex */
+                int ok = 0;
+                for (Py_ssize_t j = 0; j < n_sure && !ok; j++) {
+                    PyObject *lit = PySequence_Fast_GET_ITEM(sure, j);
+                    ok = holds(buf + ls, le - ls, (const unsigned char *)PyBytes_AS_STRING(lit), PyBytes_GET_SIZE(lit));
+                }
+                if (!ok) {
+                    PyObject *line = PyBytes_FromStringAndSize((const char *)buf + ls, le - ls);
+                    ok = line == NULL ? -1 : match_at(check, unanchored, line);
+                    Py_XDECREF(line);
+                    if (ok < 0)
+                        goto fail;
+                }
+                if (!ok) {
+                    failed = le;
+                    break;
+                }
+                t = PyLong_FromSsize_t(ls);
+            } else if (base >= 0) {
                 lines += count_nl(buf + counted_to, ls - counted_to);
                 counted_to = ls;
                 t = Py_BuildValue("(nnn)", ls, le, lines);
@@ -1386,14 +2100,24 @@ Finder_sample(Finder *self, PyObject *args)
             Py_DECREF(t);
             pos = ls + stride > le + 1 ? ls + stride : le + 1;
         }
+        if (check != Py_None) {
+            PyObject *pair = Py_BuildValue("(On)", chain, failed);
+            if (pair == NULL)
+                goto fail;
+            PyList_SET_ITEM(out, k, pair); /* pair holds chain now: the list's reference to it goes */
+            Py_DECREF(chain);
+        }
     }
     PyMem_RawFree(hits.items);
+    Py_XDECREF(sure);
     Py_DECREF(seq);
     PyBuffer_Release(&view);
     return out;
 fail:
     PyMem_RawFree(hits.items);
     Py_XDECREF(out);
+fail_args:
+    Py_XDECREF(sure);
     Py_DECREF(seq);
     PyBuffer_Release(&view);
     return NULL;
@@ -1457,6 +2181,8 @@ static PyMethodDef Finder_methods[] = {
     {"find_lines", (PyCFunction)(void (*)(void))Finder_find_lines, METH_VARARGS | METH_KEYWORDS, find_lines_doc},
     {"rfind", (PyCFunction)(void (*)(void))Finder_rfind, METH_VARARGS | METH_KEYWORDS, rfind_doc},
     {"sample", (PyCFunction)Finder_sample, METH_VARARGS, sample_doc},
+    {"set_patterns", (PyCFunction)Finder_set_patterns, METH_VARARGS, set_patterns_doc},
+    {"hits", (PyCFunction)Finder_hits, METH_VARARGS, hits_doc},
     {"needle_count", (PyCFunction)Finder_len, METH_NOARGS, "Number of needles."},
     {"simd_filter", (PyCFunction)Finder_simd_filter, METH_NOARGS,
      "(buckets, estimated pass rate per position, fingerprint bytes) of the AVX2 candidate filter scan() runs\n"

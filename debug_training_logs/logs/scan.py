@@ -13,9 +13,11 @@ Never loops over lines in Python to search. How it gets near ripgrep's speed (nu
   line, so only the patterns of those literals (and the DFA patterns, on lines a DFA search found too) can match it;
   a pattern one of whose top-level alternatives is a plain literal found in the line needs no check
   (:func:`_pure_branches`; nor does a dense sample line holding one), one left is checked by its own RE2, several
-  by one RE2 ``Set`` pass (:meth:`_Matcher.checks`; the fallback uses the ``Set`` on every line). RE2 passes with
-  memchr-accelerated prefixes were measured too: with 20-40 literals the passes add up to less than one DFA pass,
-  so they are not used.
+  by one RE2 ``Set`` pass (the fallback uses the ``Set`` on every line). The native finder does these checks itself
+  (``Finder.hits``: the patterns of each needle as bit sets, the RE2 checks called from C), and merges and numbers the
+  lines a DFA search or a dense sample found in the same pass (it stops at each of them), so Python sees only hits.
+  RE2 passes with memchr-accelerated prefixes were measured too: with 20-40 literals the passes add up to less than
+  one DFA pass, so they are not used.
 * **RE2 DFA otherwise.** A pattern with no usable literal (``\\d+ errors``), or no ``ahocorasick_rs``, makes the
   plan one combined RE2 alternation over the buffer (~0.6 GB/s per core), still linear time.
 * **Lines only for hits.** Line numbers come from the native pass (newlines counted between hits), else from
@@ -391,6 +393,14 @@ def _seq(items: list[tuple[Any, Any]], fold: bool) -> Branches | None:
         if op is sre_c.LITERAL:
             run.append(chr(av))
             continue
+        if run and op is sre_c.SUBPATTERN and not av[1] and not av[2] and len(av[3]) == 1:
+            op, av = av[3][0]  # a group holding an alternation only: as the bare alternation below
+        if run and op is sre_c.BRANCH:
+            # the literal run before an alternation goes into each alternative: ``E(?:rror|xception)`` (the form
+            # Python's parser gives ``(?:Error|Exception)``) requires ``Error`` or ``Exception``, not ``E`` and ``rror``
+            prefix = [(sre_c.LITERAL, ord(c)) for c in run]
+            av = (av[0], [prefix + list(alt) for alt in av[1]])
+            run.clear()
         flush()
         inner: Branches | None = None
         if op is sre_c.SUBPATTERN:
@@ -806,7 +816,6 @@ class _Matcher:
                 frozenset(i for i in self.literal_ids[lit] if lit in branches[i])
                 for lit in sorted({lit for lit, _ in lits})
             ]
-        self.candidates: dict[tuple[tuple[int, ...], bool], tuple[tuple[int, ...], tuple[tuple[int, Any], ...]]] = {}
         # a pattern given twice (two consumers of one scan ask for the same ISO timestamp, say) is searched once:
         # the DFA only proposes candidate lines, the Set says which patterns each one matches
         dfa_pats = list(dict.fromkeys(spec.patterns[i] for i in plan.dfa if i in active))
@@ -845,6 +854,19 @@ class _Matcher:
                     pat = spec.patterns[i].encode()
                     self.fallback.append((i, regex.compile(pat, flags | regex.MULTILINE), regex.compile(pat, flags)))
 
+        if self.finder is not None:
+            # the finder checks its candidate lines itself (:func:`_native_hits`)
+            self.finder.set_patterns(
+                len(spec.patterns),
+                self.line_lit_ids,
+                self.sure_of,
+                self.always,
+                [self.verify[i].Match if i in self.verify else None for i in range(len(spec.patterns))],
+                self.set.Match if self.set is not None else None,
+                self.searched,
+                _UNANCHORED,
+            )
+
         # a span of a bigger buffer (a memory-mapped file) can be searched in place when only the native finder and
         # RE2 DFAs look at it and no DFA pattern can tell a span's edge from a line boundary: \A, \z and inline flags
         # do (a span starts and ends at line boundaries, where (?m)^, $ and \b behave as at a buffer's edge)
@@ -858,28 +880,6 @@ class _Matcher:
     @property
     def idle(self) -> bool:
         return self.prefilter is None and self.dfa is None and not self.fallback
-
-    def checks(self, needles: tuple[int, ...], dfa_line: bool) -> tuple[tuple[int, ...], tuple[tuple[int, Any], ...]]:
-        """For a candidate line holding exactly the finder's ``needles`` (indexes into its sorted literals), found by a
-        DFA search too or not: (the pattern ids it matches for sure: one of its needles is a whole top-level branch of
-        the pattern, :func:`_pure_branches`; (pattern id, RE2 ``Match``) of those to check). Every other searched
-        pattern cannot match it."""
-        key = (needles, dfa_line)
-        got = self.candidates.get(key)
-        if got is None:
-            cands: set[int] = set(self.always) if dfa_line else set()
-            sure: set[int] = set()
-            for nd in needles:
-                cands.update(self.line_lit_ids[nd])
-                sure.update(self.sure_of[nd])
-            got = (
-                tuple(i for i in sorted(cands) if i in sure),
-                tuple((i, self.verify[i].Match) for i in sorted(cands) if i not in sure),
-            )
-            if len(self.candidates) >= 4096:
-                self.candidates.clear()
-            self.candidates[key] = got
-        return got
 
     def line_ids(self, line: bytes) -> list[int]:
         """Which searched (RE2) patterns match ``line``: one RE2 Set pass, exact per-pattern checks if it says none
@@ -1142,27 +1142,16 @@ def _hits_in_chunk(
     not counted: the caller counts), searched as if ``chunk[lo:hi]`` were the whole buffer (the caller passes a span
     of a memory-mapped file only where that is so, see :meth:`_Matcher.spans_ok`). Offsets are into ``chunk``.
     ``more``: further (line start -> pattern ids) already checked (the dense patterns' sample). Line indexes (newlines
-    between ``lo`` and the line) come from the native finder's pass."""
+    between ``lo`` and the line) come from the native finder's pass; without it they are -1."""
     n = len(chunk) if hi is None else hi
-    if m.finder is not None and not m.prefilters:
+    if m.finder is not None:
         return _native_hits(chunk, m, more, lo, n, left)
+    # without the extension: Aho-Corasick passes (a bytes chunk: lo = 0, hi = its length), an RE2 Set per line
     find, rfind = chunk.find, chunk.rfind
     starts: list[int] = []  # candidate line starts for the RE2 patterns, ascending
-    index_of: dict[int, tuple[int, int]] = {}  # line start -> (line end, line index), from the native finder
-    newlines = -1
-    if m.finder is not None:
-        newlines = 0
-        pos = lo
-        while pos < n:
-            page, nl, stop = m.finder.find_lines(chunk, pos, NATIVE_PAGE_LINES, n)
-            for ls, le, rel, _needle in page:
-                starts.append(ls)
-                index_of[ls] = (le, newlines + rel)
-            newlines += nl
-            pos = stop
     for prefilter in m.prefilters:
         line_end = -1
-        for _pid, s, _e in prefilter.find_matches_as_indexes(chunk):  # a bytes chunk (lo = 0, hi = its length)
+        for _pid, s, _e in prefilter.find_matches_as_indexes(chunk):
             if s <= line_end:
                 continue  # another literal in a line already flagged
             ls = rfind(b"\n", 0, s) + 1
@@ -1177,35 +1166,18 @@ def _hits_in_chunk(
         starts = sorted(set(starts) | set(extra)) if starts else extra
     found: dict[int, list[int]] = dict(more) if more else {}
     for ls in starts:
-        known = index_of.get(ls)
-        if known is not None:
-            le = known[0]
-        else:
-            le = find(b"\n", ls, n)
-            le = n if le < 0 else le
-        line = chunk[ls:le]
+        le = find(b"\n", ls, n)
+        line = chunk[ls : n if le < 0 else le]
         ids = m.line_ids(line)
         if ids:
             have = found.get(ls)
             found[ls] = ids if have is None else sorted(set(have) | set(ids))
     _fallback_hits(chunk, m, n, found)
     out: list[Hit] = []
-    order = sorted(found)
-    unnumbered = [ls for ls in order if ls not in index_of] if m.finder is not None else []
-    if unnumbered:
-        # lines the finder did not flag (DFA, fallback, dense sample) are numbered natively too, so the caller
-        # never counts newlines
-        for ls, rel in zip(unnumbered, m.native.line_indexes(chunk, unnumbered, lo), strict=True):
-            le = find(b"\n", ls, n)
-            index_of[ls] = (n if le < 0 else le, rel)
-    for ls in order:
-        known = index_of.get(ls)
-        if known is not None:
-            out.append((ls, known[0], sorted(found[ls]), known[1]))
-        else:
-            le = find(b"\n", ls, n)
-            out.append((ls, n if le < 0 else le, sorted(found[ls]), -1))
-    return out, newlines
+    for ls in sorted(found):
+        le = find(b"\n", ls, n)
+        out.append((ls, n if le < 0 else le, sorted(found[ls]), -1))
+    return out, -1  # the caller counts the newlines
 
 
 def _fallback_hits(chunk: Buffer, m: _Matcher, n: int, found: dict[int, list[int]]) -> None:
@@ -1271,98 +1243,42 @@ def _native_hits(
     """:func:`_hits_in_chunk` with the native finder: it names every needle of each candidate line, so a line is
     checked only against the patterns of those needles (a pure literal pattern not at all) and the DFA patterns when
     a DFA search found it too; the same hits as one RE2 Set pass per line (the Set is still used for a line with
-    several patterns to check: one call instead of several).
+    several patterns to check: one call instead of several). The finder does it all in C (``Finder.hits``), with the
+    lines of the DFA searches and of ``more`` merged in and numbered in its pass; only the fallback patterns' lines
+    (``regex``, never on a memory map) are merged here.
 
     ``left``: per capped pattern, how many more of its lines the caller can count (one more than its cap leaves: the
     first line may repeat the last one of the window before); once that many are found, the pattern is no longer
     checked on the lines after (the caller drops its hits there anyway)."""
-    find = chunk.find
     dfa_starts = _dfa_starts(chunk, m, lo, n, left) if m.dfas else []
-    dfa_set = set(dfa_starts)
-    recs: list[Hit] = []  # the finder's lines that hit, ascending
-    rec_starts: list[int] = []
-    seen: set[int] = set()  # every line the finder flagged
-    checks = m.checks
-    m_set, searched = m.set.Match, m.searched
+    extra = more or {}
+    extra_starts = sorted(extra)
     left = dict(left) if left else None
-    capped = frozenset(left or ())
     spent: dict[int, int] = {}  # capped pattern -> the line start after which it is not checked
-    # (needles, found by a DFA search too) -> :meth:`_Matcher.checks` without the spent patterns
-    local: dict[tuple[tuple[int, ...], bool], tuple[tuple[int, ...], tuple[tuple[int, Any], ...]]] = {}
+    recs: list[Hit] = []
     newlines = 0
     pos = lo
     while pos < n:
-        page, nl, stop = m.finder.find_lines(chunk, pos, NATIVE_PAGE_LINES, n, True)
-        for ls, le, rel, needles in page:
-            if dfa_set:
-                seen.add(ls)
-                key = (needles, ls in dfa_set)
-            else:
-                key = (needles, False)
-            got = local.get(key)
-            if got is None:
-                sure, check = got = checks(*key)
-                if spent and check:
-                    got = sure, tuple(c for c in check if c[0] not in spent)
-                local[key] = got
-            sure, check = got
-            if not check:
-                ids = list(sure)
-            elif len(check) == 1:
-                line = chunk[ls:le]
-                ids = (
-                    sorted([*sure, check[0][0]])
-                    if check[0][1](_UNANCHORED, line, 0, le - ls)[0][0] >= 0
-                    else list(sure)
-                )
-            else:
-                line = chunk[ls:le]
-                got = m_set(line)  # one Set pass for the line's several patterns
-                if got:
-                    ids = sorted([searched[j] for j in got])
-                else:  # none, or the Set ran out of DFA memory: the line's own patterns one by one
-                    size = le - ls
-                    ids = sorted([*sure, *(i for i, match in check if match(_UNANCHORED, line, 0, size)[0][0] >= 0)])
-            if ids:
-                recs.append((ls, le, ids, newlines + rel))
-                rec_starts.append(ls)
-                if left and not capped.isdisjoint(ids):
-                    for i in ids:
-                        if i in left:
-                            left[i] -= 1
-                            if left[i] == 0:
-                                spent[i] = ls
-                                local.clear()  # the checks of later lines leave pattern i out
+        page, nl, pos = m.finder.hits(
+            chunk, pos, NATIVE_PAGE_LINES, n, newlines, dfa_starts, extra_starts, extra, left, spent
+        )
+        recs += page
         newlines += nl
-        pos = stop
-    found: dict[int, list[int]] = dict(more) if more else {}  # lines the finder did not bring, or more patterns
-    if dfa_starts:
-        dfa_only = [(i, m.verify[i].Match, spent.get(i, n)) for i in m.always]
-        for ls in dfa_starts:
-            if ls in seen:
-                continue
-            le = find(b"\n", ls, n)
-            le = n if le < 0 else le
-            line = chunk[ls:le]
-            size = le - ls
-            ids = [i for i, match, after in dfa_only if ls <= after and match(_UNANCHORED, line, 0, size)[0][0] >= 0]
-            if ids:
-                have = found.get(ls)
-                found[ls] = ids if have is None else sorted(set(have) | set(ids))
-    _fallback_hits(chunk, m, n, found)
-    if not found:
+    if not m.fallback:
         return recs, newlines
-    # merge: a line the finder brought gets the other patterns; the rest (the dense sample's lines among them) are
-    # numbered natively, in one counting pass, so the caller never counts newlines
-    rec_set = set(rec_starts)
-    others = [ls for ls in found if ls not in rec_set]
-    if len(others) < len(found):
-        for ls in found.keys() & rec_set:
-            k = bisect_left(rec_starts, ls)
+    found: dict[int, list[int]] = {}
+    _fallback_hits(chunk, m, n, found)
+    # merge: a line already found gets the fallback patterns; the others are numbered in one counting pass
+    rec_starts = [r[0] for r in recs]
+    index_of = {ls: k for k, ls in enumerate(rec_starts)}
+    others = sorted(ls for ls in found if ls not in index_of)
+    for ls, ids in found.items():
+        k = index_of.get(ls)
+        if k is not None:
             r = recs[k]
-            recs[k] = (ls, r[1], sorted(set(r[2]) | set(found[ls])), r[3])
+            recs[k] = (ls, r[1], sorted(set(r[2]) | set(ids)), r[3])
     if others:
-        others.sort()
+        find = chunk.find
         for ls, rel in zip(others, m.native.line_indexes(chunk, others, lo), strict=True):
             le = find(b"\n", ls, n)
             recs.append((ls, n if le < 0 else le, sorted(found[ls]), rel))
@@ -1416,10 +1332,10 @@ class _Dense:
     ) -> tuple[dict[int, list[int]], list[bool]]:
         """:meth:`sample` of each piece ``buf[lo:hi]`` of ``bounds`` (ascending, not overlapping), merged, and per
         piece whether it delivered a line. With the extension, one native call per pattern proposes every piece's
-        stride walk; the lines are checked with RE2, and a piece is walked on in Python only after a line that fails
-        (the walk then goes on as :meth:`_walk` would have). The lines are not numbered here: the caller numbers them
-        with its finder's lines, in one counting pass (the sample's own numbering counted the piece's newlines once
-        more per dense pattern: ~0.3 ms of an 8.6 MB file)."""
+        stride walk and checks its lines (a plain-literal alternative in the line, else the RE2 check, called from
+        C), and a piece is walked on in Python only after a line that fails (the walk then goes on as :meth:`_walk`
+        would have). The lines are not numbered here: the caller's finder numbers them in its own pass (the sample's
+        own numbering counted the piece's newlines once more per dense pattern: ~0.3 ms of an 8.6 MB file)."""
         out: dict[int, list[int]] = {}
         flags = [False] * len(bounds)
         for i, needles, rx in self.items:
@@ -1430,28 +1346,21 @@ class _Dense:
                 for j, (lo, hi) in enumerate(bounds):
                     flags[j] = self._walk(buf, i, needles, rx, None, lo, hi, lo, 0, out) or flags[j]
                 continue
-            match = rx.Match
-            sure = self.sure[i]
-            for j, chain in enumerate(finder.sample(buf, bounds, DENSE_STRIDE)):
-                for ls, le in chain:
-                    line = buf[ls:le]
-                    ok = False
-                    for lit in sure:  # (a loop: a generator for any() cost as much as the regex check)
-                        if lit in line:
-                            ok = True
-                            break
-                    if ok or match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
-                        have = out.get(ls)
-                        if have is None:
-                            out[ls] = [i]
-                        else:
-                            have.append(i)
-                        flags[j] = True
-                        continue
+            # each piece's walk, its lines checked natively (a sure literal, else the regex) up to the first that fails
+            pieces = finder.sample(buf, bounds, DENSE_STRIDE, -1, self.sure[i], rx.Match, _UNANCHORED)
+            for j, (starts, failed) in enumerate(pieces):
+                for ls in starts:
+                    have = out.get(ls)
+                    if have is None:
+                        out[ls] = [i]
+                    else:
+                        have.append(i)
+                if starts:
+                    flags[j] = True
+                if failed >= 0:
                     # the first line that fails its check: walk on from there as the Python walk does
                     lo, hi = bounds[j]
-                    flags[j] = self._walk(buf, i, needles, rx, finder, lo, hi, le + 1, 1, out) or flags[j]
-                    break
+                    flags[j] = self._walk(buf, i, needles, rx, finder, lo, hi, failed + 1, 1, out) or flags[j]
         return out, flags
 
     def _walk(
