@@ -74,10 +74,6 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
     setattr(inventory._CompositeSink, "__init__", rec_init)  # noqa: B010
     setattr(inventory._CompositeSink, "on_hit", rec_hit)  # noqa: B010
     setattr(inventory, "scan_each", rec_scan)  # noqa: B010
-    # runs of one id set come one call per hit while recording (the replay times each hit)
-    on_hits = inventory._CompositeSink.__dict__.get("on_hits")
-    if on_hits is not None:
-        delattr(inventory._CompositeSink, "on_hits")
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
             cli.main([*argv, "--json"])
@@ -85,8 +81,6 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
         setattr(inventory._CompositeSink, "__init__", init)  # noqa: B010
         setattr(inventory._CompositeSink, "on_hit", on_hit)  # noqa: B010
         setattr(inventory, "scan_each", scan_each)  # noqa: B010
-        if on_hits is not None:
-            setattr(inventory._CompositeSink, "on_hits", on_hits)  # noqa: B010
     return files, patterns[0] if patterns else ()
 
 

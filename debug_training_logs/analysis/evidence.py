@@ -390,19 +390,6 @@ class EvidenceSink:
                 self._flush()
             self._signals(route, line_no, line)
 
-    def on_hits(self, pattern_ids: list[int], line_nos: list[int], lines: list[str]) -> None:
-        """:meth:`on_hit` of each line of a run with the same ids: a run of progress lines joins the batch at once."""
-        route = _ROUTES.get(tuple(pattern_ids)) or _route(pattern_ids)
-        if route.batched and self._native is not None:
-            self._batch.extend(lines)
-            self._batch_nos.extend(line_nos)
-            if len(self._batch) >= _BATCH_LINES:
-                self._flush()
-            return
-        on_hit = self.on_hit
-        for line_no, line in zip(line_nos, lines, strict=True):
-            on_hit(pattern_ids, line_no, line)
-
     def _flush(self) -> None:
         """Read the waiting progress lines in order, as :meth:`_signals` would one by one: runs the compiled helper
         answers for are applied per rank (:meth:`_apply_run`), a line it leaves (a c10/glog time, a Ray ``[rank=N]``

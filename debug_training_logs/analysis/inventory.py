@@ -270,9 +270,6 @@ class _CompositeSink:
         self.markers_at = markers_at
         self.inventory = InventorySink(lf, markers)
         self._hits = [s.on_hit if s is not None else None for s, _o, _k in self.parts]
-        self._runs: list[Callable[[list[int], list[int], list[str]], None] | None] = [
-            getattr(s, "on_hits", None) for s, _o, _k in self.parts
-        ]
         global _LAST_ROUTES
         last = _LAST_ROUTES  # read once: another thread may replace it
         if last is not None and last[0] is parts and last[1] == markers_at:
@@ -297,23 +294,6 @@ class _CompositeSink:
         hits = self._hits
         for k, mine in shares:
             hits[k](mine, line_no, line)  # type: ignore[misc]  # (a share names a part that has a sink)
-
-    def on_hits(self, pattern_ids: list[int], line_nos: list[int], lines: list[str]) -> None:
-        """:meth:`on_hit` of each line of a run with the same ids (a consumer's sink with ``on_hits`` gets the run)."""
-        inv, shares = self._route_of(pattern_ids)
-        if inv is not None:
-            inventory_hit = self.inventory.on_hit
-            for line_no, line in zip(line_nos, lines, strict=True):
-                inventory_hit(inv, line_no, line)
-        for k, mine in shares:
-            run = self._runs[k]
-            if run is not None:
-                run(mine, line_nos, lines)
-            else:
-                hit = self._hits[k]
-                assert hit is not None  # (a share names a part that has a sink)
-                for line_no, line in zip(line_nos, lines, strict=True):
-                    hit(mine, line_no, line)
 
     def _route(self, pattern_ids: list[int]) -> _Route:
         inv = None

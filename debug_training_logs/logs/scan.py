@@ -185,19 +185,13 @@ _RANK_PREFIX = std_re.compile(rb"\[rank(\d+)\](?::| )")  # the c10/excepthook pr
 
 
 class Sink(Protocol):
-    """Receives the hits of one file inside a worker; ``finish`` returns what crosses back to the parent.
-
-    A sink may also have ``on_hits(pattern_ids, line_nos, lines)``: a run of consecutive hits with the same pattern
-    ids, in order (at most :data:`HIT_RUN` of them). The scan then calls it instead of ``on_hit`` per line; it must do
-    what ``on_hit`` on each would (a progress bar's lines come in runs of one id set, thousands per file)."""
+    """Receives the hits of one file inside a worker; ``finish`` returns what crosses back to the parent."""
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None: ...
 
     def finish(self) -> Any: ...
 
 
-HIT_RUN = 4096
-"""Hits a scan holds for a sink's ``on_hits`` before it calls it (bounds the memory of a run of one id set)."""
 
 SinkFactory = Callable[[LogFile], Sink]
 """Builds a sink for one file; must be picklable (a module-level class or ``functools.partial`` of one)."""
@@ -1706,10 +1700,6 @@ def _scan_one(
     counts = result.counts
     sink = sink_factory(lf) if sink_factory is not None else None
     on_hit = sink.on_hit if sink is not None else None
-    on_hits: Callable[[list[int], list[int], list[str]], None] | None = getattr(sink, "on_hits", None)
-    run_ids: list[int] = []  # the ids of the run of hits held for ``on_hits``, and its lines
-    run_nos: list[int] = []
-    run_lines: list[str] = []
     problems = ReadProblems()
     seen_ranks: set[str] = set()
     line_base = 0  # lines before the current chunk
@@ -1851,18 +1841,7 @@ def _scan_one(
                     if on_hit is not None:
                         raw = piece[ls:le] if le - ls <= MAX_LINE_CHARS else _shown_part(piece[ls:le], kept, matcher)
                         text = raw.decode("utf-8", "replace").rstrip("\r")  # as reader.decode
-                        if on_hits is None:
-                            on_hit(kept, no, text)
-                        else:
-                            if kept != run_ids or len(run_nos) >= HIT_RUN:
-                                if len(run_nos) > 1:
-                                    on_hits(run_ids, run_nos, run_lines)
-                                elif run_nos:
-                                    on_hit(run_ids, run_nos[0], run_lines[0])
-                                run_nos, run_lines = [], []
-                                run_ids = kept
-                            run_nos.append(no)
-                            run_lines.append(text)
+                        on_hit(kept, no, text)
                 done = last if changed_in is None else changed_in  # the last piece whose hits all count
                 if any(samples[: done - k + 1]):
                     result.sampled |= sampled & active
@@ -1909,10 +1888,6 @@ def _scan_one(
     if stamp is not None and marks and result.bytes_read == stamp[0] and _file_stamp(lf) == stamp:
         result.checkpoints = Checkpoints(stamp, tuple(o for o, _ in marks), tuple(b for _, b in marks), line_base)
     if sink is not None:
-        if on_hits is not None and len(run_nos) > 1:
-            on_hits(run_ids, run_nos, run_lines)
-        elif on_hits is not None and run_nos:
-            sink.on_hit(run_ids, run_nos[0], run_lines[0])
         result.sink_result = sink.finish()
     return result
 
