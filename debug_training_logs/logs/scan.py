@@ -192,7 +192,6 @@ class Sink(Protocol):
     def finish(self) -> Any: ...
 
 
-
 SinkFactory = Callable[[LogFile], Sink]
 """Builds a sink for one file; must be picklable (a module-level class or ``functools.partial`` of one)."""
 
