@@ -126,19 +126,17 @@ def _replay(
         sink = inventory._CompositeSink(lf, parts[0], k, parts[1])  # (consumers' sinks, inventory markers)
         offsets = {id(s): off for s, off, _n in sink.parts}
         for ids, line_no, line in calls:
-            inv_ids, shares = sink._route(ids)
-            if inv_ids is not None:
-                t = clock()
-                sink.inventory.on_hit(inv_ids, line_no, line)
-                key: Key = ("inventory", tuple(i + k for i in inv_ids))
-                spent[key] += clock() - t
-                hits[key] += 1
-            for j, mine in shares:  # (the index of the consumer's part, its ids)
-                part = sink.parts[j][0]
+            for j, mine in sink._route(ids):  # (the index of the consumer's part or the inventory, its ids)
                 before = batched[0]
-                t = clock()
-                part.on_hit(mine, line_no, line)
-                key = (type(part).__name__, tuple(i + offsets[id(part)] for i in mine))
+                if j == len(sink.parts):
+                    t = clock()
+                    sink.inventory.on_hit(mine, line_no, line)
+                    key: Key = ("inventory", tuple(i + k for i in mine))
+                else:
+                    part = sink.parts[j][0]
+                    t = clock()
+                    part.on_hit(mine, line_no, line)
+                    key = (type(part).__name__, tuple(i + offsets[id(part)] for i in mine))
                 spent[key] += clock() - t - (batched[0] - before)
                 spent[BATCHED] += batched[0] - before
                 hits[key] += 1

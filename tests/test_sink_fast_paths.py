@@ -181,3 +181,6 @@ def test_inventory_prefix_removal_equals_plain_substitutions(prefix: str, ending
     line = "gpu-a01:23450:23962 [0] NCCL INFO ncclCommInitRank comm 0x55d3 rank 3 nranks 16" + ending
     for text in (prefix + line, prefix, prefix + "[rank4]:[rank5]:" + line, prefix + "(pid=3)" + line):
         assert inventory._after_prefixes(text) == _after_prefixes_plain(text)
+        host = re.search(r"^(?P<host>[A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL ", _after_prefixes_plain(text))
+        got = inventory._NCCL_HOST.match(text, inventory._prefixes_end(text))
+        assert (got and got.group("host")) == (host and host.group("host"))

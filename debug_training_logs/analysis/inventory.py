@@ -112,7 +112,8 @@ MARKERS: tuple[Marker, ...] = (
 HEAD_LINES = 80
 TAIL_LINES = 40
 
-_NCCL_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL ")
+_NCCL_HOST = re.compile(r"(?P<host>[A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL ")
+"""Matched (``.match``) where the line's leading prefixes end (:func:`_prefixes_end`)."""
 _CHILD_HOST = re.compile(r"^\s*host\s+: (?P<host>\S+)")
 _SRUN_HOST = re.compile(r"srun: error: (?P<host>[\w.\-\[\],]+): task")
 _MEMBER = re.compile(r"GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<m>\d+)/(?P<n>\d+)")
@@ -170,7 +171,8 @@ class InventorySink:
         for pid in pattern_ids:
             name = self.markers[pid].name
             f.markers[name] = f.markers.get(name, 0) + 1
-            f.first_marker_line.setdefault(name, (line_no, text[:300]))
+            if name not in f.first_marker_line:
+                f.first_marker_line[name] = (line_no, text[:300])
             if name == "nccl_init":
                 m = NCCL_INIT_RANK.search(text)
                 if "ncclCommSplit" in text or " parent 0x" in text:
@@ -181,7 +183,7 @@ class InventorySink:
                         f.nccl_ranks[r] = n
                     if f.best_nranks is None or n > f.best_nranks[0]:
                         f.best_nranks = (n, line_no, text[:300])
-                h = _NCCL_HOST.search(_after_prefixes(text))
+                h = _NCCL_HOST.match(text, _prefixes_end(text))
                 if h:
                     f.hosts.add(h.group("host"))
             elif name == "nccl_version":
@@ -231,24 +233,28 @@ class InventorySink:
         return self.facts
 
 
-_LEAD_SRUN = re.compile(r"^\s*(?:\d+: )")
-_LEAD_RAY = re.compile(r"^\([^)]*pid=\d+[^)]*\)\s*")
-_LEAD_RANK = re.compile(r"^\[rank\d+\]:")
+_LEAD_PREFIXES = re.compile(r"(?:\s*\d+: )?(?:\([^)]*pid=\d+[^)]*\)\s*)?(?:\[rank\d+\]:)?")
+"""An srun label, then a Ray prefix, then ``[rankN]:``, each optional (matched at the line's start: what removing each
+in turn leaves, in one match)."""
+
+
+def _prefixes_end(text: str) -> int:
+    """Where the line's leading srun label/Ray prefix/``[rankN]:`` end (0 without them)."""
+    m = _LEAD_PREFIXES.match(text)
+    return m.end() if m is not None else 0
 
 
 def _after_prefixes(text: str) -> str:
     """The line with a leading ``[rankN]:``/srun label/Ray prefix removed (for anchored host patterns)."""
-    text = _LEAD_SRUN.sub("", text, count=1)
-    if text.startswith("("):
-        text = _LEAD_RAY.sub("", text, count=1)
-    return _LEAD_RANK.sub("", text, count=1) if text.startswith("[rank") else text
+    return text[_prefixes_end(text) :]
 
 
 _MAX_ROUTES = 4096
 """Distinct pattern-id sets a composite sink remembers how to split (a file has a few dozen; this bounds memory)."""
 
-_Route = tuple[list[int] | None, list[tuple[int, list[int]]]]
-"""How a composite sink splits one id set: the inventory's ids (None: none), and (part index, its ids) per sink."""
+_Route = tuple[tuple[int, list[int]], ...]
+"""How a composite sink splits one id set: (sink index, its ids) per sink that gets the hit, in call order (the
+inventory's first, its index one past the consumers' parts)."""
 
 _LAST_ROUTES: tuple[tuple[Any, ...], int, dict[tuple[int, ...], _Route]] | None = None
 """(parts, first marker id, routes) of the latest composite sink: the next file of the same scan (the same ``parts``
@@ -269,7 +275,8 @@ class _CompositeSink:
         self.parts = [(f(lf) if f is not None else None, off, k) for f, off, k in parts]
         self.markers_at = markers_at
         self.inventory = InventorySink(lf, markers)
-        self._hits = [s.on_hit if s is not None else None for s, _o, _k in self.parts]
+        self._hits = [*(s.on_hit if s is not None else None for s, _o, _k in self.parts), self.inventory.on_hit]
+        """Each part's sink's ``on_hit`` (None: no sink), then the inventory's (what a route's indexes name)."""
         global _LAST_ROUTES
         last = _LAST_ROUTES  # read once: another thread may replace it
         if last is not None and last[0] is parts and last[1] == markers_at:
@@ -278,36 +285,29 @@ class _CompositeSink:
             self._routes = {}
             _LAST_ROUTES = (parts, markers_at, self._routes)
 
-    def _route_of(self, pattern_ids: list[int]) -> _Route:
-        """The route of a hit with these ids (worked out once per id set and scan, see :meth:`_route`)."""
+    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
         route = self._routes.get(tuple(pattern_ids))
         if route is None:
             route = self._route(pattern_ids)
             if len(self._routes) < _MAX_ROUTES:
                 self._routes[tuple(pattern_ids)] = route
-        return route
-
-    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
-        inv, shares = self._route_of(pattern_ids)
-        if inv is not None:
-            self.inventory.on_hit(inv, line_no, line)
         hits = self._hits
-        for k, mine in shares:
-            hits[k](mine, line_no, line)  # type: ignore[misc]  # (a share names a part that has a sink)
+        for k, mine in route:
+            hits[k](mine, line_no, line)  # type: ignore[misc]  # (a route names a sink that is there)
 
     def _route(self, pattern_ids: list[int]) -> _Route:
-        inv = None
+        """The route of a hit with these ids (worked out once per id set and scan: the routes are shared)."""
+        route: list[tuple[int, list[int]]] = []
         if pattern_ids[-1] >= self.markers_at:
-            inv = [i - self.markers_at for i in pattern_ids if i >= self.markers_at]
+            route.append((len(self.parts), [i - self.markers_at for i in pattern_ids if i >= self.markers_at]))
             if pattern_ids[0] >= self.markers_at:
-                return inv, []
-        shares: list[tuple[int, list[int]]] = []
+                return tuple(route)
         for j, (sink, off, k) in enumerate(self.parts):
             if sink is not None:
                 mine = [i - off for i in pattern_ids if off <= i < off + k]
                 if mine:
-                    shares.append((j, mine))
-        return inv, shares
+                    route.append((j, mine))
+        return tuple(route)
 
     def finish(self) -> tuple[list[Any], FileFacts]:
         return [s.finish() if s is not None else None for s, _o, _k in self.parts], self.inventory.finish()
