@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copyreg
 import dataclasses
+import importlib
 import io
 import operator
 import os
@@ -112,10 +113,11 @@ they are not safe to share between the server's threads."""
 class _Reducers(dict[type, Callable[[Any], Any]]):
     """The picklers' dispatch table (class -> reduce function), filled on first sight of each class.
 
-    A frozen slotted dataclass with dataclass-made pickling (:func:`_init_fields`) is pickled as a call of
-    :func:`_new` with its class and field values: the same object back, made by a positional constructor instead of
+    A frozen slotted dataclass with dataclass-made pickling (:func:`_init_fields`) is pickled as a call of its
+    positional constructor (:func:`maker`) with its field values: the same object back, made in one call instead of
     the ``__setstate__`` that ``dataclass`` adds (a Python loop over ``fields()`` per object; a job's parsed lines
-    are hundreds of thousands of such objects). Its reduce function is generated with one attribute read per field.
+    are hundreds of thousands of such objects). The constructor is pickled by name once per blob (pickle's memo), so
+    each object costs one call when read back. Its reduce function is generated with one attribute read per field.
     Any other class gets what pickle would use without a table (``copyreg``'s entry, else ``__reduce_ex__``), from C.
     A table lookup costs no Python call for the classes pickle handles itself (types, functions, containers), where a
     ``reducer_override`` is called for every object."""
@@ -129,8 +131,8 @@ class _Reducers(dict[type, Callable[[Any], Any]]):
             reduce = copyreg.dispatch_table.get(cls) or operator.methodcaller("__reduce_ex__", PROTOCOL)
         else:
             values = "".join(f"o.{n}, " for n in names)  # field names are identifiers (dataclasses checked them)
-            scope: dict[str, Any] = {"new": _new, "cls": cls}
-            exec(f"def reduce(o):\n    return new, (cls, {values})\n", scope)
+            scope: dict[str, Any] = {"make": maker(cls)}
+            exec(f"def reduce(o):\n    return make, ({values})\n", scope)
             reduce = scope["reduce"]
         self[cls] = reduce
         return reduce
@@ -140,16 +142,42 @@ class _Pickler(pickle.Pickler):
     dispatch_table = _Reducers()
 
 
-_MAKERS: dict[type, Callable[..., Any]] = {}
-"""Class -> its positional constructor (or the class itself where that is not the same), per process."""
+class _Makers:
+    """The positional constructors by name (``MAKERS.<module>:<class>``, dots written ``/``), as pickle finds a
+    function it saved by reference: the same object in the process that packs and the one that unpacks, made on
+    first use in each."""
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        module, _, qualname = name.partition(":")
+        if not qualname:
+            raise AttributeError(name)
+        obj: Any = importlib.import_module(module.replace("/", "."))
+        for part in qualname.split("/"):
+            obj = getattr(obj, part)
+        return maker(obj)
 
 
-def _new(cls: type, *values: Any) -> Any:
-    """``cls(*values)``, made by its positional constructor (what a packed frozen dataclass is unpickled with)."""
+MAKERS = _Makers()
+
+
+def maker(cls: type) -> Callable[..., Any]:
+    """``cls``'s positional constructor (``cls(*field values)``), or ``cls`` itself where
+    :func:`~debug_training_logs.frozen.positional` would not make the same object; one per class per process."""
     make = _MAKERS.get(cls)
     if make is None:
-        make = _MAKERS[cls] = positional(cls) if takes_positional(cls) else cls
-    return make(*values)
+        if takes_positional(cls) and "<" not in cls.__qualname__:
+            make = positional(cls)
+            name = f"{cls.__module__}:{cls.__qualname__}".replace(".", "/")
+            make.__module__, make.__qualname__ = __name__, f"MAKERS.{name}"
+            setattr(MAKERS, name, make)  # found without __getattr__ from now on
+        else:
+            make = cls
+        _MAKERS[cls] = make
+    return make
+
+
+_MAKERS: dict[type, Callable[..., Any]] = {}
+"""Class -> its positional constructor (or the class itself where that is not the same), per process."""
 
 
 def _init_fields(cls: type) -> tuple[str, ...] | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 
 from debug_training_logs import memo
 from debug_training_logs.analysis import inventory
@@ -93,6 +94,13 @@ def test_frozen_slotted_dataclasses_come_back_equal_and_shared_ones_stay_shared(
     assert back == value and back[0][0] is back[0][1] and back[1].b == 6
     assert memo._init_fields(_Frozen) == ("line", "text", "parts") and memo._init_fields(_Derived) is None
     assert memo._MAKERS[_Frozen] is not _Frozen  # rebuilt by its positional constructor, not the frozen __init__
+    blob = memo._dump(value)
+    assert b"MAKERS." in zstandard.ZstdDecompressor().decompress(blob)  # the constructor by name, once per blob
+    memo._MAKERS.clear()
+    vars(memo.MAKERS).clear()  # as in a process that has packed nothing: the name is resolved on first use
+    assert memo._load(blob) == value and memo._MAKERS[_Frozen] is getattr(
+        memo.MAKERS, memo._MAKERS[_Frozen].__qualname__[7:]
+    )
 
 
 @dataclass(frozen=True, slots=True)
