@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copyreg
 import dataclasses
+import functools
 import importlib
 import io
 import operator
@@ -35,7 +36,7 @@ from typing import Any
 
 import zstandard
 
-from debug_training_logs.frozen import positional, takes_positional
+from debug_training_logs.frozen import native_positional, positional, takes_positional
 
 
 def _budget_mb(text: str | None, default: int = 96) -> int:
@@ -110,6 +111,12 @@ more bytes per rank. (zlib level 1 took ~3x level 1's time.) A compressor or dec
 they are not safe to share between the server's threads."""
 
 
+def _reduce_partial(p: functools.partial[Any]) -> Any:
+    """A constructor of :func:`maker` (the C one is a partial) by its name, any other partial as pickle would."""
+    name = p.__dict__.get("__qualname__")
+    return name if name is not None else p.__reduce__()
+
+
 class _Reducers(dict[type, Callable[[Any], Any]]):
     """The picklers' dispatch table (class -> reduce function), filled on first sight of each class.
 
@@ -127,7 +134,9 @@ class _Reducers(dict[type, Callable[[Any], Any]]):
             raise KeyError(cls)  # a class with a metaclass: pickle saves it by reference when the table has nothing
         names = _init_fields(cls)
         reduce: Callable[[Any], Any]
-        if names is None:
+        if cls is functools.partial:
+            reduce = _reduce_partial
+        elif names is None:
             reduce = copyreg.dispatch_table.get(cls) or operator.methodcaller("__reduce_ex__", PROTOCOL)
         else:
             values = "".join(f"o.{n}, " for n in names)  # field names are identifiers (dataclasses checked them)
@@ -166,9 +175,9 @@ def maker(cls: type) -> Callable[..., Any]:
     make = _MAKERS.get(cls)
     if make is None:
         if takes_positional(cls) and "<" not in cls.__qualname__:
-            make = positional(cls)
+            make = native_positional(cls) or positional(cls)
             name = f"{cls.__module__}:{cls.__qualname__}".replace(".", "/")
-            make.__module__, make.__qualname__ = __name__, f"MAKERS.{name}"
+            make.__module__, make.__qualname__ = __name__, f"MAKERS.{name}"  # pickled by this name
             setattr(MAKERS, name, make)  # found without __getattr__ from now on
         else:
             make = cls
