@@ -8,6 +8,8 @@ import dataclasses
 import datetime
 import enum
 import functools
+import importlib
+import os
 import pickle
 import re
 import shutil
@@ -26,6 +28,7 @@ from debug_training_logs.analysis.grep import GrepSink
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
 from debug_training_logs.frozen import native_positional, takes_positional
 from debug_training_logs.memo import Memo, estimate, pack, unpack, unpack_item
+from tests.test_native_scan import _compiler
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -123,6 +126,18 @@ def test_frozen_slotted_dataclasses_come_back_equal_and_shared_ones_stay_shared(
     assert memo._MAKERS[_Frozen] is getattr(memo.MAKERS, memo._MAKERS[_Frozen].__qualname__[7:])
     other = functools.partial(int, base=2)  # any other partial pickles as pickle makes it
     assert unpack(pack(other))("101") == 5
+
+
+def test_the_c_constructor_is_built_where_a_compiler_is() -> None:
+    """CI installs with a compiler: packed results must be read back by the C constructor the suite tests."""
+    reason = _compiler()
+    if reason is not None:
+        pytest.skip(reason)
+    mod = importlib.import_module("debug_training_logs._frozen")
+    assert Path(mod.__file__ or "").suffix in (".so", ".pyd")
+    if not os.environ.get("DEBUG_TRAINING_LOGS_NO_NATIVE"):
+        make = native_positional(_Frozen)
+        assert isinstance(make, functools.partial) and make.func is mod.new
 
 
 def test_the_c_constructor_makes_what_the_class_makes_and_refuses_what_is_not_its_slots() -> None:
