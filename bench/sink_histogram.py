@@ -12,7 +12,8 @@ itself is not timed.
 
 ``--pack`` instead times the consumers' pack that a scan worker runs after each file (``inventory._pack_scan``) on the
 recorded files' scan results, median of ``--rounds``: each consumer's ``refine``, the pickling and the zstd
-compression of the packed values (``memo.pack``), and the rest (the file's own facts, the shares).
+compression of the packed values (``memo.pack``), and the rest (the file's own facts, the shares); then the
+unpickling of those values, what the main process spends reading them back (zstd's decompression not counted).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import contextlib
 import gc
 import io
+import pickle
 import statistics
 import sys
 import time
@@ -195,6 +197,10 @@ def pack_round(packed: list[tuple[Any, Any]]) -> dict[str, float]:
     for raw in pickles:
         zstandard.ZstdCompressor(level=memo.COMPRESSION_LEVEL).compress(raw)
     spent["  of which zstd"] = clock() - t
+    t = clock()
+    for raw in pickles:
+        pickle.loads(raw)
+    spent["unpickling (main process)"] = clock() - t
     spent["bytes pickled"] = sum(map(len, pickles))
     return spent
 
@@ -225,7 +231,7 @@ def main() -> int:
             med["pack in all"] - med["memo.pack (pickle + zstd)"] - sum(med[k] for k in refines)
         )
         order = ["pack in all", *refines, "memo.pack (pickle + zstd)", "  of which pickling", "  of which zstd"]
-        for label in [*order, "rest (own facts, shares)"]:
+        for label in [*order, "rest (own facts, shares)", "unpickling (main process)"]:
             print(f"  {label:36} {med[label]:6.2f} ms")
         return 0
     runs = sorted((replay(files) for _ in range(args.rounds)), key=lambda r: r[0])

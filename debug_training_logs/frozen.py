@@ -3,6 +3,9 @@ object when a packed scan result is read back (:mod:`~debug_training_logs.memo`)
 
 from __future__ import annotations
 
+import functools
+import importlib
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
@@ -42,3 +45,18 @@ def takes_positional(cls: type) -> bool:
         and init is not None
         and init.co_filename != getattr(sys.modules.get(cls.__module__), "__file__", None)  # not written in the class
     )
+
+
+def native_positional(cls: type[_T]) -> Callable[..., _T] | None:
+    """What :func:`positional` makes, made in C by the optional ``_frozen`` extension (one allocation per object
+    instead of a Python call and a descriptor call per field: ~5x faster to read packed results back), or None when it
+    is not built or ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set. A :func:`functools.partial` of the C function with the
+    class and its fields' slot descriptors: it pickles by value (its class and descriptors by name)."""
+    assert takes_positional(cls), cls
+    if os.environ.get("DEBUG_TRAINING_LOGS_NO_NATIVE"):
+        return None
+    try:
+        new = importlib.import_module("debug_training_logs._frozen").new
+    except ImportError:
+        return None
+    return functools.partial(new, cls, tuple(cls.__dict__[f.name] for f in fields(cls)))  # type: ignore[arg-type]
