@@ -2768,13 +2768,19 @@ count_literals(PyObject *Py_UNUSED(mod), PyObject *args)
             else if (tlen[i] == 2)
                 counts[i] = pairs[pair_at(text[i])];
     }
-    if (first[65536] > 0)
+    if (first[65536] > 0) {
+        uint64_t used[1024] = {0}; /* pairs that start a longer needle: 8 KB, stays in L1 (first[] is 256 KB) */
+        for (unsigned v = 0; v < 65536; v++)
+            if (first[v + 1] > first[v])
+                used[v >> 6] |= (uint64_t)1 << (v & 63);
         for (Py_ssize_t p = 0; p + 2 < len; p++) {
             unsigned v = pair_at(b + p);
+            if (!(used[v >> 6] >> (v & 63) & 1))
+                continue;
             for (uint32_t j = first[v]; j < first[v + 1]; j++) {
                 uint32_t i = order[j];
                 Py_ssize_t nl = tlen[i];
-                if (p < next_ok[i] || p + nl > len)
+                if (text[i][2] != b[p + 2] || p < next_ok[i] || p + nl > len)
                     continue;
                 if (memcmp(b + p, text[i], (size_t)nl) == 0) {
                     counts[i]++;
@@ -2782,6 +2788,7 @@ count_literals(PyObject *Py_UNUSED(mod), PyObject *args)
                 }
             }
         }
+    }
     out = PyList_New(n);
     if (out == NULL)
         goto done;
