@@ -2704,71 +2704,88 @@ count_literals(PyObject *Py_UNUSED(mod), PyObject *args)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject *out = NULL;
-    /* needles grouped by their first byte (one-byte needles) or first pair; per needle the next offset at which an
-     * occurrence counts (count is non-overlapping, leftmost first, like bytes.count) */
+    /* one-byte and two-byte needles are read off a byte and a byte-pair histogram of buf (a pair of two equal bytes
+     * counted non-overlapping: every other position of a run); longer ones are grouped by their first pair (counting
+     * sort), with per needle the next offset at which an occurrence counts (non-overlapping, leftmost first, like
+     * bytes.count) */
     Py_ssize_t *next_ok = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
     Py_ssize_t *counts = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
-    uint32_t *first = PyMem_Calloc(65536 + 1, sizeof(uint32_t));  /* pair -> start in order[] (counting sort) */
+    const unsigned char **text = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*text));
+    Py_ssize_t *tlen = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
+    uint32_t *first = PyMem_Calloc(65536 + 1, sizeof(uint32_t)); /* pair -> start in order[] */
     uint32_t *order = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint32_t));
-    uint32_t *single_first = PyMem_Calloc(256 + 1, sizeof(uint32_t));
-    uint32_t *single_order = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint32_t));
-    if (!next_ok || !counts || !first || !order || !single_first || !single_order) {
+    uint32_t *pairs = PyMem_Calloc(65536, sizeof(uint32_t)); /* pair -> occurrences */
+    uint32_t singles[256] = {0};
+    int any_short = 0;
+    if (!next_ok || !counts || !text || !tlen || !first || !order || !pairs) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
-        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(o);
-        if (PyBytes_GET_SIZE(o) == 1)
-            single_first[s[0] + 1]++;
+        text[i] = (const unsigned char *)PyBytes_AS_STRING(o);
+        tlen[i] = PyBytes_GET_SIZE(o);
+        if (tlen[i] > 2)
+            first[pair_at(text[i]) + 1]++;
         else
-            first[pair_at(s) + 1]++;
+            any_short = 1;
     }
     for (unsigned v = 0; v < 65536; v++)
         first[v + 1] += first[v];
-    for (unsigned v = 0; v < 256; v++)
-        single_first[v + 1] += single_first[v];
     {
         uint32_t *fill = PyMem_Malloc(65536 * sizeof(uint32_t));
-        uint32_t sfill[256];
         if (fill == NULL) {
             PyErr_NoMemory();
             goto done;
         }
         memcpy(fill, first, 65536 * sizeof(uint32_t));
-        memcpy(sfill, single_first, 256 * sizeof(uint32_t));
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
-            const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(o);
-            if (PyBytes_GET_SIZE(o) == 1)
-                single_order[sfill[s[0]]++] = (uint32_t)i;
-            else
-                order[fill[pair_at(s)]++] = (uint32_t)i;
-        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (tlen[i] > 2)
+                order[fill[pair_at(text[i])]++] = (uint32_t)i;
         PyMem_Free(fill);
     }
     const unsigned char *b = (const unsigned char *)view.buf;
     Py_ssize_t len = view.len;
-    for (Py_ssize_t p = 0; p < len; p++) {
-        for (uint32_t j = single_first[b[p]]; j < single_first[b[p] + 1]; j++) {
-            uint32_t i = single_order[j];
-            if (p >= next_ok[i]) {
-                counts[i]++;
-                next_ok[i] = p + 1;
-            }
+    if (any_short) {
+        int skip = 0; /* the previous position counted a pair of two equal bytes that this one overlaps */
+        for (Py_ssize_t p = 0; p < len; p++) {
+            singles[b[p]]++;
+            if (p + 1 >= len)
+                break;
+            if (b[p] == b[p + 1]) {
+                if (skip) {
+                    skip = 0;
+                    continue;
+                }
+                skip = 1;
+            } else
+                skip = 0;
+            pairs[pair_at(b + p)]++;
         }
-        if (p + 1 >= len)
-            continue;
-        unsigned v = pair_at(b + p);
-        for (uint32_t j = first[v]; j < first[v + 1]; j++) {
-            uint32_t i = order[j];
-            PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
-            Py_ssize_t nl = PyBytes_GET_SIZE(o);
-            if (p < next_ok[i] || p + nl > len)
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (tlen[i] == 1)
+                counts[i] = singles[text[i][0]];
+            else if (tlen[i] == 2)
+                counts[i] = pairs[pair_at(text[i])];
+    }
+    if (first[65536] > 0) {
+        uint64_t used[1024] = {0}; /* pairs that start a longer needle: 8 KB, stays in L1 (first[] is 256 KB) */
+        for (unsigned v = 0; v < 65536; v++)
+            if (first[v + 1] > first[v])
+                used[v >> 6] |= (uint64_t)1 << (v & 63);
+        for (Py_ssize_t p = 0; p + 2 < len; p++) {
+            unsigned v = pair_at(b + p);
+            if (!(used[v >> 6] >> (v & 63) & 1))
                 continue;
-            if (memcmp(b + p, PyBytes_AS_STRING(o), (size_t)nl) == 0) {
-                counts[i]++;
-                next_ok[i] = p + nl;
+            for (uint32_t j = first[v]; j < first[v + 1]; j++) {
+                uint32_t i = order[j];
+                Py_ssize_t nl = tlen[i];
+                if (text[i][2] != b[p + 2] || p < next_ok[i] || p + nl > len)
+                    continue;
+                if (memcmp(b + p, text[i], (size_t)nl) == 0) {
+                    counts[i]++;
+                    next_ok[i] = p + nl;
+                }
             }
         }
     }
@@ -2786,10 +2803,11 @@ count_literals(PyObject *Py_UNUSED(mod), PyObject *args)
 done:
     PyMem_Free(next_ok);
     PyMem_Free(counts);
+    PyMem_Free(text);
+    PyMem_Free(tlen);
     PyMem_Free(first);
     PyMem_Free(order);
-    PyMem_Free(single_first);
-    PyMem_Free(single_order);
+    PyMem_Free(pairs);
     Py_DECREF(seq);
     PyBuffer_Release(&view);
     return out;

@@ -272,8 +272,10 @@ def _re2_options(ignore_case: bool) -> re2.Options:
     return opts
 
 
+@functools.lru_cache(maxsize=4096)
 def _re2_error(pat: str, ignore_case: bool) -> str | None:
-    """None when RE2 compiles ``pat``, else RE2's reason."""
+    """None when RE2 compiles ``pat``, else RE2's reason (remembered: :func:`compile_patterns` and :func:`make_plan`
+    both ask for every pattern of a scan)."""
     rx = _re2.RE2(pat.encode(), _re2_options(ignore_case))
     if rx.ok():
         return None

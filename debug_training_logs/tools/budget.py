@@ -143,21 +143,26 @@ def path_text(path: JsonPath) -> str:
 
 
 def _lists(value: Any, path: JsonPath = ()) -> list[tuple[JsonPath, list[Any] | dict[str, Any]]]:
-    """Every list (and every large dict, which is a list of keyed entries) in ``value``, with its path."""
+    """Every list (and every large dict, which is a list of keyed entries) in ``value``, with its path (outer ones
+    first, then in order)."""
     found: list[tuple[JsonPath, list[Any] | dict[str, Any]]] = []
+    _collect_lists(value, path, found)
+    return found
+
+
+def _collect_lists(value: Any, path: JsonPath, found: list[tuple[JsonPath, list[Any] | dict[str, Any]]]) -> None:
     if isinstance(value, dict):
         if path and len(value) > 32:
             found.append((path, value))
         for k, v in value.items():
-            if isinstance(v, dict | list):
-                found += _lists(v, (*path, k))
+            if isinstance(v, (dict, list)):
+                _collect_lists(v, (*path, k), found)
     elif isinstance(value, list):
         if value:
             found.append((path, value))
         for i, v in enumerate(value):
-            if isinstance(v, dict | list):
-                found += _lists(v, (*path, i))
-    return found
+            if isinstance(v, (dict, list)):
+                _collect_lists(v, (*path, i), found)
 
 
 def _get(data: Any, path: JsonPath) -> Any:
@@ -240,12 +245,22 @@ def fit(
     def size(current: dict[str, Any]) -> int:
         return len(compact_json(finished(current)))
 
+    sized: dict[JsonPath, int] = {}
+    """Per list's path, its compact JSON size: a cut changes only the lists on its path and inside the cut list, the
+    others keep their size from round to round (measuring every list each round cost more than the cuts)."""
+
+    def size_of(path: JsonPath, value: Any) -> int:
+        n = sized.get(path)
+        if n is None:
+            n = sized[path] = len(compact_json(value))
+        return n
+
     for floor in (1, 0):
         while (over := size(data) - limit) > 0:
             candidates = [(p, v) for p, v in _lists(data) if len(v) > floor and not (set(p) & PROTECTED)]
             if not candidates:
                 break
-            sizes = sorted(((len(compact_json(v)), p, v) for p, v in candidates), key=lambda t: -t[0])
+            sizes = sorted(((size_of(p, v), p, v) for p, v in candidates), key=lambda t: -t[0])
             cost, path, value = sizes[0]
             # Water-filling: the costliest list gives up what is over, but never shrinks below the next costliest
             # (other than lists inside it), so several long lists each keep their head instead of one losing all.
@@ -258,6 +273,8 @@ def fit(
             kept, removed = items[:keep], items[keep:]
             parent = _get(data, path[:-1])
             parent[path[-1]] = dict(kept) if isinstance(value, dict) else kept
+            for q in [q for q in sized if q[: len(path)] == path or path[: len(q)] == q]:
+                del sized[q]  # the cut list, the lists it holds and those holding it (their counters too)
             for inner in [q for q in cuts if len(q) > len(path) and q[: len(path)] == path]:
                 if isinstance(inner[len(path)], int) and int(inner[len(path)]) >= keep:
                     del cuts[inner]  # that entry itself is gone now: its own cut is part of this one
@@ -269,7 +286,7 @@ def fit(
             else:
                 prior.shown = keep
                 prior.omitted = removed_json + prior.omitted
-        if size(data) <= limit:
+        if over <= 0:
             break
     if amend is not None:
         for s in cuts.values():
