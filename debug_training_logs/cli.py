@@ -362,22 +362,6 @@ def _fewer_collections() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
-@contextmanager
-def _without_pydantic_plugins() -> Iterator[None]:
-    """One command's validators built without pydantic's plugin loader, unless ``PYDANTIC_DISABLE_PLUGINS`` is set
-    already (then as it says): on the first validator the loader reads every installed package's entry points, ~4 ms
-    before a command's scan can start; a plugin only observes validation (the results and error messages are the
-    same). The server keeps the default: a long-lived process pays it once."""
-    if "PYDANTIC_DISABLE_PLUGINS" in os.environ:
-        yield
-        return
-    os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
-    try:
-        yield
-    finally:
-        os.environ.pop("PYDANTIC_DISABLE_PLUGINS", None)
-
-
 def _skip_exit_collections() -> None:
     """Move every object to the collector's permanent generation: the process is about to exit, and the garbage
     collections of interpreter shutdown would otherwise walk every object of the command (the imported modules, the
@@ -438,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     assert spec is not None
     meanwhile.later(build_deferred)  # the result models: built while the scan's workers read, if there is a scan
     try:
-        with _cli_progress(ns.verbose), _fewer_collections(), one_command(), _without_pydantic_plugins():
+        with _cli_progress(ns.verbose), _fewer_collections(), one_command():
             result = _analyze_with_html(ns) if getattr(ns, "html", None) else run_tool(spec, ns)
     except UserInputError as exc:
         print(f"debug-training-logs {ns.command}: {exc}", file=sys.stderr)
