@@ -12,7 +12,6 @@ reference of the same contract (the loop ``scan._native_hits`` ran in Python bef
 
 from __future__ import annotations
 
-import importlib
 import random
 from pathlib import Path
 from typing import Any
@@ -20,18 +19,12 @@ from typing import Any
 import pytest
 import re2
 from re2 import _re2
+from test_native_scan import linescan
 
 from debug_training_logs.logs import scan
 from debug_training_logs.logs.scan import PatternSpec
 
 _UNANCHORED = re2._Anchor.UNANCHORED
-
-
-def _linescan() -> Any:
-    try:
-        return importlib.import_module("debug_training_logs.logs._linescan")
-    except ImportError:
-        pytest.skip("the native finder is not built (run pip install -e .)")
 
 
 def _rx(pattern: str) -> Any:
@@ -163,7 +156,7 @@ def _line_starts(buf: bytes, lo: int, hi: int) -> list[int]:
 
 @pytest.mark.parametrize("seed", range(60))
 def test_hits_equal_the_python_reference(seed: int) -> None:
-    ls_mod = _linescan()
+    ls_mod = linescan()
     rnd = random.Random(seed)
     alphabet = [b"ab", b"WARN", b"err", b"loss", b"x", b"12", b"NCCL", b"y\r", b"abc", b"a\nb", b"7"]
     needles = sorted(set(rnd.sample(alphabet, rnd.randrange(1, 8))))
@@ -204,7 +197,7 @@ def test_hits_equal_the_python_reference(seed: int) -> None:
 
 
 def test_hits_rejects_bad_arguments() -> None:
-    ls_mod = _linescan()
+    ls_mod = linescan()
     finder = ls_mod.Finder([b"ab", b"cd"])
     with pytest.raises(RuntimeError):
         finder.hits(b"ab\n", 0, 0, 3, 0, [], [], {}, None, {})
@@ -238,7 +231,7 @@ def test_a_fallback_pattern_next_to_native_ones_equals_the_pure_python_scan(
     """A pattern RE2 cannot run (a back-reference) goes to ``regex``; its lines are merged into the finder's in
     Python, with the DFA and dense-sample lines the finder already merged: every field and sink call equals the
     scan without the extension."""
-    _linescan()
+    linescan()
     from test_native_scan import _check_file, assert_same_scans
 
     rnd = random.Random(seed)
@@ -269,7 +262,7 @@ def test_a_fallback_pattern_next_to_native_ones_equals_the_pure_python_scan(
 def test_sample_with_checks_equals_checking_its_walk_in_python(seed: int) -> None:
     """``Finder.sample`` with a check: each piece's proposed lines checked natively (a sure literal in the line, else
     the regex) up to the first that fails, equal to checking the plain walk's lines in Python."""
-    ls_mod = _linescan()
+    ls_mod = linescan()
     rnd = random.Random(seed)
     needles = sorted(set(rnd.sample([b"ab", b"WARN", b"err", b"loss", b"x", b"12", b"7"], rnd.randrange(1, 4))))
     body = _buffer(rnd, needles)
@@ -322,7 +315,7 @@ def test_hits_and_checked_samples_do_not_leak() -> None:
     import resource
     import sys
 
-    ls_mod = _linescan()
+    ls_mod = linescan()
     rnd = random.Random(3)
     dense = b"ab x 7\nzz\n" * (1 << 13)
     starts = _line_starts(dense, 0, len(dense))

@@ -54,7 +54,8 @@ def _compiler() -> str | None:
     return None
 
 
-def _linescan() -> Any:
+def linescan() -> Any:
+    """The native finder module, or the test skipped where it is not built (the other native tests use this too)."""
     try:
         return importlib.import_module("debug_training_logs.logs._linescan")
     except ImportError:
@@ -143,7 +144,7 @@ BUFFERS: dict[str, bytes] = {
 @pytest.mark.parametrize("needles_name", list(NEEDLE_SETS))
 @pytest.mark.parametrize("buf_name", list(BUFFERS))
 def test_finder_matrix(needles_name: str, buf_name: str) -> None:
-    mod = _linescan()
+    mod = linescan()
     needles, buf = NEEDLE_SETS[needles_name], BUFFERS[buf_name]
     want = reference(buf, needles)
     assert found(mod, buf, needles) == want
@@ -157,7 +158,7 @@ def test_finder_matrix(needles_name: str, buf_name: str) -> None:
 
 def test_the_answer_is_for_the_window_only() -> None:
     """A window cut out of a bigger buffer: needles across either edge, or before ``start``, are not in it."""
-    mod = _linescan()
+    mod = linescan()
     big = b"xa" + b"b\nqq\nyz" + b"zy"
     window = memoryview(big)[2:-2]
     f = mod.Finder([b"ab", b"zz", b"\nq"])
@@ -168,7 +169,7 @@ def test_the_answer_is_for_the_window_only() -> None:
 
 
 def test_a_100_mb_line() -> None:
-    mod = _linescan()
+    mod = linescan()
     buf = b"a" * (100 << 20) + b"NCCL WARN" + b"a" * 1000 + b"\nnext\n"
     f = mod.Finder([b"NCCL WARN", b"next", b"zz"], mod.choose_anchors(b"", [b"NCCL WARN", b"next", b"zz"]))
     hits, nl, stop = f.find_lines(buf)
@@ -177,7 +178,7 @@ def test_a_100_mb_line() -> None:
 
 
 def test_every_buffer_kind_is_read(tmp_path: Path) -> None:
-    mod = _linescan()
+    mod = linescan()
     data = b"one\ntwo ab\nthree\n"
     f = mod.Finder([b"ab"])
     want = ([(4, 10, 1, 0)], 3, len(data))
@@ -192,7 +193,7 @@ def test_every_buffer_kind_is_read(tmp_path: Path) -> None:
 
 
 def test_bad_arguments_are_errors_not_crashes() -> None:
-    mod = _linescan()
+    mod = linescan()
     with pytest.raises(ValueError, match="empty needle"):
         mod.Finder([b"a", b""])
     with pytest.raises(TypeError):
@@ -213,7 +214,7 @@ def test_bad_arguments_are_errors_not_crashes() -> None:
 
 
 def test_line_indexes_count_newlines_before_each_position() -> None:
-    mod = _linescan()
+    mod = linescan()
     buf = (b"a\n" * 40 + b"\r\n" * 7 + b"x" * 100 + b"\n") * 3
     positions = sorted({0, 1, 2, 50, 99, 100, 183, 184, len(buf) - 1, len(buf)} | set(range(0, len(buf), 37)))
     assert mod.line_indexes(buf, positions) == [buf.count(b"\n", 0, p) for p in positions]
@@ -221,7 +222,7 @@ def test_line_indexes_count_newlines_before_each_position() -> None:
 
 
 def test_choose_anchors_picks_the_rarest_pair() -> None:
-    mod = _linescan()
+    mod = linescan()
     sample = b"the the the eX eX Xq qt qt"
     # theXq: th 3, he 3, eX 2, Xq 1 (times seen); Xqth: Xq 1, qt 2, th 3
     assert mod.choose_anchors(sample, [b"theXq", b"x", b"Xqth"]) == [3, 0, 0]
@@ -242,7 +243,7 @@ ALPHABET = st.sampled_from([b"a", b"b", b"c", b"\n", b"\r", b"\x00", b"\xff", b"
     page=st.sampled_from([0, 1, 2, 5]),
 )
 def test_finder_fuzz(needles: list[bytes], body: bytes, edges: tuple[bytes, bytes], seed: int, page: int) -> None:
-    mod = _linescan()
+    mod = linescan()
     rnd = random.Random(seed)
     anchors = [rnd.randrange(max(1, len(nd) - 1)) for nd in needles] if rnd.random() < 0.5 else None
     big = edges[0] + body + edges[1]
@@ -301,7 +302,7 @@ RANK_TAG = re.compile(rb"\[rank(\d+)\](?::| )")
 def test_collect_ranks_fuzz(parts: list[bytes], seed: int) -> None:
     """``collect_ranks`` adds what ``re.findall`` of the ``[rankN]:`` prefix finds, in any span of any buffer kind,
     and only reports the strings that were new."""
-    mod = _linescan()
+    mod = linescan()
     rnd = random.Random(seed)
     buf = b"".join(parts)
     lo, hi = sorted(rnd.randrange(len(buf) + 1) for _ in range(2))
@@ -323,7 +324,7 @@ def test_collect_ranks_fuzz(parts: list[bytes], seed: int) -> None:
 
 def test_collect_ranks_many_ranks_and_long_numbers() -> None:
     """More distinct ranks than the call's small table holds, digit strings longer than it keeps, leading zeros."""
-    mod = _linescan()
+    mod = linescan()
     buf = b"".join(b"[rank%d]: x\n" % r for r in range(5000)) + b"[rank007] y\n[rank" + b"9" * 40 + b"]: z\n"
     seen: set[str] = set()
     assert mod.collect_ranks(buf, seen) == 5002
@@ -341,7 +342,7 @@ def test_collect_ranks_many_ranks_and_long_numbers() -> None:
 def test_count_literals_equals_bytes_count(needles: list[bytes], body: bytes) -> None:
     """One pass counts each needle's non-overlapping occurrences exactly as ``bytes.count`` does (``aaa`` in
     ``aaaaa`` once, duplicates and needles sharing a first pair each counted on their own)."""
-    mod = _linescan()
+    mod = linescan()
     assert mod.count_literals(body, needles) == [body.count(nd) for nd in needles]
     assert mod.count_literals(b"aaaaa", [b"aaa", b"aa", b"a", b"aa"]) == [1, 2, 5, 2]
     with pytest.raises(TypeError):
@@ -350,7 +351,7 @@ def test_count_literals_equals_bytes_count(needles: list[bytes], body: bytes) ->
 
 def test_no_leak_and_bounded_memory() -> None:
     """Thousands of finders and pages of dense hits: the resident set stays put (peak RSS, KB on Linux)."""
-    mod = _linescan()
+    mod = linescan()
     rnd = random.Random(5)
     dense = b"x\n" * (1 << 16)  # a window where every line matches (paged: at most 2**14 lines a call)
 
@@ -425,7 +426,7 @@ def assert_same_scans(
 ) -> int:
     """The scan of ``root`` with the finder equals the scan without, field by field and call by call; returns the
     number of sink calls compared. ``sample``: plan from it instead of the files (b"": every literal is kept)."""
-    _linescan()
+    linescan()
     spec = spec or job_spec()
     fast = _run(root, spec, True, monkeypatch, sample)
     slow = _run(root, spec, False, monkeypatch, sample)
@@ -546,7 +547,7 @@ def test_a_window_where_every_line_is_a_candidate_is_paged(tmp_path: Path, monke
 def test_dense_sample_and_tail_are_identical(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     """``_Dense.sample`` (forward, one line per stride) and ``tail_start`` (backwards from the end) find the same lines
     with the finder as with ``bytes.find``/``rfind`` per needle, whatever the stride lands on."""
-    _linescan()
+    linescan()
     rnd = random.Random(seed)
     spec = PatternSpec((r"step \d+ loss", r"Epoch \d+|global_step=\d+", r"memory \(MB\)"), dense=(True, True, True))
     plan = scan.make_plan(spec, b"")
@@ -724,7 +725,7 @@ def test_an_iso_date_is_found_by_the_finder_where_dashes_are_common(
     """A corpus where ``-`` is in every other line (lhotse shard names) but dates are rare: the ISO pattern's spelt-out
     run goes to the native finder instead of a DFA search; the hits equal the DFA plan's (the fallback's), near
     misses included. Where a date is on every line the DFA search stays."""
-    _linescan()
+    linescan()
     if os.environ.get(NO_NATIVE):
         pytest.skip(f"{NO_NATIVE} is set: make_plan does not use the native finder")
     rows = []
@@ -920,7 +921,7 @@ def stride_walk(buf: bytes, needles: list[bytes], lo: int, hi: int, stride: int)
 def test_finder_every_needle_and_stride_sample_fuzz(needles: list[bytes], body: bytes, seed: int) -> None:
     """``find_lines(every=True)`` names exactly the needles (distinct, as the scan gives them) inside each line (a
     needle holding a newline never); ``sample`` proposes the stride walk of every piece (pieces cut anywhere, strides down to one byte)."""
-    mod = _linescan()
+    mod = linescan()
     rnd = random.Random(seed)
     anchors = [rnd.randrange(max(1, len(nd) - 1)) for nd in needles] if rnd.random() < 0.5 else None
     f = mod.Finder(needles, anchors)
@@ -943,7 +944,7 @@ def test_finder_every_needle_and_stride_sample_fuzz(needles: list[bytes], body: 
 
 
 def test_finder_sample_and_every_reject_bad_arguments() -> None:
-    mod = _linescan()
+    mod = linescan()
     f = mod.Finder([b"ab"])
     with pytest.raises(ValueError, match="outside the buffer"):
         f.sample(b"abc", [(0, 4)], 10)

@@ -11,19 +11,11 @@ at the buffer's end, and pages the answer (``max_lines``).
 
 from __future__ import annotations
 
-import importlib
 import random
 from typing import Any
 
 import pytest
-from test_native_scan import reference
-
-
-def _linescan() -> Any:
-    try:
-        return importlib.import_module("debug_training_logs.logs._linescan")
-    except ImportError:
-        pytest.skip("the native finder is not built")
+from test_native_scan import linescan, reference
 
 
 def _filtering(mod: Any) -> None:
@@ -120,7 +112,7 @@ CONFIGS = [(True, 2, None), (True, 3, None), (True, 0, "text"), (16, 3, "other")
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c[0]}-w{c[1]}-{c[2]}")
 def test_filter_equals_scalar_loop_and_reference(kind: str, seed: int, config: tuple[Any, int, str | None]) -> None:
-    mod = _linescan()
+    mod = linescan()
     _filtering(mod)
     rnd = random.Random(f"{kind}/{seed}")
     needles = _needles(rnd, kind)
@@ -169,7 +161,7 @@ def test_filter_equals_scalar_loop_and_reference(kind: str, seed: int, config: t
 def test_every_block_offset_of_every_needle() -> None:
     """One needle of each length placed at every offset of two filter steps, alone in a buffer of each length around
     the 33 bytes the filter needs: found exactly where the scalar loop finds it."""
-    mod = _linescan()
+    mod = linescan()
     _filtering(mod)
     for nd in [b"q", b"qz", b"qzj", b"\xffz", b"Watchdog caught"]:
         filler = [b"a", b"b", b"c", b"z"]  # a one-byte or two-byte needle must not occur by chance
@@ -189,7 +181,7 @@ def test_every_block_offset_of_every_needle() -> None:
 def test_the_rule_keeps_the_scalar_loop_where_the_filter_would_pass_most_positions() -> None:
     """The automatic choice is made per needle set: rare pairs get the filter, pairs of common text letters (whose
     nibble masks pass most text) do not."""
-    mod = _linescan()
+    mod = linescan()
     _filtering(mod)
     assert mod.Finder([b"NCCL WARN", b"Traceback (most"]).simd_filter() is not None
     common = [bytes([a, b]) for a in b"etaoinsr hdlcum" for b in b"etaoinsr hdlcum"]
@@ -205,7 +197,7 @@ def test_the_rule_keeps_the_scalar_loop_where_the_filter_would_pass_most_positio
 def test_a_profile_is_read_and_changes_only_the_speed() -> None:
     """pair_profile lists a sample's pairs by count; a Finder given one merges its buckets on it (the rate it reports
     is then the profile's estimate, not the prior's) and finds the same lines."""
-    mod = _linescan()
+    mod = linescan()
     _filtering(mod)
     prof = mod.pair_profile(b"abab")
     assert prof == (3).to_bytes(4, "little") + b"ab" + (2).to_bytes(4, "little") + b"ba" + (1).to_bytes(4, "little")
@@ -228,7 +220,7 @@ def test_the_planner_profiles_its_sample_for_the_matchers_finder(monkeypatch: py
     """make_plan keeps pair_profile of its sample in the plan and the matcher's finder merges its buckets on it; the
     lines found from a plan with the profile and one without are the same, and with no sample (or without the
     extension: the Aho-Corasick passes need none) there is no profile."""
-    mod = _linescan()
+    mod = linescan()
     _filtering(mod)
     from debug_training_logs.logs import scan
 

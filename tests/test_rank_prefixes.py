@@ -10,7 +10,6 @@ zeros, more distinct ranks than the table holds, prefixes that share the fast pa
 
 from __future__ import annotations
 
-import importlib
 import mmap
 import random
 import re
@@ -18,18 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_native_scan import linescan
 
 from debug_training_logs.logs import scan
 
 RANK_TAG = re.compile(rb"\[rank(\d+)\](?::| )")
 SIMD = (0, 1, 2)  # no SIMD, SSE2 at most, the best the CPU has (AVX2 here when it has it)
-
-
-def _linescan() -> Any:
-    try:
-        return importlib.import_module("debug_training_logs.logs._linescan")
-    except ImportError:
-        pytest.skip("the native finder is not built (run pip install -e .)")
 
 
 def _want(buf: bytes, lo: int, hi: int) -> set[str]:
@@ -93,7 +86,7 @@ def _check(mod: Any, buf: Any, raw: bytes, lo: int, hi: int, before: set[str]) -
 @pytest.mark.parametrize("seed", range(60))
 def test_random_buffers_match_the_regex(seed: int) -> None:
     """Random buffers of up to 20 KB (several 4 KiB batches), random spans and random sets to start from."""
-    mod = _linescan()
+    mod = linescan()
     rnd = random.Random(seed)
     raw = _buffer(rnd, rnd.choice([100, 3000, 9000, 20000]), rnd.choice([1, 3, 8, 40]))
     spans = [(0, len(raw))] + [tuple(sorted(rnd.randrange(len(raw) + 1) for _ in range(2))) for _ in range(6)]
@@ -111,7 +104,7 @@ def test_random_buffers_match_the_regex(seed: int) -> None:
 def test_every_prefix_length_at_every_end() -> None:
     """A prefix of each length (1 to 25 digits, both separators) ending at each distance from the span's end: the
     16-byte compare must not read past the end, and a prefix cut before its separator does not count."""
-    mod = _linescan()
+    mod = linescan()
     for n in range(1, 26):
         d = ("".join(str((n + i) % 10) for i in range(n))).encode()
         for sep in (b":", b" "):
@@ -127,7 +120,7 @@ def test_every_prefix_length_at_every_end() -> None:
 def test_prefixes_sharing_a_key_alternate() -> None:
     """Prefixes the remembered-prefix table files under one key (same last digit, same second-to-last digit's low
     bits, same separator) and near-misses of a remembered prefix, interleaved line by line."""
-    mod = _linescan()
+    mod = linescan()
     ranks = [b"5", b"35", b"75", b"1135", b"05", b"005"]
     lines = []
     for i in range(3000):
@@ -145,7 +138,7 @@ def test_prefixes_sharing_a_key_alternate() -> None:
 def test_more_ranks_than_the_tables() -> None:
     """Thousands of distinct ranks, each met several times in a row and again later: the tables of the call are
     overwritten, the set stays right."""
-    mod = _linescan()
+    mod = linescan()
     rnd = random.Random(7)
     ranks = [str(r).encode() for r in range(4096)]
     lines = [b"[rank%s]: a\n[rank%s] b\n" % (r, r) for r in ranks]
@@ -157,7 +150,7 @@ def test_more_ranks_than_the_tables() -> None:
 
 def test_memory_map(tmp_path: Path) -> None:
     """A span of a memory-mapped file ending at the map's last byte (no byte after it may be read)."""
-    mod = _linescan()
+    mod = linescan()
     raw = _buffer(random.Random(3), 3 * mmap.PAGESIZE, 8)
     raw = raw[: 3 * mmap.PAGESIZE - 9] + b"[rank42]:"
     path = tmp_path / "node.log"
