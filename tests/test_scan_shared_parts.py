@@ -125,7 +125,7 @@ def test_an_error_in_a_worker_is_raised_by_the_scan_with_the_workers_traceback(
     spec = PatternSpec(("Connection reset",))
     monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
     before = _children()
-    with pytest.raises(ValueError, match="cannot pack node2.log") as info:
+    with pytest.raises(ValueError, match=r"cannot pack node2\.log") as info:
         list(scan.scan_each(files, spec, None, _fails_on_node2))
     assert "_fails_on_node2" in str(info.value.__cause__)  # the worker's traceback
     assert _children() == before
