@@ -4,8 +4,10 @@ everything afresh for each file."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -170,3 +172,57 @@ def test_an_interrupt_in_the_main_process_ends_the_workers(tmp_path: Path, monke
         signal.signal(signal.SIGALRM, old)
     assert time.monotonic() - start < 3
     assert _children() == before
+
+
+def test_scans_in_threads_at_once_each_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server runs tools in threads: scans whose workers fork while another scan's pipes are open all end (a
+    worker holding another scan's pipe would keep that scan waiting, and two such scans could wait for each other)."""
+    files = _four_nodes(tmp_path)
+    spec = PatternSpec(("Connection reset",))
+    monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
+    expected = {f.rel: s.lines for f, s in zip(files, scan_files(files, spec), strict=True)}
+
+    def slow(s: scan.FileScan) -> int:
+        time.sleep(0.05)
+        return s.lines
+
+    before = _children()
+    got: list[dict[str, int]] = []
+
+    def one() -> None:
+        got.append({files[i].rel: n for i, n in scan.scan_each(files, spec, None, slow)})
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert got == [expected] * 4
+    assert _children() == before
+    assert not scan._POOL_FDS
+
+
+def _pipes_open() -> set[str]:
+    """The pipes this process has open, as ``pipe:[inode]`` (Linux)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith("pipe:"):
+                out.add(link)
+    return out
+
+
+def test_a_worker_holds_no_pipe_of_another_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan's workers forked while another scan runs hold none of that scan's pipes."""
+    files = _four_nodes(tmp_path)
+    spec = PatternSpec(("Connection reset",))
+    monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
+    first = scan.scan_each(files, spec, None, lambda s: s.lines)
+    next(first)  # running, its pipes open
+    theirs = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in scan._POOL_FDS}
+    assert len(theirs) >= 2  # the result pipes at least
+    held = [pipes for _i, pipes in scan.scan_each(files, spec, None, lambda s: _pipes_open())]
+    assert len(held) == len(files) and not any(pipes & theirs for pipes in held)
+    assert len(list(first)) == len(files) - 1

@@ -65,6 +65,7 @@ import re._constants as sre_c
 import re._parser as sre_parse
 import select
 import signal
+import threading
 import time
 import traceback
 from bisect import bisect_left, bisect_right
@@ -2136,22 +2137,24 @@ def _forked(task: Callable[[int], T], order: Sequence[int], workers: int) -> Ite
     poller = select.poll()
     try:
         for _ in range(workers):
-            task_r, task_w = os.pipe()
-            res_r, res_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # the worker: never returns into the caller's code
-                code = 1
-                try:
-                    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the main process ends it
-                    for fd in (task_w, res_r, *procs, *(w.task_w for w in procs.values())):
-                        os.close(fd)  # its own pipes' other ends, the other workers' pipes
-                    _work(task, task_r, res_w)
-                    code = 0
-                finally:
-                    os._exit(code)
-            pids.append(pid)
-            os.close(task_r)
-            os.close(res_w)
+            with _FORK_LOCK:
+                task_r, task_w = os.pipe()
+                res_r, res_w = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # the worker: never returns into the caller's code
+                    code = 1
+                    try:
+                        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the main process ends it
+                        for fd in (task_w, res_r, *_POOL_FDS):
+                            os.close(fd)  # its own pipes' other ends; every other worker's, of any scan
+                        _work(task, task_r, res_w)
+                        code = 0
+                    finally:
+                        os._exit(code)
+                pids.append(pid)
+                os.close(task_r)
+                os.close(res_w)
+                _POOL_FDS.update((task_w, res_r))
             procs[res_r] = _Worker(pid, task_w)
             poller.register(res_r, select.POLLIN)
         for worker in procs.values():
@@ -2169,7 +2172,7 @@ def _forked(task: Callable[[int], T], order: Sequence[int], workers: int) -> Ite
                             f"{len(worker.held)} file(s)"
                         )
                     poller.unregister(fd)
-                    os.close(fd)
+                    _close(fd)
                     del procs[fd]
                     continue
                 ok, value = pickle.loads(message)
@@ -2184,11 +2187,25 @@ def _forked(task: Callable[[int], T], order: Sequence[int], workers: int) -> Ite
         for fd, worker in procs.items():
             for f in (fd, worker.task_w):
                 if f >= 0:
-                    os.close(f)
+                    _close(f)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)  # a worker done with its files has exited already
             os.waitpid(pid, 0)
+
+
+_FORK_LOCK = threading.Lock()
+_POOL_FDS: set[int] = set()
+"""The main process's ends of every worker's pipes, of every scan in progress (the server runs scans in threads).
+A worker closes them all at its start: a copy held by another scan's worker would keep a pipe from ending (a worker
+waits for its task pipe to end, the main process for its result pipe), and two scans could wait for each other.
+Pipes are made, forked and added under :data:`_FORK_LOCK`."""
+
+
+def _close(fd: int) -> None:
+    with _FORK_LOCK:
+        _POOL_FDS.discard(fd)
+        os.close(fd)
 
 
 def _hand_out(pending: Iterator[int], worker: _Worker, n: int) -> None:
@@ -2201,7 +2218,7 @@ def _hand_out(pending: Iterator[int], worker: _Worker, n: int) -> None:
         worker.held.append(i)
         sent += 1
     if sent < n:  # none left
-        os.close(worker.task_w)
+        _close(worker.task_w)
         worker.task_w = -1
 
 
