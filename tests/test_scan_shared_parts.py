@@ -4,6 +4,11 @@ everything afresh for each file."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,31 +73,156 @@ def test_dense_parts_are_shared_between_files(tmp_path: Path, monkeypatch: pytes
         assert len(seen) < 8 * 3000 // 4  # sampled, not every metric line
 
 
-def test_worker_processes_take_the_scan_from_the_fork_and_leave_nothing_behind(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A parallel scan's arguments reach its forked workers through :data:`scan._TASKS` (a task names only its
-    token and file): the results equal one process's, and no scan's arguments stay once it ends, however it ends."""
+def _children() -> set[int]:
+    """The pids of this process's children (Linux)."""
+    out: set[int] = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        out |= {int(p) for p in (task / "children").read_text().split()}
+    return out
+
+
+def _four_nodes(tmp_path: Path) -> list[LogFile]:
     for k, first in enumerate((0, 8, 16, 24)):
         _node(tmp_path / f"node{k}.log", first, 400, {first + 3: 300 - 50 * k})
-    files = sorted(discover(tmp_path)[0], key=lambda f: f.rel)
+    return sorted(discover(tmp_path)[0], key=lambda f: f.rel)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_worker_processes_take_the_scan_from_the_fork_and_leave_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """A parallel scan's workers are forked with its arguments: the results equal one process's, and no worker
+    process outlives the scan, however it ends."""
+    files = _four_nodes(tmp_path)
     spec = PatternSpec((r"Epoch \d+: \d+/", "Connection reset"), dense=(True, False))
     monkeypatch.setattr(scan, "_worker_count", lambda files: 1)
     alone = _results(files, spec)
-    monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
-    tasks: list[Any] = []
-    real_submit = scan.ProcessPoolExecutor.submit
-
-    def submit(pool: Any, fn: Any, *args: Any) -> Any:
-        tasks.append((fn, args))
-        return real_submit(pool, fn, *args)
-
-    monkeypatch.setattr(scan.ProcessPoolExecutor, "submit", submit)
+    monkeypatch.setattr(scan, "_worker_count", lambda files: workers)
+    before = _children()
     assert _results(files, spec) == alone
-    assert len(tasks) == len(files) and all(fn is scan._scan_task and len(args) == 2 for fn, args in tasks)
-    assert not scan._TASKS
+    assert _children() == before
     scans = scan.scan_each(files, spec, _Lines, lambda s: s.lines)
     next(scans)
-    assert len(scan._TASKS) == 1  # in use while the scan runs
+    assert len(_children() - before) == workers  # at work while the scan runs
     scans.close()  # a caller that stops reading early (an error in its fold)
-    assert not scan._TASKS
+    assert _children() == before
+
+
+def _fails_on_node2(s: scan.FileScan) -> int:
+    if s.file.rel == "node2.log":
+        raise ValueError(f"cannot pack {s.file.rel}")
+    return s.lines
+
+
+def _dies_on_node2(s: scan.FileScan) -> int:
+    if s.file.rel == "node2.log":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return s.lines
+
+
+def test_an_error_in_a_worker_is_raised_by_the_scan_with_the_workers_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = _four_nodes(tmp_path)
+    spec = PatternSpec(("Connection reset",))
+    monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
+    before = _children()
+    with pytest.raises(ValueError, match=r"cannot pack node2\.log") as info:
+        list(scan.scan_each(files, spec, None, _fails_on_node2))
+    assert "_fails_on_node2" in str(info.value.__cause__)  # the worker's traceback
+    assert _children() == before
+
+
+def test_a_worker_that_dies_fails_the_scan_and_no_worker_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = _four_nodes(tmp_path)
+    spec = PatternSpec(("Connection reset",))
+    monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
+    before = _children()
+    with pytest.raises(scan.WorkerDied, match="signal 9"):
+        list(scan.scan_each(files, spec, None, _dies_on_node2))
+    assert _children() == before
+
+
+def test_an_interrupt_in_the_main_process_ends_the_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the main process waits for the workers: KeyboardInterrupt reaches the caller at once (the busy
+    workers are not waited for) and no worker is left."""
+    files = _four_nodes(tmp_path)
+    spec = PatternSpec(("Connection reset",))
+    monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
+    before = _children()
+    biggest = max(files, key=lambda f: f.size)  # handed out first
+
+    def slow_but_biggest(s: scan.FileScan) -> int:
+        if s.file != biggest:
+            time.sleep(5)
+        return s.lines
+
+    scans = scan.scan_each(files, spec, None, slow_but_biggest)
+    assert files[next(scans)[0]] == biggest
+    old = signal.signal(signal.SIGALRM, signal.default_int_handler)  # raises KeyboardInterrupt
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            next(scans)  # waits for a worker
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.monotonic() - start < 3
+    assert _children() == before
+
+
+def test_scans_in_threads_at_once_each_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server runs tools in threads: scans whose workers fork while another scan's pipes are open all end (a
+    worker holding another scan's pipe would keep that scan waiting, and two such scans could wait for each other)."""
+    files = _four_nodes(tmp_path)
+    spec = PatternSpec(("Connection reset",))
+    monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
+    expected = {f.rel: s.lines for f, s in zip(files, scan_files(files, spec), strict=True)}
+
+    def slow(s: scan.FileScan) -> int:
+        time.sleep(0.05)
+        return s.lines
+
+    before = _children()
+    got: list[dict[str, int]] = []
+
+    def one() -> None:
+        got.append({files[i].rel: n for i, n in scan.scan_each(files, spec, None, slow)})
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert got == [expected] * 4
+    assert _children() == before
+    assert not scan._POOL_FDS
+
+
+def _pipes_open() -> set[str]:
+    """The pipes this process has open, as ``pipe:[inode]`` (Linux)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith("pipe:"):
+                out.add(link)
+    return out
+
+
+def test_a_worker_holds_no_pipe_of_another_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan's workers forked while another scan runs hold none of that scan's pipes."""
+    files = _four_nodes(tmp_path)
+    spec = PatternSpec(("Connection reset",))
+    monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
+    first = scan.scan_each(files, spec, None, lambda s: s.lines)
+    next(first)  # running, its pipes open
+    theirs = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in scan._POOL_FDS}
+    assert len(theirs) >= 2  # the result pipes at least
+    held = [pipes for _i, pipes in scan.scan_each(files, spec, None, lambda s: _pipes_open())]
+    assert len(held) == len(files) and not any(pipes & theirs for pipes in held)
+    assert len(list(first)) == len(files) - 1

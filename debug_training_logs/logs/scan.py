@@ -53,20 +53,24 @@ Must not: know what a line means (that is ``formats/``), or hold more of a file 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import itertools
 import mmap
 import os
+import pickle
 import re as std_re
 import re._constants as sre_c
 import re._parser as sre_parse
+import select
+import signal
+import threading
 import time
+import traceback
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from typing import Any, Protocol, TypeVar, cast
 
 import re2
@@ -101,6 +105,8 @@ class _Budget:
     """Seconds left for backtracking in this search, shared by the forked worker processes (a shared double)."""
 
     def __init__(self, seconds: float) -> None:
+        from multiprocessing import get_context  # only a search with a fallback pattern needs it (~4 ms to import)
+
         self.total = seconds
         self._left = get_context("fork").Value("d", seconds)
 
@@ -2085,37 +2091,202 @@ def scan_each(
             yield i, packed
         return
     order = sorted(range(total), key=lambda i: -files[i].size)  # biggest first: better packing
-    token = next(_TOKENS)
-    _TASKS[token] = (spec, plan, sink_factory, head_lines, tail_lines, collect_ranks, pack)
+
+    def task(i: int) -> tuple[Checkpoints | None, T]:
+        return _scan_packed(files[i], spec, plan, sink_factory, head_lines, tail_lines, collect_ranks, pack)
+
+    for done, (i, (cp, packed)) in enumerate(_forked(task, order, workers), start=1):
+        _remember(files[i], cp)
+        progress.report(done, total, f"scanned {files[i].rel}")
+        yield i, packed
+
+
+class _RemoteTraceback(Exception):
+    """The traceback of an error raised in a worker process (the ``__cause__`` of the error raised here)."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return self.tb
+
+
+class WorkerDied(RuntimeError):
+    """A scan's worker process ended without answering for the file it had (killed, out of memory, crashed)."""
+
+
+_AHEAD = 2
+"""Files handed to a worker process before it answers for its first: it starts the next without waiting for the
+main process."""
+
+
+def _forked(task: Callable[[int], T], order: Sequence[int], workers: int) -> Iterator[tuple[int, T]]:
+    """``(i, task(i))`` for every ``i`` of ``order``, computed by ``workers`` processes forked from this one, as each
+    is done (handed out in ``order``, each worker holding up to :data:`_AHEAD`).
+
+    The workers inherit everything the task needs at the fork; the main process sends each one file indices on a
+    pipe and reads back the pickled results on another. An error in a task is raised here (with the worker's
+    traceback as its cause); a worker that ends without answering raises :class:`WorkerDied`. However this ends
+    (done, error, KeyboardInterrupt, the caller closing the generator), no worker outlives it: the ones still running
+    are killed and every one is reaped. Cheaper for the main process than a ``ProcessPoolExecutor`` (no threads, no
+    queue feeder: ~30 ms less CPU for 128 files)."""
+    pending = iter(order)
+    procs: dict[int, _Worker] = {}  # by the read end of its result pipe
+    pids: list[int] = []  # not reaped yet
+    poller = select.poll()
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
-            futures: dict[Future[tuple[Checkpoints | None, T]], int] = {
-                pool.submit(_scan_task, token, files[i]): i for i in order
-            }
-            for done, fut in enumerate(as_completed(futures), start=1):
-                i = futures.pop(fut)  # the future (and its result) is not kept once handed over
-                cp, packed = fut.result()
-                del fut
-                _remember(files[i], cp)
-                progress.report(done, total, f"scanned {files[i].rel}")
-                yield i, packed
+        for _ in range(workers):
+            with _FORK_LOCK:
+                task_r, task_w = os.pipe()
+                res_r, res_w = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # the worker: never returns into the caller's code
+                    code = 1
+                    try:
+                        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the main process ends it
+                        for fd in (task_w, res_r, *_POOL_FDS):
+                            os.close(fd)  # its own pipes' other ends; every other worker's, of any scan
+                        _work(task, task_r, res_w)
+                        code = 0
+                    finally:
+                        os._exit(code)
+                pids.append(pid)
+                os.close(task_r)
+                os.close(res_w)
+                _POOL_FDS.update((task_w, res_r))
+            procs[res_r] = _Worker(pid, task_w)
+            poller.register(res_r, select.POLLIN)
+        for worker in procs.values():
+            _hand_out(pending, worker, _AHEAD)
+        while procs:
+            for fd, _ev in poller.poll():
+                worker = procs[fd]
+                message = _read_message(fd)
+                if message is None:  # the worker ended
+                    if worker.held:
+                        _, status = os.waitpid(worker.pid, 0)
+                        pids.remove(worker.pid)
+                        raise WorkerDied(
+                            f"a scan worker process ended ({_status_text(status)}) before it answered for its "
+                            f"{len(worker.held)} file(s)"
+                        )
+                    poller.unregister(fd)
+                    _close(fd)
+                    del procs[fd]
+                    continue
+                ok, value = pickle.loads(message)
+                if not ok:
+                    exc, tb = value
+                    exc.__cause__ = _RemoteTraceback(tb)
+                    raise exc
+                i = worker.held.pop(0)
+                _hand_out(pending, worker, 1)
+                yield i, value
     finally:
-        del _TASKS[token]
+        for fd, worker in procs.items():
+            for f in (fd, worker.task_w):
+                if f >= 0:
+                    _close(f)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # a worker done with its files has exited already
+            os.waitpid(pid, 0)
 
 
-_TASKS: dict[int, tuple[Any, ...]] = {}
-"""The arguments of each parallel scan in progress (spec, plan, sink factory, head and tail lines, ranks, pack), by
-token. They are set before the scan's worker processes fork, so every worker has them: a task names only its token
-and its file, where pickling them for each file cost ~0.3 ms (the plan alone is ~15 KB), and a worker's files share
-one spec and plan object (the per-scan state is found by identity)."""
+_FORK_LOCK = threading.Lock()
+_POOL_FDS: set[int] = set()
+"""The main process's ends of every worker's pipes, of every scan in progress (the server runs scans in threads).
+A worker closes them all at its start: a copy held by another scan's worker would keep a pipe from ending (a worker
+waits for its task pipe to end, the main process for its result pipe), and two scans could wait for each other.
+Pipes are made, forked and added under :data:`_FORK_LOCK`."""
 
-_TOKENS = itertools.count()
+
+def _close(fd: int) -> None:
+    with _FORK_LOCK:
+        _POOL_FDS.discard(fd)
+        os.close(fd)
 
 
-def _scan_task(token: int, lf: LogFile) -> tuple[Checkpoints | None, Any]:
-    """One file of the parallel scan ``token`` (:data:`_TASKS`), in a worker process."""
-    spec, plan, sink_factory, head_n, tail_n, collect_ranks, pack = _TASKS[token]
-    return _scan_packed(lf, spec, plan, sink_factory, head_n, tail_n, collect_ranks, pack)
+def _hand_out(pending: Iterator[int], worker: _Worker, n: int) -> None:
+    """Send up to ``n`` more indices to a worker; with none left, close its task pipe (it exits when done)."""
+    if worker.task_w < 0:
+        return
+    sent = 0
+    for i in itertools.islice(pending, n):
+        os.write(worker.task_w, i.to_bytes(4, "little"))
+        worker.held.append(i)
+        sent += 1
+    if sent < n:  # none left
+        _close(worker.task_w)
+        worker.task_w = -1
+
+
+@dataclass
+class _Worker:
+    pid: int
+    task_w: int
+    """The write end of its task pipe (-1 once closed)."""
+    held: list[int] = field(default_factory=list)
+    """The indices handed out it has not answered for yet, oldest first."""
+
+
+def _work(task: Callable[[int], Any], task_r: int, res_w: int) -> None:
+    """A worker's loop: read file indices until the task pipe closes, send each result (or error) back."""
+    while True:
+        raw = _read_exactly(task_r, 4)
+        if raw is None:
+            return
+        try:
+            message = pickle.dumps((True, task(int.from_bytes(raw, "little"))), pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            tb = "".join(traceback.format_exception(exc))
+            try:
+                message = pickle.dumps((False, (exc, tb)), pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                message = pickle.dumps((False, (RuntimeError(f"{type(exc).__name__}: {exc}"), tb)))
+        _write_all(res_w, len(message).to_bytes(8, "little") + message)
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    """``n`` bytes from ``fd``; None at its end (before any byte)."""
+    data = os.read(fd, n)
+    if not data:
+        return None
+    while len(data) < n:
+        more = os.read(fd, n - len(data))
+        if not more:
+            raise EOFError("a scan worker's pipe ended in the middle of a message")
+        data += more
+    return data
+
+
+def _read_message(fd: int) -> bytearray | None:
+    head = _read_exactly(fd, 8)
+    if head is None:
+        return None
+    n = int.from_bytes(head, "little")
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            raise EOFError("a scan worker's pipe ended in the middle of a message")
+        got += k
+    return buf
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _status_text(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
 
 
 def _scan_packed(
