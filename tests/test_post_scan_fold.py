@@ -12,8 +12,12 @@ in-process computation.
   Reference: the split that reads the lines back itself, over every restart shape of fixtures/real_torch.
 * The launcher's kept lines are parsed (torchrun events, gloo errors, ranks, own exceptions) in the worker that
   scanned the file; the facts equal those of lines parsed in this process, over every fixtures/real_torch shape.
-* The NCCL table's input is unpacked as each file's result arrives, while the other files are still being scanned
-  (``scan_consumers(on_file=...)``); the table equals one built from the lazily unpacked results.
+* The NCCL table's input is unpacked, and each file's share of the table (``nccl_table.FilePrep``: its lines by
+  rank, facts, families, unranked lines) made, as each file's result arrives, while the other files are still being
+  scanned (``scan_consumers(on_file=...)``); the table equals one built from the lazily unpacked results. The same
+  for the launcher's per-file results (``launcher.early_result``): the facts equal those unpacked after the scan.
+  Over every fixture job too, the table from shares made before the inventory was known (no single rank per file)
+  equals the one made without them, single-rank files whose lines name no rank included.
 
 Each over: one file, two files, eighteen files (some state no year: their hits move to the job's year; some lines
 name no rank), .gz and .zst copies, a series whose times have no year (the raw fallback), February 29 without a year
@@ -200,7 +204,19 @@ def test_the_fold_equals_the_in_process_computation(
         return real_state(worker, early)
 
     monkeypatch.setattr(evidence, "nccl_state", spy)
+    launched: list[tuple[Any, int, Any]] = []
+    real_facts = launcher.from_job_scan
+
+    def facts_spy(job: Any, early: Any = None) -> Any:
+        got = real_facts(job, dict(early or {}))
+        launched.append((job, len(early or {}), got))
+        return got
+
+    monkeypatch.setattr(evidence.launcher_scan, "from_job_scan", facts_spy)
     ev = gather_evidence(logs)
+    # the launcher's facts from the results unpacked as they arrived equal those unpacked after the scan
+    assert [n for _, n, _ in launched] == [len(ev.worker.job.files)]
+    assert launched[0][2] == real_facts(launched[0][0])
     keep = ev.attempts.keeper(ev.attempt) if ev.attempts is not None and ev.attempt is not None else None
     got = {
         "step": {r: list(p) for r, p in ev.worker.step_ms.items()},
@@ -343,3 +359,32 @@ def test_parse_lines_reads_each_line_as_the_facts_need() -> None:
     assert per_line[1][1] is not None and per_line[1][1].signal == "SIGTERM"
     assert ranks == [3, None, 3, 3, 3, 3, None]
     assert own == [False, False, True, False, False, True, False]
+
+
+PREP_JOBS = sorted(d for d in FIXTURES.rglob("logs") if d.is_dir())
+
+
+def test_the_nccl_table_from_shares_made_as_files_arrive_equals_the_table_made_at_once(tmp_path: Path) -> None:
+    """A file's :class:`~debug_training_logs.analysis.nccl_table.FilePrep` is made as it arrives, before the
+    inventory says whether the file has one rank (whose rank its unranked lines then take): the table merges the
+    shares in file order and remakes a share whose file turns out to have one rank and unranked lines."""
+    from debug_training_logs.analysis.inventory import PerFile
+    from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, FilePrep, NcclSink, build_table
+    from tests.nccl_excerpts import EXCERPTS  # pasted excerpts: one rank per file and lines that name none
+
+    remade = 0
+    for logs in [*PREP_JOBS, *(x.write(tmp_path) for x in EXCERPTS)]:
+        job = scan_job(logs, NCCL_PATTERNS, NcclSink)
+        per = PerFile(job, FileEvents)
+        files = [per[i] for i in range(len(per))]
+        shares = [FilePrep(fe) for fe in files]
+        remade += sum(1 for fe, p in zip(files, shares, strict=True) if p.unranked and
+                      len(job.inventory.ranks_of_file(fe.rel)) == 1)  # fmt: skip
+        for limit in (3, 100_000):
+            want = build_table(files, job.inventory, job.coverage(), limit)
+            got = build_table(files, job.inventory, job.coverage(), limit, prepared=shares)
+            assert got == want, logs
+            # some shares given, some not
+            half = [p if i % 2 else None for i, p in enumerate(shares)]
+            assert build_table(files, job.inventory, job.coverage(), limit, prepared=half) == want, logs
+    assert len(PREP_JOBS) > 40 and remade > 0

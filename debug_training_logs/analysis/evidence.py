@@ -79,7 +79,14 @@ from debug_training_logs.analysis.inventory import (
     scan_consumers,
 )
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
-from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink, NcclTable, build_table
+from debug_training_logs.analysis.nccl_table import (
+    NCCL_PATTERNS,
+    FileEvents,
+    FilePrep,
+    NcclSink,
+    NcclTable,
+    build_table,
+)
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR, TimeBounds, read_lines
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import torch_nccl as tn
@@ -1281,17 +1288,36 @@ def _table_time(text: str | None, year: int) -> datetime | None:
         return None
 
 
-def nccl_state(worker: WorkerEvidence, early: dict[int, FileEvents] | None = None) -> NcclState:
+EarlyNccl = tuple[FileEvents, FilePrep]
+"""One file's NCCL lines unpacked as it arrived, and the table's share of them (``nccl_table.FilePrep``)."""
+
+
+def nccl_state(worker: WorkerEvidence, early: dict[int, EarlyNccl] | None = None) -> NcclState:
     """The job's NCCL state table (``nccl_table.build_table`` over the evidence scan's NCCL lines); ``early``: files'
-    NCCL lines already unpacked (by index in the scan), the others are unpacked here."""
+    NCCL lines already unpacked and prepared (by index in the scan), the others are unpacked here."""
     # unpacked once for the table's several passes, let go when the state is built
     got = early or {}
     lazy = worker.nccl_files
-    files = [got[j] if j in got else lazy[j] for j in range(len(lazy))]
-    table = build_table(files, worker.job.inventory, worker.coverage, limit=1 << 30)
+    pre = [got.get(j) for j in range(len(lazy))]
+    files = [p[0] if p is not None else lazy[j] for j, p in enumerate(pre)]
+    table = build_table(
+        files,
+        worker.job.inventory,
+        worker.coverage,
+        limit=1 << 30,
+        prepared=[p[1] if p is not None else None for p in pre],
+    )
     year = worker.year
-    cited = {(r.file or "", r.line or 0) for r in table.rows}
-    texts = {(fe.rel, h.line): h.text for fe in files for h in fe.hits if (fe.rel, h.line) in cited}
+    cited: dict[str, set[int]] = defaultdict(set)  # the lines the rows cite, by file
+    for row in table.rows:
+        cited[row.file or ""].add(row.line or 0)
+    texts: dict[tuple[str, int], str] = {}
+    for fe in files:
+        lines = cited.get(fe.rel)
+        if lines:
+            for h in fe.hits:
+                if h.line in lines:
+                    texts[(fe.rel, h.line)] = h.text
     rows = [
         NcclRow(
             rank=r.rank,
@@ -1582,19 +1608,24 @@ def gather_evidence(
     ``world_size``: the job's world size as the caller knows it (the launch command), for logs that do not state it;
     it replaces what the logs say, and the coverage evidence says both."""
     ec, lc = evidence_consumer(), launcher_scan.consumer()
-    early: dict[int, FileEvents] = {}
+    early: dict[int, EarlyNccl] = {}
 
     items: dict[int, FileItems] = {}
+    launch: dict[int, launcher_scan.EarlyResult] = {}
 
     def arrived(j: int, results: dict[str, FileResult]) -> None:
-        # the NCCL table's input and the fold's items, unpacked while the scan's workers read the other files (the
-        # main process waits for them there): nccl_state and the fold later find them unpacked
+        # the NCCL table's input, the fold's items and the launcher's results, unpacked while the scan's workers read
+        # the other files (the main process waits for them there): nccl_state, the fold and from_job_scan later find
+        # them unpacked
         fr = results.get(ec.key)
         fe = file_result_item(fr, 1) if fr is not None else None
         if isinstance(fe, FileEvents):
-            early[j] = fe
+            early[j] = (fe, FilePrep(fe))
         if fr is not None and len(items) < EARLY_ITEMS_FILES:
             items[j] = file_items(fr)
+        lr = results.get(lc.key)
+        if lr is not None and len(launch) < EARLY_ITEMS_FILES:  # bounded too (~20 KB per 8-rank file)
+            launch[j] = launcher_scan.early_result(lr)
 
     # the AIS logs' own evidence, read while the worker scan's processes read the worker logs (the main process only
     # waits for them there); read after the scan instead when it fails there or no worker file is read
@@ -1613,7 +1644,7 @@ def gather_evidence(
 
     with meanwhile.queued(read_ais if ais_dir is not None else None), meanwhile.queued(read_dumps):
         jobs = scan_consumers(logs_dir, [ec, lc], on_file=arrived)
-    whole = launcher_scan.from_job_scan(jobs[lc.key])
+    whole = launcher_scan.from_job_scan(jobs[lc.key], launch)
     split = attempts_mod.split(logs_dir, files=jobs[lc.key].log_files(), launcher_facts=whole)
     chosen = split.choose(attempt)
     own = ais[0] if ais else None
@@ -1650,7 +1681,7 @@ def evidence_from_scan(
     ais_dir: Path | None = None,
     fr_dir: Path | None = None,
     launcher_facts: launcher_scan.LauncherFacts | None = None,
-    early_nccl: dict[int, FileEvents] | None = None,
+    early_nccl: dict[int, EarlyNccl] | None = None,
     ais_own: AisOwn | None = None,
     fr: fr_dumps.FlightRecorderFacts | None = None,
     early_items: dict[int, FileItems] | None = None,

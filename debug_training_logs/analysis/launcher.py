@@ -39,16 +39,18 @@ from debug_training_logs.analysis.inventory import (
     JobScan,
     LineKeep,
     consumer_for,
+    file_result_item,
     result_item,
     result_size,
     scan_consumers,
     scan_job,
 )
-from debug_training_logs.analysis.scan_cache import Consumer
+from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import gloo, slurm, torchrun
 from debug_training_logs.logs.attribution import strip_ansi
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import SinkFactory
+from debug_training_logs.memo import unpack
 from debug_training_logs.models import Evidence, cut
 
 # Table lines are fixed-width (``f"{key:10}: "``): literal pieces select them without a per-line regex.
@@ -330,18 +332,46 @@ def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: L
     return from_job_scan(scan_job(logs_dir, PATTERNS, _LineSink, files=files, keep=keep))
 
 
-def from_job_scan(job: JobScan) -> LauncherFacts:
+EarlyResult = tuple[Any, Any]
+"""One file's launcher result unpacked as it arrived (:func:`early_result`): (:func:`_result`'s value, the file's
+boundaries or None)."""
+
+
+def from_job_scan(job: JobScan, early: dict[int, EarlyResult] | None = None) -> LauncherFacts:
     """The facts from a :func:`~debug_training_logs.analysis.inventory.scan_job` run with :data:`PATTERNS` and
-    :func:`sink_factory`."""
+    :func:`sink_factory`. ``early``: files' results already unpacked (:func:`early_result`, by index in the scan,
+    while the scan's workers read the other files); each is let go as it is read, the others are unpacked here."""
     files = job.inventory.files  # the scan's rank collection per file, without unpacking each file's scan
-    items = ((f.rel, _result(job, j), f.line_ranks) for j, f in enumerate(files))
+    got = early if early is not None else {}
+    pre = [got.pop(j, None) for j in range(len(files))]
+    items = (
+        (f.rel, p[0] if p is not None else _result(job, j), f.line_ranks)
+        for j, (f, p) in enumerate(zip(files, pre, strict=True))
+    )
     facts = _facts(items, len(files))  # one file's result at a time (a 10,240-rank job's would take ~25 MB)
     for j, f in enumerate(files):
-        if result_size(job, j) > 5:  # refined in the worker (attempts.refine_launcher)
+        p = pre[j]
+        if p is not None:
+            found = p[1]
+        elif result_size(job, j) > 5:  # refined in the worker (attempts.refine_launcher)
             found = result_item(job, j, 5)
-            if found is not None:
-                facts.file_boundaries[f.rel] = found
+        else:
+            found = None
+        if found is not None:
+            facts.file_boundaries[f.rel] = found
     return facts
+
+
+def early_result(fr: FileResult) -> EarlyResult:
+    """One file's result as :func:`from_job_scan` reads it, unpacked from the scan's share of that file."""
+    first = file_result_item(fr, 0)
+    if first is None:
+        return None, None
+    p = fr.sink_result
+    n = len(p.blobs) if p.items else len(unpack(p))
+    parsed = file_result_item(fr, 6) if n > 6 else None  # parsed in the worker
+    result = first, file_result_item(fr, 1), file_result_item(fr, 2), None, file_result_item(fr, 4), parsed
+    return result, file_result_item(fr, 5) if n > 5 else None
 
 
 def file_facts(rel: str, result: Any) -> LauncherFacts:

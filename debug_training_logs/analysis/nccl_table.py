@@ -603,16 +603,17 @@ def _rows_for_rank(rank: int, evs: list[_Ev], times: _TimeText) -> list[_RowBuil
     builds: dict[str | None, _RowBuild] = {}
 
     def build(pg: tn.PGPrefix | None) -> _RowBuild:
-        key = _pg_key(pg)
+        key = pg.key if pg is not None and pg.style != "rank" else None
         b = builds.get(key)
         if b is None:
+            labelled = pg is not None and pg.style != "rank"
             b = builds[key] = _RowBuild(
                 Row(
                     rank=rank,
                     pg=key,
-                    pg_desc=pg.pg_desc if pg is not None and pg.style != "rank" else None,
-                    pg_rank=pg.pg_rank if pg is not None and pg.style != "rank" else None,
-                    pg_id=pg.pg_id if pg is not None and pg.style in ("uid", "guid") else None,
+                    pg_desc=pg.pg_desc if labelled else None,  # type: ignore[union-attr]
+                    pg_rank=pg.pg_rank if labelled else None,  # type: ignore[union-attr]
+                    pg_id=pg.pg_id if labelled and pg.style in ("uid", "guid") else None,  # type: ignore[union-attr]
                 )
             )
         elif pg is not None and pg.style != "rank" and b.row.pg_desc is None and pg.pg_desc:
@@ -622,28 +623,57 @@ def _rows_for_rank(rank: int, evs: list[_Ev], times: _TimeText) -> list[_RowBuil
     # What this rank's labelled lines say per PG: the SeqNums of its status lines, the works of labelled timeouts
     # (2.14 WorkNCCL, or a 2.3+ "[PG ..] Process group watchdog thread terminated" wrapper): an unlabelled timeout
     # joins the PG they match, and stays unlabelled when none or several do.
-    # One pass over the rank's hits collects these, the PG prefixes by key and the works of direct timeout lines.
-    labelled_seqs: dict[str, set[int]] = defaultdict(set)
-    labelled_works: dict[str, set[tuple[int | None, str, int]]] = defaultdict(set)
+    # One pass over the rank's hits collects these, the PG prefixes by key and the works of direct timeout lines, and
+    # makes the rows of the state lines that carry their PG (1. below); the timeouts (2.) are placed after it.
+    labelled_seqs: dict[str, set[int]] = {}
+    labelled_works: dict[str, set[tuple[int | None, str, int]]] = {}
     pg_of_key: dict[str, tn.PGPrefix] = {}
     direct: set[tuple[int | None, str, int]] = set()
+    timed: list[_Ev] = []
     for e in evs:
         ev = e.ev
-        if isinstance(ev, tn.StatusLine):
+        kind = type(ev)
+        # 1. state lines that carry their PG
+        if kind is tn.StatusLine:
+            assert isinstance(ev, tn.StatusLine)
             k = _pg_key(ev.pg)
             if k is not None:
-                labelled_seqs[k or ""].add(ev.seq)
-        elif isinstance(ev, tn.WatchdogTimeout):
+                labelled_seqs.setdefault(k, set()).add(ev.seq)
+            b = build(ev.pg)
+            if b.status is None:
+                b.status = e
+            b.detected_evidence = True
+        elif kind is tn.WatchdogTimeout:
+            assert isinstance(ev, tn.WatchdogTimeout)
             direct.add(_work_key(ev.work))
+        elif kind is tn.DumpSignal:
+            assert isinstance(ev, tn.DumpSignal)
+            b = build(ev.pg)
+            if b.dump is None or (b.dump.hit.event.origin == "local" and ev.origin == "remote"):  # type: ignore[union-attr]
+                b.dump = e
+            if ev.origin == "local":
+                b.detected_evidence = True
+            else:
+                b.observed_evidence = True
+        elif kind is tn.DumpObserved:
+            assert isinstance(ev, tn.DumpObserved)
+            b = build(ev.pg)
+            b.observed = b.observed or e
+            b.observed_evidence = True
+        elif kind is tn.FirstToDump:
+            assert isinstance(ev, tn.FirstToDump)
+            b = build(ev.pg)
+            b.first = b.first or e
         w = e.timeout
         if w is not None:
-            k = _pg_key(ev.pg if isinstance(ev, tn.WatchdogTerminated) else w.pg)
+            timed.append(e)
+            k = _pg_key(ev.pg if kind is tn.WatchdogTerminated else w.pg)  # type: ignore[union-attr]
             if k is not None:
-                labelled_works[k or ""].add(_work_key(w.work))
+                labelled_works.setdefault(k, set()).add(_work_key(w.work))
                 if w.work.seq is not None:
-                    labelled_seqs[k or ""].add(w.work.seq)
+                    labelled_seqs.setdefault(k, set()).add(w.work.seq)
         pgp = getattr(ev, "pg", None)
-        if isinstance(pgp, tn.PGPrefix) and pgp.key is not None and pgp.style != "rank":
+        if isinstance(pgp, tn.PGPrefix) and pgp.style != "rank" and pgp.key is not None:
             pg_of_key.setdefault(pgp.key, pgp)
 
     def join_pg(w: tn.Work) -> tn.PGPrefix | None:
@@ -655,43 +685,20 @@ def _rows_for_rank(rank: int, evs: list[_Ev], times: _TimeText) -> list[_RowBuil
             return pg_of_key.get(by_seq[0])
         return None
 
-    # 1. state lines that carry their PG
-    for e in evs:
-        ev = e.ev
-        if isinstance(ev, tn.StatusLine):
-            b = build(ev.pg)
-            if b.status is None:
-                b.status = e
-            b.detected_evidence = True
-        elif isinstance(ev, tn.DumpSignal):
-            b = build(ev.pg)
-            if b.dump is None or (b.dump.hit.event.origin == "local" and ev.origin == "remote"):  # type: ignore[union-attr]
-                b.dump = e
-            if ev.origin == "local":
-                b.detected_evidence = True
-            else:
-                b.observed_evidence = True
-        elif isinstance(ev, tn.DumpObserved):
-            b = build(ev.pg)
-            b.observed = b.observed or e
-            b.observed_evidence = True
-        elif isinstance(ev, tn.FirstToDump):
-            b = build(ev.pg)
-            b.first = b.first or e
     # 2. timeouts: WorkNCCL prints no PG (2.0-2.13): a labelled line of the same rank and work names it. The direct
     # timeout line is preferred; the copy inside a watchdog-terminated / aborted message counts when it is the only one.
-    for e in evs:
+    for e in timed:
         ev = e.ev
         w = e.timeout
-        if w is None:
+        assert w is not None
+        terminated = type(ev) is tn.WatchdogTerminated
+        if terminated and _work_key(w.work) in direct:
             continue
-        if isinstance(ev, tn.WatchdogTerminated) and _work_key(w.work) in direct:
-            continue
-        pg = ev.pg if isinstance(ev, tn.WatchdogTerminated) and _pg_key(ev.pg) is not None else w.pg
+        pg = ev.pg if terminated and _pg_key(ev.pg) is not None else w.pg  # type: ignore[union-attr]
         if _pg_key(pg) is None:
             pg = join_pg(w.work)
         b = build(pg)
-        if isinstance(w, tn.WatchdogTimeout):
+        if type(w) is tn.WatchdogTimeout:
             if b.timeout is None:
                 b.timeout = e
         elif b.blocking is None:
@@ -1090,8 +1097,20 @@ _PREFIX_FAMILIES = {
 
 def _families(hits: Iterable[Hit]) -> list[str]:
     fams: set[str] = set()
+    seen: set[tuple[type, str | None, str | None, str | None]] = set()
     for h in hits:
         ev = h.event
+        # what the families below read of a hit; most hits repeat a few of these (one per kind of line per file)
+        pgp = getattr(ev, "pg", None)
+        key = (
+            type(ev),
+            getattr(ev, "family", None),
+            h.header.style if h.header is not None else None,
+            pgp.style if isinstance(pgp, tn.PGPrefix) else None,
+        )
+        if key in seen:
+            continue
+        seen.add(key)
         if isinstance(ev, tn.StatusLine):
             fams.add(_STATUS_FAMILIES[ev.family])
         elif isinstance(ev, tn.DumpSignal):
@@ -1137,10 +1156,57 @@ def nccl_state_table(
     return build_table(results, job.inventory, job.coverage(), limit, world_size=world_size)
 
 
+class FilePrep:
+    """What the table takes from one file's events before it needs the other files (:func:`build_table` merges these
+    in file order): made as each file's result arrives while the scan's workers read the others, or in
+    :func:`build_table`. ``single``: the file's one rank when the inventory gives it one (its lines without a rank are
+    that rank's), else None."""
+
+    __slots__ = ("facts", "families", "ranked", "ranked_works", "unranked")
+
+    def __init__(self, fe: FileEvents, single: int | None = None) -> None:
+        file_evs = [_Ev(fe.rel, h) for h in fe.hits]
+        self.families: set[str] = set(_families(fe.hits))
+        """The message families of its lines (:attr:`NcclTable.message_families`)."""
+        self.facts: list[tuple[tuple[str, str], int, _Ev]] = [
+            (("exit_signal", detail), exit_rank, ev_line) for exit_rank, detail, ev_line in _child_exits(file_evs)
+        ]
+        """((fact kind, detail), rank, line) in the order the table's facts are collected."""
+        self.ranked_works = {_work_key(w.work) for e in file_evs if e.hit.rank is not None and (w := _timeout_of(e))}
+        """The works of the timeouts its ranked lines report."""
+        self.ranked: dict[int, list[_Ev]] = {}
+        """Its lines by rank (ranks in order of their first line, lines in file order)."""
+        self.unranked: list[_Ev] = []
+        """Its lines without a rank (when ``single`` is None), in file order."""
+        for e in file_evs:
+            ev = e.ev
+            if isinstance(ev, _CHILD_FAILURE):
+                continue
+            rank: int | None = e.hit.rank if e.hit.rank is not None else single
+            if rank is None:
+                self.unranked.append(e)
+                continue
+            got = self.ranked.get(rank)
+            if got is None:
+                self.ranked[rank] = [e]
+            else:
+                got.append(e)
+            kind = _FACT_KINDS.get(type(ev))
+            if kind is not None and not (isinstance(ev, tn.WatchdogTerminated) and ev.headerless):
+                self.facts.append(((kind, _fact_detail(ev)), rank, e))
+
+
 def build_table(
-    results: Sequence[FileEvents], inv: Inventory, coverage: Coverage, limit: int, world_size: int | None = None
+    results: Sequence[FileEvents],
+    inv: Inventory,
+    coverage: Coverage,
+    limit: int,
+    world_size: int | None = None,
+    prepared: Sequence[FilePrep | None] | None = None,
 ) -> NcclTable:
-    """The table from the sinks' events and the job inventory (pure; used by the tool and by ``diagnose``)."""
+    """The table from the sinks' events and the job inventory (pure; used by the tool and by ``diagnose``).
+    ``prepared``: per file of ``results``, its :class:`FilePrep` made with no ``single`` rank as it arrived, or None
+    (made here)."""
     if world_size is not None:
         given = given_world_size_evidence(inv, world_size)
         coverage = coverage.model_copy(update={"world_size": world_size, "world_size_evidence": given})
@@ -1150,35 +1216,29 @@ def build_table(
     unattr: dict[tuple[int | None, str], UnattributedTimeout] = {}
     fact_map: dict[tuple[str, str], list[tuple[int, _Ev]]] = defaultdict(list)
     rank_tags: dict[int, list[str]] = defaultdict(list)
-    all_hits: list[Hit] = []
-    for fe in results:
+    families: set[str] = set()
+    for i, fe in enumerate(results):
         file_ranks = inv.ranks_of_file(fe.rel)
         single = next(iter(file_ranks)) if len(file_ranks) == 1 else None
-        file_evs = [_Ev(fe.rel, h) for h in fe.hits]
-        all_hits.extend(fe.hits)
-        for exit_rank, detail, ev_line in _child_exits(file_evs):
-            fact_map[("exit_signal", detail)].append((exit_rank, ev_line))
-        ranked_works = {_work_key(w.work) for e in file_evs if e.hit.rank is not None and (w := _timeout_of(e))}
-        for e in file_evs:
-            if isinstance(e.ev, _CHILD_FAILURE):
-                continue
-            rank: int | None = e.hit.rank if e.hit.rank is not None else single
-            if rank is None:
-                w = _timeout_of(e)
-                if (
-                    isinstance(e.ev, tn.WatchdogTerminated)
-                    and e.ev.headerless
-                    and (w is None or _work_key(w.work) in ranked_works)
-                ):
-                    continue  # the what(): copy of a timeout a ranked line already reported
-                unattributed += 1
-                if w is not None:
-                    _add_unattributed(unattr, e, w)
-                continue
-            by_rank[rank].append(e)
-            kind = _FACT_KINDS.get(type(e.ev))
-            if kind is not None and not (isinstance(e.ev, tn.WatchdogTerminated) and e.ev.headerless):
-                fact_map[(kind, _fact_detail(e.ev))].append((rank, e))
+        prep = prepared[i] if prepared is not None else None
+        if prep is None or (single is not None and prep.unranked):
+            prep = FilePrep(fe, single)  # (its unranked lines are this single-rank file's rank's)
+        families |= prep.families
+        for fact, rank, e in prep.facts:
+            fact_map[fact].append((rank, e))
+        for rank, evs in prep.ranked.items():
+            by_rank[rank].extend(evs)
+        for e in prep.unranked:
+            w = _timeout_of(e)
+            if (
+                isinstance(e.ev, tn.WatchdogTerminated)
+                and e.ev.headerless
+                and (w is None or _work_key(w.work) in prep.ranked_works)
+            ):
+                continue  # the what(): copy of a timeout a ranked line already reported
+            unattributed += 1
+            if w is not None:
+                _add_unattributed(unattr, e, w)
     for (kind, detail), items in fact_map.items():
         for rank, _ in items:
             tag = kind if kind != "exit_signal" else f"exit: {detail}"
@@ -1265,7 +1325,7 @@ def build_table(
         rank_facts=facts,
         evidence=evidence,
         time_basis=_time_basis(inv),
-        message_families=_families(all_hits),
+        message_families=sorted(families),
         unattributed_lines=unattributed,
         unattributed_timeouts=sorted(unattr.values(), key=lambda u: (-u.count, u.seq or 0)),
         unparsed_samples=[EvidenceLine(fe.rel, n, t) for fe in results for n, t in fe.unparsed_samples][:MAX_EVIDENCE],
