@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
+from debug_training_logs.frozen import native_positional as _native_positional
 from debug_training_logs.frozen import positional as _positional
 from debug_training_logs.logs import fields as _fields
 
@@ -587,9 +588,6 @@ _new_first: Final = _positional(FirstToDump)
 _new_teardown: Final = _positional(Teardown)
 _new_fatal: Final = _positional(FatalTerminate)
 _new_terminated: Final = _positional(WatchdogTerminated)
-_new_observed: Final = _positional(DumpObserved)
-_new_pg: Final = _positional(PGPrefix)
-_new_work: Final = _positional(Work)
 
 
 def find_header(text: str) -> tuple[Header | None, int]:
@@ -948,25 +946,31 @@ _NATIVE_LINE: Final = _native_line()
 one of the frequent messages), at ~1/5 of the Python cost; None for any other line (then the Python parser answers).
 None when the extension is not built or ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set."""
 _NATIVE_CTX: Final = (
-    _new_header,
-    _new_parsed,
-    _new_timeout,
-    _new_status,
-    _new_dump,
-    _new_first,
-    _new_teardown,
-    _new_fatal,
-    _new_terminated,
-    _new_observed,
-    _new_pg,
-    _new_work,
+    *(
+        _native_positional(cls) or _positional(cls)
+        for cls in (
+            Header,
+            Parsed,
+            WatchdogTimeout,
+            StatusLine,
+            DumpSignal,
+            FirstToDump,
+            Teardown,
+            FatalTerminate,
+            WatchdogTerminated,
+            DumpObserved,
+            PGPrefix,
+            Work,
+        )
+    ),
     _PG_SEEN,
     _WORK_SEEN,
     _TIMEOUT_SEEN,
-    _positional(ChildFailureRank),
-    _positional(ChildFailureExit),
+    _native_positional(ChildFailureRank) or _positional(ChildFailureRank),
+    _native_positional(ChildFailureExit) or _positional(ChildFailureExit),
 )
-"""What ``nccl_line`` builds its answer with: the positional constructors and the memos the Python path shares."""
+"""What ``nccl_line`` builds its answer with: the positional constructors (the C ones of ``_frozen`` when built) and
+the memos the Python path shares."""
 
 
 def _as_uid(ev: Event) -> Event:

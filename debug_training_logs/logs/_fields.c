@@ -468,12 +468,31 @@ static const char *const GATES[] = {"operations", "inconsistency", "terminated",
                                     "monitor", "Terminating", "detected", "local_rank", "exitcode", "Signal",
                                     "what():", NULL};
 
-/* Whether t[a:b] holds a gate word (from the ``skip``-th on: the teardown's own words are the first two). */
+/* Whether t[a:b] holds a gate word (from the ``skip``-th on: the teardown's own words are the first two). One pass:
+ * only the characters a gate word starts with are compared further. */
 static int gated_from(const Ascii *t, Py_ssize_t a, Py_ssize_t b, int skip) {
-    for (const char *const *g = GATES + skip; *g; g++) {
-        Py_ssize_t k = (Py_ssize_t)strlen(*g);
-        for (Py_ssize_t i = a; i + k <= b; i++)
-            if (t->s[i] == (*g)[0] && memcmp(t->s + i, *g, (size_t)k) == 0) return 1;
+    static signed char by_start[128][4]; /* the gates each character starts, -1 ended */
+    static Py_ssize_t len[32];
+    static int ready = 0;
+    if (!ready) {
+        memset(by_start, -1, sizeof by_start);
+        for (int g = 0; GATES[g]; g++) {
+            unsigned char c = (unsigned char)GATES[g][0];
+            int k = 0;
+            while (by_start[c][k] >= 0) k++;
+            by_start[c][k] = (signed char)g;
+            len[g] = (Py_ssize_t)strlen(GATES[g]);
+        }
+        ready = 1;
+    }
+    for (Py_ssize_t i = a; i + 1 < b; i++) {
+        unsigned char c = (unsigned char)t->s[i];
+        if (c >= 128 || by_start[c][0] < 0) continue;
+        for (int k = 0; k < 4 && by_start[c][k] >= 0; k++) {
+            int g = by_start[c][k];
+            if (g < skip || GATES[g][1] != t->s[i + 1]) continue;
+            if (i + len[g] <= b && memcmp(t->s + i, GATES[g], (size_t)len[g]) == 0) return 1;
+        }
     }
     return 0;
 }
