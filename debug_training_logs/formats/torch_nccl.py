@@ -945,32 +945,21 @@ _NATIVE_LINE: Final = _native_line()
 """``_fields.nccl_line``: :func:`parse_line` for a canonical torch 2.4+ line (``[rankN]:`` + c10 header + PG prefix +
 one of the frequent messages), at ~1/5 of the Python cost; None for any other line (then the Python parser answers).
 None when the extension is not built or ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set."""
-_NATIVE_CTX: Final = (
-    *(
-        _native_positional(cls) or _positional(cls)
-        for cls in (
-            Header,
-            Parsed,
-            WatchdogTimeout,
-            StatusLine,
-            DumpSignal,
-            FirstToDump,
-            Teardown,
-            FatalTerminate,
-            WatchdogTerminated,
-            DumpObserved,
-            PGPrefix,
-            Work,
-        )
-    ),
-    _PG_SEEN,
-    _WORK_SEEN,
-    _TIMEOUT_SEEN,
-    _native_positional(ChildFailureRank) or _positional(ChildFailureRank),
-    _native_positional(ChildFailureExit) or _positional(ChildFailureExit),
-)
-"""What ``nccl_line`` builds its answer with: the positional constructors (the C ones of ``_frozen`` when built) and
-the memos the Python path shares."""
+
+
+def _native_ctx() -> tuple[object, ...]:
+    """What ``nccl_line`` builds its answer with: the positional constructors (the C ones of ``_frozen`` when built)
+    and the memos the Python path shares (so a line shares its PG prefix and WorkNCCL objects whichever path read it).
+    """
+    classes: tuple[type, ...] = (Header, Parsed, WatchdogTimeout, StatusLine, DumpSignal, FirstToDump, Teardown)
+    classes += (FatalTerminate, WatchdogTerminated, DumpObserved, PGPrefix, Work)
+    made: tuple[object, ...] = tuple(
+        _native_positional(cls) or _positional(cls) for cls in (*classes, ChildFailureRank, ChildFailureExit)
+    )
+    return (*made[:-2], _PG_SEEN, _WORK_SEEN, _TIMEOUT_SEEN, *made[-2:])
+
+
+_NATIVE_CTX: Final = _native_ctx() if _NATIVE_LINE is not None else ()
 
 
 def _as_uid(ev: Event) -> Event:
