@@ -650,16 +650,15 @@ done:
     return got;
 }
 
-static PyObject *S_FAILURE, *S_TIMEOUT_AT, *S_EXCEPTION, *S_LOCAL, *S_REMOTE, *S_25, *S_27, *S_SOME, *S_TAKE,
+static PyObject *S_FAILURE, *S_TIMEOUT_AT, *S_LOCAL, *S_REMOTE, *S_25, *S_27, *S_SOME, *S_TAKE,
     *S_COLL, *S_HANG, *S_PROCESS, *S_NCCL, *S_STYLE;
 
 /* The event of the message at m (after the PG prefixes), None, or NULL on error. ``first``/``last`` are the prefixes'
  * objects (borrowed; None when there is none). */
-static PyObject *message(const Ascii *t, Py_ssize_t m, Py_ssize_t pfx_a, PyObject *first, PyObject *last, long long last_rank,
+static PyObject *message(const Ascii *t, Py_ssize_t m, Py_ssize_t pfx_a, PyObject *first, PyObject *last,
                          int last_is_rank, PyObject *const *ctx) {
     Py_ssize_t j;
     long long a, b, c;
-    PyObject *pg = last_is_rank ? Py_None : last;
     switch (t->s[m]) {
     case 'W':
         /* after one [Rank N] only: a PG-style prefix (2.14) or two prefixes are left to Python */
@@ -732,16 +731,12 @@ static PyObject *message(const Ascii *t, Py_ssize_t m, Py_ssize_t pfx_a, PyObjec
     case 'S':
         if ((j = lit_ws(t, m, "Some NCCL operations have failed or timed out.")) < 0 || gated_from(t, j, t->n, 2)) break;
         return PyObject_CallFunction(ctx[C_TEARDOWN], "OO", S_SOME, last);
-    case 'o':
-        break;
     default:
         break;
     }
     if (t->s[m] == 'T' && (j = lit_ws(t, m, "To avoid data inconsistency, we are taking the entire process down.")) >= 0 &&
         !gated(t, j, t->n))
         return PyObject_CallFunction(ctx[C_TEARDOWN], "OO", S_TAKE, last);
-    (void)pg;
-    (void)last_rank;
     Py_RETURN_NONE;
 }
 
@@ -853,7 +848,7 @@ static PyObject *nccl_line(PyObject *self, PyObject *args) {
     } else {
         last = Py_NewRef(first);
     }
-    ev = message(&t, m, p1.a, first, last, two ? p2.rank : p1.rank, two ? p2.style_rank : p1.style_rank, ctx);
+    ev = message(&t, m, p1.a, first, last, two ? p2.style_rank : p1.style_rank, ctx);
     if (ev == NULL || ev == Py_None) {
         got = ev;
         ev = NULL;
@@ -891,7 +886,7 @@ PyMODINIT_FUNC PyInit__fields(void) {
     struct {
         PyObject **slot;
         const char *text;
-    } names[] = {{&S_FAILURE, "failure_detected"}, {&S_TIMEOUT_AT, "timeout_at"}, {&S_EXCEPTION, "exception_detected"},
+    } names[] = {{&S_FAILURE, "failure_detected"}, {&S_TIMEOUT_AT, "timeout_at"},
                  {&S_LOCAL, "local"}, {&S_REMOTE, "remote"}, {&S_25, "2.5+"}, {&S_27, "2.7+"}, {&S_SOME, "some_failed"},
                  {&S_TAKE, "take_down"}, {&S_COLL, "collective timeout or exception"},
                  {&S_HANG, "ProcessGroupNCCL watchdog hang"}, {&S_PROCESS, "Process group"}, {&S_NCCL, "NCCL"},
