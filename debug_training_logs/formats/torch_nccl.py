@@ -23,10 +23,13 @@ What the parser knows (worker_log_formats.md §0, §1, §7, §8):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
+from debug_training_logs.frozen import native_positional as _native_positional
 from debug_training_logs.frozen import positional as _positional
+from debug_training_logs.logs import fields as _fields
 
 # --------------------------------------------------------------------------------------------------------------------
 # Needles: short literal strings that select candidate lines (named data; the scan compiles them into one matcher).
@@ -908,6 +911,15 @@ def parse_line(line: str) -> Parsed | None:
 
     A line cut by a hard wrap also gives None: check :func:`looks_cut` and parse the joined text instead.
     """
+    if _NATIVE_LINE is not None:
+        got = _NATIVE_LINE(line, _NATIVE_CTX)
+        if got is not None:
+            return got
+    return parse_line_py(line)
+
+
+def parse_line_py(line: str) -> Parsed | None:
+    """:func:`parse_line` in Python alone (the reference the compiled fast path is tested against)."""
     text = _text(line)
     if "\r" in text:  # tqdm redraws: the message is after the last carriage return that precedes it
         text = _after_last_cr(text)
@@ -922,6 +934,32 @@ def parse_line(line: str) -> Parsed | None:
         g = _GLOBAL_RANK.search(text)
         grank = int(g.group(1)) if g else None
     return _new_parsed(header, grank, ev)
+
+
+def _native_line() -> Callable[[str, tuple[object, ...]], Parsed | None] | None:
+    mod = _fields.native()
+    return getattr(mod, "nccl_line", None) if mod is not None else None
+
+
+_NATIVE_LINE: Final = _native_line()
+"""``_fields.nccl_line``: :func:`parse_line` for a canonical torch 2.4+ line (``[rankN]:`` + c10 header + PG prefix +
+one of the frequent messages), at ~1/5 of the Python cost; None for any other line (then the Python parser answers).
+None when the extension is not built or ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set."""
+
+
+def _native_ctx() -> tuple[object, ...]:
+    """What ``nccl_line`` builds its answer with: the positional constructors (the C ones of ``_frozen`` when built)
+    and the memos the Python path shares (so a line shares its PG prefix and WorkNCCL objects whichever path read it).
+    """
+    classes: tuple[type, ...] = (Header, Parsed, WatchdogTimeout, StatusLine, DumpSignal, FirstToDump, Teardown)
+    classes += (FatalTerminate, WatchdogTerminated, DumpObserved, PGPrefix, Work)
+    made: tuple[object, ...] = tuple(
+        _native_positional(cls) or _positional(cls) for cls in (*classes, ChildFailureRank, ChildFailureExit)
+    )
+    return (*made[:-2], _PG_SEEN, _WORK_SEEN, _TIMEOUT_SEEN, *made[-2:])
+
+
+_NATIVE_CTX: Final = _native_ctx() if _NATIVE_LINE is not None else ()
 
 
 def _as_uid(ev: Event) -> Event:

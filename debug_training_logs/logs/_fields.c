@@ -383,13 +383,515 @@ fail:
     return NULL;
 }
 
+
+/* ------------------------------------------------------------------------------------------------------------------
+ * nccl_line(line, ctx): formats/torch_nccl.py's parse_line for the canonical torch 2.4+ line, or None.
+ *
+ * It answers only for an ASCII line (no colour code, no carriage return) that is, from its first character to its
+ * end, ``[rankN]:[Smmdd HH:MM:SS.fffffffff src:line]`` + 1 or 2 PG prefixes (``[Rank N]``
+ * or ``[PG ID N PG GUID g(desc) Rank N]``, g and desc of [A-Za-z0-9_-]) + one known message; a message that may be
+ * followed by free text (the dump signal's advice, the teardown's explanation) answers only when that text holds
+ * none of the words that gate the Python parser's earlier families. Anything else is None: the caller runs the
+ * Python parser, whose answer this must equal (tests/test_nccl_native.py runs both over a matrix and a fuzz).
+ * Numbers longer than 18 digits are left to Python. Literal blanks in a message match any run of whitespace,
+ * including none, as the Python regexes' \s* do.
+ *
+ * ctx: (new_header, new_parsed, new_timeout, new_status, new_dump, new_first, new_teardown, new_fatal,
+ *       new_terminated, new_observed, new_pg, new_work, pg_seen, work_seen, timeout_seen, new_child_rank,
+ *       new_child_exit) -- the positional
+ *       constructors and the memo dicts of formats/torch_nccl.py (shared, so objects are shared as there).
+ * ------------------------------------------------------------------------------------------------------------------ */
+
+enum { C_HEADER, C_PARSED, C_TIMEOUT, C_STATUS, C_DUMP, C_FIRST, C_TEARDOWN, C_FATAL, C_TERMINATED, C_OBSERVED, C_PG,
+       C_WORK, C_PG_SEEN, C_WORK_SEEN, C_TIMEOUT_SEEN, C_CHILD_RANK, C_CHILD_EXIT, C_N };
+
+typedef struct {
+    const char *s;
+    Py_ssize_t n;
+} Ascii;
+
+static inline int a_space(char c) { return (c >= 9 && c <= 13) || (c >= 28 && c <= 32); }
+static inline int a_digit(char c) { return c >= '0' && c <= '9'; }
+static inline int a_word(char c) {
+    return a_digit(c) || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || c == '-';
+}
+
+/* ``lit`` at i, each blank of lit matching any run of whitespace (none too); the end, or -1. */
+static Py_ssize_t lit_ws(const Ascii *t, Py_ssize_t i, const char *lit) {
+    if (i < 0) return -1;
+    for (; *lit; lit++) {
+        if (*lit == ' ') {
+            while (i < t->n && a_space(t->s[i])) i++;
+        } else {
+            if (i >= t->n || t->s[i] != *lit) return -1;
+            i++;
+        }
+    }
+    return i;
+}
+
+/* An exact literal at i; the end, or -1. */
+static Py_ssize_t lit_at(const Ascii *t, Py_ssize_t i, const char *lit) {
+    Py_ssize_t k = (Py_ssize_t)strlen(lit);
+    if (i < 0 || t->n - i < k || memcmp(t->s + i, lit, (size_t)k) != 0) return -1;
+    return i + k;
+}
+
+/* 1..18 digits at i (after a '-' when neg is allowed); the end, or -1. */
+static Py_ssize_t num_at(const Ascii *t, Py_ssize_t i, int neg, long long *out) {
+    int minus = 0;
+    if (i < 0) return -1;
+    if (neg && i < t->n && t->s[i] == '-') {
+        minus = 1;
+        i++;
+    }
+    Py_ssize_t b = i;
+    long long v = 0;
+    while (i < t->n && a_digit(t->s[i])) {
+        if (i - b >= 18) return -1;
+        v = v * 10 + (t->s[i] - '0');
+        i++;
+    }
+    if (i == b) return -1;
+    *out = minus ? -v : v;
+    return i;
+}
+
+static Py_ssize_t spaces(const Ascii *t, Py_ssize_t i) {
+    while (i < t->n && a_space(t->s[i])) i++;
+    return i;
+}
+
+/* Words that gate the Python parser's families (and the child-failure rows): free text holding one is left to it. */
+static const char *const GATES[] = {"operations", "inconsistency", "terminated", "aborted", "WorkNCCL", "blocking",
+                                    "sequence", "either", "Timeout", "Received", "signal", "stuck", "eartbeat",
+                                    "monitor", "Terminating", "detected", "local_rank", "exitcode", "Signal",
+                                    "what():", NULL};
+
+/* Whether t[a:b] holds a gate word (from the ``skip``-th on: the teardown's own words are the first two). One pass:
+ * only the characters a gate word starts with are compared further. */
+static int gated_from(const Ascii *t, Py_ssize_t a, Py_ssize_t b, int skip) {
+    static signed char by_start[128][4]; /* the gates each character starts, -1 ended */
+    static Py_ssize_t len[32];
+    static int ready = 0;
+    if (!ready) {
+        memset(by_start, -1, sizeof by_start);
+        for (int g = 0; GATES[g]; g++) {
+            unsigned char c = (unsigned char)GATES[g][0];
+            int k = 0;
+            while (by_start[c][k] >= 0) k++;
+            by_start[c][k] = (signed char)g;
+            len[g] = (Py_ssize_t)strlen(GATES[g]);
+        }
+        ready = 1;
+    }
+    for (Py_ssize_t i = a; i + 1 < b; i++) {
+        unsigned char c = (unsigned char)t->s[i];
+        if (c >= 128 || by_start[c][0] < 0) continue;
+        for (int k = 0; k < 4 && by_start[c][k] >= 0; k++) {
+            int g = by_start[c][k];
+            if (g < skip || GATES[g][1] != t->s[i + 1]) continue;
+            if (i + len[g] <= b && memcmp(t->s + i, GATES[g], (size_t)len[g]) == 0) return 1;
+        }
+    }
+    return 0;
+}
+
+static int gated(const Ascii *t, Py_ssize_t a, Py_ssize_t b) { return gated_from(t, a, b, 0); }
+
+static int at_end(const Ascii *t, Py_ssize_t i) { return i == t->n; }
+
+/* A memo lookup as the Python side does it (key -> object; cleared when full); a new reference or NULL (error). */
+static PyObject *memo_get(PyObject *memo, PyObject *key) {
+    PyObject *got = PyDict_GetItemWithError(memo, key);
+    if (got != NULL) Py_INCREF(got);
+    return got;
+}
+
+static int memo_put(PyObject *memo, PyObject *key, PyObject *value, Py_ssize_t max) {
+    if (PyDict_GET_SIZE(memo) >= max) PyDict_Clear(memo);
+    return PyDict_SetItem(memo, key, value);
+}
+
+typedef struct {
+    Py_ssize_t a, b; /* the prefix text */
+    int style_rank;  /* [Rank N] */
+    Py_ssize_t id_a, id_b, guid_a, guid_b, desc_a, desc_b;
+    long long rank;
+} Pfx;
+
+/* One PG prefix at i: the end, or -1. */
+static Py_ssize_t pg_at(const Ascii *t, Py_ssize_t i, Pfx *p) {
+    Py_ssize_t j;
+    p->a = i;
+    if ((j = lit_at(t, i, "[Rank ")) >= 0) {
+        p->style_rank = 1;
+        j = num_at(t, j, 0, &p->rank);
+        j = lit_at(t, j, "]");
+        p->b = j;
+        return j;
+    }
+    long long id;
+    p->style_rank = 0;
+    if ((j = lit_at(t, i, "[PG ID ")) < 0) return -1;
+    p->id_a = j;
+    if ((j = num_at(t, j, 0, &id)) < 0) return -1;
+    p->id_b = j;
+    if ((j = lit_at(t, j, " PG GUID ")) < 0) return -1;
+    p->guid_a = j;
+    while (j < t->n && a_word(t->s[j])) j++;
+    p->guid_b = j;
+    if (j == p->guid_a) return -1;
+    p->desc_a = p->desc_b = -1;
+    if (j < t->n && t->s[j] == '(') {
+        p->desc_a = ++j;
+        while (j < t->n && a_word(t->s[j])) j++;
+        p->desc_b = j;
+        if ((j = lit_at(t, j, ")")) < 0) return -1;
+    }
+    if ((j = lit_at(t, j, " Rank ")) < 0) return -1;
+    if ((j = num_at(t, j, 0, &p->rank)) < 0) return -1;
+    if ((j = lit_at(t, j, "]")) < 0) return -1;
+    /* "Rank" inside the GUID or desc could make the lazy regex split it elsewhere: leave such lines to Python */
+    if (gated(t, p->guid_a, j - 1)) return -1;
+    for (Py_ssize_t k = p->guid_a; k + 4 <= p->guid_b; k++)
+        if (memcmp(t->s + k, "Rank", 4) == 0) return -1;
+    if (p->desc_a >= 0)
+        for (Py_ssize_t k = p->desc_a; k + 4 <= p->desc_b; k++)
+            if (memcmp(t->s + k, "Rank", 4) == 0) return -1;
+    p->b = j;
+    return j;
+}
+
+static PyObject *sub(const Ascii *t, Py_ssize_t a, Py_ssize_t b) { return PyUnicode_FromStringAndSize(t->s + a, b - a); }
+
+/* The PGPrefix of p (shared through pg_seen, keyed by its text as _pg_from does). */
+static PyObject *pg_object(const Ascii *t, const Pfx *p, PyObject *const *ctx) {
+    PyObject *key = sub(t, p->a, p->b), *got = NULL;
+    if (key == NULL) return NULL;
+    got = memo_get(ctx[C_PG_SEEN], key);
+    if (got != NULL || PyErr_Occurred()) goto done;
+    PyObject *rank = PyLong_FromLongLong(p->rank);
+    if (rank == NULL) goto done;
+    if (p->style_rank) {
+        got = PyObject_CallFunction(ctx[C_PG], "sOOOO", "rank", Py_None, Py_None, Py_None, rank);
+    } else {
+        PyObject *id = sub(t, p->id_a, p->id_b), *guid = sub(t, p->guid_a, p->guid_b);
+        PyObject *desc = (p->desc_a >= 0 && p->desc_b > p->desc_a) ? sub(t, p->desc_a, p->desc_b) : Py_NewRef(Py_None);
+        if (id != NULL && guid != NULL && desc != NULL)
+            got = PyObject_CallFunction(ctx[C_PG], "sOOOO", "guid", id, guid, desc, rank);
+        Py_XDECREF(id);
+        Py_XDECREF(guid);
+        Py_XDECREF(desc);
+    }
+    Py_DECREF(rank);
+    if (got != NULL && memo_put(ctx[C_PG_SEEN], key, got, 4096) < 0) Py_CLEAR(got);
+done:
+    Py_DECREF(key);
+    return got;
+}
+
+/* "WorkNCCL(SeqNum=S, OpType=OP, NumelIn=I, NumelOut=O, Timeout(ms)=T)" at i: its end (after ')'), or -1. */
+static Py_ssize_t work_at(const Ascii *t, Py_ssize_t i, Py_ssize_t *wa, Py_ssize_t *wb, long long v[4],
+                          Py_ssize_t *op_a, Py_ssize_t *op_b) {
+    Py_ssize_t j = lit_at(t, i, "WorkNCCL(");
+    *wa = j;
+    if ((j = lit_at(t, j, "SeqNum=")) < 0 || (j = num_at(t, j, 0, &v[0])) < 0) return -1;
+    if ((j = lit_at(t, j, ", OpType=")) < 0) return -1;
+    *op_a = j;
+    while (j < t->n && t->s[j] >= 'A' && t->s[j] <= 'Z') j++; /* [A-Z_]+ */
+    while (j < t->n && ((t->s[j] >= 'A' && t->s[j] <= 'Z') || t->s[j] == '_')) j++;
+    *op_b = j;
+    if (j == *op_a) return -1;
+    if ((j = lit_at(t, j, ", NumelIn=")) < 0 || (j = num_at(t, j, 1, &v[1])) < 0) return -1;
+    if ((j = lit_at(t, j, ", NumelOut=")) < 0 || (j = num_at(t, j, 1, &v[2])) < 0) return -1;
+    if ((j = lit_at(t, j, ", Timeout(ms)=")) < 0 || (j = num_at(t, j, 0, &v[3])) < 0) return -1;
+    *wb = j;
+    return lit_at(t, j, ")");
+}
+
+/* "[Rank N] Watchdog caught collective operation timeout: WorkNCCL(...) ran for N milliseconds before timing out."
+ * at i, to the end of the line: the WatchdogTimeout (shared through timeout_seen and work_seen), None when the text
+ * is not that, NULL on error. */
+static PyObject *timeout_at(const Ascii *t, Py_ssize_t i, PyObject *const *ctx) {
+    Pfx p;
+    Py_ssize_t j = pg_at(t, i, &p), wa, wb, op_a, op_b;
+    long long v[4], ran;
+    if (j < 0 || !p.style_rank) Py_RETURN_NONE;
+    j = lit_at(t, j, " Watchdog caught collective operation timeout: ");
+    if (j < 0 || (j = work_at(t, j, &wa, &wb, v, &op_a, &op_b)) < 0) Py_RETURN_NONE;
+    if ((j = lit_at(t, j, " ran for ")) < 0 || (j = num_at(t, j, 0, &ran)) < 0) Py_RETURN_NONE;
+    if ((j = lit_at(t, j, " milliseconds before timing out.")) < 0 || !at_end(t, j)) Py_RETURN_NONE;
+    PyObject *rest = sub(t, i, t->n), *got = NULL, *work = NULL, *wkey = NULL;
+    if (rest == NULL) return NULL;
+    got = memo_get(ctx[C_TIMEOUT_SEEN], rest);
+    if (got != NULL || PyErr_Occurred()) goto done;
+    if ((wkey = sub(t, wa, wb)) == NULL) goto done;
+    work = memo_get(ctx[C_WORK_SEEN], wkey);
+    if (work == NULL && !PyErr_Occurred()) {
+        PyObject *op = sub(t, op_a, op_b);
+        if (op != NULL)
+            work = PyObject_CallFunction(ctx[C_WORK], "LOLLOL", v[0], op, v[1], v[2], Py_None, v[3]);
+        Py_XDECREF(op);
+        if (work != NULL && memo_put(ctx[C_WORK_SEEN], wkey, work, 4096) < 0) Py_CLEAR(work);
+    }
+    if (work == NULL) goto done;
+    if (work == Py_None) { /* cannot be: the Python side found no fields in this text */
+        Py_DECREF(work);
+        got = Py_NewRef(Py_None);
+        goto done;
+    }
+    got = PyObject_CallFunction(ctx[C_TIMEOUT], "OLLOO", work, ran, p.rank, Py_None, Py_False);
+    if (got != NULL && t->n - i <= 1024 && memo_put(ctx[C_TIMEOUT_SEEN], rest, got, 256) < 0) Py_CLEAR(got);
+done:
+    Py_XDECREF(work);
+    Py_XDECREF(wkey);
+    Py_DECREF(rest);
+    return got;
+}
+
+static PyObject *S_FAILURE, *S_TIMEOUT_AT, *S_LOCAL, *S_REMOTE, *S_25, *S_27, *S_SOME, *S_TAKE,
+    *S_COLL, *S_HANG, *S_PROCESS, *S_NCCL, *S_STYLE;
+
+/* The event of the message at m (after the PG prefixes), None, or NULL on error. ``first``/``last`` are the prefixes'
+ * objects (borrowed; None when there is none). */
+static PyObject *message(const Ascii *t, Py_ssize_t m, Py_ssize_t pfx_a, PyObject *first, PyObject *last,
+                         int last_is_rank, PyObject *const *ctx) {
+    Py_ssize_t j;
+    long long a, b, c;
+    switch (t->s[m]) {
+    case 'W':
+        /* after one [Rank N] only: a PG-style prefix (2.14) or two prefixes are left to Python */
+        if (last_is_rank && first == last) return timeout_at(t, pfx_a, ctx);
+        break;
+    case 'P':
+        if ((j = lit_ws(t, lit_at(t, m, "Process group "), "watchdog thread terminated with exception: ")) >= 0) {
+            PyObject *emb = timeout_at(t, j, ctx), *got;
+            if (emb == NULL || emb == Py_None) return emb;
+            got = PyObject_CallFunction(ctx[C_TERMINATED], "OOOO", S_PROCESS, emb, last, Py_False);
+            Py_DECREF(emb);
+            return got;
+        }
+        break;
+    case 'N':
+        if ((j = lit_ws(t, m, "NCCL watchdog thread terminated with exception: ")) >= 0) {
+            PyObject *emb = timeout_at(t, j, ctx), *got;
+            if (emb == NULL || emb == Py_None) return emb;
+            got = PyObject_CallFunction(ctx[C_TERMINATED], "OOOO", S_NCCL, emb, last, Py_False);
+            Py_DECREF(emb);
+            return got;
+        }
+        break;
+    case 'f':
+        j = lit_ws(t, m, "failure detected by watchdog at work sequence id: ");
+        if ((j = num_at(t, j, 1, &a)) < 0) break;
+        if ((j = lit_ws(t, j, " PG status: last enqueued work: ")) < 0 || (j = num_at(t, j, 1, &b)) < 0) break;
+        if ((j = lit_ws(t, j, ", last completed work: ")) < 0 || (j = num_at(t, j, 1, &c)) < 0) break;
+        if (!at_end(t, j)) break;
+        return PyObject_CallFunction(ctx[C_STATUS], "OLLLO", S_FAILURE, a, b, c, last);
+    case 'T':
+        if ((j = lit_ws(t, m, "Terminating the process after attempting to dump debug info, due to ")) >= 0) {
+            Py_ssize_t k;
+            PyObject *why = NULL;
+            if ((k = lit_at(t, j, "collective timeout or exception.")) >= 0) why = S_COLL;
+            else if ((k = lit_at(t, j, "ProcessGroupNCCL watchdog hang.")) >= 0) why = S_HANG;
+            if (why == NULL || !at_end(t, k)) break;
+            return PyObject_CallFunction(ctx[C_FATAL], "OO", why, first);
+        }
+        j = lit_ws(t, m, "Timeout at NCCL work: ");
+        if ((j = num_at(t, j, 1, &a)) < 0) break;
+        if ((j = lit_ws(t, j, ", last enqueued NCCL work: ")) < 0 || (j = num_at(t, j, 1, &b)) < 0) break;
+        if ((j = lit_ws(t, j, ", last completed NCCL work: ")) < 0 || (j = num_at(t, j, 1, &c)) < 0) break;
+        if ((j = lit_at(t, j, ".")) < 0 || !at_end(t, j)) break;
+        return PyObject_CallFunction(ctx[C_STATUS], "OLLLO", S_TIMEOUT_AT, a, b, c, last);
+    case 'R': {
+        long long r = 0;
+        int remote = 0;
+        if ((j = lit_ws(t, m, "Received a dump signal due to a collective timeout from ")) < 0) break;
+        Py_ssize_t k = lit_ws(t, j, "this local rank and we will try our best to dump the debug info. ");
+        if (k < 0) {
+            if ((k = lit_ws(t, j, "rank ")) < 0 || (k = num_at(t, k, 1, &r)) < 0) break;
+            if ((k = lit_ws(t, k, " and we will try our best to dump the debug info. ")) < 0) break;
+            remote = 1;
+        }
+        if ((k = lit_ws(t, k, "Last enqueued NCCL work: ")) < 0 || (k = num_at(t, k, 1, &b)) < 0) break;
+        if ((k = lit_ws(t, k, ", last completed NCCL work: ")) < 0 || (k = num_at(t, k, 1, &c)) < 0) break;
+        if ((k = lit_at(t, k, ".")) < 0 || gated(t, k, t->n)) break;
+        if (remote)
+            return PyObject_CallFunction(ctx[C_DUMP], "OLLLOO", S_REMOTE, r, b, c, S_25, last);
+        return PyObject_CallFunction(ctx[C_DUMP], "OOLLOO", S_LOCAL, Py_None, b, c, S_25, last);
+    }
+    case 'F':
+        if ((j = lit_ws(t, m, "First PG on this rank to signal dumping.")) < 0 || !at_end(t, j)) break;
+        return PyObject_CallFunction(ctx[C_FIRST], "OO", S_27, last);
+    case 'O':
+        if ((j = lit_ws(t, m, "Observed flight recorder dump signal from another rank via TCPStore.")) < 0) break;
+        if (!at_end(t, j)) break;
+        return PyObject_CallFunction(ctx[C_OBSERVED], "OO", S_25, last);
+    case 'S':
+        if ((j = lit_ws(t, m, "Some NCCL operations have failed or timed out.")) < 0 || gated_from(t, j, t->n, 2)) break;
+        return PyObject_CallFunction(ctx[C_TEARDOWN], "OO", S_SOME, last);
+    default:
+        break;
+    }
+    if (t->s[m] == 'T' && (j = lit_ws(t, m, "To avoid data inconsistency, we are taking the entire process down.")) >= 0 &&
+        !gated(t, j, t->n))
+        return PyObject_CallFunction(ctx[C_TEARDOWN], "OO", S_TAKE, last);
+    Py_RETURN_NONE;
+}
+
+/* The headerless lines: the ChildFailedError rows ``  rank      : 3 (local_rank: 3)`` and ``  exitcode  : -6 (pid:
+ * 123)`` (with `` (SIGABRT)`` from 2.12), and std::terminate's ``  what():  [PG ...] Process group watchdog thread
+ * terminated with exception: [Rank N] Watchdog caught ...`` copy. */
+static PyObject *headerless(const Ascii *t, PyObject *const *ctx) {
+    Py_ssize_t i = spaces(t, 0), j, k;
+    long long a, b;
+    if ((j = lit_at(t, i, "rank")) >= 0 && j < t->n && a_space(t->s[j])) {
+        if ((j = lit_at(t, spaces(t, j), ": ")) < 0 || (j = num_at(t, j, 0, &a)) < 0) Py_RETURN_NONE;
+        if ((j = lit_at(t, j, " (local_rank: ")) < 0 || (j = num_at(t, j, 0, &b)) < 0) Py_RETURN_NONE;
+        if ((j = lit_at(t, j, ")")) < 0 || !at_end(t, j)) Py_RETURN_NONE;
+        PyObject *ev = PyObject_CallFunction(ctx[C_CHILD_RANK], "LL", a, b), *got;
+        if (ev == NULL) return NULL;
+        got = PyObject_CallFunction(ctx[C_PARSED], "OOO", Py_None, Py_None, ev);
+        Py_DECREF(ev);
+        return got;
+    }
+    if ((j = lit_at(t, i, "exitcode")) >= 0 && j < t->n && a_space(t->s[j])) {
+        if ((j = lit_at(t, spaces(t, j), ": ")) < 0 || (j = num_at(t, j, 1, &a)) < 0) Py_RETURN_NONE;
+        if ((j = lit_at(t, j, " (pid: ")) < 0 || (j = num_at(t, j, 0, &b)) < 0) Py_RETURN_NONE;
+        if ((j = lit_at(t, j, ")")) < 0) Py_RETURN_NONE;
+        PyObject *sig = NULL;
+        if (!at_end(t, j)) {
+            Py_ssize_t s0 = spaces(t, j);
+            if (s0 == j || (k = lit_at(t, s0, "(SIG")) < 0) Py_RETURN_NONE;
+            while (k < t->n && a_word(t->s[k]) && t->s[k] != '-') k++;
+            if ((j = lit_at(t, k, ")")) < 0 || !at_end(t, j)) Py_RETURN_NONE;
+            if ((sig = sub(t, s0 + 1, k)) == NULL) return NULL;
+        } else {
+            sig = Py_NewRef(Py_None);
+        }
+        PyObject *ev = PyObject_CallFunction(ctx[C_CHILD_EXIT], "LLO", a, b, sig), *got = NULL;
+        Py_DECREF(sig);
+        if (ev == NULL) return NULL;
+        got = PyObject_CallFunction(ctx[C_PARSED], "OOO", Py_None, Py_None, ev);
+        Py_DECREF(ev);
+        return got;
+    }
+    if ((j = lit_at(t, i, "what():")) < 0) Py_RETURN_NONE;
+    Pfx p;
+    if ((k = pg_at(t, spaces(t, j), &p)) < 0 || p.style_rank) Py_RETURN_NONE;
+    if ((k = lit_at(t, k, " Process group watchdog thread terminated with exception: ")) < 0) Py_RETURN_NONE;
+    PyObject *emb = timeout_at(t, k, ctx), *pg = NULL, *ev = NULL, *got = NULL;
+    if (emb == NULL || emb == Py_None) return emb;
+    if ((pg = pg_object(t, &p, ctx)) != NULL)
+        ev = PyObject_CallFunction(ctx[C_TERMINATED], "OOOO", S_PROCESS, emb, pg, Py_True);
+    if (ev != NULL) got = PyObject_CallFunction(ctx[C_PARSED], "OOO", Py_None, Py_None, ev);
+    Py_XDECREF(emb);
+    Py_XDECREF(pg);
+    Py_XDECREF(ev);
+    return got;
+}
+
+static PyObject *nccl_line(PyObject *self, PyObject *args) {
+    PyObject *line, *ctxt;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "UO!", &line, &PyTuple_Type, &ctxt)) return NULL;
+    if (PyTuple_GET_SIZE(ctxt) != C_N) {
+        PyErr_SetString(PyExc_ValueError, "nccl_line: bad context");
+        return NULL;
+    }
+    PyObject *const *ctx = &PyTuple_GET_ITEM(ctxt, 0);
+    if (!PyUnicode_IS_ASCII(line)) Py_RETURN_NONE;
+    Ascii t = {(const char *)PyUnicode_DATA(line), PyUnicode_GET_LENGTH(line)};
+    if (memchr(t.s, '\r', (size_t)t.n) != NULL || memchr(t.s, '\x1b', (size_t)t.n) != NULL) Py_RETURN_NONE;
+    if (t.n > 0 && t.s[0] != '[') return headerless(&t, ctx);
+    /* header: [rankN]:[Smmdd HH:MM:SS.fffffffff src:line] */
+    long long grank, mmdd, srcline;
+    Py_ssize_t j = lit_at(&t, 0, "[rank"), md_a, hms_a, src_a, src_b;
+    if ((j = num_at(&t, j, 0, &grank)) < 0 || (j = lit_at(&t, j, "]:[")) < 0 || j >= t.n) Py_RETURN_NONE;
+    char sev = t.s[j];
+    if (sev != 'F' && sev != 'E' && sev != 'W' && sev != 'I' && sev != 'V') Py_RETURN_NONE;
+    md_a = ++j;
+    while (j < t.n && a_digit(t.s[j])) j++;
+    if (j - md_a < 3 || j - md_a > 4) Py_RETURN_NONE;
+    if (num_at(&t, md_a, 0, &mmdd) < 0 || (j = lit_at(&t, j, " ")) < 0) Py_RETURN_NONE;
+    hms_a = j;
+    if (t.n - j < 19) Py_RETURN_NONE;
+    for (int k = 0; k < 18; k++) {
+        char c = t.s[j + k];
+        if (k == 2 || k == 5 ? c != ':' : k == 8 ? c != '.' : !a_digit(c)) Py_RETURN_NONE;
+    }
+    j += 18;
+    if ((j = lit_at(&t, j, " ")) < 0) Py_RETURN_NONE;
+    src_a = j;
+    while (j < t.n && (a_word(t.s[j]) || t.s[j] == '.')) j++;
+    if (j == src_a || (j = lit_at(&t, j, ":")) < 0 || (j = num_at(&t, j, 0, &srcline)) < 0) Py_RETURN_NONE;
+    src_b = j;
+    if ((j = lit_at(&t, j, "]")) < 0 || gated(&t, src_a, src_b)) Py_RETURN_NONE;
+    j = spaces(&t, j);
+    /* one or two PG prefixes, then the message */
+    Pfx p1, p2;
+    Py_ssize_t k = pg_at(&t, j, &p1);
+    if (k < 0) Py_RETURN_NONE;
+    int two = 0;
+    Py_ssize_t k2 = pg_at(&t, spaces(&t, k), &p2);
+    if (k2 >= 0) {
+        two = 1;
+        k = k2;
+    }
+    Py_ssize_t m = spaces(&t, k);
+    if (m >= t.n || m == k) Py_RETURN_NONE;
+    PyObject *first = NULL, *last = NULL, *ev = NULL, *header = NULL, *got = NULL;
+    if ((first = pg_object(&t, &p1, ctx)) == NULL) return NULL;
+    if (two) {
+        if ((last = pg_object(&t, &p2, ctx)) == NULL) goto done;
+    } else {
+        last = Py_NewRef(first);
+    }
+    ev = message(&t, m, p1.a, first, last, two ? p2.style_rank : p1.style_rank, ctx);
+    if (ev == NULL || ev == Py_None) {
+        got = ev;
+        ev = NULL;
+        goto done;
+    }
+    {
+        PyObject *hms = sub(&t, hms_a, hms_a + 8), *src = sub(&t, src_a, src_b), *raw = sub(&t, md_a, hms_a + 8);
+        if (hms != NULL && src != NULL && raw != NULL)
+            header = PyObject_CallFunction(ctx[C_HEADER], "OCLLOLOO", S_STYLE, (int)sev, mmdd / 100, mmdd % 100, hms,
+                                           grank, src, raw);
+        Py_XDECREF(hms);
+        Py_XDECREF(src);
+        Py_XDECREF(raw);
+    }
+    if (header != NULL) got = PyObject_CallFunction(ctx[C_PARSED], "OLO", header, grank, ev);
+done:
+    Py_XDECREF(first);
+    Py_XDECREF(last);
+    Py_XDECREF(ev);
+    Py_XDECREF(header);
+    return got;
+}
+
 static PyMethodDef methods[] = {
     {"progress_run", progress_run, METH_VARARGS,
      "progress_run(lines, line_nos, start, time_of) -> (stop, stats, points, timed_idx, timed_wt): see the C source."},
+    {"nccl_line", nccl_line, METH_VARARGS, "nccl_line(line, ctx) -> Parsed or None: see the C source."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fields",
                                     "Per-rank aggregation of progress lines (optional; see fields.py).", -1, methods};
 
-PyMODINIT_FUNC PyInit__fields(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__fields(void) {
+    struct {
+        PyObject **slot;
+        const char *text;
+    } names[] = {{&S_FAILURE, "failure_detected"}, {&S_TIMEOUT_AT, "timeout_at"},
+                 {&S_LOCAL, "local"}, {&S_REMOTE, "remote"}, {&S_25, "2.5+"}, {&S_27, "2.7+"}, {&S_SOME, "some_failed"},
+                 {&S_TAKE, "take_down"}, {&S_COLL, "collective timeout or exception"},
+                 {&S_HANG, "ProcessGroupNCCL watchdog hang"}, {&S_PROCESS, "Process group"}, {&S_NCCL, "NCCL"},
+                 {&S_STYLE, "c10_2.4+"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
+    return PyModule_Create(&module);
+}
