@@ -120,28 +120,24 @@ def _dies_on_node2(s: scan.FileScan) -> int:
     return s.lines
 
 
-def test_an_error_in_a_worker_is_raised_by_the_scan_with_the_workers_traceback(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("pack", "error", "message"),
+    [(_fails_on_node2, ValueError, r"cannot pack node2\.log"), (_dies_on_node2, scan.WorkerDied, "signal 9")],
+    ids=["error", "death"],
+)
+def test_a_failing_worker_fails_the_scan_and_no_worker_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pack: Any, error: type[Exception], message: str
 ) -> None:
+    """An error in a worker is raised by the scan with the worker's traceback as its cause; a worker that dies
+    (killed) fails the scan with :class:`~debug_training_logs.logs.scan.WorkerDied`. Either way no worker is left."""
     files = _four_nodes(tmp_path)
     spec = PatternSpec(("Connection reset",))
     monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
     before = _children()
-    with pytest.raises(ValueError, match=r"cannot pack node2\.log") as info:
-        list(scan.scan_each(files, spec, None, _fails_on_node2))
-    assert "_fails_on_node2" in str(info.value.__cause__)  # the worker's traceback
-    assert _children() == before
-
-
-def test_a_worker_that_dies_fails_the_scan_and_no_worker_is_left(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    files = _four_nodes(tmp_path)
-    spec = PatternSpec(("Connection reset",))
-    monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
-    before = _children()
-    with pytest.raises(scan.WorkerDied, match="signal 9"):
-        list(scan.scan_each(files, spec, None, _dies_on_node2))
+    with pytest.raises(error, match=message) as info:
+        list(scan.scan_each(files, spec, None, pack))
+    if error is ValueError:
+        assert pack.__name__ in str(info.value.__cause__)  # the worker's traceback
     assert _children() == before
 
 
