@@ -653,6 +653,16 @@ done:
 static PyObject *S_FAILURE, *S_TIMEOUT_AT, *S_LOCAL, *S_REMOTE, *S_25, *S_27, *S_SOME, *S_TAKE,
     *S_COLL, *S_HANG, *S_PROCESS, *S_NCCL, *S_STYLE;
 
+/* "... watchdog thread terminated with exception: <timeout>" with the timeout at j: the teardown event of that
+ * wording (``S_PROCESS`` or ``S_NCCL``) holding the WatchdogTimeout, None when the rest is not one, NULL on error. */
+static PyObject *terminated_at(const Ascii *t, Py_ssize_t j, PyObject *wording, PyObject *last, PyObject *const *ctx) {
+    PyObject *emb = timeout_at(t, j, ctx), *got;
+    if (emb == NULL || emb == Py_None) return emb;
+    got = PyObject_CallFunction(ctx[C_TERMINATED], "OOOO", wording, emb, last, Py_False);
+    Py_DECREF(emb);
+    return got;
+}
+
 /* The event of the message at m (after the PG prefixes), None, or NULL on error. ``first``/``last`` are the prefixes'
  * objects (borrowed; None when there is none). */
 static PyObject *message(const Ascii *t, Py_ssize_t m, Py_ssize_t pfx_a, PyObject *first, PyObject *last,
@@ -665,22 +675,12 @@ static PyObject *message(const Ascii *t, Py_ssize_t m, Py_ssize_t pfx_a, PyObjec
         if (last_is_rank && first == last) return timeout_at(t, pfx_a, ctx);
         break;
     case 'P':
-        if ((j = lit_ws(t, lit_at(t, m, "Process group "), "watchdog thread terminated with exception: ")) >= 0) {
-            PyObject *emb = timeout_at(t, j, ctx), *got;
-            if (emb == NULL || emb == Py_None) return emb;
-            got = PyObject_CallFunction(ctx[C_TERMINATED], "OOOO", S_PROCESS, emb, last, Py_False);
-            Py_DECREF(emb);
-            return got;
-        }
+        if ((j = lit_ws(t, lit_at(t, m, "Process group "), "watchdog thread terminated with exception: ")) >= 0)
+            return terminated_at(t, j, S_PROCESS, last, ctx);
         break;
     case 'N':
-        if ((j = lit_ws(t, m, "NCCL watchdog thread terminated with exception: ")) >= 0) {
-            PyObject *emb = timeout_at(t, j, ctx), *got;
-            if (emb == NULL || emb == Py_None) return emb;
-            got = PyObject_CallFunction(ctx[C_TERMINATED], "OOOO", S_NCCL, emb, last, Py_False);
-            Py_DECREF(emb);
-            return got;
-        }
+        if ((j = lit_ws(t, m, "NCCL watchdog thread terminated with exception: ")) >= 0)
+            return terminated_at(t, j, S_NCCL, last, ctx);
         break;
     case 'f':
         j = lit_ws(t, m, "failure detected by watchdog at work sequence id: ");
