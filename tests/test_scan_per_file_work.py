@@ -10,6 +10,7 @@ from array import array
 from pathlib import Path
 
 import pytest
+from test_native_scan import Record
 
 from debug_training_logs.analysis import evidence
 from debug_training_logs.formats.timestamps import WallTime, with_year
@@ -53,17 +54,6 @@ def _fields(s: scan.FileScan) -> tuple[object, ...]:
     return (s.lines, s.bytes_read, s.counts, s.ranks, s.head, s.tail, s.sampled, points, s.sink_result)
 
 
-class _Calls:
-    def __init__(self, lf: object) -> None:
-        self.calls: list[tuple[list[int], int, str]] = []
-
-    def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
-        self.calls.append((list(pattern_ids), line_no, line))
-
-    def finish(self) -> list[tuple[list[int], int, str]]:
-        return self.calls
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_a_scans_state_shared_between_files_and_scans_gives_what_a_fresh_one_gives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
@@ -90,7 +80,7 @@ def test_a_scans_state_shared_between_files_and_scans_gives_what_a_fresh_one_giv
                     monkeypatch.setattr(scan, "_LAST_SCAN", None)
                     scan._MATCHERS.clear()
                     scan._DENSES.clear()
-                out.append(_fields(scan._scan_one(lf, spec, plan, _Calls, 5, 5, True)))
+                out.append(_fields(scan._scan_one(lf, spec, plan, Record, 5, 5, True)))
         return out
 
     fresh = run(True)
@@ -178,8 +168,8 @@ def test_composite_routes_shared_by_a_scans_files_split_each_scans_ids(tmp_path:
     (tmp_path / "a.log").write_text("x\n")
     (lf,) = discover(tmp_path)[0]
     layouts = (
-        ((_Calls, 0, 3), (None, 3, 2), (_Calls, 5, 4)),  # markers from 9
-        ((_Calls, 0, 1), (_Calls, 1, 6)),  # markers from 7
+        ((Record, 0, 3), (None, 3, 2), (Record, 5, 4)),  # markers from 9
+        ((Record, 0, 1), (Record, 1, 6)),  # markers from 7
     )
     marks = (9, 7)
     rnd = random.Random(5)
