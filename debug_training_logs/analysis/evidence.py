@@ -1274,7 +1274,7 @@ def _file_ends(
 
 
 def _order_key(h: Hit) -> tuple[datetime, str, int]:
-    return (h.when or datetime.max, h.file, h.line)
+    return (h.time or h.after or h.before or datetime.max, h.file, h.line)  # (Hit.when, inline: sorts call it often)
 
 
 def _before(h: Hit, other: Hit | None) -> bool:
