@@ -10,9 +10,6 @@ from debug_training_logs.analysis.inventory import scan_consumers
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.tools._cache import cached
 
-EARLY_LAUNCHER_FILES = 256
-"""How many files' launcher results :func:`choose` unpacks as they arrive; the others are unpacked after the scan."""
-
 
 def choose(
     logs_root: Path,
@@ -29,20 +26,9 @@ def choose(
 
     def split() -> attempts.Attempts:
         lc = launcher.consumer()
-        early: dict[int, launcher.EarlyResult] = {}
-
-        def arrived(j: int, results: dict[str, FileResult]) -> None:
-            # the launcher's results unpacked while the scan's workers read the other files (bounded: ~20 KB per
-            # 8-rank file)
-            lr = results.get(lc.key)
-            if lr is not None and len(early) < EARLY_LAUNCHER_FILES:
-                early[j] = launcher.early_result(lr)
-            if on_file is not None:
-                on_file(j, results)
-
         with scan_cache.together(*with_):
-            job = scan_consumers(logs_root, [lc], on_file=arrived)[lc.key]
-        facts = launcher.from_job_scan(job, early)
+            job = scan_consumers(logs_root, [lc], on_file=on_file)[lc.key]
+        facts = launcher.from_job_scan(job)
         return attempts.split(logs_root, files=job.log_files(), launcher_facts=facts)
 
     found = cached("attempts", logs_root, None, split)  # pages reuse one split
