@@ -388,3 +388,50 @@ def test_the_nccl_table_from_shares_made_as_files_arrive_equals_the_table_made_a
             half = [p if i % 2 else None for i, p in enumerate(shares)]
             assert build_table(files, job.inventory, job.coverage(), limit, prepared=half) == want, logs
     assert len(PREP_JOBS) > 40 and remade > 0
+
+
+def _status(rank: int, seq: int, completed: int) -> str:
+    return (f"[rank{rank}]:[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank {rank}] Timeout at NCCL work: {seq}, last enqueued "
+            f"NCCL work: {seq}, last completed NCCL work: {completed}.")  # fmt: skip
+
+
+def _timeout(rank: int, seq: int) -> str:
+    return (f"[rank{rank}]:[E ProcessGroupNCCL.cpp:525] [Rank {rank}] Watchdog caught collective operation timeout: "
+            f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=2048, NumelOut=2048, Timeout(ms)=600000) ran for 600081 "
+            "milliseconds before timing out.")  # fmt: skip
+
+
+@pytest.mark.parametrize("split", ["timeout_rotated_away", "status_rotated_away"])
+def test_a_rank_whose_nccl_lines_span_files_gets_its_rows_from_all_of_them(tmp_path: Path, split: str) -> None:
+    """Each file's :class:`~debug_training_logs.analysis.nccl_table.FilePrep` builds its ranks' rows from its own
+    lines; a rank whose lines are in two files (a rotated log) has its rows built from both files' lines together,
+    as the table made without shares does: its row has the SeqNum of one file's line and the counters of the
+    other's."""
+    from debug_training_logs.analysis.inventory import PerFile
+    from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, FilePrep, NcclSink, build_table
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    timeouts = [_timeout(r, 77) for r in (0, 1)]
+    statuses = [_status(r, 77, 76) for r in (0, 1)]
+    older, newer = (timeouts, statuses) if split == "timeout_rotated_away" else (statuses, timeouts)
+    # ranks 0 and 1 write into both files; rank 2 only into the newer one (its rows come from that file's share)
+    (logs / "node0.log.1").write_text("\n".join(older) + "\n")
+    (logs / "node0.log").write_text("\n".join([*newer, _status(2, 77, 77)]) + "\n")
+    job = scan_job(logs, NCCL_PATTERNS, NcclSink)
+    per = PerFile(job, FileEvents)
+    files = [per[i] for i in range(len(per))]
+    assert len(files) == 2 and all(len(FilePrep(fe).ranked) >= 2 for fe in files)
+    want = build_table(files, job.inventory, job.coverage(), 100)
+    got = build_table(files, job.inventory, job.coverage(), 100, prepared=[FilePrep(fe) for fe in files])
+    assert got == want
+    by_rank = {r.rank: r for r in got.rows}
+    assert sorted(by_rank) == [0, 1, 2]
+    for r in (0, 1):  # one row from both files: the timeout's op and the status line's counters
+        assert (by_rank[r].seq, by_rank[r].op_type, by_rank[r].last_completed, by_rank[r].pending) == (
+            77,
+            "ALLREDUCE",
+            76,
+            1,
+        )
+    assert by_rank[2].pending == 0

@@ -1060,17 +1060,25 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
         name: str, rel: str, firsts: Iterable[Hit], lasts: Iterable[Hit], by_rank: dict[int | None, int]
     ) -> None:
         """One file's first and last hits and counts per rank of signal ``name`` into the job's."""
+        job_firsts, job_lasts = first_by_rank[name], last_by_rank[name]
         for h in firsts:
-            if h.rank is not None and _before(h, first_by_rank[name].get(h.rank)):
-                first_by_rank[name][h.rank] = h
+            r = h.rank
+            if r is not None:
+                prev = job_firsts.get(r)
+                if prev is None or _order_key(h) < _order_key(prev):
+                    job_firsts[r] = h
         for h in lasts:
-            prev = last_by_rank[name].get(h.rank) if h.rank is not None else None
-            if h.rank is not None and (prev is None or _before(prev, h)):
-                last_by_rank[name][h.rank] = h
+            r = h.rank
+            if r is not None:
+                prev = job_lasts.get(r)
+                if prev is None or _order_key(prev) < _order_key(h):
+                    job_lasts[r] = h
+        per_rank = counts_by_rank[name]
+        single = single_rank.get(rel)
         for r, n in by_rank.items():
-            rr = rank_of(rel, r)
+            rr = r if r is not None else single
             if rr is not None:
-                counts_by_rank[name][rr] += n
+                per_rank[rr] += n
 
     clock_facts: list[tuple[str, WorkerClockFacts]] = []
     series: dict[str, dict[int, _SeriesBuilder]] = {"step": {}, "memory": {}}
@@ -1266,7 +1274,7 @@ def _file_ends(
 
 
 def _order_key(h: Hit) -> tuple[datetime, str, int]:
-    return (h.when or datetime.max, h.file, h.line)
+    return (h.time or h.after or h.before or datetime.max, h.file, h.line)  # (Hit.when, inline: sorts call it often)
 
 
 def _before(h: Hit, other: Hit | None) -> bool:
@@ -1740,6 +1748,8 @@ def series_jumps(series: Series, factor: float) -> list[SeriesJump]:
             continue
         run = 0
         high = factor * baseline
+        if max(values[SERIES_BASELINE_POINTS:]) < high:  # (most ranks: no point is high, found at C speed)
+            continue
         for i in range(SERIES_BASELINE_POINTS, len(values)):
             run = run + 1 if values[i] >= high else 0
             if run == SERIES_SUSTAIN_POINTS:

@@ -599,7 +599,9 @@ def _work_key(w: tn.Work) -> tuple[int | None, str, int]:
     return (w.seq, w.op_type, w.timeout_ms)
 
 
-def _rows_for_rank(rank: int, evs: list[_Ev], times: _TimeText) -> list[_RowBuild]:
+def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
+    """The rows of one rank from its lines (all of them, in file order), not yet filled (:func:`_fill`: the times
+    need the job's year)."""
     builds: dict[str | None, _RowBuild] = {}
 
     def build(pg: tn.PGPrefix | None) -> _RowBuild:
@@ -704,12 +706,7 @@ def _rows_for_rank(rank: int, evs: list[_Ev], times: _TimeText) -> list[_RowBuil
         elif b.blocking is None:
             b.blocking = e
         b.detected_evidence = True
-    out = []
-    for b in builds.values():
-        if b.status or b.timeout or b.blocking or b.dump or b.observed:
-            _fill(b, times)
-            out.append(b)
-    return out
+    return [b for b in builds.values() if b.status or b.timeout or b.blocking or b.dump or b.observed]
 
 
 def _fill(b: _RowBuild, times: _TimeText) -> None:
@@ -1139,13 +1136,15 @@ def nccl_state_table(
     world_size: int | None = None,
     keep: LineKeep | None = None,
     early: Mapping[str, FileEvents] | None = None,
+    prepared: Mapping[str, FilePrep] | None = None,
 ) -> NcclTable:
     """Scan every worker log under ``logs_dir`` once and build the NCCL state table (see the module docstring).
 
     ``world_size``: the job's world size as the caller knows it (the launch command), for logs that do not state it.
     ``keep``: only those lines (one attempt's, :mod:`~debug_training_logs.analysis.attempts`).
     ``early``: files' sink results (by file ``rel``) already unpacked from this same scan (the tool unpacks them
-    while the scan's workers read the other files); the others are unpacked here."""
+    while the scan's workers read the other files); the others are unpacked here. ``prepared``: files' :class:`FilePrep`
+    (by file ``rel``) made likewise."""
     with lean_inventory():  # the table reads coverage, line counts and the year of the inventory, nothing else
         job = scan_job(logs_dir, NCCL_PATTERNS, NcclSink, files=files, keep=keep)
     per = PerFile(job, FileEvents)
@@ -1153,7 +1152,8 @@ def nccl_state_table(
     results = [
         fe if (fe := got.get(f.rel)) is not None else per[i] for i, f in enumerate(job.inventory.files[: len(per)])
     ]
-    return build_table(results, job.inventory, job.coverage(), limit, world_size=world_size)
+    preps = [prepared.get(fe.rel) for fe in results] if prepared else None
+    return build_table(results, job.inventory, job.coverage(), limit, world_size=world_size, prepared=preps)
 
 
 class FilePrep:
@@ -1162,7 +1162,7 @@ class FilePrep:
     :func:`build_table`. ``single``: the file's one rank when the inventory gives it one (its lines without a rank are
     that rank's), else None."""
 
-    __slots__ = ("facts", "families", "ranked", "ranked_works", "unranked")
+    __slots__ = ("builds", "facts", "families", "ranked", "ranked_works", "unranked")
 
     def __init__(self, fe: FileEvents, single: int | None = None) -> None:
         file_evs = [_Ev(fe.rel, h) for h in fe.hits]
@@ -1194,6 +1194,9 @@ class FilePrep:
             kind = _FACT_KINDS.get(type(ev))
             if kind is not None and not (isinstance(ev, tn.WatchdogTerminated) and ev.headerless):
                 self.facts.append(((kind, _fact_detail(ev)), rank, e))
+        self.builds: dict[int, list[_RowBuild]] = {rank: _rows_for_rank(rank, evs) for rank, evs in self.ranked.items()}
+        """Per rank of :attr:`ranked`: its rows from this file's lines alone (:func:`_rows_for_rank`), the rank's rows
+        when no other file has lines of it; taken (removed) by the table that uses them, which fills them in."""
 
 
 def build_table(
@@ -1212,6 +1215,7 @@ def build_table(
         coverage = coverage.model_copy(update={"world_size": world_size, "world_size_evidence": given})
     times = _TimeText(inv.year_hint)
     by_rank: dict[int, list[_Ev]] = defaultdict(list)
+    built: dict[int, list[_RowBuild] | None] = {}  # per rank: its rows from its one file's FilePrep, None if several
     unattributed = 0
     unattr: dict[tuple[int | None, str], UnattributedTimeout] = {}
     fact_map: dict[tuple[str, str], list[tuple[int, _Ev]]] = defaultdict(list)
@@ -1228,6 +1232,7 @@ def build_table(
             fact_map[fact].append((rank, e))
         for rank, evs in prep.ranked.items():
             by_rank[rank].extend(evs)
+            built[rank] = prep.builds.pop(rank, None) if rank not in built else None
         for e in prep.unranked:
             w = _timeout_of(e)
             if (
@@ -1247,7 +1252,10 @@ def build_table(
 
     builds: list[_RowBuild] = []
     for rank in sorted(by_rank):
-        builds.extend(_rows_for_rank(rank, by_rank[rank], times))
+        got = built.get(rank)
+        builds.extend(got if got is not None else _rows_for_rank(rank, by_rank[rank]))
+    for b in builds:
+        _fill(b, times)
     rows = [b.row for b in builds]
     for r in rows:
         r.facts = list(rank_tags.get(r.rank, []))

@@ -9,10 +9,8 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -147,39 +145,40 @@ def _read_lines_from(lf: LogFile, lines: set[int], year: int, cp: Checkpoints | 
                 while k < len(todo) and todo[k] <= base + lines_here:
                     k += 1
                 targets, i = todo[i:k], k
-                if open_ or targets:
-                    # the timestamped lines next to each target, found by searching the chunk's bytes from the target
-                    # (TIMESTAMP never spans a newline), not by testing every line of the chunk
-                    raws = chunk.split(b"\n")[:lines_here]
-                    starts = [0, *accumulate(len(r) + 1 for r in raws)]  # byte offset of each line
-                    first = _next_stamped(chunk, 0, starts)
-                    if open_ and first is not None:
-                        t = _stamp(raws[first], year)
+                # the timestamped lines next to each target, found by searching the chunk's bytes from the target
+                # (TIMESTAMP never spans a newline), not by testing every line of the chunk; lines are located by
+                # their byte offsets, the chunk split only up to its last target
+                if open_:
+                    first = _next_stamped(chunk, 0)
+                    if first is not None:
+                        t = _stamp(_line_at(chunk, first), year)
                         for w in open_:
                             upper[w] = t
                         open_ = []
+                if targets:
+                    raws = chunk.split(b"\n", targets[-1] - base)  # ..., the last target's line, the rest
+                    at = done = 0  # the byte offset of line ``done``
                     for w in targets:
                         j = w - base - 1
-                        text = strip_ansi(decode(raws[j][:MAX_LINE_CHARS])).rstrip("\r")
-                        own = _stamp(raws[j], year) if TIMESTAMP.search(raws[j]) else None
+                        at += sum(map(len, raws[done:j])) + (j - done)
+                        done = j
+                        raw = raws[j]
+                        text = strip_ansi(decode(raw[:MAX_LINE_CHARS])).rstrip("\r")
+                        own = _stamp(raw, year) if TIMESTAMP.search(raw) else None
                         found[w] = (text, own)
-                        before = _last_stamped(chunk, starts[j], starts)
-                        after = _next_stamped(chunk, starts[j + 1], starts)
+                        before = _last_stamped(chunk, at)
+                        after = _next_stamped(chunk, at + len(raw) + 1)
                         if before is None and carry is _UNSET:
                             assert cp is not None
                             carry = _stamp_before(str(lf.path), cp.stamp, start, year)
-                        lower[w] = _stamp(raws[before], year) if before is not None else carry
+                        lower[w] = _stamp(_line_at(chunk, before), year) if before is not None else carry
                         if after is not None:
-                            upper[w] = _stamp(raws[after], year)
+                            upper[w] = _stamp(_line_at(chunk, after), year)
                         else:
                             open_.append(w)
-                    last_line = _last_stamped(chunk, len(chunk), starts)
-                    if last_line is not None:
-                        carry = _stamp(raws[last_line], year)
-                else:
-                    raw = _last_stamped_line(chunk)
-                    if raw is not None:
-                        carry = _stamp(raw, year)
+                raw_last = _last_stamped_line(chunk)
+                if raw_last is not None:
+                    carry = _stamp(raw_last, year)
                 base += lines_here
                 if i >= len(todo) and not open_:
                     break
@@ -235,19 +234,9 @@ def _stamped_line(buf: bytes | mmap.mmap, lo: int, hi: int, first: bool) -> int 
 
 
 def _last_stamped_line(chunk: bytes) -> bytes | None:
-    """The last line of ``chunk`` that holds a timestamp, searched in windows growing backwards from its end."""
-    width = 4096
-    hi = len(chunk)
-    while hi > 0:
-        lo = max(0, hi - width)
-        lo = chunk.rfind(b"\n", 0, lo) + 1 if lo > 0 else 0
-        start = _stamped_line(chunk, lo, hi, first=False)
-        if start is not None:
-            end = chunk.find(b"\n", start)
-            return chunk[start : len(chunk) if end < 0 else end]
-        hi = lo
-        width *= 8
-    return None
+    """The last line of ``chunk`` that holds a timestamp (:func:`_last_stamped`)."""
+    start = _last_stamped(chunk, len(chunk))
+    return None if start is None else _line_at(chunk, start)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -280,17 +269,23 @@ def _stamp_before(path: str, stamp: tuple[int, int, int], offset: int, year: int
     return None
 
 
-def _next_stamped(chunk: bytes, pos: int, starts: list[int]) -> int | None:
-    """Index of the first line starting at or after byte ``pos`` of ``chunk`` that holds a timestamp, or None."""
+def _line_at(chunk: bytes, start: int) -> bytes:
+    """The line of ``chunk`` that starts at byte ``start``, without its newline."""
+    end = chunk.find(b"\n", start)
+    return chunk[start : len(chunk) if end < 0 else end]
+
+
+def _next_stamped(chunk: bytes, pos: int) -> int | None:
+    """Where the first line starting at or after byte ``pos`` (a line start) of ``chunk`` that holds a timestamp
+    starts, or None."""
     if pos >= len(chunk):
         return None
-    start = _stamped_line(chunk, pos, len(chunk), first=True)
-    return None if start is None else bisect_right(starts, start) - 1
+    return _stamped_line(chunk, pos, len(chunk), first=True)
 
 
-def _last_stamped(chunk: bytes, end: int, starts: list[int]) -> int | None:
-    """Index of the last line ending before byte ``end`` (a line start) of ``chunk`` that holds a timestamp, or None;
-    searched in windows growing backwards from ``end``."""
+def _last_stamped(chunk: bytes, end: int) -> int | None:
+    """Where the last line ending before byte ``end`` (a line start) of ``chunk`` that holds a timestamp starts, or
+    None; searched in windows growing backwards from ``end``."""
     width = 4096
     hi = end
     while hi > 0:
@@ -298,7 +293,7 @@ def _last_stamped(chunk: bytes, end: int, starts: list[int]) -> int | None:
         lo = chunk.rfind(b"\n", 0, lo) + 1 if lo > 0 else 0  # a window starts on a line start
         last = _stamped_line(chunk, lo, hi, first=False)
         if last is not None:
-            return bisect_right(starts, last) - 1
+            return last
         hi = lo
         width *= 8
     return None

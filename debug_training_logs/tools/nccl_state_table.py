@@ -362,6 +362,7 @@ def nccl_state_table(
     with lean_inventory(), meanwhile.queued(read_dumps):
         mine = consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink)
         early: dict[str, analysis.FileEvents] = {}
+        prepared: dict[str, analysis.FilePrep] = {}
 
         def arrived(_j: int, results: dict[str, FileResult]) -> None:
             # the table's input, unpacked while the scan's workers read the other files (the main process waits for
@@ -370,6 +371,7 @@ def nccl_state_table(
             fe = unpack(fr.sink_result) if fr is not None else None
             if isinstance(fe, analysis.FileEvents):
                 early[fe.rel] = fe
+                prepared[fe.rel] = analysis.FilePrep(fe)
 
         split, chosen = choose(root, attempt, mine, on_file=arrived)
         keep = split.keeper(chosen) if chosen is not None else None
@@ -379,10 +381,16 @@ def nccl_state_table(
             root,
             (world_size, chosen),
             lambda: analysis.nccl_state_table(
-                root, limit=ALL, world_size=world_size, keep=keep, early=early if keep is None else None
+                root,
+                limit=ALL,
+                world_size=world_size,
+                keep=keep,
+                early=early if keep is None else None,
+                prepared=prepared if keep is None else None,
             ),
         )
         early.clear()
+        prepared.clear()
     order = {p.pg: i for i, p in enumerate(table.process_groups)}
     rows = sorted(table.rows, key=lambda r: (order.get(r.pg, len(order)), r.rank))
     if offset is None and wanted is None:
