@@ -59,7 +59,7 @@ ENTRY_OVERHEAD = 200
 """Bytes counted per entry on top of its own estimate (key tuple, map slot)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Packed:
     """A value kept as compressed pickles (a few times smaller than the objects, and no objects for the garbage
     collector to walk). A tuple value is packed item by item (``items`` True), so one item can be read alone."""

@@ -115,7 +115,7 @@ _CANCEL = re.compile(r"CANCELLED AT (?P<ts>20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d)")
 MAX_KEPT = 5
 
 
-@dataclass
+@dataclass(repr=False)
 class WorkerClockFacts:
     """Per file: lines that state a zone, SLURM cancel times, and the first data errors (picklable, bounded)."""
 
@@ -164,7 +164,7 @@ def _offset_hours(text: str) -> float:
     return sign * (int(digits[:2]) + int(digits[2:4]) / 60)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class MethodResult:
     """One way of measuring the offset, with what it compared."""
 
@@ -180,7 +180,7 @@ class MethodResult:
     detail: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class DaemonAlignment:
     daemon: str
     role: str
@@ -190,7 +190,7 @@ class DaemonAlignment:
     methods: list[str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Alignment:
     """The analysis result (the tool maps it onto its model)."""
 
@@ -217,7 +217,7 @@ def _hours(delta: timedelta) -> float:
     return delta.total_seconds() / 3600
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class WorkerClock:
     """Worker-side anchors gathered from one scan."""
 

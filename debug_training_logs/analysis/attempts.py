@@ -60,7 +60,7 @@ LOOKAHEAD_LINES = 400
 DEFAULT_YEAR = 2000
 
 
-@dataclass
+@dataclass(repr=False)
 class Boundary:
     """Where an attempt ends in one file: the last line of attempt ``index`` (inclusive) and its time."""
 
@@ -72,7 +72,7 @@ class Boundary:
     text: str
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Attempt:
     """One run of the workers: its index, time window, the ranks seen in it, and how it ended."""
 
@@ -88,7 +88,7 @@ class Attempt:
     """The lines that end (or start) it."""
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Attempts:
     """A job's attempts and how lines are assigned to them."""
 
@@ -127,7 +127,7 @@ class Attempts:
         )
 
 
-@dataclass
+@dataclass(eq=False)
 class AttemptFilter:
     """Keeps the lines of one attempt: by the file's own boundaries, its ``attempt_N/`` path, or by time."""
 

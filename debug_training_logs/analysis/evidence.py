@@ -246,7 +246,7 @@ _NCCL_INIT_HOST_LITERAL = "] NCCL INFO "
 # What the scan collects per file (inside the worker process; picklable)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Raw:
     line: int
     text: str
@@ -256,7 +256,7 @@ class _Raw:
     before: WallTime | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Tally:
     count: int = 0
     samples: list[_Raw] = field(default_factory=list)
@@ -265,7 +265,7 @@ class _Tally:
     count_by_rank: dict[int | None, int] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Series:
     """A bounded series of (line, time, value); thinned by half each time it fills up."""
 
@@ -283,7 +283,7 @@ class _Series:
             self.stride *= 2
 
 
-@dataclass
+@dataclass(eq=False)
 class _FileHits:
     rel: str
     tallies: dict[str, _Tally] = field(default_factory=dict)
@@ -298,7 +298,7 @@ _K_SIGNALS = len(SIGNALS)
 _K_NCCL = len(NCCL_PATTERNS)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
 class _Route:
     """Where the hits of one set of pattern ids go (worked out once per distinct set: a file repeats a few sets)."""
 
@@ -556,7 +556,7 @@ def _add_point(
     have.add(line_no, wt, value)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _FileSeries:
     """One file's step-time and memory series as flat arrays per rank (made in the scan's worker process, so the main
     process only joins arrays): per kind ("step", "memory"), rank -> (lines, times, values), times in microseconds
@@ -613,7 +613,7 @@ def _refine(result: tuple[_FileHits, FileEvents, WorkerClockFacts, _FileSeries],
     return (fh if digest is None else None, fe, clock, series, digest)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _SignalDigest:
     """One signal's share of one file, as :class:`Hit` s (made in the scan's worker)."""
 
@@ -628,7 +628,7 @@ class _SignalDigest:
     count_by_rank: dict[int | None, int]
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _FileDigest:
     """One file's evidence hits made into :class:`Hit` s in the worker that scanned it, times taking :attr:`year` where
     their line has none; the job's fold redoes only the times of a file that assumed another year than the job's."""
@@ -742,7 +742,7 @@ _new_evidence_hit: Final = positional(Hit)
 :func:`~debug_training_logs.frozen.positional`)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
 class NcclEvent:
     """A parsed NCCL line that is not per-PG state (teardown, heartbeat kill, fatal terminate, torchrun rows)."""
 
@@ -754,7 +754,7 @@ class NcclEvent:
     event: tn.Event
 
 
-@dataclass
+@dataclass(repr=False)
 class NcclRow:
     """The NCCL state of one rank in one process group (a row of ``nccl_state_table``, times as datetimes)."""
 
@@ -789,7 +789,7 @@ class NcclRow:
         return Evidence(file=self.file, line=self.line, text=self.text)
 
 
-@dataclass
+@dataclass(repr=False)
 class ProcessGroupState:
     """One process group's classification (``nccl_state_table``'s, with rank sets)."""
 
@@ -813,7 +813,7 @@ class ProcessGroupState:
     """How many collectives (last enqueued) the root rank is ahead of the others, when it is."""
 
 
-@dataclass
+@dataclass(repr=False)
 class NcclState:
     """Every rank's NCCL state and each PG's classification, from ``analysis.nccl_table``."""
 
@@ -848,7 +848,7 @@ class NcclState:
         return min(starts) if starts else None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class SeriesJump:
     """A rank whose series (step time, memory) left its own baseline."""
 
@@ -865,7 +865,7 @@ Series = dict[int, Sequence[tuple[str, int, datetime | None, float]]]
 """Per rank: (file, line, time, value) points."""
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class WorkerEvidence:
     """What every worker log shows (one scan)."""
 
@@ -1444,7 +1444,7 @@ def ais_to_worker(al: Alignment | None, t: datetime | None) -> datetime | None:
     return t + timedelta(hours=al.offset_hours)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class AisEvidence:
     """What the AIS daemon logs show (one ``ais_deltas.collect`` pass) and how their clock relates to the workers'."""
 
@@ -1477,7 +1477,7 @@ class AisEvidence:
         return sorted((n for n in self.notable if not n.noise), key=lambda n: (n.first or datetime.max, n.daemon))
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class AisOwn:
     """What the AIS evidence takes from the AIS logs alone (no worker fact): it can be read before the worker
     evidence exists (:func:`gather_evidence` reads it while the worker scan's processes read the worker logs)."""
@@ -1545,7 +1545,7 @@ def gather_ais_evidence(
 # All the evidence
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class JobEvidence:
     """Everything a diagnosis or a verification rests on: worker evidence, NCCL state, AIS evidence."""
 
@@ -1833,7 +1833,7 @@ CONSEQUENCE_MARKERS: tuple[str, ...] = (
 peer's NCCL error), never a root cause on their own."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Trigger:
     """A candidate root-cause event on one rank."""
 
@@ -1844,7 +1844,7 @@ class Trigger:
     """A few words for people: ``CUDA out of memory``, ``NaN loss``, ``port already in use``..."""
 
 
-@dataclass
+@dataclass(repr=False)
 class KeyEvent:
     """An event of the timeline / causal chain."""
 
@@ -2072,7 +2072,7 @@ TRACEBACK_SPAN_LINES = 400
 most this many lines above it in the same file (frames, chained exceptions)."""
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class LauncherEvent:
     """A launcher's report about one rank's process (from :attr:`JobEvidence.launcher`'s fates). ``exit_code`` > 0 is
     an error exit, < 0 a signal number."""
@@ -2090,7 +2090,7 @@ class LauncherEvent:
     time: datetime | None = None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class RankState:
     """One rank's state at the end of the job, and the line that decides it."""
 
@@ -2427,7 +2427,7 @@ SILENT_NODE_GAP = timedelta(seconds=60)
 """A node whose logs end this long before the job was cancelled for NODE FAILURE went silent (it is the one)."""
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class SilentNode:
     """A node whose every log file stopped well before SLURM's NODE FAILURE cancellation, with no error."""
 

@@ -49,7 +49,7 @@ least all but that many ranks have it."""
 # Worker side
 
 
-@dataclass
+@dataclass(repr=False)
 class LineAt:
     """One line of one file, with the wall time it states (if any)."""
 
@@ -58,7 +58,7 @@ class LineAt:
     time: WallTime | None = None
 
 
-@dataclass
+@dataclass(repr=False)
 class FileTemplate:
     """One template's hits in one file."""
 
@@ -70,7 +70,7 @@ class FileTemplate:
     last: LineAt | None = None
 
 
-@dataclass
+@dataclass(repr=False)
 class FileGrep:
     """What one file contributed (picklable, bounded)."""
 
@@ -146,7 +146,7 @@ class GrepSink:
 # Parent side: the merged result (plain data; the tool module maps it onto its pydantic models)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Occurrence:
     file: str
     line: int
@@ -154,13 +154,13 @@ class Occurrence:
     text: str | None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class FileCount:
     file: str
     count: int
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class PatternSummary:
     name: str
     tier: int
@@ -176,7 +176,7 @@ class PatternSummary:
     first: Occurrence | None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class TemplateSummary:
     template: str
     patterns: list[str]
@@ -190,7 +190,7 @@ class TemplateSummary:
     last: Occurrence
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Outlier:
     kind: str
     ranks: str
@@ -200,14 +200,14 @@ class Outlier:
     example: Occurrence
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ContextBlock:
     template: str
     file: str
     lines: list[str]
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class GrepAnalysis:
     summary: str
     coverage: Coverage
@@ -286,7 +286,7 @@ def whole_named_group(pattern: str) -> tuple[str, str] | None:
     return None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Merged:
     patterns: set[int] = field(default_factory=set)
     count: int = 0

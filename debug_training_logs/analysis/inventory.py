@@ -39,7 +39,7 @@ PRESENCE_CAP = 20
 lines, and a Python call per hit line would dominate the pass. Its count then reads "at least"."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Marker:
     """A named pattern the inventory looks for, and what a hit means."""
 
@@ -132,7 +132,7 @@ _TORCH_VERSION = re.compile(r"(?:torch|Torch|PyTorch)(?: version|_version|==)[=:
 MAX_EXAMPLES = 5
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class FileFacts:
     """What the inventory learnt about one file inside the worker (picklable, small)."""
 
@@ -342,7 +342,7 @@ def kept_sink(keep: LineKeep, inner: SinkFactory, lf: LogFile) -> _KeptSink:
     return _KeptSink(inner(lf), keep, lf.rel)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class TimePoint:
     """A wall-clock time found in the logs, as written, with where."""
 
@@ -352,7 +352,7 @@ class TimePoint:
     text: str
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class FileInventory:
     """Per file: size, compression, which ranks and node it holds."""
 
@@ -370,7 +370,7 @@ class FileInventory:
     """The global ranks the file's line prefixes name (``[rankN]:``, inline ``[rankN] ``: the scan's collection)."""
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Inventory:
     """What the logs say about the job as a whole."""
 
@@ -421,7 +421,7 @@ class Inventory:
         return self._by_rel.get(rel)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class JobScan:
     """One scan of a worker-log directory: the caller's per-file results plus the job inventory."""
 

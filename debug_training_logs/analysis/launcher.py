@@ -148,7 +148,7 @@ def _tables(lines: list[tuple[int, str]]) -> list[torchrun.ChildFailedTable]:
     return torchrun.parse_child_failed_tables(lines) if has_table else []
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class _Rel:
     rel: str
 
@@ -157,7 +157,7 @@ _REPLAY_IDS = ([0], [_BENIGN_ID, 0], [_BENIGN_ID])
 """Pattern ids that make :meth:`_LineSink.on_hit` take the same branch as the remembered hit (by its ``how``)."""
 
 
-@dataclass
+@dataclass(repr=False)
 class RankFate:
     """How one global rank ended, as the launcher and its own lines say.
 
@@ -189,7 +189,7 @@ class RankFate:
         return by_signal or self.own_error is not None
 
 
-@dataclass
+@dataclass(repr=False)
 class AgentFacts:
     """What one node's agent said (per file): restarts, rendezvous and store failures, success."""
 
@@ -211,7 +211,7 @@ class AgentFacts:
     """Lines where the agent SIGTERMs its workers (a failure elsewhere, or a restart of the group)."""
 
 
-@dataclass
+@dataclass(repr=False)
 class LauncherFacts:
     """Every rank's fate and every agent's facts for one job (all files)."""
 

@@ -28,7 +28,7 @@ OWN_SIGNALS = frozenset({"SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"})
 teardown, SLURM's cancel), not SIGABRT (NCCL's watchdog aborts the victims of a hang), not SIGINT/SIGHUP."""
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class LauncherCall:
     """A verdict the launcher/backend/dump facts support: ``how`` says which fact decided."""
 

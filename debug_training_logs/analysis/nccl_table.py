@@ -82,7 +82,7 @@ MAX_UNPARSED_SAMPLES = 5
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Hit:
     """One parsed candidate line, compact enough to cross the process boundary."""
 
@@ -99,7 +99,7 @@ class Hit:
     """Physical lines the message spanned (2+ for a hard-wrapped message: lines ``line`` .. ``line + joined - 1``)."""
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class FileEvents:
     """What one file's sink found."""
 
@@ -286,7 +286,7 @@ _DIGITS_ONLY = re.compile(r"^\s*\d+\s*$")
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(repr=False)
 class EvidenceLine:
     """A cited line (``models.Evidence`` in the tool's result)."""
 
@@ -295,7 +295,7 @@ class EvidenceLine:
     text: str
 
 
-@dataclass
+@dataclass(repr=False)
 class Row:
     """One (global rank, process group) that logged NCCL watchdog state."""
 
@@ -332,7 +332,7 @@ class Row:
     """The ``[Rank N]`` WorkNCCL printed when it differs from the PG rank (stale static, torch 2.4-2.13)."""
 
 
-@dataclass
+@dataclass(repr=False)
 class Majority:
     """The (seq, enqueued, completed, op, signal) most of a PG's rows share, and which ranks."""
 
@@ -345,7 +345,7 @@ class Majority:
     count: int
 
 
-@dataclass
+@dataclass(repr=False)
 class ProcessGroupResult:
     """One PG's verdict from all its rows (field meanings: ``tools/nccl_state_table.ProcessGroup``)."""
 
@@ -370,7 +370,7 @@ class ProcessGroupResult:
     """Per straggler/suspect rank: why, in words."""
 
 
-@dataclass
+@dataclass(repr=False)
 class Outlier:
     """A row that differs from its PG's majority: ``differs`` maps field -> [its value, the majority's]."""
 
@@ -380,7 +380,7 @@ class Outlier:
     how: str
 
 
-@dataclass
+@dataclass(repr=False)
 class RankFact:
     """A neighbouring fact (watchdog terminated, heartbeat kill, exit signal ...) and the ranks that logged it."""
 
@@ -391,7 +391,7 @@ class RankFact:
     evidence: EvidenceLine | None
 
 
-@dataclass
+@dataclass(repr=False)
 class TimeBasis:
     """How the table's times read: worker-local wall clock, year from full dates elsewhere in the logs."""
 
@@ -402,7 +402,7 @@ class TimeBasis:
     """Where the year comes from (a line that writes a full date), or why times are shown without one."""
 
 
-@dataclass
+@dataclass(repr=False)
 class UnattributedTimeout:
     """Timeouts whose global rank no line names (<= 2.2 output of several ranks in one file, no ``[rankN]:``)."""
 
@@ -461,7 +461,7 @@ def _time_basis(inv: Inventory) -> TimeBasis:
     return TimeBasis(inv.year_hint, True, zone, f"year {inv.year_hint} from the full date at {where}")
 
 
-@dataclass
+@dataclass(repr=False)
 class NcclTable:
     """The whole result of :func:`nccl_state_table`."""
 
@@ -514,7 +514,7 @@ def _pg_key(pg: tn.PGPrefix | None) -> str | None:
     return pg.key if pg is not None and pg.style != "rank" else None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _RowBuild:
     row: Row
     status: _Ev | None = None
@@ -790,7 +790,7 @@ def _infer_members(rows: list[Row]) -> tuple[dict[int, int], list[int]]:
     return {}, gaps
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class _Coverage:
     """What the job's coverage allows the classification to conclude."""
 

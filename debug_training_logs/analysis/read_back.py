@@ -56,7 +56,7 @@ class TimeBounds:
         return self.time or self.before
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class LineAt(TimeBounds):
     """One line read back from a file, with its own time or the times around it."""
 

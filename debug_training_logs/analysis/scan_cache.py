@@ -30,7 +30,7 @@ from debug_training_logs.logs.scan import FileScan, SinkFactory
 from debug_training_logs.memo import MEMO, Memo, Packed
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Consumer:
     """One reader of the shared job scan: its patterns and the sink that receives their hits in each file.
 
@@ -55,7 +55,7 @@ class Consumer:
         return f"{self.name}{refined}:{h}"
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class FileResult:
     """One consumer's share of one file's scan, as kept in the cache: its sink's result packed
     (:func:`~debug_training_logs.memo.unpack` it, or :func:`~debug_training_logs.memo.unpack_item` one item of a

@@ -50,7 +50,7 @@ _DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(?P<what>.
 _FP_FIELDS = re.compile(r"(?P<key>SequenceNumber|OpType|TensorShape|TensorDtypes)=(?P<value>\[.*?\]|[^,)]+)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class GlooError:
     """One gloo transport error a rank raised.
 
@@ -73,7 +73,7 @@ class GlooError:
         return self.kind != "size_mismatch"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class FingerPrint:
     """One side of a DETAIL mismatch report: what a rank was running (``op`` e.g. ALLREDUCE/BROADCAST, ``seq`` the
     group's sequence number, ``shapes`` and ``dtypes`` as logged)."""
@@ -86,7 +86,7 @@ class FingerPrint:
     raw: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CollectiveMismatch:
     """``TORCH_DISTRIBUTED_DEBUG=DETAIL``: two ranks were in different collectives (``first`` is the rank that
     logged it as "Rank R is running", ``second`` the peer it compared with)."""

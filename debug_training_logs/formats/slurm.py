@@ -26,7 +26,7 @@ REQUEUE_REASONS = ("JOB REQUEUE", "PREEMPTION", "NODE FAILURE")
 ``--requeue``); a time limit, a task failure or a signal end the job."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class SlurmCancel:
     """One slurmstepd cancel line."""
 

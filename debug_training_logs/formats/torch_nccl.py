@@ -416,7 +416,7 @@ class WatchdogTimeout:
     """True for torch 2.0's ``Caught collective operation timeout`` from ``wait()``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class BlockingWaitTimeout:
     """``Work WorkNCCL(...) timed out in blocking wait`` (TORCH_NCCL_BLOCKING_WAIT=1): the main thread timed out."""
 
@@ -451,7 +451,7 @@ class DumpSignal:
     pg: PGPrefix | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class DumpObserved:
     """This rank noticed another rank's dump signal in the TCPStore (2.5+ ``Observed flight recorder dump signal``)."""
 
@@ -467,7 +467,7 @@ class FirstToDump:
     pg: PGPrefix | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class WatchdogTerminated:
     """``NCCL watchdog thread terminated`` (<=2.2) / ``Process group watchdog thread terminated`` (2.3+)."""
 
@@ -480,7 +480,7 @@ class WatchdogTerminated:
     """True for the ``what():`` copy printed by ``std::terminate`` (no c10 header)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
 class HeartbeatKill:
     """The heartbeat monitor found the watchdog itself stuck and kills the process."""
 
@@ -508,7 +508,7 @@ class Teardown:
     pg: PGPrefix | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
 class WatchdogExitMessage:
     """torch 2.4: ``ProcessGroupNCCL's watchdog detected an exception from the local rank`` / ``... from rank R``."""
 
@@ -516,7 +516,7 @@ class WatchdogExitMessage:
     """None when the exception was local."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ChildFailureRank:
     """ChildFailedError table row ``rank      : 3 (local_rank: 3)`` (global rank of a failed worker)."""
 
@@ -524,7 +524,7 @@ class ChildFailureRank:
     local_rank: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ChildFailureExit:
     """ChildFailedError table row ``exitcode  : -6 (pid: 12345)`` (2.12+ adds `` (SIGABRT)``)."""
 
@@ -533,7 +533,7 @@ class ChildFailureExit:
     signal: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ChildFailureSignal:
     """ChildFailedError ``traceback : Signal 6 (SIGABRT) received by PID 12345``."""
 
@@ -559,7 +559,7 @@ Event = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Parsed:
     """One parsed line: its header (None when the line has none) and the event."""
 

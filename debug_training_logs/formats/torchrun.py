@@ -58,7 +58,7 @@ NEEDLES: Final[tuple[str, ...]] = (
 # Benign lines: what every healthy job logs, named so that no tool reads them as a failure.
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Benign:
     """A line a healthy job writes that looks like an error, and why it is not one."""
 
@@ -128,7 +128,7 @@ def benign(line: str) -> Benign | None:
 # Single-line events
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class WorkerFailed:
     """``failed (exitcode: X) local_rank: L (pid: P)``: the agent saw this local worker exit non-zero first."""
 
@@ -141,7 +141,7 @@ class WorkerFailed:
         return signal_name(self.exitcode)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SendingSignal:
     """``Sending process P closing signal SIGTERM``: the agent tears down a worker that was still running."""
 
@@ -149,7 +149,7 @@ class SendingSignal:
     signal: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RestartDecision:
     """``Worker group FAILED. N/M attempts left; will restart worker group``."""
 
@@ -157,21 +157,21 @@ class RestartDecision:
     max_restarts: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RendezvousResult:
     """``Rendezvous complete for workers`` block field ``restart_count=N`` (the attempt number that starts)."""
 
     restart_count: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class GroupState:
     """``Starting worker group`` / ``Stopping worker group`` / ``worker group successfully finished``."""
 
     state: Literal["starting", "stopping", "succeeded", "failed"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RendezvousError:
     """A rendezvous failure (``RendezvousConnectionError``, ``RendezvousTimeoutError``, ``RendezvousClosedError``,
     ...) and its message."""
@@ -180,7 +180,7 @@ class RendezvousError:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class StoreListenFailed:
     """The TCPStore could not listen (``port``, errno ``name`` such as EADDRINUSE)."""
 
@@ -188,7 +188,7 @@ class StoreListenFailed:
     errno_name: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class StoreUnreachable:
     """A TCPStore client (the agent's rendezvous, or a worker's store) could not reach ``host:port``."""
 
@@ -268,7 +268,7 @@ def parse_line(line: str) -> LauncherEvent | None:
 # The ChildFailedError table (multi-line)
 
 
-@dataclass
+@dataclass(repr=False)
 class ChildFailure:
     """One entry of a ``ChildFailedError`` table: a worker as the agent saw it end.
 
@@ -297,7 +297,7 @@ class ChildFailure:
         return self.exitcode == -15
 
 
-@dataclass
+@dataclass(repr=False)
 class ChildFailedTable:
     """One ``ChildFailedError`` summary: the failed entrypoint and its entries in the order printed."""
 

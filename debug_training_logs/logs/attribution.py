@@ -42,7 +42,7 @@ FILE_NODE_PATTERNS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class LineRank:
     """The rank a line was attributed to and how."""
 

@@ -57,7 +57,7 @@ _FR_DUMP_NAME = re.compile(r"(?:comm_lib_trace_rank_|nccl_trace_rank_)\d+(?:\.js
 FR_DUMP_REASON = "flight-recorder dump (read by the flight-recorder reader, not as a log)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class LogFile:
     """One file to read."""
 
@@ -71,7 +71,7 @@ class LogFile:
     """``none``, ``gzip``, ``zstd``, ``bz2`` or ``xz``."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Skipped:
     """A file discovery passed over, and why (reported in results, never dropped silently)."""
 

@@ -24,7 +24,7 @@ CHUNK = 8 << 20
 """Bytes per streamed chunk (8 MiB): large enough to amortise Python overhead, small enough for flat memory."""
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ReadProblems:
     """Files that could not be read in full, with the reason (becomes ``coverage.unreadable_files``)."""
 
@@ -195,7 +195,7 @@ def cut_marker(n: int) -> bytes:
     return b"\r[... %d bytes cut ...]\r" % n
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class LongLines:
     """Lines longer than a chunk seen in one stream: how many, and how many bytes were cut or split from them."""
 

@@ -202,7 +202,7 @@ SinkFactory = Callable[[LogFile], Sink]
 """Builds a sink for one file; must be picklable (a module-level class or ``functools.partial`` of one)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PatternSpec:
     """Patterns to search for, as given (validated by :func:`compile_patterns`).
 
@@ -221,7 +221,7 @@ class PatternSpec:
     memchr speed. Its count is then the number of hits delivered (listed in :attr:`FileScan.sampled`)."""
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class FileScan:
     """What scanning one file produced."""
 
@@ -248,7 +248,7 @@ class FileScan:
     read back from the nearest one (:func:`lines_at`) instead of counting newlines from the top. None otherwise."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Checkpoints:
     """Sparse (byte offset, lines before it) pairs of one plain file, one per scan window (~1 MiB) that started on a
     line start, valid only while the file has the ``stamp`` (size, mtime in ns, inode) it had when it was scanned."""
@@ -338,7 +338,7 @@ def compile_patterns(spec: PatternSpec) -> None:
 # Required literals (for the prefilter)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Lit:
     """A literal a match must contain; ``fold``: compare case-insensitively."""
 
@@ -2222,7 +2222,7 @@ def _hand_out(pending: Iterator[int], worker: _Worker, n: int) -> None:
         worker.task_w = -1
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Worker:
     pid: int
     task_w: int

@@ -74,7 +74,7 @@ class ResultBudget(Model):
     omitted: list[Omission] = Field(description="Lists shortened to fit, with the follow-up call for each.")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Cut:
     """What a tool's ``follow_up`` hook is told about one shortened list."""
 
@@ -196,7 +196,7 @@ def _keep_count(items: list[Any], room: int, floor: int) -> int:
     return max(floor, keep)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Shortened:
     path: JsonPath
     total: int

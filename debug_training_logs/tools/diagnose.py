@@ -10,29 +10,30 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
-from debug_training_logs.analysis.diagnosis import Verdict, conclude
+from debug_training_logs import meanwhile
 from debug_training_logs.analysis.evidence import (
     JobEvidence,
     KeyEvent,
     rank_state_groups,
     rank_states,
 )
-from debug_training_logs.analysis.recommendations import recommend
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, show
-from debug_training_logs.models import Coverage, Model
+from debug_training_logs.models import Coverage, Model, build_deferred
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.evidence_cache import job_evidence
-from debug_training_logs.tools.job_overview import build_overview
 from debug_training_logs.tools.params import WorldSize
 from debug_training_logs.tools.registry import ToolSpec
 from debug_training_logs.verify import Conclusion, Verification, verify_with_evidence
 from debug_training_logs.verify.models import Category, ChainStep, CitedEvent
+
+if TYPE_CHECKING:
+    from debug_training_logs.analysis.diagnosis import Verdict
 
 TIMELINE_LIMIT = 40
 """Rows of the timeline table (the chain's events first, then context)."""
@@ -253,6 +254,8 @@ def to_conclusion(v: Verdict, logs_dir: str, ais_dir: str | None, ev: JobEvidenc
 
 
 def _job(ev: JobEvidence) -> JobDetails:
+    from debug_training_logs.tools.job_overview import build_overview
+
     inv = ev.worker.job.inventory
     cov = ev.coverage
     ov = build_overview(inv, cov, limit=1)
@@ -312,6 +315,8 @@ def fallbacks(v: Verdict, ev: JobEvidence) -> list[Verdict]:
 
 
 def _weaker(v: Verdict, category: str, suspects: list[int], missing: list[int]) -> Verdict:
+    from debug_training_logs.analysis.diagnosis import Verdict
+
     return Verdict(
         category=category,
         culprit_ranks=[],
@@ -334,6 +339,9 @@ def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> 
 
     diagnose never presents a verdict its own verifier rejects: when it does, the strongest weaker verdict that
     passes is presented (:func:`fallbacks`) and ``verdict.blocked`` says what blocked the stronger one."""
+    from debug_training_logs.analysis.diagnosis import conclude
+    from debug_training_logs.analysis.recommendations import recommend
+
     logs_dir, ais_dir = str(logs_root), (str(ais_root) if ais_root is not None else None)
     first = conclude(ev)
     v = first
@@ -459,12 +467,43 @@ def diagnose(
         logs_root = input_dir(logs_dir)
         ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
         fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-        return build_diagnosis(job_evidence(logs_root, ais_root, fr_root, attempt, world_size), logs_root, ais_root)
+        return build_diagnosis(_evidence(logs_root, ais_root, fr_root, attempt, world_size), logs_root, ais_root)
     from debug_training_logs.printers import store
 
     d, page = diagnose_with_html(logs_dir, ais_dir, attempt, fr_dir, world_size)
     d.html_report_uri = store.keep(page)
     return d
+
+
+def _evidence(
+    logs_root: Path,
+    ais_root: Path | None,
+    fr_root: Path | None,
+    attempt: int | None,
+    world_size: int | None,
+    html: bool = False,
+) -> JobEvidence:
+    """The job's evidence (:func:`job_evidence`); the modules only the answer needs (the verdict, recommendations,
+    the overview, with ``html`` the HTML printer) are imported and their models built while its scan's workers read
+    (:mod:`~debug_training_logs.meanwhile`), not before the scan starts."""
+    with meanwhile.queued(_import_html_modules if html else _import_answer_modules):
+        return job_evidence(logs_root, ais_root, fr_root, attempt, world_size)
+
+
+def _import_answer_modules() -> None:
+    import debug_training_logs.analysis.diagnosis
+    import debug_training_logs.analysis.recommendations
+    import debug_training_logs.tools.job_overview  # noqa: F401
+
+    build_deferred()
+
+
+def _import_html_modules() -> None:
+    _import_answer_modules()
+    import debug_training_logs.printers.html
+    import debug_training_logs.printers.report_data  # noqa: F401
+
+    build_deferred()
 
 
 def diagnose_with_html(
@@ -475,13 +514,13 @@ def diagnose_with_html(
     world_size: int | None = None,
 ) -> tuple[Diagnosis, str]:
     """:func:`diagnose` plus the HTML report of the same evidence (one scan for both)."""
-    from debug_training_logs.printers.html import render_html
-    from debug_training_logs.printers.report_data import build_report_data
-
     logs_root = input_dir(logs_dir)
     ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
     fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-    ev = job_evidence(logs_root, ais_root, fr_root, attempt, world_size)
+    ev = _evidence(logs_root, ais_root, fr_root, attempt, world_size, html=True)
+    from debug_training_logs.printers.html import render_html
+    from debug_training_logs.printers.report_data import build_report_data
+
     d = build_diagnosis(ev, logs_root, ais_root)
     source = str(logs_root) + (f" + {ais_root}" if ais_root is not None else "")
     return d, render_html(build_report_data(d, ev), source)

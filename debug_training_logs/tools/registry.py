@@ -44,7 +44,7 @@ module also needs its line here to be a CLI command."""
 PREFERRED_ORDER = tuple(CLI_NAMES)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class ToolSpec:
     """How one tool is exposed."""
 

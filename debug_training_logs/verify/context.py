@@ -30,7 +30,7 @@ MAX_EVIDENCE = 8
 SLACK = CLOCK_SLACK
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Cited:
     """One line the conclusion cites, as the file has it."""
 
@@ -65,7 +65,7 @@ class Cited:
         return f"{self.file}:{self.line}"
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class RuleContext:
     """The conclusion and everything the rules check it against."""
 
