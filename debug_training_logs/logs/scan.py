@@ -2388,7 +2388,8 @@ def lines_at(
     if not wanted:
         return out
     cp = checkpoints if checkpoints is not None else checkpoints_for(lf)
-    todo = sorted(w for w in wanted if w > 0)
+    todo = sorted(wanted)
+    todo = todo[bisect_right(todo, 0) :]
     i = 0
     while i < len(todo):
         start, base = seek_line(lf, cp, todo[i]) if cp is not None else (0, 0)
@@ -2407,6 +2408,17 @@ def lines_at(
                     else:
                         raws = chunk.split(b"\n", todo[k] - base)
                         first = 0
+                    end = k + 1  # todo[i:end]: the wanted lines in this chunk
+                    j0 = todo[i] - base - 1 - first
+                    run = raws[j0 : j0 + end - i]
+                    if todo[end - 1] - todo[i] == end - 1 - i and max(map(len, run)) <= MAX_LINE_CHARS:
+                        # consecutive lines none of which is cut (the lookahead after a line, a wrapped record): decoded
+                        # at once (a newline never ends a UTF-8 sequence: each line decodes as it would alone)
+                        texts = b"\n".join(run).decode("utf-8", errors="replace").split("\n")
+                        if b"\r" in chunk:
+                            texts = [t.rstrip("\r") for t in texts]
+                        out.update(zip(todo[i:end], texts, strict=True))
+                        i = end
                     while i < len(todo) and todo[i] <= base + lines_here:
                         raw = raws[todo[i] - base - 1 - first]
                         head = raw[:MAX_LINE_CHARS]
