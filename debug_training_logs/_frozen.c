@@ -45,46 +45,7 @@ static PyObject *frozen_new(PyObject *self, PyObject *const *args, Py_ssize_t na
     return obj;
 }
 
-/* reduce(make, members, obj): (make, (the value of each member descriptor's slot of obj, in order)), as memo's
- * picklers save obj: the reduce function of a class with a C constructor (a Python one costs a call and an attribute
- * read per field for each object pickled, and is compiled on a worker's first sight of the class). The checks of
- * new, and obj must be an instance of each descriptor's class. */
-static PyObject *frozen_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 3 || !PyTuple_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "reduce(make, members, obj)");
-        return NULL;
-    }
-    PyObject *members = args[1], *obj = args[2];
-    Py_ssize_t n = PyTuple_GET_SIZE(members);
-    PyObject *values = PyTuple_New(n);
-    if (values == NULL) {
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *d = PyTuple_GET_ITEM(members, i);
-        if (!Py_IS_TYPE(d, &PyMemberDescr_Type) || !PyObject_TypeCheck(obj, PyDescr_TYPE(d)) ||
-            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
-            Py_DECREF(values);
-            PyErr_SetString(PyExc_TypeError, "members must be object slots of obj's class");
-            return NULL;
-        }
-        PyObject *v = *(PyObject **)((char *)obj + ((PyMemberDescrObject *)d)->d_member->offset);
-        if (v == NULL) {
-            Py_DECREF(values);
-            PyErr_Format(PyExc_AttributeError, "'%s' object has no attribute '%U'", Py_TYPE(obj)->tp_name,
-                         PyDescr_NAME(d));
-            return NULL;
-        }
-        Py_INCREF(v);
-        PyTuple_SET_ITEM(values, i, v);
-    }
-    return Py_BuildValue("(ON)", args[0], values);
-}
-
 static PyMethodDef methods[] = {
-    {"reduce", (PyCFunction)(void (*)(void))frozen_reduce, METH_FASTCALL,
-     "reduce(make, members, obj): (make, the values of obj's member slots in order), as pickle saves obj"},
     {"new", (PyCFunction)(void (*)(void))frozen_new, METH_FASTCALL,
      "new(cls, members, *values): cls's instance with each member descriptor's slot set to its value"},
     {NULL, NULL, 0, NULL},

@@ -60,13 +60,3 @@ def native_positional(cls: type[_T]) -> Callable[..., _T] | None:
     except ImportError:
         return None
     return functools.partial(new, cls, tuple(cls.__dict__[f.name] for f in fields(cls)))  # type: ignore[arg-type]
-
-
-def native_reducer(cls: type, make: Callable[..., Any]) -> Callable[[Any], Any] | None:
-    """The reduce function pickle calls for an instance of ``cls`` (``(make, its field values in order)``), in C, when
-    ``make`` is ``cls``'s constructor made by :func:`native_positional` (else None): no Python call per object
-    pickled, and no function compiled per class in each scan worker."""
-    if not (isinstance(make, functools.partial) and make.args[:1] == (cls,)):
-        return None
-    reduce = importlib.import_module("debug_training_logs._frozen").reduce
-    return functools.partial(reduce, make, make.args[1])

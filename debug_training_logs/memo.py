@@ -36,7 +36,7 @@ from typing import Any
 
 import zstandard
 
-from debug_training_logs.frozen import native_positional, native_reducer, positional, takes_positional
+from debug_training_logs.frozen import native_positional, positional, takes_positional
 
 
 def _budget_mb(text: str | None, default: int = 96) -> int:
@@ -141,15 +141,10 @@ class _Reducers(dict[type, Callable[[Any], Any]]):
         elif names is None:
             reduce = copyreg.dispatch_table.get(cls) or operator.methodcaller("__reduce_ex__", PROTOCOL)
         else:
-            make = maker(cls)
-            native = native_reducer(cls, make)
-            if native is not None:
-                reduce = native
-            else:
-                values = "".join(f"o.{n}, " for n in names)  # field names are identifiers (dataclasses checked them)
-                scope: dict[str, Any] = {"make": make}
-                exec(f"def reduce(o):\n    return make, ({values})\n", scope)
-                reduce = scope["reduce"]
+            values = "".join(f"o.{n}, " for n in names)  # field names are identifiers (dataclasses checked them)
+            scope: dict[str, Any] = {"make": maker(cls)}
+            exec(f"def reduce(o):\n    return make, ({values})\n", scope)
+            reduce = scope["reduce"]
         self[cls] = reduce
         return reduce
 

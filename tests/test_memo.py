@@ -9,7 +9,6 @@ import datetime
 import enum
 import functools
 import importlib
-import io
 import os
 import pickle
 import re
@@ -27,7 +26,7 @@ from debug_training_logs import memo
 from debug_training_logs.analysis import inventory
 from debug_training_logs.analysis.grep import GrepSink
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
-from debug_training_logs.frozen import native_positional, native_reducer, takes_positional
+from debug_training_logs.frozen import native_positional, takes_positional
 from debug_training_logs.memo import Memo, estimate, pack, unpack, unpack_item
 from tests.test_native_scan import _compiler
 
@@ -158,32 +157,6 @@ def test_the_c_constructor_makes_what_the_class_makes_and_refuses_what_is_not_it
         new(_Frozen, (_Frozen.__init__, _Frozen.__dict__["text"], _Frozen.__dict__["parts"]), 1, "t", ())
     with pytest.raises(TypeError):
         new("not a class", ())
-
-
-def test_the_c_reducer_pickles_what_the_python_one_does_and_refuses_other_objects(makers: str) -> None:
-    """With the C constructor, objects are pickled by the C reducer (no Python call per object): the same pickle as
-    the Python reducer's ``(make, (field values))``; it refuses an object that is not of the slots' class."""
-    value = [_Frozen(7, "x", ("a",)), _Frozen(8, "y")]
-    table = memo._Pickler.dispatch_table
-    memo.pack(value)
-    reduce = table[_Frozen]
-    make = memo.maker(_Frozen)
-    assert (native_reducer(_Frozen, make) is not None) == (makers == "native") == isinstance(reduce, functools.partial)
-    assert reduce(value[0]) == (make, (7, "x", ("a",)))
-
-    def dump(reducer: Any) -> bytes:
-        buf = io.BytesIO()
-        pickler = pickle.Pickler(buf, protocol=memo.PROTOCOL)
-        pickler.dispatch_table = {_Frozen: reducer}
-        pickler.dump(value)
-        return buf.getvalue()
-
-    assert dump(reduce) == dump(lambda o: (make, (o.line, o.text, o.parts)))
-    if makers == "native":
-        with pytest.raises(TypeError, match="slots"):
-            reduce(_OwnInit(1))
-        with pytest.raises(AttributeError, match="line"):
-            reduce(object.__new__(_Frozen))
 
 
 @dataclass(frozen=True, slots=True)
