@@ -156,6 +156,26 @@ def test_finder_matrix(needles_name: str, buf_name: str) -> None:
         assert found(mod, buf, needles, anchors) == want
 
 
+@pytest.mark.parametrize("needles_name", list(NEEDLE_SETS))
+def test_a_copied_finder_finds_what_the_original_does(needles_name: str) -> None:
+    """``Finder.copy`` (a matcher whose needles another one has): the same filter and the same lines and needles in
+    every buffer, from tables of its own (they outlive the original), with no patterns set."""
+    mod = linescan()
+    needles = NEEDLE_SETS[needles_name]
+    profile = mod.pair_profile(b"".join(BUFFERS.values()))
+    f = mod.Finder(needles, mod.choose_anchors(BUFFERS["diagnose-like"], needles), profile=profile)
+    c = f.copy()
+    assert c.simd_filter() == f.simd_filter() and c.needle_count() == f.needle_count()
+    answers = {
+        name: (f.find_lines(buf, 0, 0, len(buf), True), f.find_lines(buf, 0, 2)) for name, buf in BUFFERS.items()
+    }
+    del f
+    for name, buf in BUFFERS.items():
+        assert (c.find_lines(buf, 0, 0, len(buf), True), c.find_lines(buf, 0, 2)) == answers[name], name
+    with pytest.raises(RuntimeError, match="set_patterns"):
+        c.hits(b"ab\n", 0, 10, 3, 0, [], [], {}, None, {})
+
+
 def test_the_answer_is_for_the_window_only() -> None:
     """A window cut out of a bigger buffer: needles across either edge, or before ``start``, are not in it."""
     mod = linescan()

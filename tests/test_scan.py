@@ -251,6 +251,39 @@ def test_lines_at_reads_the_numbered_lines(tmp_path: Path, monkeypatch: pytest.M
     assert lines_at(lf, {1, 999, 2000, 5000}) == {1: "line 1", 999: "line 999", 2000: "line 2000"}
 
 
+@pytest.mark.parametrize("window", [1000, scan.WINDOW])
+@pytest.mark.parametrize("compressed", [False, True])
+def test_lines_at_reads_runs_of_lines_as_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int, compressed: bool
+) -> None:
+    """Runs of consecutive lines (decoded at once) and scattered ones read the same text: invalid and cut UTF-8 at
+    a line's end, CRs, over-long lines (cut, or with ``keep_tail``), a last line without its newline."""
+    monkeypatch.setattr(scan, "WINDOW", window)
+    rng = random.Random(window)
+    pieces = [b"ok", b"\r", b"\xc3\xa9", b"\xc3", b"\xe2\x82", b"\xff", b"[rank3]: x", b"\x1b[0m"]
+    lines = [b"".join(rng.choice(pieces) for _ in range(rng.randrange(0, 9))) for _ in range(3000)]
+    for k in (5, 700, 2990):
+        lines[k] = b"y" * (scan.MAX_LINE_CHARS + 50) + b"\xe2\x82tail\r"
+    lines[-1] += b"end"  # (an empty last line after a newline would be no line)
+    data = b"\n".join(lines)
+    (tmp_path / ("a.log.gz" if compressed else "a.log")).write_bytes(gzip.compress(data) if compressed else data)
+    (lf,) = discover(tmp_path)[0]
+    scan_files([lf], PatternSpec(("ok",)))  # checkpoints for the plain file
+
+    def want(w: int, keep_tail: int) -> str:
+        raw = lines[w - 1]
+        head = raw[: scan.MAX_LINE_CHARS]
+        if keep_tail and len(raw) > scan.MAX_LINE_CHARS:
+            head += b"\r" + raw[max(scan.MAX_LINE_CHARS, len(raw) - keep_tail) :]
+        return head.decode("utf-8", errors="replace").rstrip("\r")
+
+    runs = [set(range(1, 40)), set(range(600, 1001)), set(range(2950, 3010)), {1, 2, 3, 10, 11} | set(range(690, 710))]
+    for wanted in [*runs, set(range(1, 3001))]:
+        for keep_tail in (0, 40):
+            got = lines_at(lf, wanted, keep_tail=keep_tail)
+            assert got == {w: want(w, keep_tail) for w in wanted if w <= 3000}, (sorted(wanted)[:3], keep_tail)
+
+
 @pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep (rg) not installed: rg cross-check skipped")
 def test_counts_equal_ripgrep(tmp_path: Path) -> None:
     root = _write_corpus(tmp_path / "logs", seed=11)

@@ -2177,6 +2177,55 @@ Finder_simd_filter(Finder *self, PyObject *Py_UNUSED(ignored))
     return Py_BuildValue("(idi)", self->t_sets * 8, self->t_rate, self->t_width);
 }
 
+/* a copy of src's n bytes in new memory (at least one byte), or NULL */
+static void *
+mem_dup(const void *src, size_t n)
+{
+    void *p = PyMem_Malloc(n ? n : 1);
+    if (p != NULL && n)
+        memcpy(p, src, n);
+    return p;
+}
+
+static PyObject *
+Finder_copy(Finder *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->blob == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Finder is not initialised");
+        return NULL;
+    }
+    Finder *c = (Finder *)Py_TYPE(self)->tp_alloc(Py_TYPE(self), 0);
+    if (c == NULL)
+        return NULL;
+    /* every value field as it is (the filter's masks, the one-byte and bucket tables), then the copy's own arrays */
+    memcpy((char *)c + sizeof(PyObject), (char *)self + sizeof(PyObject), sizeof(Finder) - sizeof(PyObject));
+    c->blob = NULL;
+    c->offset = c->length = c->anchor = NULL;
+    c->tab = NULL;
+    c->bucket_of = c->bucket_start = c->items = NULL;
+    c->head = c->head_mask = NULL;
+    c->checks = NULL;
+    Py_ssize_t n = self->n_needles;
+    size_t nn = (size_t)(n ? n : 1), total = n ? (size_t)(self->offset[n - 1] + self->length[n - 1]) : 0;
+    size_t items = self->bucket_start[self->n_buckets];
+    c->blob = mem_dup(self->blob, total);
+    c->offset = mem_dup(self->offset, nn * sizeof(Py_ssize_t));
+    c->length = mem_dup(self->length, nn * sizeof(Py_ssize_t));
+    c->anchor = mem_dup(self->anchor, nn * sizeof(Py_ssize_t));
+    c->tab = mem_dup(self->tab, 65536);
+    c->bucket_of = mem_dup(self->bucket_of, 65536 * sizeof(uint32_t));
+    c->bucket_start = mem_dup(self->bucket_start, ((size_t)self->n_buckets + 1) * sizeof(uint32_t));
+    c->items = mem_dup(self->items, (items ? items : 1) * sizeof(uint32_t));
+    c->head = mem_dup(self->head, nn * sizeof(uint64_t));
+    c->head_mask = mem_dup(self->head_mask, nn * sizeof(uint64_t));
+    if (!c->blob || !c->offset || !c->length || !c->anchor || !c->tab || !c->bucket_of || !c->bucket_start ||
+        !c->items || !c->head || !c->head_mask) {
+        Py_DECREF(c);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)c;
+}
+
 static PyMethodDef Finder_methods[] = {
     {"find_lines", (PyCFunction)(void (*)(void))Finder_find_lines, METH_VARARGS | METH_KEYWORDS, find_lines_doc},
     {"rfind", (PyCFunction)(void (*)(void))Finder_rfind, METH_VARARGS | METH_KEYWORDS, rfind_doc},
@@ -2184,6 +2233,9 @@ static PyMethodDef Finder_methods[] = {
     {"set_patterns", (PyCFunction)Finder_set_patterns, METH_VARARGS, set_patterns_doc},
     {"hits", (PyCFunction)Finder_hits, METH_VARARGS, hits_doc},
     {"needle_count", (PyCFunction)Finder_len, METH_NOARGS, "Number of needles."},
+    {"copy", (PyCFunction)Finder_copy, METH_NOARGS,
+     "A new Finder with the same needles, anchors and filter (what the same arguments would build, without the\n"
+     "filter's cost rule), and no patterns set (set_patterns)."},
     {"simd_filter", (PyCFunction)Finder_simd_filter, METH_NOARGS,
      "(buckets, estimated pass rate per position, fingerprint bytes) of the AVX2 candidate filter scan() runs\n"
      "before its scalar loop, or None when only the scalar loop runs (no AVX2, simd=False, or the rule found no\n"
