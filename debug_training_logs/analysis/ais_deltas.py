@@ -420,9 +420,8 @@ def stats_series(ais_dir: str | os.PathLike[str]) -> dict[str, list[StatsPoint]]
 
 
 def _changed_counters(prev: StatsLine, cur: StatsLine) -> list[str]:
-    names = {n for n in (*prev.values, *cur.values) if is_cumulative(n)}
     out = []
-    for n in sorted(names):
+    for n in sorted(prev.cumulative | cur.cumulative):
         a, b = prev.get(n), cur.get(n)
         if a is not None and b is not None and b < a:
             out.append(n)

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import NamedTuple
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -372,6 +373,11 @@ class StatsLine:
         if self.known_through is not None and name.encode() <= self.known_through.encode():
             return 0
         return None
+
+    @cached_property
+    def cumulative(self) -> frozenset[str]:
+        """The names of its cumulative counters (:func:`is_cumulative`); found once, several passes compare them."""
+        return frozenset(n for n in self.values if is_cumulative(n))
 
     @property
     def restarted_flag(self) -> bool:
