@@ -83,7 +83,7 @@ T = TypeVar("T")
 # Results (plain data; the tool turns them into its pydantic models)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class StatsPoint:
     """One stats line of a daemon, with its absolute local time."""
 
@@ -99,7 +99,7 @@ class StatsPoint:
         return Evidence(file=self.ref, line=self.line, text=cut(self.text))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class IntervalDelta:
     """Counter deltas between two consecutive stats lines of one daemon."""
 
@@ -121,7 +121,7 @@ class IntervalDelta:
     end_evidence: Evidence
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Restart:
     """Cumulative counters going down (or a new process) between two stats lines."""
 
@@ -145,7 +145,7 @@ class Restart:
     evidence: Evidence
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Spike:
     """An interval in which a counter rose far above the daemon's own baseline."""
 
@@ -162,7 +162,7 @@ class Spike:
     """The stats line that ends the interval (the one before it is cited in the interval list)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class GetStop:
     """When a daemon's reads stopped, as far as its stats lines tell."""
 
@@ -184,7 +184,7 @@ class GetStop:
     evidence: Evidence
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class ProxyVsTarget:
     """Whose error counters moved: the proxies' or the targets'."""
 
@@ -198,7 +198,7 @@ class ProxyVsTarget:
     spiking_targets: list[str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class NotableLines:
     """W/E lines of one daemon that match one named pattern (or one template), each event counted once."""
 
@@ -217,7 +217,7 @@ class NotableLines:
     """The example's text with numbers, ids and addresses replaced (how ``other`` lines are grouped)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class DaemonFile:
     """One file of a daemon and the range of the daemon's local clock it covers."""
 
@@ -233,7 +233,7 @@ class DaemonFile:
     """Overlaps the requested window (always True without a window)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class DaemonSummary:
     """A daemon and its files."""
 
@@ -257,7 +257,7 @@ class DaemonSummary:
     note: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class AisCounterDeltasResult:
     """Everything ``ais_counter_deltas`` found."""
 
@@ -284,7 +284,7 @@ class AisCounterDeltasResult:
 # Collecting
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Group:
     """W/E events of one template in one INFO file."""
 
@@ -296,7 +296,7 @@ class _Group:
     severities: set[str] = field(default_factory=set)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _ErrorFileGroup:
     """W/E events of one template in one ERROR file: their times, to drop those an INFO file already has."""
 
@@ -306,7 +306,7 @@ class _ErrorFileGroup:
     severities: set[str] = field(default_factory=set)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class AisCollection:
     """What one pass over an AIS directory collected: the index, stats points and W/E event groups."""
 
@@ -420,16 +420,15 @@ def stats_series(ais_dir: str | os.PathLike[str]) -> dict[str, list[StatsPoint]]
 
 
 def _changed_counters(prev: StatsLine, cur: StatsLine) -> list[str]:
-    names = {n for n in (*prev.values, *cur.values) if is_cumulative(n)}
     out = []
-    for n in sorted(names):
+    for n in sorted(prev.cumulative | cur.cumulative):
         a, b = prev.get(n), cur.get(n)
         if a is not None and b is not None and b < a:
             out.append(n)
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class _Step:
     """Two consecutive stats lines of a daemon and whether the counters were reset between them."""
 

@@ -56,7 +56,7 @@ forced to 4 MiB above 1 GiB), so a bigger member is not a daemon log."""
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tar.bz2", ".tar.xz")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class AisSource:
     """One readable daemon log: a plain (possibly compressed) file or an archive member."""
 
@@ -80,7 +80,7 @@ class AisSource:
         return self.log_name.severity if self.log_name is not None else "INFO"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class AisLogFile:
     """One daemon log file in the index, with the time range it covers (daemon local time, no zone)."""
 
@@ -132,7 +132,7 @@ class AisLogFile:
         return (end is None or lo <= end) and (start is None or hi >= start)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class AisDaemon:
     """One AIS node (proxy or target) and every file it wrote."""
 
@@ -167,7 +167,7 @@ class AisDaemon:
         return tuple(sorted(f.start for f in self.info_files if f.kind == "started" and f.start is not None))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class AisIndex:
     """Every daemon found under an AIS logs directory, and what could not be read."""
 
@@ -242,7 +242,7 @@ def member_refusal(member: tarfile.TarInfo, max_bytes: int = MAX_MEMBER_BYTES) -
     return None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Seen:
     """What one pass learned about one file (before daemons are known)."""
 

@@ -495,16 +495,21 @@ class NcclTable:
 
 
 class _Ev:
-    """A hit with its file (parent side), its event and the timeout it reports (:func:`_timeout_in`), each found
-    once: the table reads them several times per hit."""
+    """A hit with its file (parent side), its event and the timeout it reports (its own, or the one a
+    watchdog-terminated / communicator-aborted line repeats), each found once: the table reads them several times per
+    hit."""
 
     __slots__ = ("ev", "file", "hit", "timeout")
 
     def __init__(self, file: str, hit: Hit) -> None:
         self.file = file
         self.hit = hit
-        self.ev: tn.Event = hit.event
-        self.timeout = _timeout_in(self.ev)
+        ev = self.ev = hit.event
+        self.timeout: tn.WatchdogTimeout | tn.BlockingWaitTimeout | None = None
+        if type(ev) is tn.WatchdogTerminated:
+            self.timeout = ev.embedded
+        elif type(ev) is tn.WatchdogTimeout or type(ev) is tn.BlockingWaitTimeout:
+            self.timeout = ev
 
     def __repr__(self) -> str:
         return f"_Ev(file={self.file!r}, hit={self.hit!r})"
@@ -577,21 +582,11 @@ class _TimeText:
         return self.text(self.dt(h))
 
 
-def _timeout_in(ev: tn.Event) -> tn.WatchdogTimeout | tn.BlockingWaitTimeout | None:
-    """The timeout an event reports: its own, or the one a watchdog-terminated / communicator-aborted line repeats."""
-    if isinstance(ev, _TIMEOUTS):
-        return ev
-    if isinstance(ev, tn.WatchdogTerminated):
-        return ev.embedded
-    return None
-
-
-_TIMEOUTS = (tn.WatchdogTimeout, tn.BlockingWaitTimeout)
 _CHILD_FAILURE = (tn.ChildFailureRank, tn.ChildFailureExit, tn.ChildFailureSignal)
 
 
 def _timeout_of(e: _Ev) -> tn.WatchdogTimeout | tn.BlockingWaitTimeout | None:
-    """The timeout a hit's event reports (:func:`_timeout_in`, found when the :class:`_Ev` was made)."""
+    """The timeout a hit's event reports (found when the :class:`_Ev` was made)."""
     return e.timeout
 
 
@@ -604,8 +599,8 @@ def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
     need the job's year)."""
     builds: dict[str | None, _RowBuild] = {}
 
-    def build(pg: tn.PGPrefix | None) -> _RowBuild:
-        key = pg.key if pg is not None and pg.style != "rank" else None
+    def build(pg: tn.PGPrefix | None, key: str | None) -> _RowBuild:
+        """The row of ``pg`` (``key``: its :func:`_pg_key`)."""
         b = builds.get(key)
         if b is None:
             labelled = pg is not None and pg.style != "rank"
@@ -635,13 +630,16 @@ def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
     for e in evs:
         ev = e.ev
         kind = type(ev)
+        pgp: tn.PGPrefix | None = getattr(ev, "pg", None)  # (every event of the table has one, or None)
+        k = pgp.key if pgp is not None and pgp.style != "rank" else None  # its _pg_key
+        if k is not None:
+            pg_of_key.setdefault(k, pgp)  # type: ignore[arg-type]
         # 1. state lines that carry their PG
         if kind is tn.StatusLine:
             assert isinstance(ev, tn.StatusLine)
-            k = _pg_key(ev.pg)
             if k is not None:
                 labelled_seqs.setdefault(k, set()).add(ev.seq)
-            b = build(ev.pg)
+            b = build(pgp, k)
             if b.status is None:
                 b.status = e
             b.detected_evidence = True
@@ -650,7 +648,7 @@ def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
             direct.add(_work_key(ev.work))
         elif kind is tn.DumpSignal:
             assert isinstance(ev, tn.DumpSignal)
-            b = build(ev.pg)
+            b = build(pgp, k)
             if b.dump is None or (b.dump.hit.event.origin == "local" and ev.origin == "remote"):  # type: ignore[union-attr]
                 b.dump = e
             if ev.origin == "local":
@@ -659,24 +657,21 @@ def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
                 b.observed_evidence = True
         elif kind is tn.DumpObserved:
             assert isinstance(ev, tn.DumpObserved)
-            b = build(ev.pg)
+            b = build(pgp, k)
             b.observed = b.observed or e
             b.observed_evidence = True
         elif kind is tn.FirstToDump:
             assert isinstance(ev, tn.FirstToDump)
-            b = build(ev.pg)
+            b = build(pgp, k)
             b.first = b.first or e
         w = e.timeout
         if w is not None:
             timed.append(e)
-            k = _pg_key(ev.pg if kind is tn.WatchdogTerminated else w.pg)  # type: ignore[union-attr]
+            # (k: the PG of the line, for a timeout line w is ev and w.pg its pg)
             if k is not None:
                 labelled_works.setdefault(k, set()).add(_work_key(w.work))
                 if w.work.seq is not None:
                     labelled_seqs.setdefault(k, set()).add(w.work.seq)
-        pgp = getattr(ev, "pg", None)
-        if isinstance(pgp, tn.PGPrefix) and pgp.style != "rank" and pgp.key is not None:
-            pg_of_key.setdefault(pgp.key, pgp)
 
     def join_pg(w: tn.Work) -> tn.PGPrefix | None:
         by_work = [k for k, ws in labelled_works.items() if _work_key(w) in ws]
@@ -699,7 +694,7 @@ def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
         pg = ev.pg if terminated and _pg_key(ev.pg) is not None else w.pg  # type: ignore[union-attr]
         if _pg_key(pg) is None:
             pg = join_pg(w.work)
-        b = build(pg)
+        b = build(pg, _pg_key(pg))
         if type(w) is tn.WatchdogTimeout:
             if b.timeout is None:
                 b.timeout = e
@@ -1165,35 +1160,48 @@ class FilePrep:
     __slots__ = ("builds", "facts", "families", "ranked", "ranked_works", "unranked")
 
     def __init__(self, fe: FileEvents, single: int | None = None) -> None:
-        file_evs = [_Ev(fe.rel, h) for h in fe.hits]
         self.families: set[str] = set(_families(fe.hits))
         """The message families of its lines (:attr:`NcclTable.message_families`)."""
-        self.facts: list[tuple[tuple[str, str], int, _Ev]] = [
-            (("exit_signal", detail), exit_rank, ev_line) for exit_rank, detail, ev_line in _child_exits(file_evs)
-        ]
-        """((fact kind, detail), rank, line) in the order the table's facts are collected."""
-        self.ranked_works = {_work_key(w.work) for e in file_evs if e.hit.rank is not None and (w := _timeout_of(e))}
+        self.facts: list[tuple[tuple[str, str], int, _Ev]] = []
+        """((fact kind, detail), rank, line) in the order the table's facts are collected: the exit signals of its
+        ChildFailedError tables (:func:`_child_exits`), then its lines' facts in file order."""
+        self.ranked_works: set[tuple[int | None, str, int]] = set()
         """The works of the timeouts its ranked lines report."""
         self.ranked: dict[int, list[_Ev]] = {}
         """Its lines by rank (ranks in order of their first line, lines in file order)."""
         self.unranked: list[_Ev] = []
         """Its lines without a rank (when ``single`` is None), in file order."""
-        for e in file_evs:
+        facts: list[tuple[tuple[str, str], int, _Ev]] = []
+        child: list[_Ev] = []
+        rel = fe.rel
+        for h in fe.hits:
+            e = _Ev(rel, h)
             ev = e.ev
-            if isinstance(ev, _CHILD_FAILURE):
+            if type(ev) in _CHILD_FAILURE:
+                child.append(e)
                 continue
-            rank: int | None = e.hit.rank if e.hit.rank is not None else single
+            rank = h.rank
+            w = e.timeout
             if rank is None:
-                self.unranked.append(e)
-                continue
+                rank = single
+                if rank is None:
+                    self.unranked.append(e)
+                    continue
+            elif w is not None:
+                self.ranked_works.add(_work_key(w.work))
             got = self.ranked.get(rank)
             if got is None:
                 self.ranked[rank] = [e]
             else:
                 got.append(e)
             kind = _FACT_KINDS.get(type(ev))
-            if kind is not None and not (isinstance(ev, tn.WatchdogTerminated) and ev.headerless):
-                self.facts.append(((kind, _fact_detail(ev)), rank, e))
+            if kind is not None and not (type(ev) is tn.WatchdogTerminated and ev.headerless):
+                facts.append(((kind, _fact_detail(ev)), rank, e))
+        if child:
+            self.facts = [
+                (("exit_signal", detail), exit_rank, ev_line) for exit_rank, detail, ev_line in _child_exits(child)
+            ]
+        self.facts += facts
         self.builds: dict[int, list[_RowBuild]] = {rank: _rows_for_rank(rank, evs) for rank, evs in self.ranked.items()}
         """Per rank of :attr:`ranked`: its rows from this file's lines alone (:func:`_rows_for_rank`), the rank's rows
         when no other file has lines of it; taken (removed) by the table that uses them, which fills them in."""

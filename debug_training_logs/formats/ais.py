@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import NamedTuple
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -49,7 +50,7 @@ COMPRESSED_SUFFIXES = (".gz", ".zst", ".bz2", ".xz")
 """Suffixes a user (or logrotate) may have added to a daemon's log file; stripped before the name is parsed."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class AisLogName:
     """What an AIS log file name says about the file."""
 
@@ -128,7 +129,7 @@ def parse_log_name(name: str) -> AisLogName | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class AisCliName:
     """A file or directory named by the ``ais`` CLI after the node it came from."""
 
@@ -163,7 +164,7 @@ ROLE_OF_KIND = {"t": "target", "p": "proxy"}
 KIND_OF_ROLE = {"target": "t", "proxy": "p"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class AisHeader:
     """The first line of a log file: the only place besides the hourly marker with a full date."""
 
@@ -177,7 +178,7 @@ class AisHeader:
     platform: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class NodeTitle:
     """``Node t[ID], Version ...``: which node wrote the file."""
 
@@ -307,7 +308,7 @@ _MONTHS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class HourlyMarker:
     """``21 May 26 15:00 UTC =============``, logged about once an hour by the stats runner (Go RFC822 format)."""
 
@@ -348,7 +349,7 @@ def is_cumulative(name: str) -> bool:
     return name.endswith((".n", ".size", ".total")) or name in CUMULATIVE_NS_TOTALS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class StatsLine:
     """A periodic stats record ``{k:v,...}``: cumulative counters since process start plus per-tick averages.
 
@@ -372,6 +373,11 @@ class StatsLine:
         if self.known_through is not None and name.encode() <= self.known_through.encode():
             return 0
         return None
+
+    @cached_property
+    def cumulative(self) -> frozenset[str]:
+        """The names of its cumulative counters (:func:`is_cumulative`); found once, several passes compare them."""
+        return frozenset(n for n in self.values if is_cumulative(n))
 
     @property
     def restarted_flag(self) -> bool:
@@ -642,7 +648,7 @@ class AisFileParser:
 # Error and warning patterns (the one place they are named)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class AisPattern:
     """A named kind of AIS warning/error line."""
 
