@@ -28,13 +28,13 @@ scan's nearest checkpoint), from launcher facts a caller's shared scan produced 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from debug_training_logs.analysis.launcher import LauncherFacts, file_facts, parse_lines
+from debug_training_logs.analysis.launcher import AgentFacts, LauncherFacts, file_agent, parse_lines
 from debug_training_logs.analysis.launcher import gather as gather_launcher
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.timestamps import parse_wall_time
@@ -171,10 +171,10 @@ def _time(text: str) -> datetime | None:
     return t.with_year(t.year or DEFAULT_YEAR) if t is not None else None
 
 
-def _stop_candidates(lf: LauncherFacts) -> dict[str, list[tuple[int, str, str]]]:
+def _stop_candidates(agents: Iterable[AgentFacts]) -> dict[str, list[tuple[int, str, str]]]:
     """Per agent file: lines where the agent stopped its workers or started a new round (line, why, text)."""
     out: dict[str, list[tuple[int, str, str]]] = {}
-    for a in lf.agents:
+    for a in agents:
         cands: list[tuple[int, str, str]] = []
         for no, n in a.restart_counts[1:]:  # every rendezvous after the first starts a new round of workers
             cands.append((no - 1, f"a new rendezvous (restart_count={n})", ""))
@@ -200,7 +200,7 @@ def split(
     by_rel = {f.rel: f for f in files}
     dir_attempt = {f.rel: int(m.group(1)) for f in files if (m := _ATTEMPT_DIR.search("/" + f.rel))}
     boundaries: dict[str, list[Boundary]] = {}
-    for rel, cands in _stop_candidates(lf).items():
+    for rel, cands in _stop_candidates(lf.agents).items():
         if rel in dir_attempt or rel not in by_rel or not cands:
             continue
         early = lf.file_boundaries.get(rel)
@@ -236,6 +236,12 @@ def split(
     return Attempts(attempts, boundaries, dir_attempt, method)
 
 
+def _lookahead_end(line: int, last: int | None) -> int:
+    """The last line read after a stop at ``line`` (``last``: the file's last line, when known)."""
+    end = line + LOOKAHEAD_LINES
+    return end if last is None or last > end else last
+
+
 def _file_boundaries(
     lf: LogFile, cands: list[tuple[int, str, str]], checkpoints: Checkpoints | None = None
 ) -> list[Boundary]:
@@ -252,7 +258,9 @@ def _file_boundaries(
             bursts[-1] = (no, prev if keep_prev else why)
         else:
             bursts.append((no, why))
-    wanted = {n for b, _ in bursts for n in range(b, b + LOOKAHEAD_LINES + 1)}
+    # (no line after the file's last: with the scan's checkpoints, its newline count is known)
+    last = checkpoints.newlines + 1 if checkpoints is not None else None
+    wanted = {n for b, _ in bursts for n in range(b, _lookahead_end(b, last) + 1)}
     text = lines_at(lf, wanted, checkpoints=checkpoints)
     # several agents appending to one file (sbatch's single slurm-<jobid>.out): another node's workers go on
     # logging after this agent stopped, so only the agent's own restart lines count there
@@ -260,7 +268,7 @@ def _file_boundaries(
     shared = len(agents) > 1
     found: list[Boundary] = []
     for b, why in bursts:
-        after = [text[n] for n in range(b + 1, b + LOOKAHEAD_LINES + 1) if n in text]
+        after = [text[n] for n in range(b + 1, _lookahead_end(b, last) + 1) if n in text]
         pid = m.group(1) if (m := _AGENT_PID.match(text.get(b, ""))) else None
         if SLURM_WHY in why:
             # the batch script runs again from its start: only a starting job shows a requeue was run
@@ -292,7 +300,7 @@ def refine_launcher(result: tuple[Any, ...], scan: FileScan) -> tuple[Any, ...]:
     boundaries after them), or None when its agent stopped nothing (:func:`split` then reads nothing back); 6 its
     kept lines parsed (:func:`~debug_training_logs.analysis.launcher.parse_lines`)."""
     parsed = parse_lines(result[0], result[4])
-    cands = _stop_candidates(file_facts(scan.file.rel, (*result, parsed))).get(scan.file.rel)
+    cands = _stop_candidates([file_agent(scan.file.rel, (*result, parsed))]).get(scan.file.rel)
     found = (cands, _file_boundaries(scan.file, cands, scan.checkpoints)) if cands else None
     return (*result, found, parsed)
 

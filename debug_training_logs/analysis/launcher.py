@@ -374,9 +374,12 @@ def early_result(fr: FileResult) -> EarlyResult:
     return result, file_result_item(fr, 5) if n > 5 else None
 
 
-def file_facts(rel: str, result: Any) -> LauncherFacts:
-    """The facts of one file alone, from its sink's result (its agent's facts are all its own)."""
-    return _facts([(rel, result, set())], 1)
+def file_agent(rel: str, result: Any) -> AgentFacts:
+    """The facts of one file's agent alone, from its sink's result (what the attempt split reads in the worker that
+    scanned the file: no rank's fate is worked out)."""
+    lines, file_tables = result[0], result[4]
+    parsed: _Parsed = result[5] if len(result) > 5 and result[5] is not None else parse_lines(lines, file_tables)
+    return _agent(rel, lines, parsed[1], file_tables)[0]
 
 
 def _result(job: JobScan, j: int) -> Any:
@@ -455,6 +458,40 @@ def parse_lines(lines: list[tuple[int, str]], file_tables: list[torchrun.ChildFa
     return local_to_global, per_line
 
 
+def _agent(
+    rel: str, lines: list[tuple[int, str]], per_line: list[Any], file_tables: list[torchrun.ChildFailedTable]
+) -> tuple[AgentFacts, set[int]]:
+    """One file's agent facts from its parsed lines (:func:`parse_lines`), and the PIDs its agent SIGTERMed."""
+    agent = AgentFacts(file=rel, node=_node_of(rel, file_tables))
+    torn_pids: set[int] = set()
+    for (no, text), (pid, ev, _rank, _g, _own) in zip(lines, per_line, strict=True):
+        if pid is not None:
+            agent.pids.add(pid)
+        if ev is None:  # (most kept lines are a rank's)
+            continue
+        if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
+            torn_pids.add(ev.pid)
+            agent.teardowns.append(no)
+        elif isinstance(ev, torchrun.WorkerFailed):
+            agent.worker_failed.append((no, ev))
+        elif isinstance(ev, torchrun.RestartDecision):
+            agent.restarts.append(_ev(rel, no, text))
+        elif isinstance(ev, torchrun.RendezvousResult):
+            agent.restart_counts.append((no, ev.restart_count))
+        elif isinstance(ev, torchrun.RendezvousError):
+            agent.rendezvous_errors.append(_ev(rel, no, text))
+        elif isinstance(ev, torchrun.StoreListenFailed):
+            agent.listen_failures.append(_ev(rel, no, text))
+        elif isinstance(ev, torchrun.StoreUnreachable) and len(agent.unreachable) < 8:
+            agent.unreachable.append((ev.host, _ev(rel, no, text)))
+        elif isinstance(ev, slurm.SlurmCancel):
+            if ev.may_requeue:
+                agent.requeues.append((no, ev))
+        elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
+            agent.succeeded.append(_ev(rel, no, text))
+    return agent, torn_pids
+
+
 def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> LauncherFacts:
     fates: dict[int, RankFate] = {}
     agents: list[AgentFacts] = []
@@ -476,37 +513,12 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
         truncated += dropped
         if inline_ranks:
             inline[rel] = inline_ranks
-        node = _node_of(rel, file_tables)
-        agent = AgentFacts(file=rel, node=node)
-        agents.append(agent)
         local_to_global, per_line = parsed
-        torn_pids: set[int] = set()
+        agent, torn_pids = _agent(rel, lines, per_line, file_tables)
+        agents.append(agent)
         for t in file_tables:
             tables.append((rel, t))
-        for (no, text), (pid, ev, rank, g, own) in zip(lines, per_line, strict=True):
-            if pid is not None:
-                agent.pids.add(pid)
-            if ev is not None:  # an agent's event (most kept lines are a rank's)
-                if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
-                    torn_pids.add(ev.pid)
-                    agent.teardowns.append(no)
-                elif isinstance(ev, torchrun.WorkerFailed):
-                    agent.worker_failed.append((no, ev))
-                elif isinstance(ev, torchrun.RestartDecision):
-                    agent.restarts.append(_ev(rel, no, text))
-                elif isinstance(ev, torchrun.RendezvousResult):
-                    agent.restart_counts.append((no, ev.restart_count))
-                elif isinstance(ev, torchrun.RendezvousError):
-                    agent.rendezvous_errors.append(_ev(rel, no, text))
-                elif isinstance(ev, torchrun.StoreListenFailed):
-                    agent.listen_failures.append(_ev(rel, no, text))
-                elif isinstance(ev, torchrun.StoreUnreachable) and len(agent.unreachable) < 8:
-                    agent.unreachable.append((ev.host, _ev(rel, no, text)))
-                elif isinstance(ev, slurm.SlurmCancel):
-                    if ev.may_requeue:
-                        agent.requeues.append((no, ev))
-                elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
-                    agent.succeeded.append(_ev(rel, no, text))
+        for (no, text), (_pid, _event, rank, g, own) in zip(lines, per_line, strict=True):
             if rank is None:
                 continue
             if g is not None:  # a gloo mismatch or a victim's error (parse_lines keeps no other)

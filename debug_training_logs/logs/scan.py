@@ -1632,7 +1632,8 @@ def _spans(
         problems.add(lf.rel, f"read error ({type(exc).__name__}: {exc})")
         return
     with mm:
-        why_binary = binary_reason(mm[:8192])
+        # (from a checkpoint's offset: the scan that recorded it read this file, unchanged since, as text)
+        why_binary = binary_reason(mm[:8192]) if start == 0 else None
         if why_binary is not None:
             problems.add(lf.rel, why_binary)
             return
