@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS, TIER_NAMES, GrepPattern
-from debug_training_logs.analysis.inventory import Inventory, scan_job
+from debug_training_logs.analysis.inventory import Inventory, consumer_for, scan_consumers
+from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.analysis.templates import TemplateCache
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import lines_at
+from debug_training_logs.memo import unpack
 from debug_training_logs.models import Coverage, cut
 from debug_training_logs.ranges import format_ranges
 
@@ -321,16 +323,28 @@ def grep_all_ranks(
 ) -> GrepAnalysis:
     """Search every log file under ``logs_dir`` (see module doc). ``limit`` bounds every list returned."""
     chosen = parse_patterns(patterns, tiers)
-    job = scan_job(logs_dir, [g.regex for g in chosen], GrepSink, ignore_case=ignore_case)
+    me = consumer_for([g.regex for g in chosen], GrepSink, ignore_case=ignore_case)
+    early: dict[int, FileGrep | None] = {}
+
+    def arrived(j: int, got: dict[str, FileResult]) -> None:
+        # each file's result unpacked as it arrives, while the workers read the other files (the main process only
+        # waits for them there): one FileGrep per file is held either way
+        fr = got.get(me.key)
+        if fr is not None:
+            early[j] = unpack(fr.sink_result)
+
+    job = scan_consumers(logs_dir, [me], on_file=arrived)[me.key]
     inv = job.inventory
     coverage = job.coverage()
     year = inv.year_hint
     k = len(chosen)
     file_ranks = {f.rel: f.ranks for f in inv.files}
     file_node = {f.rel: f.node for f in inv.files}
-    results: list[tuple[str, FileGrep]] = [
-        (s.file.rel, r) for s, r in zip(job.files, job.caller_results, strict=True) if isinstance(r, FileGrep)
-    ]
+    results: list[tuple[str, FileGrep]] = []
+    for j, scanned in enumerate(job.log_files()):  # (files found in the scan cache were not announced)
+        r = early.pop(j) if j in early else job.caller_results[j]
+        if isinstance(r, FileGrep):
+            results.append((scanned.rel, r))
     order = {rel: i for i, (rel, _) in enumerate(results)}
 
     def owner(rel: str) -> int | None:
