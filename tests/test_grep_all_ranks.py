@@ -131,3 +131,32 @@ async def test_cli_and_mcp_give_the_same_json(data_stall: Path) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_first_and_last_in_time_across_files_with_and_without_a_year(tmp_path: Path) -> None:
+    """Each file's hits are merged as the file arrives, before the job's year hint is known: lines that state no year
+    (c10 headers) must still be ranked with that hint against lines that state one, and a second call (every file's
+    result from the scan cache, merged after the scan) must give the same answer."""
+    from debug_training_logs.analysis.grep import grep_all_ranks as analysis_grep
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_text(
+        "[rank0]: 2024-03-01 10:00:01,000 INFO start\n[rank0]: 2024-03-01 10:00:05,000 ERROR NCCL error 7\n"
+    )
+    (logs / "b.log").write_text(
+        "[rank1]: I0301 10:00:03.000000 42 pg.cpp:1] NCCL error 7\n"
+        "[rank1]: I0301 10:00:09.000000 42 pg.cpp:1] NCCL error 7\n"
+    )
+    (logs / "c.log").write_text("[rank2]: 2023-12-31 23:59:59,000 ERROR NCCL error 7\n")
+    (logs / "d.log").write_text("[rank3]: NCCL error 7\n")  # untimed: ranked after every timed line
+    res = analysis_grep(logs, patterns=["NCCL error"])
+    (pat,) = res.patterns
+    assert pat.first is not None and (pat.first.file, pat.first.line) == ("c.log", 1)  # 2023 before 2024's lines
+    assert pat.ranks_with_hits == "0-3" and pat.total_hits == 5
+    by_file = {(t.first.file, t.first.line): t for t in res.templates}
+    dated = by_file[("c.log", 1)]  # a.log:2 has the same shape
+    assert (dated.last.file, dated.last.line, dated.count) == ("a.log", 2, 2)
+    c10 = by_file[("b.log", 1)]  # 2024-03-01 10:00:03 by the year hint, after c.log's 2023 line
+    assert (c10.last.file, c10.last.line, c10.last.time) == ("b.log", 2, "2024-03-01T10:00:09")
+    assert analysis_grep(logs, patterns=["NCCL error"]) == res

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS, TIER_NAMES, GrepPattern
-from debug_training_logs.analysis.inventory import Inventory, scan_job
+from debug_training_logs.analysis.inventory import Inventory, consumer_for, scan_consumers
+from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.analysis.templates import TemplateCache
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import lines_at
+from debug_training_logs.memo import unpack
 from debug_training_logs.models import Coverage, cut
 from debug_training_logs.ranges import format_ranges
 
@@ -286,15 +288,113 @@ def whole_named_group(pattern: str) -> tuple[str, str] | None:
     return None
 
 
-@dataclass(repr=False, eq=False)
+_At = tuple[tuple[int, ...], int, LineAt]
+"""An occurrence as ranked: (:func:`_time_key`, file index, the line)."""
+
+
+class _Span:
+    """The earliest and latest of some occurrences in wall time, gathered before the job's year hint is known: the
+    best of each kind of line (untimed, a time without a year, a time with one) is kept, ranked with no year, which
+    orders each kind as the year hint would; :meth:`first` and :meth:`last` rank those few with the year hint."""
+
+    __slots__ = ("earliest", "latest")
+
+    def __init__(self) -> None:
+        self.earliest: dict[int, _At] = {}
+        self.latest: dict[int, _At] = {}
+
+    def add(self, at: LineAt | None, j: int, *, latest: bool = False) -> None:
+        if at is None:
+            return
+        t = at.time
+        kind = 0 if t is None else 1 if not t.year else 2
+        key = _time_key(at, None, j)
+        best = self.latest if latest else self.earliest
+        got = best.get(kind)
+        if got is None or (key > got[0] if latest else key < got[0]):
+            best[kind] = (key, j, at)
+
+    def first(self, year: int | None) -> _At | None:
+        ranked = ((_time_key(at, year, j), j, at) for _k, j, at in self.earliest.values())
+        return min(ranked, key=lambda a: a[0], default=None)
+
+    def last(self, year: int | None) -> _At | None:
+        ranked = ((_time_key(at, year, j), j, at) for _k, j, at in self.latest.values())
+        return max(ranked, key=lambda a: a[0], default=None)
+
+
+class _PatternFold:
+    """One pattern's hits over the files folded so far."""
+
+    __slots__ = ("ranks", "span", "unranked")
+
+    def __init__(self) -> None:
+        self.ranks: set[int] = set()
+        self.unranked: list[tuple[int, int]] = []  # (file index, hit lines without a rank)
+        self.span = _Span()
+
+
+class _TemplateFold:
+    """One template's hits over the files folded so far."""
+
+    __slots__ = ("count", "files", "patterns", "ranks", "span", "unranked")
+
+    def __init__(self) -> None:
+        self.patterns: set[int] = set()
+        self.count = 0
+        self.ranks: set[int] = set()
+        self.unranked: list[tuple[int, int]] = []  # (file index, lines without a rank)
+        self.files: list[int] = []  # indices of the files that have it (for their nodes)
+        self.span = _Span()
+
+
+class _Fold:
+    """Every file's :class:`FileGrep` merged as it arrives (while the scan's workers read the other files), so only
+    the merge is held, never every file's result. What needs the inventory (a file's ranks and node, the year hint)
+    is applied after the scan, from the file indices kept."""
+
+    def __init__(self) -> None:
+        self.patterns: dict[int, _PatternFold] = {}
+        self.templates: dict[str, _TemplateFold] = {}
+        self.overflow = 0
+
+    def add(self, j: int, fg: FileGrep) -> None:
+        pats = self.patterns
+        for pid, rs in fg.pattern_ranks.items():
+            p = pats.get(pid) or pats.setdefault(pid, _PatternFold())
+            p.ranks |= rs
+        for pid, un in fg.pattern_unranked.items():
+            if un:
+                p = pats.get(pid) or pats.setdefault(pid, _PatternFold())
+                p.unranked.append((j, un))
+        for pid, at in fg.pattern_first.items():
+            p = pats.get(pid) or pats.setdefault(pid, _PatternFold())
+            p.span.add(at, j)
+        self.overflow += fg.overflow
+        temps = self.templates
+        for text, ft in fg.templates.items():
+            m = temps.get(text)
+            if m is None:
+                m = temps[text] = _TemplateFold()
+            m.patterns |= ft.patterns
+            m.count += ft.count
+            m.ranks |= ft.ranks
+            if ft.unranked:
+                m.unranked.append((j, ft.unranked))
+            m.files.append(j)
+            m.span.add(ft.first, j)
+            m.span.add(ft.last, j, latest=True)
+
+
+@dataclass
 class _Merged:
-    patterns: set[int] = field(default_factory=set)
-    count: int = 0
-    ranks: set[int] = field(default_factory=set)
-    unranked: int = 0
-    nodes: set[str] = field(default_factory=set)
-    first: tuple[tuple[int, ...], str, LineAt] | None = None
-    last: tuple[tuple[int, ...], str, LineAt] | None = None
+    patterns: set[int]
+    count: int
+    ranks: set[int]
+    unranked: int
+    nodes: set[str]
+    first: tuple[tuple[int, ...], str, LineAt] | None
+    last: tuple[tuple[int, ...], str, LineAt] | None
 
 
 def _time_key(at: LineAt, year: int | None, file_order: int) -> tuple[int, ...]:
@@ -321,21 +421,38 @@ def grep_all_ranks(
 ) -> GrepAnalysis:
     """Search every log file under ``logs_dir`` (see module doc). ``limit`` bounds every list returned."""
     chosen = parse_patterns(patterns, tiers)
-    job = scan_job(logs_dir, [g.regex for g in chosen], GrepSink, ignore_case=ignore_case)
+    me = consumer_for([g.regex for g in chosen], GrepSink, ignore_case=ignore_case)
+    fold = _Fold()
+    folded: set[int] = set()
+
+    def arrived(j: int, got: dict[str, FileResult]) -> None:
+        # each file's result merged as it arrives, while the workers read the other files (the main process only
+        # waits for them there)
+        fr = got.get(me.key)
+        if fr is not None:
+            folded.add(j)
+            fg = unpack(fr.sink_result)
+            if isinstance(fg, FileGrep):
+                fold.add(j, fg)
+
+    job = scan_consumers(logs_dir, [me], on_file=arrived)[me.key]
+    for j in range(len(job.caller_results)):  # the files found in the scan cache (not announced)
+        if j not in folded:
+            fg = job.caller_results[j]
+            if isinstance(fg, FileGrep):
+                fold.add(j, fg)
     inv = job.inventory
     coverage = job.coverage()
     year = inv.year_hint
     k = len(chosen)
-    file_ranks = {f.rel: f.ranks for f in inv.files}
-    file_node = {f.rel: f.node for f in inv.files}
-    results: list[tuple[str, FileGrep]] = [
-        (s.file.rel, r) for s, r in zip(job.files, job.caller_results, strict=True) if isinstance(r, FileGrep)
-    ]
-    order = {rel: i for i, (rel, _) in enumerate(results)}
+    files = inv.files  # (in the scan's file order)
 
-    def owner(rel: str) -> int | None:
-        rs = file_ranks.get(rel, set())
+    def owner(j: int) -> int | None:
+        rs = files[j].ranks
         return next(iter(rs)) if len(rs) == 1 else None
+
+    def cited(got: _At | None) -> tuple[tuple[int, ...], str, LineAt] | None:
+        return None if got is None else (got[0], files[got[1]].rel, got[2])
 
     # per pattern
     summaries: list[PatternSummary] = []
@@ -348,23 +465,16 @@ def grep_all_ranks(
         if not total:
             without.append(g.name)
             continue
-        ranks: set[int] = set()
+        pf = fold.patterns.get(pid) or _PatternFold()
+        ranks = set(pf.ranks)
         unattributed = 0
-        first: tuple[tuple[int, ...], str, LineAt] | None = None
-        for rel, fg in results:
-            ranks |= fg.pattern_ranks.get(pid, set())
-            un = fg.pattern_unranked.get(pid, 0)
-            if un:
-                own = owner(rel)
-                if own is None:
-                    unattributed += un
-                else:
-                    ranks.add(own)
-            at = fg.pattern_first.get(pid)
-            if at is not None:
-                key = _time_key(at, year, order[rel])
-                if first is None or key < first[0]:
-                    first = (key, rel, at)
+        for j, un in pf.unranked:
+            own = owner(j)
+            if own is None:
+                unattributed += un
+            else:
+                ranks.add(own)
+        first = cited(pf.span.first(year))
         per_file.sort(key=lambda x: (-x[1], x[0]))
         summaries.append(
             PatternSummary(
@@ -386,31 +496,24 @@ def grep_all_ranks(
 
     # templates
     merged: dict[str, _Merged] = {}
-    overflow = 0
-    for rel, fg in results:
-        overflow += fg.overflow
-        own = owner(rel)
-        node = file_node.get(rel)
-        for text, ft in fg.templates.items():
-            m = merged.setdefault(text, _Merged())
-            m.patterns |= ft.patterns
-            m.count += ft.count
-            m.ranks |= ft.ranks
-            if ft.unranked:
-                if own is None:
-                    m.unranked += ft.unranked
-                else:
-                    m.ranks.add(own)
-            if node:
-                m.nodes.add(node)
-            if ft.first is not None:
-                key = _time_key(ft.first, year, order[rel])
-                if m.first is None or key < m.first[0]:
-                    m.first = (key, rel, ft.first)
-            if ft.last is not None:
-                key = _time_key(ft.last, year, order[rel])
-                if m.last is None or key > m.last[0]:
-                    m.last = (key, rel, ft.last)
+    overflow = fold.overflow
+    for text, tf in fold.templates.items():
+        unranked = 0
+        for j, un in tf.unranked:
+            own = owner(j)
+            if own is None:
+                unranked += un
+            else:
+                tf.ranks.add(own)
+        merged[text] = _Merged(
+            patterns=tf.patterns,
+            count=tf.count,
+            ranks=tf.ranks,
+            unranked=unranked,
+            nodes={n for j in tf.files if (n := files[j].node)},
+            first=cited(tf.span.first(year)),
+            last=cited(tf.span.last(year)),
+        )
 
     def summary_of(text: str, m: _Merged) -> TemplateSummary:
         assert m.first is not None and m.last is not None

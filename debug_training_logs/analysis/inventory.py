@@ -676,6 +676,7 @@ def scan_consumers(
         return True
 
     need = [j for j in range(len(found)) if missing(j, None) or any(missing(j, c) for c in consumers)]
+    shares: dict[int, _FileShare] = {}  # the inventory's share of each file read, unpacked as it arrives
     if need:
         run = [c for c in wanted.values() if any(missing(j, c) for j in need)]
         offsets: list[int] = []
@@ -705,6 +706,7 @@ def scan_consumers(
             j = need[i]
             held[(j, _BASE)] = base
             CACHE.put(fkeys[j], ckey(None, found[j]), base, base.nbytes)
+            shares[j] = unpack_item(base, 2)  # while the workers read the other files (the inventory's input)
             for c, fr in zip(run, results, strict=True):
                 held[(j, c.key)] = fr
                 CACHE.put(fkeys[j], ckey(c, found[j]), fr, fr.nbytes)
@@ -716,7 +718,7 @@ def scan_consumers(
         return held[(j, c.key if c is not None else _BASE)]
 
     bases: list[Packed] = [lookup(j, None) for j in range(len(found))]
-    inventory = _inventory_of(found, bases, skipped)
+    inventory = _inventory_of(found, bases, skipped, shares)
     view = _Bases(found, bases)
     out: dict[str, JobScan] = {}
     for c in consumers:
@@ -732,9 +734,12 @@ _LAST_INVENTORY: tuple[tuple[Packed, ...], tuple[LogFile, ...], tuple[Skipped, .
 scans for its own consumers (a cache hit) asks for the same job's inventory twice in a row."""
 
 
-def _inventory_of(found: Sequence[LogFile], bases: list[Packed], skipped: list[Skipped]) -> Inventory:
+def _inventory_of(
+    found: Sequence[LogFile], bases: list[Packed], skipped: list[Skipped], early: dict[int, _FileShare] | None = None
+) -> Inventory:
     """The job's inventory from each file's packed facts; built again only when the facts are not the very objects
-    (``is``) the latest one was built from (cache entries are never changed in place: a changed file is a new entry)."""
+    (``is``) the latest one was built from (cache entries are never changed in place: a changed file is a new entry).
+    ``early``: file index -> its share (item 2 of its base) already unpacked."""
     global _LAST_INVENTORY
     last = _LAST_INVENTORY  # read once: another thread may replace it
     if (
@@ -745,7 +750,9 @@ def _inventory_of(found: Sequence[LogFile], bases: list[Packed], skipped: list[S
         and last[2] == tuple(skipped)
     ):
         return last[3]
-    shares: _Items[_FileShare] = _Items(bases, 2)
+    shares: Sequence[_FileShare] = _Items(bases, 2)
+    if early:
+        shares = [early[j] if j in early else shares[j] for j in range(len(bases))]
     facts: _Items[FileFacts] = _Items(bases, 1)
     inventory = _build_inventory(found, shares, facts, skipped)
     _LAST_INVENTORY = (tuple(bases), tuple(found), tuple(skipped), inventory)
