@@ -148,7 +148,7 @@ class GrepSink:
 # Parent side: the merged result (plain data; the tool module maps it onto its pydantic models)
 
 
-@dataclass(repr=False, eq=False)
+@dataclass
 class Occurrence:
     file: str
     line: int
@@ -156,13 +156,13 @@ class Occurrence:
     text: str | None
 
 
-@dataclass(repr=False, eq=False)
+@dataclass
 class FileCount:
     file: str
     count: int
 
 
-@dataclass(repr=False, eq=False)
+@dataclass
 class PatternSummary:
     name: str
     tier: int
@@ -178,7 +178,7 @@ class PatternSummary:
     first: Occurrence | None
 
 
-@dataclass(repr=False, eq=False)
+@dataclass
 class TemplateSummary:
     template: str
     patterns: list[str]
@@ -192,7 +192,7 @@ class TemplateSummary:
     last: Occurrence
 
 
-@dataclass(repr=False, eq=False)
+@dataclass
 class Outlier:
     kind: str
     ranks: str
@@ -202,14 +202,14 @@ class Outlier:
     example: Occurrence
 
 
-@dataclass(repr=False, eq=False)
+@dataclass
 class ContextBlock:
     template: str
     file: str
     lines: list[str]
 
 
-@dataclass(repr=False, eq=False)
+@dataclass
 class GrepAnalysis:
     summary: str
     coverage: Coverage
