@@ -122,6 +122,18 @@ def test_symlink_loop_is_listed_not_a_crash(tmp_path: Path) -> None:
     assert {u.file for u in cov.unreadable_files} == {"a", "b"}
 
 
+def test_a_second_scan_of_a_dir_with_a_skipped_entry_reuses_the_inventory(tmp_path: Path) -> None:
+    # The job's inventory is rebuilt only when the files, their facts or the skipped entries differ from the latest
+    # build's: discovery lists the skipped entries afresh on every call, so they must compare by value.
+    os.symlink("b", tmp_path / "a")
+    os.symlink("a", tmp_path / "b")
+    (tmp_path / "r.log").write_text("[rank0]: x\n")
+    first = scan_job(tmp_path).inventory
+    assert [s.rel for s in first.skipped] == ["a", "b"]
+    assert discover(tmp_path)[1] == discover(tmp_path)[1]
+    assert scan_job(tmp_path).inventory is first
+
+
 def test_a_looping_logs_dir_is_a_clear_user_error(tmp_path: Path) -> None:
     os.symlink(tmp_path / "y", tmp_path / "x")
     os.symlink(tmp_path / "x", tmp_path / "y")

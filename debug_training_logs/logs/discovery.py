@@ -71,7 +71,7 @@ class LogFile:
     """``none``, ``gzip``, ``zstd``, ``bz2`` or ``xz``."""
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(frozen=True, repr=False)
 class Skipped:
     """A file discovery passed over, and why (reported in results, never dropped silently)."""
 
