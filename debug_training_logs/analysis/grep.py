@@ -447,9 +447,16 @@ def grep_all_ranks(
     k = len(chosen)
     files = inv.files  # (in the scan's file order)
 
-    def owner(j: int) -> int | None:
-        rs = files[j].ranks
-        return next(iter(rs)) if len(rs) == 1 else None
+    def attribute(ranks: set[int], unranked: list[tuple[int, int]]) -> int:
+        """Add to ``ranks`` the rank of each file with one rank; return the hits left without a rank."""
+        left = 0
+        for j, n in unranked:
+            rs = files[j].ranks
+            if len(rs) == 1:
+                ranks.update(rs)
+            else:
+                left += n
+        return left
 
     def cited(got: _At | None) -> tuple[tuple[int, ...], str, LineAt] | None:
         return None if got is None else (got[0], files[got[1]].rel, got[2])
@@ -467,13 +474,7 @@ def grep_all_ranks(
             continue
         pf = fold.patterns.get(pid) or _PatternFold()
         ranks = set(pf.ranks)
-        unattributed = 0
-        for j, un in pf.unranked:
-            own = owner(j)
-            if own is None:
-                unattributed += un
-            else:
-                ranks.add(own)
+        unattributed = attribute(ranks, pf.unranked)
         first = cited(pf.span.first(year))
         per_file.sort(key=lambda x: (-x[1], x[0]))
         summaries.append(
@@ -498,13 +499,7 @@ def grep_all_ranks(
     merged: dict[str, _Merged] = {}
     overflow = fold.overflow
     for text, tf in fold.templates.items():
-        unranked = 0
-        for j, un in tf.unranked:
-            own = owner(j)
-            if own is None:
-                unranked += un
-            else:
-                tf.ranks.add(own)
+        unranked = attribute(tf.ranks, tf.unranked)
         merged[text] = _Merged(
             patterns=tf.patterns,
             count=tf.count,
