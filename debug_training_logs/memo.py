@@ -36,7 +36,7 @@ from typing import Any
 
 import zstandard
 
-from debug_training_logs.frozen import native_positional, positional, takes_positional
+from debug_training_logs.frozen import native_positional, native_reduce, positional, takes_positional
 
 
 def _budget_mb(text: str | None, default: int = 96) -> int:
@@ -97,7 +97,35 @@ def unpack_item(p: Packed, k: int) -> Any:
 def _dump(v: Any) -> bytes:
     buf = io.BytesIO()
     _Pickler(buf, protocol=PROTOCOL).dump(v)
-    return zstandard.ZstdCompressor(level=COMPRESSION_LEVEL).compress(buf.getbuffer())
+    if buf.tell() <= RAW_MAX_BYTES:
+        return buf.getvalue()  # (a pickle starts with its PROTO opcode, never with zstd's frame magic)
+    return _codecs().compressor.compress(buf.getbuffer())
+
+
+RAW_MAX_BYTES = 256
+"""A pickle this short is kept as it is: zstd would save a few bytes at the cost of a frame (~4 us to make and
+read back; a file's packed scan has a few such items: counts, ``None``, small dicts)."""
+
+_PICKLE_START = pickle.PROTO[0]
+
+
+class _Codecs(threading.local):
+    """This thread's zstd compressor and decompressor (made once per thread, ~2 us each: not safe to share between
+    the server's threads, and a file's pack makes ~15 blobs)."""
+
+    def __init__(self) -> None:
+        self.compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL)
+        self.decompressor = zstandard.ZstdDecompressor()
+
+
+_CODECS: _Codecs | None = None
+
+
+def _codecs() -> _Codecs:
+    global _CODECS
+    if _CODECS is None:
+        _CODECS = _Codecs()
+    return _CODECS
 
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -141,10 +169,15 @@ class _Reducers(dict[type, Callable[[Any], Any]]):
         elif names is None:
             reduce = copyreg.dispatch_table.get(cls) or operator.methodcaller("__reduce_ex__", PROTOCOL)
         else:
-            values = "".join(f"o.{n}, " for n in names)  # field names are identifiers (dataclasses checked them)
-            scope: dict[str, Any] = {"make": maker(cls)}
-            exec(f"def reduce(o):\n    return make, ({values})\n", scope)
-            reduce = scope["reduce"]
+            make = maker(cls)
+            native = native_reduce(make, cls, names)
+            if native is not None:
+                reduce = native
+            else:
+                values = "".join(f"o.{n}, " for n in names)  # field names are identifiers (dataclasses checked them)
+                scope: dict[str, Any] = {"make": make}
+                exec(f"def reduce(o):\n    return make, ({values})\n", scope)
+                reduce = scope["reduce"]
         self[cls] = reduce
         return reduce
 
@@ -205,7 +238,12 @@ def _init_fields(cls: type) -> tuple[str, ...] | None:
 
 
 def _load(b: bytes) -> Any:
-    return pickle.loads(zstandard.ZstdDecompressor().decompress(b))
+    return pickle.loads(_raw(b))
+
+
+def _raw(b: bytes) -> bytes:
+    """The pickle a blob of :func:`_dump` holds."""
+    return b if b[0] == _PICKLE_START else _codecs().decompressor.decompress(b)
 
 
 def estimate(obj: Any, limit: int = 100_000) -> int:

@@ -397,6 +397,21 @@ class EvidenceSink:
                 self._flush()
             self._signals(route, line_no, line)
 
+    def hit_for(self, pattern_ids: tuple[int, ...]) -> Callable[[int, str], None] | None:
+        """The call that takes the hits of this id set alone (line number, text), where :meth:`on_hit` would only
+        append them to the batch (progress lines, with the compiled helper); else None (a caller that routes a file's
+        hits asks once per id set, and skips the routing for each of those lines)."""
+        if self._native is not None and _route(list(pattern_ids)).batched:
+            return self._batched_hit
+        return None
+
+    def _batched_hit(self, line_no: int, line: str) -> None:
+        """What :meth:`on_hit` does with a progress-only line when the compiled helper is there."""
+        self._batch.append(line)
+        self._batch_nos.append(line_no)
+        if len(self._batch) >= _BATCH_LINES:
+            self._flush()
+
     def _flush(self) -> None:
         """Read the waiting progress lines in order, as :meth:`_signals` would one by one: runs the compiled helper
         answers for are applied per rank (:meth:`_apply_run`), a line it leaves (a c10/glog time, a Ray ``[rank=N]``
