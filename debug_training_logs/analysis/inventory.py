@@ -301,7 +301,7 @@ class _CompositeSink:
                 direct(line_no, line)
                 return
         else:
-            direct(line_no, line)  # type: ignore[operator]  # (a callable: the other cases are above)
+            direct(line_no, line)
             return
         route = self._routes.get(key)
         if route is None:
