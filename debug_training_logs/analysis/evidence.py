@@ -405,6 +405,19 @@ class EvidenceSink:
             return self._batched_hit
         return None
 
+    def bulk_id(self) -> int | None:
+        """The ``progress`` signal's id when the compiled helper is there: the scan may hand its lines over in bulk
+        (:meth:`on_bulk`), none of them through Python one by one."""
+        return _PROGRESS_ID if self._native is not None else None
+
+    def on_bulk(self, line_nos: list[int], lines: list[str]) -> None:
+        """A run of progress-only lines, in order: what :meth:`on_hit` does with each, at once (appended to the batch,
+        read when it is full)."""
+        self._batch += lines
+        self._batch_nos += line_nos
+        if len(self._batch) >= _BATCH_LINES:
+            self._flush()
+
     def _batched_hit(self, line_no: int, line: str) -> None:
         """What :meth:`on_hit` does with a progress-only line when the compiled helper is there."""
         self._batch.append(line)
