@@ -91,7 +91,7 @@ from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR, TimeBou
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
-from debug_training_logs.frozen import positional
+from debug_training_logs.frozen import fast_positional
 from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs import fields as native_fields
 from debug_training_logs.logs.attribution import rank_and_source_plain, strip_ansi
@@ -765,9 +765,9 @@ class Hit(TimeBounds):
         return Evidence(file=self.file, line=self.line, text=self.text)
 
 
-_new_evidence_hit: Final = positional(Hit)
-"""``Hit(signal, file, line, text, rank, time, after, before)`` for the worker's digest (~85 per file; see
-:func:`~debug_training_logs.frozen.positional`)."""
+_new_evidence_hit: Final = fast_positional(Hit)
+"""``Hit(signal, file, line, text, rank, time, after, before)`` for the worker's digest (~200 per file; see
+:func:`~debug_training_logs.frozen.fast_positional`)."""
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
