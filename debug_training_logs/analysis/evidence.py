@@ -397,14 +397,6 @@ class EvidenceSink:
                 self._flush()
             self._signals(route, line_no, line)
 
-    def hit_for(self, pattern_ids: tuple[int, ...]) -> Callable[[int, str], None] | None:
-        """The call that takes the hits of this id set alone (line number, text), where :meth:`on_hit` would only
-        append them to the batch (progress lines, with the compiled helper); else None (a caller that routes a file's
-        hits asks once per id set, and skips the routing for each of those lines)."""
-        if self._native is not None and _route(list(pattern_ids)).batched:
-            return self._batched_hit
-        return None
-
     def bulk_id(self) -> int | None:
         """The ``progress`` signal's id when the compiled helper is there: the scan may hand its lines over in bulk
         (:meth:`on_bulk`), none of them through Python one by one."""
@@ -415,13 +407,6 @@ class EvidenceSink:
         read when it is full)."""
         self._batch += lines
         self._batch_nos += line_nos
-        if len(self._batch) >= _BATCH_LINES:
-            self._flush()
-
-    def _batched_hit(self, line_no: int, line: str) -> None:
-        """What :meth:`on_hit` does with a progress-only line when the compiled helper is there."""
-        self._batch.append(line)
-        self._batch_nos.append(line_no)
         if len(self._batch) >= _BATCH_LINES:
             self._flush()
 

@@ -261,9 +261,6 @@ def _no_bulk(line_nos: list[int], lines: list[str]) -> None:
     raise RuntimeError("a run of bulk lines for a composite sink that named no bulk pattern")
 
 
-_UNKNOWN: Any = object()
-"""A composite sink's marker for an id set whose direct call is not worked out yet."""
-
 _LAST_ROUTES: tuple[tuple[Any, ...], int, dict[tuple[int, ...], _Route]] | None = None
 """(parts, first marker id, routes) of the latest composite sink: the next file of the same scan (the same ``parts``
 object) splits its id sets the same way, so it takes the routes worked out so far (~40 per file, ~3 us each)."""
@@ -294,27 +291,13 @@ class _CompositeSink:
             _LAST_ROUTES = (parts, markers_at, self._routes)
         self._bulk: Callable[[list[int], list[str]], None] = _no_bulk
         """The ``on_bulk`` of the consumer's sink :meth:`bulk_id` names."""
-        self._direct: dict[tuple[int, ...], Callable[[int, str], None] | None] = {}
-        """Id set -> the one sink call its hits take (a sink's :meth:`hit_for` answer), None where it has none."""
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
-        key = tuple(pattern_ids)
-        direct = self._direct.get(key, _UNKNOWN)
-        if direct is None:
-            pass
-        elif direct is _UNKNOWN:
-            direct = self._direct_for(key)
-            if direct is not None:
-                direct(line_no, line)
-                return
-        else:
-            direct(line_no, line)
-            return
-        route = self._routes.get(key)
+        route = self._routes.get(tuple(pattern_ids))
         if route is None:
             route = self._route(pattern_ids)
             if len(self._routes) < _MAX_ROUTES:
-                self._routes[key] = route
+                self._routes[tuple(pattern_ids)] = route
         hits = self._hits
         for k, mine in route:
             hits[k](mine, line_no, line)  # type: ignore[misc]  # (a route names a sink that is there)
@@ -333,20 +316,6 @@ class _CompositeSink:
     def on_bulk(self, line_nos: list[int], lines: list[str]) -> None:
         """A run of lines of :meth:`bulk_id` alone: to its consumer's sink (no other sink has that pattern)."""
         self._bulk(line_nos, lines)
-
-    def _direct_for(self, key: tuple[int, ...]) -> Callable[[int, str], None] | None:
-        """The one call that takes the hits of id set ``key`` (line number, text), where they go to one consumer's sink
-        alone and that sink has a call of its own for its ids there (:meth:`hit_for`: the frequent lines, e.g. the
-        evidence sink's progress lines, skip the routing); else None. Worked out once per id set and file."""
-        route = self._routes.get(key) or self._route(list(key))
-        direct: Callable[[int, str], None] | None = None
-        if len(route) == 1 and route[0][0] < len(self.parts):
-            k, mine = route[0]
-            hit_for = getattr(self.parts[k][0], "hit_for", None)
-            direct = hit_for(tuple(mine)) if hit_for is not None else None
-        if len(self._direct) < _MAX_ROUTES:
-            self._direct[key] = direct
-        return direct
 
     def _route(self, pattern_ids: list[int]) -> _Route:
         """The route of a hit with these ids (worked out once per id set and scan: the routes are shared)."""
