@@ -591,6 +591,10 @@ def _file_series(fh: _FileHits) -> _FileSeries:
         arrays: dict[int | None, tuple[array[int], array[int], array[float]]] = {}
         raw: dict[int | None, list[tuple[int, WallTime | None, float]]] = {}
         for rank, s in per_rank.items():
+            lines, wts, values = zip(*s.points, strict=True) if s.points else ((), (), ())
+            if wts.count(None) == len(wts):  # untimed points (most step lines): no time to convert, one by one
+                arrays[rank] = (array("q", lines), array("q", [_NO_TIME]) * len(wts), array("d", values))
+                continue
             times = array("q")
             prev: WallTime | None = None
             value = _NO_TIME
@@ -606,7 +610,7 @@ def _file_series(fh: _FileHits) -> _FileSeries:
                         value = _NO_TIME if t is None else (t - _EPOCH) // _US
                 times.append(value)
             else:
-                arrays[rank] = (array("q", [p[0] for p in s.points]), times, array("d", [p[2] for p in s.points]))
+                arrays[rank] = (array("q", lines), times, array("d", values))
                 continue
             raw[rank] = s.points
         if arrays:
