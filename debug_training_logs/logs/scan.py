@@ -1146,6 +1146,7 @@ Buffer = bytes | mmap.mmap
 """What the scan searches: a window's bytes, or a whole memory-mapped file searched in spans (no copy)."""
 
 Hit = tuple[int, int, list[int], int]
+"""(line start, line end, matching pattern ids, line index in the chunk or -1 when not known)."""
 
 
 class _Bulk:
@@ -1161,9 +1162,6 @@ class _Bulk:
         self.texts: list[str] = []
         self.nos: list[int] = []
         self.starts: list[int] = []
-
-
-"""(line start, line end, matching pattern ids, line index in the chunk or -1 when not known)."""
 
 
 def _hits_in_chunk(
