@@ -394,3 +394,28 @@ def test_hits_and_checked_samples_do_not_leak() -> None:
     assert [sys.getrefcount(o) for o in (extra[starts[0]], sure, dfa, extra_starts)] == refs
     assert grown_kb < 8 << 10, f"peak RSS grew by {grown_kb} KB over 40 rounds"
     del rx
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_literal_dfa_searches_find_the_dfa_lines(seed: int) -> None:
+    """A DFA search of a pattern that is only plain literals (a frequent marker such as ``lhotse|Lhotse``) is done by a
+    native finder of its literals: the same line starts as RE2's DFA, with the same early stop once the capped
+    patterns have their lines (also when the part searched starts or ends inside a line, CRLF, no final newline)."""
+    linescan()
+    rnd = random.Random(seed)
+    patterns = ("lhotse|Lhotse", "AIStore|aistore|ais://", r"\d+ errors", "lhotse|Lhotse")
+    spec = PatternSpec(patterns)
+    plan = scan.Plan(dfa=(0, 1, 2, 3))
+    m = scan._Matcher(spec, plan, frozenset(range(len(patterns))))
+    assert [f is not None for f in m.dfa_finders] == [True, True, False]  # (the repeated pattern is searched once)
+    words = [b"lhotse", b"Lhotse", b"LHOTSE", b"aistore", b"ais:/", b"ais://x", b"7 errors", b"x", b" ", b"\r", b"\xff"]
+    lines = [b"".join(rnd.choice(words) for _ in range(rnd.randrange(0, 6))) for _ in range(rnd.randrange(0, 200))]
+    buf = (b"\r\n" if seed % 3 == 0 else b"\n").join(lines) + (b"\n" if seed % 2 else b"")
+    lo, n = sorted(rnd.randrange(len(buf) + 1) for _ in range(2))
+    for left in (None, {0: rnd.randrange(1, 5), 3: rnd.randrange(1, 5)}, {1: 1}, {0: 2, 1: 2, 3: 1}):
+        fast = scan._dfa_starts(buf, m, lo, n, dict(left) if left else None)
+        finders, m.dfa_finders = m.dfa_finders, [None] * len(m.dfas)
+        try:
+            assert fast == scan._dfa_starts(buf, m, lo, n, dict(left) if left else None), (seed, left)
+        finally:
+            m.dfa_finders = finders

@@ -849,6 +849,18 @@ class _Matcher:
             if len(dfa_pats) <= SEPARATE_DFA_MAX
             else [None]
         )
+        # per DFA search of a pattern that is only plain literals (``lhotse|Lhotse``, frequent: the planner keeps it
+        # out of the finder's needles), a native finder of those literals that finds the same lines at ~4 GB/s (the
+        # DFA has no prefix to skip to: ~0.65 GB/s); None where the DFA searches
+        linescan = _native()
+        self.dfa_finders: list[Any] = [None] * len(self.dfas)
+        if linescan is not None and not spec.ignore_case and len(dfa_pats) <= SEPARATE_DFA_MAX:
+            for j, dfa_pat in enumerate(dfa_pats):
+                alts = (
+                    _literal_alternatives(dfa_pat) if dfa_pat not in search and _relaxed(dfa_pat) == dfa_pat else None
+                )
+                if alts:
+                    self.dfa_finders[j] = linescan.Finder(list(alts))
         self.dfa = self.dfas[0] if self.dfas else None
         self.verify: dict[int, Any] = {i: _verifier(spec.patterns[i], spec.ignore_case) for i in searched}
         self.set: Any = None
@@ -1240,24 +1252,34 @@ def _dfa_starts(chunk: Buffer, m: _Matcher, lo: int, n: int, left: dict[int, int
     after the line where each of them has that many matching lines (the caller drops their later hits anyway)."""
     find, rfind = chunk.find, chunk.rfind
     starts: list[int] = []
-    for dfa, ids in zip(m.dfas, m.dfa_ids, strict=True):
+    for dfa, ids, finder in zip(m.dfas, m.dfa_ids, m.dfa_finders, strict=True):
         match = dfa.Match
         extra: list[int] = []
         budget = {i: left[i] for i in ids} if left and ids and all(i in left for i in ids) else None
         pos = lo
         while pos <= n:
-            s = match(_UNANCHORED, chunk, pos, n)[0][0]
-            if s < 0:
-                break
-            ls = rfind(b"\n", lo, s) + 1 or lo
-            if ls >= n:  # the empty "line" after the final newline is not a line
-                break
+            if finder is not None:  # (the next line holding one of the pattern's literals: the line the DFA finds)
+                got = finder.find_lines(chunk, pos, 1, n)[0]
+                if not got:
+                    break
+                ls, le = got[0][0], got[0][1]
+                le = -1 if le >= n else le  # (no newline before n)
+            else:
+                s = match(_UNANCHORED, chunk, pos, n)[0][0]
+                if s < 0:
+                    break
+                ls = rfind(b"\n", lo, s) + 1 or lo
+                if ls >= n:  # the empty "line" after the final newline is not a line
+                    break
+                le = find(b"\n", s, n)
             extra.append(ls)
-            le = find(b"\n", s, n)
             if budget is not None:
-                line = chunk[ls : n if le < 0 else le]
+                line = chunk[ls : n if le < 0 else le] if finder is None else b""
                 for i in budget:
-                    if budget[i] > 0 and m.verify[i].Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0:
+                    # (a line the literals' finder gives holds a literal of the pattern: it matches, no check needed)
+                    if budget[i] > 0 and (
+                        finder is not None or m.verify[i].Match(_UNANCHORED, line, 0, len(line))[0][0] >= 0
+                    ):
                         budget[i] -= 1
                 if not any(budget.values()):
                     break
@@ -1266,6 +1288,14 @@ def _dfa_starts(chunk: Buffer, m: _Matcher, lo: int, n: int, left: dict[int, int
             pos = le + 1
         starts = sorted(set(starts) | set(extra)) if starts else extra
     return starts
+
+
+def _literal_alternatives(pattern: str) -> tuple[bytes, ...] | None:
+    """The literals of a pattern that is nothing but plain literals between ``|`` (:func:`_pure_literal` each, e.g.
+    ``lhotse|Lhotse``): a line matches it exactly when it holds one of them. None for any other pattern (an escaped
+    ``|`` or an empty alternative included)."""
+    lits = [_pure_literal(part) for part in pattern.split("|")]
+    return tuple(lit for lit in lits if lit is not None) if all(lit is not None for lit in lits) else None
 
 
 def _native_hits(
