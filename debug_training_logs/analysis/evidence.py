@@ -1056,6 +1056,43 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
     first_by_rank: dict[str, dict[int, Hit]] = defaultdict(dict)
     last_by_rank: dict[str, dict[int, Hit]] = defaultdict(dict)
 
+    def fold_counts(name: str, rel: str, by_rank: dict[int | None, int]) -> None:
+        """One file's counts per rank of signal ``name`` into the job's."""
+        per_rank = counts_by_rank[name]
+        if None not in by_rank and per_rank.keys().isdisjoint(by_rank):  # (ranks no other file had: most files)
+            per_rank.update(by_rank)  # type: ignore[arg-type]
+            return
+        single = single_rank.get(rel)
+        for r, n in by_rank.items():
+            rr = r if r is not None else single
+            if rr is not None:
+                per_rank[rr] += n
+
+    def fold_digest(name: str, rel: str, sd: _SignalDigest, hits: list[Hit]) -> None:
+        """One file's digest of signal ``name`` (``hits``: its hits as the job sees them) into the job's firsts,
+        lasts and counts per rank."""
+        first, last = sd.first, sd.last
+        job_firsts, job_lasts = first_by_rank[name], last_by_rank[name]
+        # Ranks no other file had (most files): their hits go in as they are, in the same order the loop of
+        # fold_ranks would put them (a key is a hit's own rank: only a line without one takes the file's rank)
+        if (
+            None not in first
+            and None not in last
+            and job_firsts.keys().isdisjoint(first)
+            and job_lasts.keys().isdisjoint(last)
+        ):
+            job_firsts.update(zip(first, map(hits.__getitem__, first.values()), strict=True))  # type: ignore[arg-type]
+            job_lasts.update(zip(last, map(hits.__getitem__, last.values()), strict=True))  # type: ignore[arg-type]
+            fold_counts(name, rel, sd.count_by_rank)
+            return
+        fold_ranks(
+            name,
+            rel,
+            (hits[i] for i in first.values()),
+            (hits[i] for i in last.values()),
+            sd.count_by_rank,
+        )
+
     def fold_ranks(
         name: str, rel: str, firsts: Iterable[Hit], lasts: Iterable[Hit], by_rank: dict[int | None, int]
     ) -> None:
@@ -1073,12 +1110,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
                 prev = job_lasts.get(r)
                 if prev is None or _order_key(prev) < _order_key(h):
                     job_lasts[r] = h
-        per_rank = counts_by_rank[name]
-        single = single_rank.get(rel)
-        for r, n in by_rank.items():
-            rr = r if r is not None else single
-            if rr is not None:
-                per_rank[rr] += n
+        fold_counts(name, rel, by_rank)
 
     clock_facts: list[tuple[str, WorkerClockFacts]] = []
     series: dict[str, dict[int, _SeriesBuilder]] = {"step": {}, "memory": {}}
@@ -1107,13 +1139,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
                     kept_here = kept[name]
                     for h in hits:  # one per line
                         kept_here[(rel, h.line)] = h
-                fold_ranks(
-                    name,
-                    rel,
-                    (hits[i] for i in sd.first.values()),
-                    (hits[i] for i in sd.last.values()),
-                    sd.count_by_rank,
-                )
+                fold_digest(name, rel, sd, hits)
             fh_hosts = digest.rank_host
         if fh is not None:
             fh_hosts = fh.rank_host
@@ -1140,8 +1166,9 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
                 if rr is not None:
                     b = series[key].get(rr)
                     if b is None:
-                        b = series[key][rr] = _SeriesBuilder()
-                    b.add_arrays(rel, *arrays)
+                        series[key][rr] = _SeriesBuilder.of_arrays(rel, *arrays)
+                    else:
+                        b.add_arrays(rel, *arrays)
             for r, points in fseries.raw.get(key, {}).items():
                 rr = rank_of(rel, r)
                 if rr is not None:
@@ -1186,8 +1213,17 @@ class _SeriesBuilder:
         self.lines = array("q")
         self.times = array("q")
         self.values = array("d")
+        self.borrowed = False
+        """Whether the arrays are a file's own (:meth:`of_arrays`): copied before anything is added to them."""
+
+    def _own(self) -> None:
+        if self.borrowed:
+            self.lines, self.times = array("q", self.lines), array("q", self.times)
+            self.values = array("d", self.values)
+            self.borrowed = False
 
     def add(self, rel: str, points: list[tuple[int, WallTime | None, float]], year: int) -> None:
+        self._own()
         if not self.rels or self.rels[-1] != rel:
             self.rels.append(rel)
         k = len(self.rels) - 1
@@ -1200,12 +1236,22 @@ class _SeriesBuilder:
 
     def add_arrays(self, rel: str, lines: array[int], times: array[int], values: array[float]) -> None:
         """The points of one file, as :class:`_FileSeries` holds them (times already on the worker clock)."""
+        self._own()
         if not self.rels or self.rels[-1] != rel:
             self.rels.append(rel)
         self.rel_at.extend(array("l", [len(self.rels) - 1]) * len(lines))
         self.lines.extend(lines)
         self.times.extend(times)
         self.values.extend(values)
+
+    @staticmethod
+    def of_arrays(rel: str, lines: array[int], times: array[int], values: array[float]) -> _SeriesBuilder:
+        """A builder holding one file's points (:meth:`add_arrays` on a new one), the file's arrays taken as they are
+        (a rank's series comes from one file in most jobs: no copy)."""
+        b = _SeriesBuilder.__new__(_SeriesBuilder)
+        b.rels, b.rel_at, b.lines, b.times, b.values = [rel], array("l", [0]) * len(lines), lines, times, values
+        b.borrowed = True
+        return b
 
     def points(self) -> PointSeries:
         """The points in (file, line) order (stable: equal keys keep the order they came in)."""
