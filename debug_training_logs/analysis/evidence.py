@@ -1372,6 +1372,13 @@ def nccl_state(worker: WorkerEvidence, early: dict[int, EarlyNccl] | None = None
             for h in fe.hits:
                 if h.line in lines:
                     texts[(fe.rel, h.line)] = h.text
+    times: dict[str | None, datetime | None] = {}  # the rows cite a few distinct seconds: each parsed once
+
+    def table_time(text: str | None) -> datetime | None:
+        if text not in times:
+            times[text] = _table_time(text, year)
+        return times[text]
+
     rows = [
         NcclRow(
             rank=r.rank,
@@ -1386,8 +1393,8 @@ def nccl_state(worker: WorkerEvidence, early: dict[int, EarlyNccl] | None = None
             signal=r.signal,
             first_to_dump=r.signalled_dump,  # the local "First PG on this rank to signal dumping" line
             dump_signal_from_rank=r.dump_signal_from_rank,
-            timeout_time=_table_time(r.timeout_time, year),
-            collective_start_time=_table_time(r.collective_start_time, year),
+            timeout_time=table_time(r.timeout_time),
+            collective_start_time=table_time(r.collective_start_time),
             file=r.file or "",
             line=r.line or 0,
             text=texts.get((r.file or "", r.line or 0), ""),
