@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import functools
 import re
-import statistics
 from array import array
 from bisect import bisect_left
 from collections import defaultdict
@@ -1806,7 +1805,7 @@ def series_jumps(series: Series, factor: float) -> list[SeriesJump]:
         if len(points) < SERIES_BASELINE_POINTS + SERIES_SUSTAIN_POINTS:
             continue
         values = _values(points)
-        baseline = statistics.median(values[:SERIES_BASELINE_POINTS])
+        baseline = _median(values[:SERIES_BASELINE_POINTS])
         if baseline <= 0:
             continue
         run = 0
@@ -1821,6 +1820,15 @@ def series_jumps(series: Series, factor: float) -> list[SeriesJump]:
                 out.append(SeriesJump(rank, rel, baseline, peak, ln, t, f"{baseline:.0f} -> {peak:.0f}"))
                 break
     return out
+
+
+def _median(values: Sequence[float]) -> float:
+    """``statistics.median`` of a few values (the same value, without its checks and conversions: once per rank)."""
+    data = sorted(values)
+    n = len(data)
+    if n % 2:
+        return data[n // 2]
+    return (data[n // 2 - 1] + data[n // 2]) / 2
 
 
 def _values(points: Sequence[tuple[str, int, datetime | None, float]]) -> Sequence[float]:

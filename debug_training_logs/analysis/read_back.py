@@ -76,8 +76,8 @@ def safe_path(root: Path, rel: str, resolved_root: Path | None = None) -> Path |
     """``root/rel`` when it stays inside ``root`` and is a file, else None (a citation may not point elsewhere);
     ``resolved_root``: ``root.resolve()`` when the caller has it (several files under one root)."""
     base = resolved_root if resolved_root is not None else root.resolve()
-    plain = _plain_file_below(base, rel)
-    if plain is not None:
+    known, plain = _plain_file_below(base, rel)
+    if known:
         return plain
     try:
         p = (root / rel).resolve()
@@ -88,23 +88,26 @@ def safe_path(root: Path, rel: str, resolved_root: Path | None = None) -> Path |
     return p
 
 
-def _plain_file_below(base: Path, rel: str) -> Path | None:
-    """``base/rel`` when ``base`` is resolved, ``rel`` is relative with no ``.``/``..``/empty part, and no part of it
-    is a symlink, and it is a regular file: then it is what resolving it gives, inside ``base`` (one ``lstat`` per
-    part of ``rel`` instead of one per part of the whole path, twice). None: not known so (resolve it)."""
+def _plain_file_below(base: Path, rel: str) -> tuple[bool, Path | None]:
+    """(known, path): ``base/rel`` when ``base`` is resolved, ``rel`` is relative with no ``.``/``..``/empty part,
+    no part of it is a symlink and it is a regular file: then it is what resolving it gives, inside ``base`` (one
+    ``lstat`` per part of ``rel`` instead of one per part of the whole path, twice); None when such a path names no
+    file (not a regular file, a part missing or not a directory). Not known (False): resolve it."""
     parts = rel.split("/")
     if "" in parts or "." in parts or ".." in parts:
-        return None
+        return False, None
     at = str(base)
     try:
         for part in parts:
             at = f"{at}/{part}" if at != "/" else f"/{part}"
             mode = os.lstat(at).st_mode
             if stat.S_ISLNK(mode):
-                return None
+                return False, None
+    except (FileNotFoundError, NotADirectoryError):
+        return True, None
     except OSError:
-        return None
-    return Path(at) if stat.S_ISREG(mode) else None
+        return False, None
+    return True, Path(at) if stat.S_ISREG(mode) else None
 
 
 def read_lines(root: Path, wanted: dict[str, set[int]], year: int | None) -> dict[tuple[str, int], LineAt]:
