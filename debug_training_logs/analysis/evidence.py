@@ -1049,7 +1049,9 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
     def rank_of(rel: str, r: int | None) -> int | None:
         return r if r is not None else single_rank.get(rel)
 
-    kept: dict[str, dict[tuple[str, int], Hit]] = defaultdict(dict)
+    kept: dict[str, list[Hit]] = {}
+    """Per signal: the kept hits, file by file; one per line (a file's digest keeps a line's first hit only, and the
+    first raw hit of a line is kept below): sorted once all are in."""
     counts: dict[str, int] = defaultdict(int)
     counts_by_rank: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     first_by_rank: dict[str, dict[int, Hit]] = defaultdict(dict)
@@ -1135,9 +1137,11 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
                 counts[name] += sd.count
                 hits = _job_hits(sd, digest.year, year, single_rank.get(rel))
                 if hits:
-                    kept_here = kept[name]
-                    for h in hits:  # one per line
-                        kept_here[(rel, h.line)] = h
+                    so_far = kept.get(name)
+                    if so_far is None:
+                        kept[name] = list(hits)
+                    else:
+                        so_far.extend(hits)
                 fold_digest(name, rel, sd, hits)
             fh_hosts = digest.rank_host
         if fh is not None:
@@ -1148,10 +1152,11 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
             counts[name] += t.count
             raws = [*t.samples, *t.first_by_rank.values(), *t.last_by_rank.values()]
             if raws:
-                kept_here = kept[name]
+                here: dict[int, Hit] = {}
                 for raw in raws:
-                    if (rel, raw.line) not in kept_here:  # the first raw hit of a line is kept
-                        kept_here[(rel, raw.line)] = hit(name, rel, raw)
+                    if raw.line not in here:  # the first raw hit of a line is kept
+                        here[raw.line] = hit(name, rel, raw)
+                kept.setdefault(name, []).extend(here.values())
             fold_ranks(
                 name,
                 rel,
@@ -1160,12 +1165,13 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
                 t.count_by_rank,
             )
         for key in ("step", "memory"):
+            per_rank = series[key]
             for r, arrays in fseries.arrays.get(key, {}).items():
-                rr = rank_of(rel, r)
+                rr = r if r is not None else single_rank.get(rel)
                 if rr is not None:
-                    b = series[key].get(rr)
+                    b = per_rank.get(rr)
                     if b is None:
-                        series[key][rr] = _SeriesBuilder.of_arrays(rel, *arrays)
+                        per_rank[rr] = _SeriesBuilder.of_arrays(rel, *arrays)
                     else:
                         b.add_arrays(rel, *arrays)
             for r, points in fseries.raw.get(key, {}).items():
@@ -1182,7 +1188,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
         root=job.root,
         job=job,
         year=year,
-        tallies={name: sorted(k.values(), key=_order_key) for name, k in kept.items()},
+        tallies={name: sorted(k, key=_order_key) for name, k in kept.items()},
         counts=dict(counts),
         counts_by_rank={k: dict(v) for k, v in counts_by_rank.items()},
         first_by_rank=dict(first_by_rank),
@@ -1193,7 +1199,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
         memory_mb={r: b.points() for r, b in series["memory"].items()},
         file_end=_file_ends(job, single_rank, conv),
         rank_host={r: h for r, (n, h) in hosts.items() if inv.world_size is None or n == inv.world_size},
-        file_host=_slurmstepd_hosts(kept.get("slurm_cancel", {}).values()),
+        file_host=_slurmstepd_hosts(kept.get("slurm_cancel", [])),
     )
 
 
@@ -2088,15 +2094,30 @@ _DATA_SIGNALS = ("data_error", "retry_exhausted", "io_timeout")
 def data_hits(ev: JobEvidence, ranks: Iterable[int], until: datetime | None) -> list[Hit]:
     """Data-loading/storage error lines of ``ranks`` not proven to come after ``until`` (NCCL lines excluded)."""
     out: list[Hit] = []
+    ranks = list(ranks)
+    wanted = set(ranks)
+    if len(ranks) > DATA_HITS_BY_RANK and len(wanted) == len(ranks):
+        # many ranks (often all of them): one pass over each signal's hits instead of one look-up per rank and
+        # signal; the same hits, and the same order once sorted (the ties, one line of several signals, come in
+        # signal order either way)
+        for s in _DATA_SIGNALS:
+            out += [h for h in ev.worker.hits(s) if h.rank in wanted and _data_hit_before(h, until)]
+        return sorted(out, key=_order_key)
     for r in ranks:
         for s in _DATA_SIGNALS:
-            for h in ev.worker.hits(s, r):
-                if "NCCL" in h.text or "ProcessGroupNCCL" in h.text:
-                    continue
-                if until is not None and h.earliest is not None and h.earliest > until:
-                    continue
-                out.append(h)
+            out += [h for h in ev.worker.hits(s, r) if _data_hit_before(h, until)]
     return sorted(out, key=_order_key)
+
+
+DATA_HITS_BY_RANK = 8
+"""Up to this many ranks, :func:`data_hits` looks each rank's hits up; beyond, it filters every hit once."""
+
+
+def _data_hit_before(h: Hit, until: datetime | None) -> bool:
+    """Whether a data signal's hit counts for :func:`data_hits`: no NCCL line, not proven to come after ``until``."""
+    if "NCCL" in h.text or "ProcessGroupNCCL" in h.text:
+        return False
+    return until is None or h.earliest is None or not h.earliest > until
 
 
 PER_STEP_COLLECTIVES = 3
