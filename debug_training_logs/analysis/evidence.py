@@ -1370,13 +1370,11 @@ def nccl_state(worker: WorkerEvidence, early: dict[int, EarlyNccl] | None = None
     cited: dict[str, set[int]] = defaultdict(set)  # the lines the rows cite, by file
     for row in table.rows:
         cited[row.file or ""].add(row.line or 0)
-    texts: dict[tuple[str, int], str] = {}
+    texts: dict[str, dict[int, str]] = {}  # file -> line -> text, of the cited lines
     for fe in files:
         lines = cited.get(fe.rel)
         if lines:
-            for h in fe.hits:
-                if h.line in lines:
-                    texts[(fe.rel, h.line)] = h.text
+            texts[fe.rel] = {h.line: h.text for h in fe.hits if h.line in lines}
     times: dict[str | None, datetime | None] = {}  # the rows cite a few distinct seconds: each parsed once
 
     def table_time(text: str | None) -> datetime | None:
@@ -1402,7 +1400,7 @@ def nccl_state(worker: WorkerEvidence, early: dict[int, EarlyNccl] | None = None
             collective_start_time=table_time(r.collective_start_time),
             file=r.file or "",
             line=r.line or 0,
-            text=texts.get((r.file or "", r.line or 0), ""),
+            text=texts.get(r.file or "", {}).get(r.line or 0, ""),
         )
         for r in table.rows
     ]
