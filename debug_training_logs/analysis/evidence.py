@@ -2369,16 +2369,18 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
         mine = rows.get(r, [])
         trig = fatal.get(r, [])
         pending = [x for x in mine if (x.pending or 0) > 0]
-        hb = next((t for t in trig if t.category == "watchdog_hang"), None)
-        top = next(
-            (
-                t
-                for t in trig
-                if t.category in ("cuda_oom", "cuda_error")
-                or (_matches("exception", t.hit.text) and _ends_traceback(w, t.hit))
-            ),
-            None,
-        )
+        hb = top = None
+        if trig:  # (most ranks have no crash trigger)
+            hb = next((t for t in trig if t.category == "watchdog_hang"), None)
+            top = next(
+                (
+                    t
+                    for t in trig
+                    if t.category in ("cuda_oom", "cuda_error")
+                    or (_matches("exception", t.hit.text) and _ends_traceback(w, t.hit))
+                ),
+                None,
+            )
         ex = exits.get(r)
         code = ex.exit_code if ex is not None else None
         if r in n.exited_with_error and code is None:
@@ -2468,7 +2470,7 @@ def _peer_error(w: WorkerEvidence, rank: int) -> Hit | None:
 
 
 def _row_hit(x: NcclRow) -> Hit:
-    return Hit("nccl", x.file, x.line, x.text, x.rank, x.timeout_time)
+    return _new_evidence_hit("nccl", x.file, x.line, x.text, x.rank, x.timeout_time, None, None)  # (once per rank)
 
 
 def order_by_bounds(h: Hit, t: datetime | None) -> bool | None:
