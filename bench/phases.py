@@ -2,6 +2,7 @@
 
     python bench/phases.py analyze bench/out/real_1024/logs bench/out/real_1024/ais --json
     python bench/phases.py --post nccl bench/out/real_4096/logs --json
+    python bench/phases.py --after-scan analyze bench/out/real_1024/logs bench/out/real_1024/ais --json
 
 The command runs in this process with the worker scan in this process too (``scan._worker_count`` returns 1), so
 every phase's CPU time is this process's. Printed: the imports (the CLI and the command's tool module), the whole
@@ -10,6 +11,10 @@ that calls another includes it). ``--post``: run the command once, then ``--roun
 from the process's scan cache (the per-result cache cleared): the best of those is the cost of everything after
 the scan (the job-level evidence, the NCCL table, the decision, verification, budget, JSON), the part that grows
 with the number of ranks and not with bytes. ``--profile FILE`` also writes a cProfile of one more such run.
+
+``--after-scan``: the scan keeps its worker processes (as the CLI runs it), and only what the main process does
+after the job scan's last file arrived is counted (the serial end: the fold, the NCCL table, the decision, the
+verification, the budget, the JSON; the work done as files arrive is not in it).
 
 Phases are looked up by name; a name a module no longer has is skipped (the table shows what ran).
 """
@@ -95,6 +100,7 @@ def main() -> int:
     ap.add_argument("--post", action="store_true", help="time the runs after the first (scan from the cache)")
     ap.add_argument("--rounds", type=int, default=3, help="with --post: runs after the first (best one shown)")
     ap.add_argument("--profile", metavar="FILE", help="with --post: a cProfile of one more run to FILE")
+    ap.add_argument("--after-scan", action="store_true", help="worker processes kept; only the serial end counted")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="the CLI command and its arguments")
     args = ap.parse_args()
     if not args.command:
@@ -109,7 +115,21 @@ def main() -> int:
     from debug_training_logs.memo import MEMO
     from debug_training_logs.tools import _cache
 
-    scan._worker_count = lambda files: 1  # the whole scan in this process
+    ended: list[tuple[float, float]] = []
+    if args.after_scan:
+        from debug_training_logs import progress
+
+        report = progress.report
+
+        def noted(done: int, total: int, message: str) -> None:
+            if total >= 100 and done == total and not ended:  # the job scan's last file (a scan of 100+ files)
+                ended.append((time.perf_counter(), time.process_time()))
+                totals.clear()
+            report(done, total, message)
+
+        progress.report = noted
+    else:
+        scan._worker_count = lambda files: 1  # the whole scan in this process
 
     def run() -> tuple[float, float]:
         MEMO.drop(_cache.TOOL)  # tool results only: with --post the scan stays cached
@@ -137,6 +157,14 @@ def main() -> int:
             run()
             prof.disable()
             prof.dump_stats(args.profile)
+    elif args.after_scan:
+        run()
+        end = (time.perf_counter(), time.process_time())
+        if not ended:
+            ap.error("no scan of 100+ files seen: --after-scan needs a job of 100+ files")
+        whole = (end[0] - ended[0][0], end[1] - ended[0][1])
+        shown = {k: v for k, v in totals.items() if v[0] <= whole[0]}  # not the calls that began before the end
+        label = "after the scan (main process)"
     else:
         whole = run()
         shown = totals

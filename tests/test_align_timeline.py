@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import asdict, astuple
 from datetime import datetime
 from pathlib import Path
 
@@ -125,3 +126,28 @@ def test_worker_only_timeline_and_limit() -> None:
     assert result.alignment_verified is None
     times = [datetime.fromisoformat(e.time_local) for e in result.events if e.time_local]
     assert times == sorted(times)
+
+
+AIS_JOBS = sorted(d.parent for d in (ROOT / "fixtures").glob("*/ais") if (d.parent / "logs").is_dir())
+
+
+@pytest.mark.parametrize("job", AIS_JOBS, ids=lambda p: p.name)
+def test_the_alignment_from_the_spikes_the_ais_evidence_found_equals_the_one_that_finds_them(job: Path) -> None:
+    """diagnose hands the alignment the spikes its AIS pass found per daemon of the index (no second pass over every
+    daemon's stats intervals): per daemon the same spikes in the same order, so the same error onsets and alignment."""
+    from debug_training_logs.analysis import ais_deltas
+    from debug_training_logs.analysis.alignment import _ais_error_onsets
+    from debug_training_logs.analysis.evidence import ais_own, gather_evidence
+
+    own = ais_own(job / "ais")
+    again = ais_deltas.collection_spikes(own.collection)
+    assert set(own.collection.points) <= {d.key for d in own.collection.index.daemons}
+    for daemon in {s.daemon for s in [*own.spikes, *again]}:
+        assert [astuple(s) for s in own.spikes if s.daemon == daemon] == [
+            astuple(s) for s in again if s.daemon == daemon
+        ]
+    assert _ais_error_onsets(own.collection, own.spikes) == _ais_error_onsets(own.collection)
+    ev = gather_evidence(job / "logs", job / "ais")
+    assert ev.ais is not None
+    alone = align(job / "logs", job / "ais", worker=ev.worker.clock, table=ev.nccl.table)
+    assert asdict(ev.ais.alignment) == asdict(alone)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,17 @@ import pytest
 from mcp import Client
 
 from debug_training_logs.server.app import create_server
+from debug_training_logs.tools import budget
 from debug_training_logs.tools.budget import DEFAULT_MAX_TOKENS, Cut, chars_for, compact_json, fit
 from debug_training_logs.tools.registry import all_tools, tool_by_name
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _verified_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every size the budget works out cut by cut is checked against the JSON it stands for."""
+    monkeypatch.setattr(budget, "VERIFY_SIZES", True)
 
 
 def _result(rows: int, templates: int = 0) -> dict[str, Any]:
@@ -139,3 +147,51 @@ def test_overview_groups_files_and_pages_through_all_of_them(tmp_path: Path) -> 
         seen += [f["file"] for f in page["files"]]
         offset += 5
     assert sorted(seen) == sorted(p.name for p in logs.iterdir()) and len(set(seen)) == 12
+
+
+def _nested(seed: int) -> dict[str, Any]:
+    """A result with lists in lists, a large dict, counters of both kinds, escapes and non-ASCII text, and a budget
+    field of its own (a result fitted again)."""
+    rng = random.Random(seed)
+    words = ["rank", "näive", 'quote"d', "back\\slash", "tab\tline\nbreak", "日本", "\u2028", "x" * 40]
+
+    def text() -> str:
+        return " ".join(rng.choice(words) for _ in range(rng.randrange(1, 8)))
+
+    groups = [
+        {
+            "name": text(),
+            "members": [{"rank": r, "why": text()} for r in range(rng.randrange(0, 60))],
+            "members_truncated": rng.randrange(0, 3),
+        }
+        for _ in range(rng.randrange(3, 12))
+    ]
+    out: dict[str, Any] = {
+        "summary": text(),
+        "groups": groups,
+        "groups_truncated": 0,
+        "per_file": {f"node{i:03d}.log": {"lines": rng.randrange(10**6), "note": text()} for i in range(80)},
+        "samples": [text() for _ in range(rng.randrange(50, 300))],
+        "numbers": [rng.random() * 10 ** rng.randrange(-3, 12) for _ in range(200)],
+        "truncated": {"samples": 9, "per_file": 0, "numbers": 99},
+        "verdict": {"culprit_ranks": list(range(50))},
+    }
+    if seed % 2:
+        out["budget"] = {"max_tokens": 1, "estimated_tokens": 1, "omitted": []}
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sizes_worked_out_cut_by_cut_equal_the_json(seed: int) -> None:
+    """The sizes :func:`fit` works out cut by cut equal the compact JSON (checked on every round by the fixture), and
+    the answer fits and keeps each list's head."""
+    data = _nested(seed)
+    for max_tokens in (1000, 2500, 6000):
+        out = fit(data, tool="t", arguments={}, max_tokens=max_tokens)
+        measured = {**out, "budget": {**out["budget"], "estimated_tokens": 0}}  # (as fit measures it)
+        assert out["budget"]["estimated_tokens"] == budget.tokens_of(compact_json(measured))
+        if out["budget"]["omitted"]:
+            assert len(compact_json(measured)) <= chars_for(max_tokens) or not any(
+                len(v) > 1 for v in (out["samples"], out["numbers"], out["groups"])
+            )
+        assert out["samples"] == data["samples"][: len(out["samples"])]

@@ -65,3 +65,66 @@ def test_file_names_and_counts_of_a_job_scan_come_without_unpacking_the_files_sc
     monkeypatch.setattr(memo, "_load", refuse)
     assert job.counts_per_file() == walked
     assert job.log_files() == files
+
+
+def test_the_program_prints_the_whole_answer_and_runs_the_exit_handlers_once() -> None:
+    """The console script's :func:`~debug_training_logs.cli.program` in a real process: the answer printed whole (a
+    pipe's buffer is flushed), the exit handlers run, status 0; bad input still exits 2 with its reason."""
+    code = (
+        "import atexit, sys\n"
+        "from debug_training_logs.cli import program\n"
+        "atexit.register(lambda: print('EXIT HANDLER', file=sys.stderr))\n"
+        "sys.argv = ['debug-training-logs', *sys.argv[1:]]\n"
+        "program()\n"
+    )
+    got = _program(code, "analyze", str(DATA_STALL / "logs"), str(DATA_STALL / "ais"), "--json")
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["verdict"]["category"]  # the whole JSON answer
+    assert got.stderr.count("EXIT HANDLER") == 1
+    bad = _program(code, "analyze", str(DATA_STALL / "no such dir"), "--json")
+    assert bad.returncode == 2 and "does not exist" in bad.stderr and "EXIT HANDLER" in bad.stderr
+    via_module = subprocess.run(
+        [sys.executable, "-m", "debug_training_logs", "grep", str(DATA_STALL / "logs"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert via_module.returncode == 0 and json.loads(via_module.stdout)["summary"]
+
+
+def test_the_program_flushes_runs_the_exit_handlers_then_ends_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In order: the answer, the exit handlers, the streams flushed, ``os._exit(0)``; with another thread running,
+    the normal exit (which waits for it) instead."""
+    import atexit
+    import os
+    import threading
+
+    from debug_training_logs import cli
+
+    calls: list[str] = []
+
+    class Ended(Exception):
+        pass
+
+    def end(status: int) -> None:
+        calls.append(f"exit {status}")
+        raise Ended
+
+    monkeypatch.setattr(cli, "main", lambda: calls.append("main"))
+    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: calls.append("handlers"))
+    monkeypatch.setattr(cli, "_flush", lambda: calls.append("flush"))
+    monkeypatch.setattr(os, "_exit", end)
+    with pytest.raises(Ended):
+        cli.program()
+    assert calls == ["main", "flush", "handlers", "flush", "exit 0"]
+    calls.clear()
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        cli.program()  # returns: the normal exit waits for the other thread
+    finally:
+        stop.set()
+        other.join()
+    assert calls == ["main"]

@@ -108,3 +108,29 @@ def test_a_peers_gloo_error_is_a_consequence_not_a_crash() -> None:
     # the ChildFailedError table says the agent SIGTERMed it (exit -15) while it raised the peer's gloo error
     assert states[0].state == "torn_down" and states[0].exit_code == -15 and "peer" in states[0].why
     assert all(s.state != "crashed" for r, s in states.items() if r != 3)
+
+
+DATA_JOBS = sorted(d.parent.name for d in FIXTURES.glob("*/logs") if d.is_dir())
+
+
+@pytest.mark.parametrize("name", DATA_JOBS)
+def test_data_hits_of_many_ranks_from_one_pass_equal_the_look_up_per_rank(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``data_hits`` of many ranks filters each signal's hits once; the same hits in the same order as looking each
+    rank up, for every rank set a verdict or rule asks (all ranks, some, with duplicates, with and without a bound)."""
+    from debug_training_logs.analysis import evidence as evidence_mod
+
+    ev = evidence(name)
+    everyone = sorted(ev.worker.ranks)
+    hits = [h for s in evidence_mod._DATA_SIGNALS for h in ev.worker.hits(s) if h.earliest is not None]
+    bounds = [None, *(sorted(h.earliest for h in hits)[len(hits) // 2 : len(hits) // 2 + 1])]
+    asks = [everyone, everyone[::2], everyone[:12] + everyone[:3], list(reversed(everyone))]
+    for ranks in asks:
+        for until in bounds:
+            with monkeypatch.context() as m:
+                m.setattr(evidence_mod, "DATA_HITS_BY_RANK", 0)  # one pass whenever the ranks are distinct
+                got = evidence_mod.data_hits(ev, ranks, until)
+                m.setattr(evidence_mod, "DATA_HITS_BY_RANK", 1 << 30)  # every rank looked up
+                want = evidence_mod.data_hits(ev, ranks, until)
+            assert [(h.signal, h.file, h.line) for h in got] == [(h.signal, h.file, h.line) for h in want], ranks

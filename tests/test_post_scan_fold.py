@@ -340,7 +340,7 @@ SIGTERM_LINE = (
 
 def test_parse_lines_reads_each_line_as_the_facts_need() -> None:
     """One kept line each: an agent's SIGTERM, an own exception, a victim exception, a traceback header, a line of a
-    local rank the tee prefix pairs with its global rank, and a line with no rank."""
+    local rank the tee prefix pairs with its global rank, and a line with no rank (left out: no fact reads it)."""
     lines = [
         (1, "[default1]:[rank3]: starting"),
         (2, SIGTERM_LINE),
@@ -352,13 +352,14 @@ def test_parse_lines_reads_each_line_as_the_facts_need() -> None:
     ]
     local_to_global, per_line = launcher.parse_lines(lines, [])
     assert local_to_global[1] == 3
-    pids = [p for p, *_ in per_line]
-    ranks = [r for _p, _e, r, _g, _o in per_line]
+    assert [lines[k][0] for k, *_ in per_line] == [1, 2, 3, 4, 5, 6]  # in order, the rankless non-agent line left out
+    pids = [p for _k, p, *_ in per_line]
+    ranks = [r for _k, _p, _e, r, _g, _o in per_line]
     own = [o for *_, o in per_line]
-    assert pids == [None, 4242, None, None, None, None, None]
-    assert per_line[1][1] is not None and per_line[1][1].signal == "SIGTERM"
-    assert ranks == [3, None, 3, 3, 3, 3, None]
-    assert own == [False, False, True, False, False, True, False]
+    assert pids == [None, 4242, None, None, None, None]
+    assert per_line[1][2] is not None and per_line[1][2].signal == "SIGTERM"
+    assert ranks == [3, None, 3, 3, 3, 3]
+    assert own == [False, False, True, False, False, True]
 
 
 PREP_JOBS = sorted(d for d in FIXTURES.rglob("logs") if d.is_dir())

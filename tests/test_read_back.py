@@ -194,3 +194,55 @@ def test_a_line_longer_than_a_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with monkeypatch.context() as m:  # no checkpoints known (an empty cache): read from the top
         m.setattr(scan, "MEMO", Memo())
         assert scan.checkpoints_for(s.file) is None and lines_at(s.file, wanted) == got
+
+
+def _resolving_safe_path(root: Path, rel: str) -> Path | None:
+    """What :func:`read_back.safe_path` means, by resolving the whole path every time."""
+    try:
+        p = (root / rel).resolve()
+    except (OSError, RuntimeError):
+        return None
+    return p if p.is_relative_to(root.resolve()) and p.is_file() else None
+
+
+def test_safe_path_matrix(tmp_path: Path) -> None:
+    """A citation's file under the logs: plain names, subdirectories, ``.``/``..`` parts, symlinks inside and out, a
+    directory, a missing file, an absolute path; the same answer as resolving the whole path, with and without the
+    root resolved by the caller, through a symlinked root too."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.log").write_text("x\n")
+    root = tmp_path / "logs"
+    (root / "node1").mkdir(parents=True)
+    (root / "a.log").write_text("a\n")
+    (root / "node1" / "b.log").write_text("b\n")
+    (root / "in_link.log").symlink_to(root / "a.log")
+    (root / "out_link.log").symlink_to(outside / "secret.log")
+    (root / "dir_link").symlink_to(outside)
+    (root / "node_link").symlink_to(root / "node1")
+    (tmp_path / "root_link").symlink_to(root)
+    rels = [
+        "a.log",
+        "node1/b.log",
+        "node1/../a.log",
+        "./a.log",
+        "node1//b.log",
+        "../outside/secret.log",
+        "in_link.log",
+        "out_link.log",
+        "dir_link/secret.log",
+        "node_link/b.log",
+        "node1",
+        "missing.log",
+        "node1/missing/b.log",
+        "a.log/b.log",
+        str(root / "a.log"),
+        str(outside / "secret.log"),
+    ]
+    for base in (root, tmp_path / "root_link"):
+        for rel in rels:
+            want = _resolving_safe_path(base, rel)
+            assert read_back.safe_path(base, rel) == want, (base, rel)
+            assert read_back.safe_path(base, rel, base.resolve()) == want, (base, rel)
+    assert read_back.safe_path(root, "a.log") == (root / "a.log").resolve()
+    assert read_back.safe_path(root, "out_link.log") is None and read_back.safe_path(root, "in_link.log") is not None

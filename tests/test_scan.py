@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import gzip
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import re2
@@ -165,6 +167,35 @@ def test_required_literals_are_conservative() -> None:
     assert required_literals(r"(?i)abc") is None  # global flags: leave it to the DFA
     assert required_literals(r"[[:alpha:]]x") is None  # POSIX class: parsers disagree
     assert required_literals(r"a?b*") is None
+
+
+@pytest.mark.parametrize("ignore_case", [False, True])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Connection reset by peer",
+        "WorkNCCL(",
+        "Timeout(ms)=",
+        "  time      : ",
+        "op.preamble.length <= op.nbytes",
+        "[rank3]:[E ProcessGroupNCCL.cpp:1234] a-b_c#d%e&f'g\"h/i;j<k>l=m@n`o~p",
+        "x",
+        "[:alpha:]",
+    ],
+)
+def test_an_escaped_literal_needs_what_its_parse_needs(text: str, ignore_case: bool) -> None:
+    """The plain-literal shortcut of :func:`required_literals` gives what reading the pattern's parse gives."""
+    from debug_training_logs.logs.scan import _parsed_literals
+
+    def texts(got: list[list[Any]] | None) -> list[list[tuple[str, bool]]] | None:
+        return None if got is None else [[(lit.text, lit.fold) for lit in b] for b in got]
+
+    pattern = re.escape(text)
+    if "[:" in pattern:  # refused before either is tried (a POSIX class to RE2)
+        assert required_literals(pattern, ignore_case) is None
+        return
+    assert texts(required_literals(pattern, ignore_case)) == texts(_parsed_literals(pattern, ignore_case))
+    assert texts(required_literals(pattern, ignore_case)) == [[(text, ignore_case)]]
 
 
 def test_a_literal_run_before_an_alternation_joins_each_alternative() -> None:

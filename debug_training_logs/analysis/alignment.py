@@ -296,10 +296,13 @@ def align(
     worker: WorkerClock | None = None,
     table: NcclTable | None = None,
     collection: ais_deltas.AisCollection | None = None,
+    spikes: Sequence[ais_deltas.Spike] | None = None,
 ) -> Alignment:
     """Measure worker-minus-AIS clock offset by every applicable method (see module docstring).
 
-    ``worker``, ``table`` and ``collection`` let a caller that already scanned the logs pass its results in.
+    ``worker``, ``table`` and ``collection`` let a caller that already scanned the logs pass its results in;
+    ``spikes``: the collection's spikes of the default counters when the caller found them already (every daemon
+    with stats: :func:`~debug_training_logs.analysis.ais_deltas.collection_spikes`' per daemon).
     """
     from debug_training_logs.analysis import ais_deltas
 
@@ -375,7 +378,7 @@ def align(
 
     # Error onset: first worker data error (or the stall onset) vs the first data-path error on a spiking daemon.
     onset = worker.first_data_error() or _stall_onset(table, worker.inventory.year_hint)
-    for daemon_key, first, ev in _ais_error_onsets(collection):
+    for daemon_key, first, ev in _ais_error_onsets(collection, spikes):
         if onset is None:
             break
         raw = _hours(onset[0] - first)
@@ -395,11 +398,15 @@ def align(
     return _conclude(methods, index, ais_zone, ais_utc, worker_zone, bool(worker.untimed_data_errors()))
 
 
-def _ais_error_onsets(collection: ais_deltas.AisCollection) -> list[tuple[str, datetime, Evidence]]:
-    """Per daemon whose error counters spiked: its first data-path W/E line (or the spike interval's end)."""
+def _ais_error_onsets(
+    collection: ais_deltas.AisCollection, spikes: Sequence[ais_deltas.Spike] | None = None
+) -> list[tuple[str, datetime, Evidence]]:
+    """Per daemon whose error counters spiked: its first data-path W/E line (or the spike interval's end); ``spikes``:
+    the collection's spikes when known already."""
     from debug_training_logs.analysis import ais_deltas
 
-    spikes = ais_deltas.collection_spikes(collection)
+    if spikes is None:
+        spikes = ais_deltas.collection_spikes(collection)
     spiking: dict[str, ais_deltas.Spike] = {}
     for sp in spikes:
         if sp.counter.startswith("err.") and (sp.daemon not in spiking or sp.start < spiking[sp.daemon].start):

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import functools
 import re
-import statistics
 from array import array
 from bisect import bisect_left
 from collections import defaultdict
@@ -1067,11 +1066,50 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
     def rank_of(rel: str, r: int | None) -> int | None:
         return r if r is not None else single_rank.get(rel)
 
-    kept: dict[str, dict[tuple[str, int], Hit]] = defaultdict(dict)
+    kept: dict[str, list[Hit]] = {}
+    """Per signal: the kept hits, file by file; one per line (a file's digest keeps a line's first hit only, and the
+    first raw hit of a line is kept below): sorted once all are in."""
     counts: dict[str, int] = defaultdict(int)
     counts_by_rank: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     first_by_rank: dict[str, dict[int, Hit]] = defaultdict(dict)
     last_by_rank: dict[str, dict[int, Hit]] = defaultdict(dict)
+
+    def fold_counts(name: str, rel: str, by_rank: dict[int | None, int]) -> None:
+        """One file's counts per rank of signal ``name`` into the job's."""
+        per_rank = counts_by_rank[name]
+        if None not in by_rank and per_rank.keys().isdisjoint(by_rank):  # (ranks no other file had: most files)
+            per_rank.update(by_rank)  # type: ignore[arg-type]
+            return
+        single = single_rank.get(rel)
+        for r, n in by_rank.items():
+            rr = r if r is not None else single
+            if rr is not None:
+                per_rank[rr] += n
+
+    def fold_digest(name: str, rel: str, sd: _SignalDigest, hits: list[Hit]) -> None:
+        """One file's digest of signal ``name`` (``hits``: its hits as the job sees them) into the job's firsts,
+        lasts and counts per rank."""
+        first, last = sd.first, sd.last
+        job_firsts, job_lasts = first_by_rank[name], last_by_rank[name]
+        # Ranks no other file had (most files): their hits go in as they are, in the same order the loop of
+        # fold_ranks would put them (a key is a hit's own rank: only a line without one takes the file's rank)
+        if (
+            None not in first
+            and None not in last
+            and job_firsts.keys().isdisjoint(first)
+            and job_lasts.keys().isdisjoint(last)
+        ):
+            job_firsts.update(zip(first, map(hits.__getitem__, first.values()), strict=True))  # type: ignore[arg-type]
+            job_lasts.update(zip(last, map(hits.__getitem__, last.values()), strict=True))  # type: ignore[arg-type]
+            fold_counts(name, rel, sd.count_by_rank)
+            return
+        fold_ranks(
+            name,
+            rel,
+            (hits[i] for i in first.values()),
+            (hits[i] for i in last.values()),
+            sd.count_by_rank,
+        )
 
     def fold_ranks(
         name: str, rel: str, firsts: Iterable[Hit], lasts: Iterable[Hit], by_rank: dict[int | None, int]
@@ -1090,12 +1128,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
                 prev = job_lasts.get(r)
                 if prev is None or _order_key(prev) < _order_key(h):
                     job_lasts[r] = h
-        per_rank = counts_by_rank[name]
-        single = single_rank.get(rel)
-        for r, n in by_rank.items():
-            rr = r if r is not None else single
-            if rr is not None:
-                per_rank[rr] += n
+        fold_counts(name, rel, by_rank)
 
     clock_facts: list[tuple[str, WorkerClockFacts]] = []
     series: dict[str, dict[int, _SeriesBuilder]] = {"step": {}, "memory": {}}
@@ -1121,16 +1154,12 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
                 counts[name] += sd.count
                 hits = _job_hits(sd, digest.year, year, single_rank.get(rel))
                 if hits:
-                    kept_here = kept[name]
-                    for h in hits:  # one per line
-                        kept_here[(rel, h.line)] = h
-                fold_ranks(
-                    name,
-                    rel,
-                    (hits[i] for i in sd.first.values()),
-                    (hits[i] for i in sd.last.values()),
-                    sd.count_by_rank,
-                )
+                    so_far = kept.get(name)
+                    if so_far is None:
+                        kept[name] = list(hits)
+                    else:
+                        so_far.extend(hits)
+                fold_digest(name, rel, sd, hits)
             fh_hosts = digest.rank_host
         if fh is not None:
             fh_hosts = fh.rank_host
@@ -1140,10 +1169,11 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
             counts[name] += t.count
             raws = [*t.samples, *t.first_by_rank.values(), *t.last_by_rank.values()]
             if raws:
-                kept_here = kept[name]
+                here: dict[int, Hit] = {}
                 for raw in raws:
-                    if (rel, raw.line) not in kept_here:  # the first raw hit of a line is kept
-                        kept_here[(rel, raw.line)] = hit(name, rel, raw)
+                    if raw.line not in here:  # the first raw hit of a line is kept
+                        here[raw.line] = hit(name, rel, raw)
+                kept.setdefault(name, []).extend(here.values())
             fold_ranks(
                 name,
                 rel,
@@ -1152,13 +1182,15 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
                 t.count_by_rank,
             )
         for key in ("step", "memory"):
+            per_rank = series[key]
             for r, arrays in fseries.arrays.get(key, {}).items():
-                rr = rank_of(rel, r)
+                rr = r if r is not None else single_rank.get(rel)
                 if rr is not None:
-                    b = series[key].get(rr)
+                    b = per_rank.get(rr)
                     if b is None:
-                        b = series[key][rr] = _SeriesBuilder()
-                    b.add_arrays(rel, *arrays)
+                        per_rank[rr] = _SeriesBuilder.of_arrays(rel, *arrays)
+                    else:
+                        b.add_arrays(rel, *arrays)
             for r, points in fseries.raw.get(key, {}).items():
                 rr = rank_of(rel, r)
                 if rr is not None:
@@ -1173,7 +1205,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
         root=job.root,
         job=job,
         year=year,
-        tallies={name: sorted(k.values(), key=_order_key) for name, k in kept.items()},
+        tallies={name: sorted(k, key=_order_key) for name, k in kept.items()},
         counts=dict(counts),
         counts_by_rank={k: dict(v) for k, v in counts_by_rank.items()},
         first_by_rank=dict(first_by_rank),
@@ -1184,7 +1216,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
         memory_mb={r: b.points() for r, b in series["memory"].items()},
         file_end=_file_ends(job, single_rank, conv),
         rank_host={r: h for r, (n, h) in hosts.items() if inv.world_size is None or n == inv.world_size},
-        file_host=_slurmstepd_hosts(kept.get("slurm_cancel", {}).values()),
+        file_host=_slurmstepd_hosts(kept.get("slurm_cancel", [])),
     )
 
 
@@ -1203,8 +1235,17 @@ class _SeriesBuilder:
         self.lines = array("q")
         self.times = array("q")
         self.values = array("d")
+        self.borrowed = False
+        """Whether the arrays are a file's own (:meth:`of_arrays`): copied before anything is added to them."""
+
+    def _own(self) -> None:
+        if self.borrowed:
+            self.lines, self.times = array("q", self.lines), array("q", self.times)
+            self.values = array("d", self.values)
+            self.borrowed = False
 
     def add(self, rel: str, points: list[tuple[int, WallTime | None, float]], year: int) -> None:
+        self._own()
         if not self.rels or self.rels[-1] != rel:
             self.rels.append(rel)
         k = len(self.rels) - 1
@@ -1217,12 +1258,22 @@ class _SeriesBuilder:
 
     def add_arrays(self, rel: str, lines: array[int], times: array[int], values: array[float]) -> None:
         """The points of one file, as :class:`_FileSeries` holds them (times already on the worker clock)."""
+        self._own()
         if not self.rels or self.rels[-1] != rel:
             self.rels.append(rel)
         self.rel_at.extend(array("l", [len(self.rels) - 1]) * len(lines))
         self.lines.extend(lines)
         self.times.extend(times)
         self.values.extend(values)
+
+    @staticmethod
+    def of_arrays(rel: str, lines: array[int], times: array[int], values: array[float]) -> _SeriesBuilder:
+        """A builder holding one file's points (:meth:`add_arrays` on a new one), the file's arrays taken as they are
+        (a rank's series comes from one file in most jobs: no copy)."""
+        b = _SeriesBuilder.__new__(_SeriesBuilder)
+        b.rels, b.rel_at, b.lines, b.times, b.values = [rel], array("l", [0]) * len(lines), lines, times, values
+        b.borrowed = True
+        return b
 
     def points(self) -> PointSeries:
         """The points in (file, line) order (stable: equal keys keep the order they came in)."""
@@ -1336,13 +1387,18 @@ def nccl_state(worker: WorkerEvidence, early: dict[int, EarlyNccl] | None = None
     cited: dict[str, set[int]] = defaultdict(set)  # the lines the rows cite, by file
     for row in table.rows:
         cited[row.file or ""].add(row.line or 0)
-    texts: dict[tuple[str, int], str] = {}
+    texts: dict[str, dict[int, str]] = {}  # file -> line -> text, of the cited lines
     for fe in files:
         lines = cited.get(fe.rel)
         if lines:
-            for h in fe.hits:
-                if h.line in lines:
-                    texts[(fe.rel, h.line)] = h.text
+            texts[fe.rel] = {h.line: h.text for h in fe.hits if h.line in lines}
+    times: dict[str | None, datetime | None] = {}  # the rows cite a few distinct seconds: each parsed once
+
+    def table_time(text: str | None) -> datetime | None:
+        if text not in times:
+            times[text] = _table_time(text, year)
+        return times[text]
+
     rows = [
         NcclRow(
             rank=r.rank,
@@ -1357,11 +1413,11 @@ def nccl_state(worker: WorkerEvidence, early: dict[int, EarlyNccl] | None = None
             signal=r.signal,
             first_to_dump=r.signalled_dump,  # the local "First PG on this rank to signal dumping" line
             dump_signal_from_rank=r.dump_signal_from_rank,
-            timeout_time=_table_time(r.timeout_time, year),
-            collective_start_time=_table_time(r.collective_start_time, year),
+            timeout_time=table_time(r.timeout_time),
+            collective_start_time=table_time(r.collective_start_time),
             file=r.file or "",
             line=r.line or 0,
-            text=texts.get((r.file or "", r.line or 0), ""),
+            text=texts.get(r.file or "", {}).get(r.line or 0, ""),
         )
         for r in table.rows
     ]
@@ -1546,7 +1602,17 @@ def gather_ais_evidence(
     if own is None:
         own = ais_own(ais_dir)
     collection = own.collection
-    alignment = align(worker.root, ais_dir, worker=worker.clock, table=nccl.table, collection=collection)
+    # the alignment's error onsets read the spikes ais_own found per daemon of the index: the same as found again per
+    # daemon of the stats series (a daemon's spikes depend on its own series alone) when those are the index's
+    with_stats = set(collection.points) <= {d.key for d in collection.index.daemons}
+    alignment = align(
+        worker.root,
+        ais_dir,
+        worker=worker.clock,
+        table=nccl.table,
+        collection=collection,
+        spikes=own.spikes if with_stats else None,
+    )
     return AisEvidence(
         root=collection.index.root,
         index=collection.index,
@@ -1760,7 +1826,7 @@ def series_jumps(series: Series, factor: float) -> list[SeriesJump]:
         if len(points) < SERIES_BASELINE_POINTS + SERIES_SUSTAIN_POINTS:
             continue
         values = _values(points)
-        baseline = statistics.median(values[:SERIES_BASELINE_POINTS])
+        baseline = _median(values[:SERIES_BASELINE_POINTS])
         if baseline <= 0:
             continue
         run = 0
@@ -1775,6 +1841,15 @@ def series_jumps(series: Series, factor: float) -> list[SeriesJump]:
                 out.append(SeriesJump(rank, rel, baseline, peak, ln, t, f"{baseline:.0f} -> {peak:.0f}"))
                 break
     return out
+
+
+def _median(values: Sequence[float]) -> float:
+    """``statistics.median`` of a few values (the same value, without its checks and conversions: once per rank)."""
+    data = sorted(values)
+    n = len(data)
+    if n % 2:
+        return data[n // 2]
+    return (data[n // 2 - 1] + data[n // 2]) / 2
 
 
 def _values(points: Sequence[tuple[str, int, datetime | None, float]]) -> Sequence[float]:
@@ -2034,15 +2109,30 @@ _DATA_SIGNALS = ("data_error", "retry_exhausted", "io_timeout")
 def data_hits(ev: JobEvidence, ranks: Iterable[int], until: datetime | None) -> list[Hit]:
     """Data-loading/storage error lines of ``ranks`` not proven to come after ``until`` (NCCL lines excluded)."""
     out: list[Hit] = []
+    ranks = list(ranks)
+    wanted = set(ranks)
+    if len(ranks) > DATA_HITS_BY_RANK and len(wanted) == len(ranks):
+        # many ranks (often all of them): one pass over each signal's hits instead of one look-up per rank and
+        # signal; the same hits, and the same order once sorted (the ties, one line of several signals, come in
+        # signal order either way)
+        for s in _DATA_SIGNALS:
+            out += [h for h in ev.worker.hits(s) if h.rank in wanted and _data_hit_before(h, until)]
+        return sorted(out, key=_order_key)
     for r in ranks:
         for s in _DATA_SIGNALS:
-            for h in ev.worker.hits(s, r):
-                if "NCCL" in h.text or "ProcessGroupNCCL" in h.text:
-                    continue
-                if until is not None and h.earliest is not None and h.earliest > until:
-                    continue
-                out.append(h)
+            out += [h for h in ev.worker.hits(s, r) if _data_hit_before(h, until)]
     return sorted(out, key=_order_key)
+
+
+DATA_HITS_BY_RANK = 8
+"""Up to this many ranks, :func:`data_hits` looks each rank's hits up; beyond, it filters every hit once."""
+
+
+def _data_hit_before(h: Hit, until: datetime | None) -> bool:
+    """Whether a data signal's hit counts for :func:`data_hits`: no NCCL line, not proven to come after ``until``."""
+    if "NCCL" in h.text or "ProcessGroupNCCL" in h.text:
+        return False
+    return until is None or h.earliest is None or not h.earliest > until
 
 
 PER_STEP_COLLECTIVES = 3
@@ -2296,16 +2386,18 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
         mine = rows.get(r, [])
         trig = fatal.get(r, [])
         pending = [x for x in mine if (x.pending or 0) > 0]
-        hb = next((t for t in trig if t.category == "watchdog_hang"), None)
-        top = next(
-            (
-                t
-                for t in trig
-                if t.category in ("cuda_oom", "cuda_error")
-                or (_matches("exception", t.hit.text) and _ends_traceback(w, t.hit))
-            ),
-            None,
-        )
+        hb = top = None
+        if trig:  # (most ranks have no crash trigger)
+            hb = next((t for t in trig if t.category == "watchdog_hang"), None)
+            top = next(
+                (
+                    t
+                    for t in trig
+                    if t.category in ("cuda_oom", "cuda_error")
+                    or (_matches("exception", t.hit.text) and _ends_traceback(w, t.hit))
+                ),
+                None,
+            )
         ex = exits.get(r)
         code = ex.exit_code if ex is not None else None
         if r in n.exited_with_error and code is None:
@@ -2395,7 +2487,7 @@ def _peer_error(w: WorkerEvidence, rank: int) -> Hit | None:
 
 
 def _row_hit(x: NcclRow) -> Hit:
-    return Hit("nccl", x.file, x.line, x.text, x.rank, x.timeout_time)
+    return _new_evidence_hit("nccl", x.file, x.line, x.text, x.rank, x.timeout_time, None, None)  # (once per rank)
 
 
 def order_by_bounds(h: Hit, t: datetime | None) -> bool | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -511,8 +512,12 @@ def _missing_intervals(world_size: int | None, present: set[int]) -> list[tuple[
     if world_size is None or world_size <= 0:
         return []
     out: list[tuple[int, int]] = []
+    ranks = sorted(present)
+    ranks = ranks[bisect_left(ranks, 0) : bisect_left(ranks, world_size)]
+    if len(ranks) == world_size:  # (distinct ranks: every one is there, the usual case)
+        return out
     nxt = 0
-    for r in sorted(r for r in present if 0 <= r < world_size):
+    for r in ranks:
         if r > nxt:
             out.append((nxt, r - 1))
         nxt = r + 1

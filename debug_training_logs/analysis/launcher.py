@@ -424,13 +424,15 @@ _AGENT_EVENTS = (
 )
 """The torchrun (and SLURM cancel) events :func:`_facts` reads (any other parse of a line is dropped)."""
 
-_Parsed = tuple[dict[int, int], list[tuple[int | None, Any, int | None, Any, bool]]]
+_Parsed = tuple[dict[int, int], list[tuple[int, int | None, Any, int | None, Any, bool]]]
 
 
 def parse_lines(lines: list[tuple[int, str]], file_tables: list[torchrun.ChildFailedTable]) -> _Parsed:
     """What :func:`_facts` reads of each kept line of one file, parsed once: (the file's local -> global ranks, per
-    line (agent PID, torchrun event, global rank, gloo mismatch or victim error, an own exception line)). Run in the
-    scan's worker (:func:`~debug_training_logs.analysis.attempts.refine_launcher`), or here for a replayed attempt."""
+    line that names an agent PID, a torchrun event or a global rank, in order: (its index in ``lines``, agent PID,
+    torchrun event, global rank, gloo mismatch or victim error, an own exception line)); the other lines say nothing
+    :func:`_facts` reads (most kept lines: a 1,024-rank job's 7,000 lines have ~400 such). Run in the scan's worker
+    (:func:`~debug_training_logs.analysis.attempts.refine_launcher`), or here for a replayed attempt."""
     local_to_global: dict[int, int] = {}
     for _no, text in lines:  # '[default1]:[rank3]: ...' pairs a tee prefix with its global rank
         lm, gm = _LOCAL_PREFIX.match(text), _GLOBAL_RANK.search(text)
@@ -439,8 +441,8 @@ def parse_lines(lines: list[tuple[int, str]], file_tables: list[torchrun.ChildFa
     for t in file_tables:
         for f in t.failures:
             local_to_global[f.local_rank] = f.rank
-    per_line: list[tuple[int | None, Any, int | None, Any, bool]] = []
-    for _no, text in lines:
+    per_line: list[tuple[int, int | None, Any, int | None, Any, bool]] = []
+    for k, (_no, text) in enumerate(lines):
         pm = _AGENT_LINE.match(text)
         ev: object = torchrun.parse_line(text)
         if ev is None:
@@ -454,7 +456,10 @@ def parse_lines(lines: list[tuple[int, str]], file_tables: list[torchrun.ChildFa
                 g = None
                 own = bool(_EXC_LINE.search(text)) and not text.rstrip().endswith("Traceback (most recent call last):")
                 own = own and not _VICTIM_EXCEPTIONS.search(text)
-        per_line.append((int(pm.group(1)) if pm else None, ev if isinstance(ev, _AGENT_EVENTS) else None, rank, g, own))
+        pid = int(pm.group(1)) if pm else None
+        event = ev if isinstance(ev, _AGENT_EVENTS) else None
+        if pid is not None or event is not None or rank is not None:
+            per_line.append((k, pid, event, rank, g, own))
     return local_to_global, per_line
 
 
@@ -464,7 +469,8 @@ def _agent(
     """One file's agent facts from its parsed lines (:func:`parse_lines`), and the PIDs its agent SIGTERMed."""
     agent = AgentFacts(file=rel, node=_node_of(rel, file_tables))
     torn_pids: set[int] = set()
-    for (no, text), (pid, ev, _rank, _g, _own) in zip(lines, per_line, strict=True):
+    for k, pid, ev, _rank, _g, _own in per_line:
+        no, text = lines[k]
         if pid is not None:
             agent.pids.add(pid)
         if ev is None:  # (most kept lines are a rank's)
@@ -518,9 +524,10 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
         agents.append(agent)
         for t in file_tables:
             tables.append((rel, t))
-        for (no, text), (_pid, _event, rank, g, own) in zip(lines, per_line, strict=True):
+        for k, _pid, _event, rank, g, own in per_line:
             if rank is None:
                 continue
+            no, text = lines[k]
             if g is not None:  # a gloo mismatch or a victim's error (parse_lines keeps no other)
                 if isinstance(g, gloo.CollectiveMismatch):
                     mismatches.append((rank, g, _ev(rel, no, text)))
@@ -539,7 +546,7 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
                 rf.own_error = _ev(rel, no, text)  # the last one wins: the outermost exception line
                 if len(rf.errors) < MAX_ERRORS_PER_RANK:
                     rf.errors.append(rf.own_error)
-        text_at = dict(lines)
+        text_at = dict(lines) if file_tables else {}
         failed_line = {
             local_to_global[w.local_rank]: (no, w) for no, w in agent.worker_failed if w.local_rank in local_to_global
         }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import mmap
 import os
+import stat
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -71,15 +72,42 @@ class LineAt(TimeBounds):
     """The time of the nearest later line that has one (an upper bound)."""
 
 
-def safe_path(root: Path, rel: str) -> Path | None:
-    """``root/rel`` when it stays inside ``root`` and is a file, else None (a citation may not point elsewhere)."""
+def safe_path(root: Path, rel: str, resolved_root: Path | None = None) -> Path | None:
+    """``root/rel`` when it stays inside ``root`` and is a file, else None (a citation may not point elsewhere);
+    ``resolved_root``: ``root.resolve()`` when the caller has it (several files under one root)."""
+    base = resolved_root if resolved_root is not None else root.resolve()
+    known, plain = _plain_file_below(base, rel)
+    if known:
+        return plain
     try:
         p = (root / rel).resolve()
     except (OSError, RuntimeError):
         return None
-    if not p.is_relative_to(root.resolve()) or not p.is_file():
+    if not p.is_relative_to(base) or not p.is_file():
         return None
     return p
+
+
+def _plain_file_below(base: Path, rel: str) -> tuple[bool, Path | None]:
+    """(known, path): ``base/rel`` when ``base`` is resolved, ``rel`` is relative with no ``.``/``..``/empty part,
+    no part of it is a symlink and it is a regular file: then it is what resolving it gives, inside ``base`` (one
+    ``lstat`` per part of ``rel`` instead of one per part of the whole path, twice); None when such a path names no
+    file (not a regular file, a part missing or not a directory). Not known (False): resolve it."""
+    parts = rel.split("/")
+    if "" in parts or "." in parts or ".." in parts:
+        return False, None
+    at = str(base)
+    try:
+        for part in parts:
+            at = f"{at}/{part}" if at != "/" else f"/{part}"
+            mode = os.lstat(at).st_mode
+            if stat.S_ISLNK(mode):
+                return False, None
+    except (FileNotFoundError, NotADirectoryError):
+        return True, None
+    except OSError:
+        return False, None
+    return True, Path(at) if stat.S_ISREG(mode) else None
 
 
 def read_lines(root: Path, wanted: dict[str, set[int]], year: int | None) -> dict[tuple[str, int], LineAt]:
@@ -88,12 +116,18 @@ def read_lines(root: Path, wanted: dict[str, set[int]], year: int | None) -> dic
     scan speed: only chunks that hold a wanted line are split into lines (:data:`nearest_time.TIMESTAMP` finds the
     neighbours). Files outside ``root`` or missing are left out of the answer (the caller reports them)."""
     out: dict[tuple[str, int], LineAt] = {}
+    base = root.resolve() if wanted else root
     for rel, lines in wanted.items():
-        path = safe_path(root, rel)
+        path = safe_path(root, rel, base)
         if path is None or not lines:
             continue
-        lf = LogFile(path, rel, path.stat().st_size, sniff_compression(path))
-        out.update(_read_file_lines(lf, lines, year or WORKER_FALLBACK_YEAR))
+        # a file the scan recorded checkpoints for, unchanged since (one stat), is a plain one of that size
+        cp = checkpoints_for(LogFile(path, rel, 0, "none"))
+        if cp is not None:
+            lf = LogFile(path, rel, cp.stamp[0], "none")
+        else:
+            lf = LogFile(path, rel, path.stat().st_size, sniff_compression(path))
+        out.update(_read_file_lines(lf, lines, year or WORKER_FALLBACK_YEAR, cp))
         for m in lines:
             out.setdefault((rel, m), LineAt(rel, m, None, None, None, None))
     return out
@@ -108,11 +142,15 @@ class _FromTheTop(Exception):
     """The nearest timed line before a checkpoint is one the reader cuts (longer than a chunk): read from the top."""
 
 
-def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str, int], LineAt]:
+def _read_file_lines(
+    lf: LogFile, lines: set[int], year: int, cp: Checkpoints | None = None
+) -> dict[tuple[str, int], LineAt]:
     """The wanted lines of one file with their own time and the times of the nearest timed lines around them: read
     from the nearest scan checkpoint before each group of wanted lines when the file is as the scan saw it
-    (:func:`~debug_training_logs.logs.scan.checkpoints_for`), else from the top (compressed or changed files)."""
-    cp = checkpoints_for(lf)
+    (:func:`~debug_training_logs.logs.scan.checkpoints_for`, or ``cp`` when the caller found them), else from the
+    top (compressed or changed files)."""
+    if cp is None:
+        cp = checkpoints_for(lf)
     if cp is not None:
         try:
             return _read_lines_from(lf, lines, year, cp)
@@ -122,6 +160,7 @@ def _read_file_lines(lf: LogFile, lines: set[int], year: int) -> dict[tuple[str,
 
 
 _UNSET: Any = object()
+_KEEP: Any = object()
 
 
 def _read_lines_from(lf: LogFile, lines: set[int], year: int, cp: Checkpoints | None) -> dict[tuple[str, int], LineAt]:
@@ -148,6 +187,9 @@ def _read_lines_from(lf: LogFile, lines: set[int], year: int, cp: Checkpoints | 
                 # the timestamped lines next to each target, found by searching the chunk's bytes from the target
                 # (TIMESTAMP never spans a newline), not by testing every line of the chunk; lines are located by
                 # their byte offsets, the chunk split only up to its last target
+                # what the chunk's last timestamped line makes of ``carry`` when the searches below tell it: _KEEP
+                # for a chunk without one; else it is searched for, and only when another chunk follows
+                chunk_carry: Any = _UNSET
                 if open_:
                     first = _next_stamped(chunk, 0)
                     if first is not None:
@@ -155,6 +197,8 @@ def _read_lines_from(lf: LogFile, lines: set[int], year: int, cp: Checkpoints | 
                         for w in open_:
                             upper[w] = t
                         open_ = []
+                    else:
+                        chunk_carry = _KEEP
                 if targets:
                     raws = chunk.split(b"\n", targets[-1] - base)  # ..., the last target's line, the rest
                     at = done = 0  # the byte offset of line ``done``
@@ -164,7 +208,8 @@ def _read_lines_from(lf: LogFile, lines: set[int], year: int, cp: Checkpoints | 
                         done = j
                         raw = raws[j]
                         text = strip_ansi(decode(raw[:MAX_LINE_CHARS])).rstrip("\r")
-                        own = _stamp(raw, year) if TIMESTAMP.search(raw) else None
+                        stamped = TIMESTAMP.search(raw) is not None
+                        own = _stamp(raw, year) if stamped else None
                         found[w] = (text, own)
                         before = _last_stamped(chunk, at)
                         after = _next_stamped(chunk, at + len(raw) + 1)
@@ -176,9 +221,8 @@ def _read_lines_from(lf: LogFile, lines: set[int], year: int, cp: Checkpoints | 
                             upper[w] = _stamp(_line_at(chunk, after), year)
                         else:
                             open_.append(w)
-                raw_last = _last_stamped_line(chunk)
-                if raw_last is not None:
-                    carry = _stamp(raw_last, year)
+                            if w == targets[-1]:  # no timestamp after it: the chunk's last one is known
+                                chunk_carry = own if stamped else lower[w] if before is not None else _KEEP
                 base += lines_here
                 if i >= len(todo) and not open_:
                     break
@@ -187,6 +231,12 @@ def _read_lines_from(lf: LogFile, lines: set[int], year: int, cp: Checkpoints | 
                     break
                 if cp is not None and not open_ and cp.seek(todo[i])[1] > base:
                     break  # the next wanted line is nearer another checkpoint
+                if chunk_carry is _UNSET:
+                    raw_last = _last_stamped_line(chunk)
+                    if raw_last is not None:
+                        carry = _stamp(raw_last, year)
+                elif chunk_carry is not _KEEP:
+                    carry = chunk_carry
             else:
                 break  # the file ended
         finally:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
+from debug_training_logs.formats.lazy_re import LazyPattern
 from debug_training_logs.frozen import native_positional as _native_positional
 from debug_training_logs.frozen import positional as _positional
 from debug_training_logs.logs import fields as _fields
@@ -90,7 +91,7 @@ NEEDLES: Final[tuple[str, ...]] = (
 # Regexes (run only on candidate lines).
 # --------------------------------------------------------------------------------------------------------------------
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_ANSI = LazyPattern(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def _ws(pattern: str) -> str:
@@ -117,7 +118,7 @@ _GLOG_SECONDS = re.compile(r":\d\d\.\d{6} ")
 every position of a long line without a glog header."""
 _GLOBAL_RANK = re.compile(r"\[rank(\d+)\]:")
 
-_PG_PREFIX = re.compile(
+_PG_PREFIX = LazyPattern(
     _ws(
         r"\[(?:"
         r"PG ID (?P<id>\d+) PG GUID (?P<guid>[^\s(\[\]]+?)(?:\((?P<desc5>.*?)\))? "
@@ -129,7 +130,7 @@ _PG_PREFIX = re.compile(
 
 # <= 1.9 prints no SeqNum; <= 2.0 may print TensorShape; 2.1+ NumelIn/NumelOut.
 _WORK = r"WorkNCCL\((?P<work>(?:SeqNum=\d+,\s*)?OpType=.*?Timeout\(ms\)=\d+)\)"
-_WORK_FIELDS = re.compile(
+_WORK_FIELDS = LazyPattern(
     _ws(
         r"(?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>[A-Z_]+)"
         r"(?:, NumelIn=(?P<nin>-?\d+), NumelOut=(?P<nout>-?\d+))?"
@@ -138,18 +139,18 @@ _WORK_FIELDS = re.compile(
     )
 )
 
-_TIMEOUT = re.compile(
+_TIMEOUT = LazyPattern(
     _ws(r"(?P<which>Watchdog caught|Caught) collective operation timeout: ")
     + _WORK
     + _ws(r" ran for (?P<ran>\d+) milliseconds before timing out")
 )
-_BLOCKING = re.compile(_ws(r"Work ") + _WORK + _ws(r" timed out in blocking wait"))
+_BLOCKING = LazyPattern(_ws(r"Work ") + _WORK + _ws(r" timed out in blocking wait"))
 
 _STATUS: Final = (
     # (family, regex): the watchdog's per-PG state when it found the failed work.
     (
         "failure_detected",  # 2.6-2.14 (double space after the prefix, no final period)
-        re.compile(
+        LazyPattern(
             _ws(
                 r"failure detected by watchdog at work sequence id: (?P<seq>-?\d+) PG status: "
                 r"last enqueued work: (?P<e>-?\d+), last completed work: (?P<c>-?\d+)"
@@ -159,7 +160,7 @@ _STATUS: Final = (
     ),
     (
         "exception_detected",  # 2.4-2.5
-        re.compile(
+        LazyPattern(
             _ws(
                 r"Exception \(either an error or timeout\) detected by watchdog at work: (?P<seq>-?\d+), "
                 r"last enqueued NCCL work: (?P<e>-?\d+), last completed NCCL work: (?P<c>-?\d+)\."
@@ -168,7 +169,7 @@ _STATUS: Final = (
     ),
     (
         "timeout_at",  # 2.3-2.5
-        re.compile(
+        LazyPattern(
             _ws(
                 r"Timeout at NCCL work: (?P<seq>-?\d+), "
                 r"last enqueued NCCL work: (?P<e>-?\d+), last completed NCCL work: (?P<c>-?\d+)\."
@@ -183,31 +184,31 @@ _DUMP: Final = (
     (
         "local",
         "2.3",
-        re.compile(
+        LazyPattern(
             _ws(r"Received a timeout signal from this local rank and will start to dump the debug info\. " + _EC)
         ),
     ),
     (
         "remote",
         "2.3",
-        re.compile(_ws(r"Received a global timeout from another rank and will start to dump the debug info\. " + _EC)),
+        LazyPattern(_ws(r"Received a global timeout from another rank and will start to dump the debug info\. " + _EC)),
     ),
     (
         "local",
         "2.4",
-        re.compile(_ws(r"Received a dump signal from this local rank and will start to dump the debug info\. " + _EC)),
+        LazyPattern(_ws(r"Received a dump signal from this local rank and will start to dump the debug info\. " + _EC)),
     ),
     (
         "remote",
         "2.4",
-        re.compile(
+        LazyPattern(
             _ws(r"Received a global dump signal from rank (?P<r>-?\d+), and will start to dump the debug info\. " + _EC)
         ),
     ),
     (
         "local",
         "2.5+",
-        re.compile(
+        LazyPattern(
             _ws(
                 r"Received a dump signal due to a collective timeout from this local rank and we will try our best to "
                 r"dump the debug info\. " + _EC
@@ -217,7 +218,7 @@ _DUMP: Final = (
     (
         "remote",
         "2.5+",
-        re.compile(
+        LazyPattern(
             _ws(
                 r"Received a dump signal due to a collective timeout from rank (?P<r>-?\d+) and we will try our best "
                 r"to dump the debug info\. " + _EC
@@ -236,8 +237,8 @@ _DUMP_WORD: Final = {"2.3": "start", "2.4": "start", "2.5+": "best"}
 skip that family's regexes."""
 
 
-def _literal_ws(text: str) -> re.Pattern[str]:
-    return re.compile(_ws(re.escape(text).replace("\\ ", " ")))
+def _literal_ws(text: str) -> LazyPattern:
+    return LazyPattern(_ws(re.escape(text).replace("\\ ", " ")))
 
 
 _OBSERVED: Final = (
@@ -248,11 +249,11 @@ _FIRST: Final = (
     ("2.7+", _literal_ws("First PG on this rank to signal dumping.")),
     ("2.4", _literal_ws("First watchdog to set the dump signal.")),
 )
-_TERMINATED = re.compile(
+_TERMINATED = LazyPattern(
     _ws(r"(?P<which>NCCL|Process group) watchdog thread terminated with exception: ") + r"(?P<what>.*)"
 )
 # <= 2.0, Python side (the main thread found the communicator aborted by the watchdog): the timeout repeated.
-_ABORTED = re.compile(
+_ABORTED = LazyPattern(
     _ws(r"NCCL communicator was aborted on rank (?P<r>\d+)\. ")
     + r"\s*"
     + _ws(r"Original reason for failure was: ")
@@ -263,7 +264,7 @@ _TIMEOUT_OPENINGS: Final = (
     "Caughtcollectiveoperationtimeout:WorkNCCL(",
     "WorkWorkNCCL(",
 )
-_LEADING_BRACKETS = re.compile(r"^(?:\s*\[[^\]]*\]?)*\s*")
+_LEADING_BRACKETS = LazyPattern(r"^(?:\s*\[[^\]]*\]?)*\s*")
 
 
 def _cut_timeout(what: str) -> bool:
@@ -275,13 +276,13 @@ def _cut_timeout(what: str) -> bool:
     return any(o.startswith(rest) or rest.startswith(o[:14]) for o in _TIMEOUT_OPENINGS)
 
 
-_STUCK = re.compile(_ws(r"ProcessGroupNCCL's watchdog got stuck for (?P<s>\d+) seconds without making progress"))
+_STUCK = LazyPattern(_ws(r"ProcessGroupNCCL's watchdog got stuck for (?P<s>\d+) seconds without making progress"))
 _HEARTBEAT: Final = (
     ("heartbeat_timed_out", _literal_ws("Heartbeat monitor timed out!")),  # 2.3-2.4
     ("no_heartbeat", _literal_ws("monitoring thread detects no heartbeat and will finally kill the process!")),  # 2.2
     ("monitor_timeout", _literal_ws("NCCL monitor thread timeout.")),  # 2.2
 )
-_FATAL = re.compile(
+_FATAL = LazyPattern(
     _ws(
         r"Terminating the process after attempting to dump debug info, due to "
         r"(?P<why>collective timeout or exception|ProcessGroupNCCL watchdog hang)"
@@ -292,12 +293,12 @@ _TEARDOWN: Final = (
     ("take_down", _literal_ws("To avoid data inconsistency, we are taking the entire process down.")),
 )
 _EXIT_LOCAL = _literal_ws("ProcessGroupNCCL's watchdog detected an exception from the local rank.")
-_EXIT_REMOTE = re.compile(
+_EXIT_REMOTE = LazyPattern(
     _ws(r"ProcessGroupNCCL's watchdog detected a dump signal from rank (?P<r>-?\d+) and notified")
 )
-_CHILD_RANK = re.compile(r"^\s*rank\s+: (?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
-_CHILD_EXIT = re.compile(r"^\s*exitcode\s+: (?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s+\((?P<sig>SIG\w+)\))?")
-_CHILD_SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\) received by PID (?P<pid>\d+)")
+_CHILD_RANK = LazyPattern(r"^\s*rank\s+: (?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
+_CHILD_EXIT = LazyPattern(r"^\s*exitcode\s+: (?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s+\((?P<sig>SIG\w+)\))?")
+_CHILD_SIGNAL = LazyPattern(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\) received by PID (?P<pid>\d+)")
 
 # Known lines that mention the watchdog but are no state of ours (frames of the C++ stack, env-var advice ...).
 _WATCHDOG_BENIGN: Final = (
@@ -887,7 +888,7 @@ def _child_failure(text: str) -> Event | None:
     return None
 
 
-_ABSURD_NUMBER = re.compile(r"\d{40,}")
+_ABSURD_NUMBER = LazyPattern(r"\d{40,}")
 """A digit run no field of ours can hold (SeqNums, counts and ranks fit in 64 bits: at most 20 digits). Python's
 ``int()`` refuses more than 4,300 digits, and big ones cost quadratic time, so such runs never reach a number group."""
 
@@ -1037,7 +1038,7 @@ _STRONG_PREFIX = re.compile(
 )
 _WEAK_PREFIX = re.compile(r"^(?:\s+|\d\d:\d\d:\d\d(?:\.\d+)?\s+)")
 # A line that ends inside a record opener (a wrap cut "[rank1" | "2]:[E521 ..." or "[E ProcessGroupN" | "CCL.cpp...").
-_OPENER_CUT = re.compile(
+_OPENER_CUT = LazyPattern(
     r"^(?:\[rank\d+\]:)?\[(?:r(?:a(?:n(?:k(?:\d+(?:\](?::)?)?)?)?)?)?)?$"
     r"|^(?:\[rank\d+\]:)?\[[FEWIV](?:\d{0,4}(?: [\d:.]*)?)?(?: ?[\w.\-]*(?::\d*)?)?$"
     r"|^\([A-Za-z_][\w.]*(?:\[(?:r(?:a(?:n(?:k(?:=\d*)?)?)?)?)?)?$"  # a Ray actor prefix cut before its rank

@@ -368,6 +368,14 @@ def required_literals(pattern: str, ignore_case: bool = False) -> Branches | Non
     """
     if "[:" in pattern or "\\Q" in pattern or "\\p" in pattern or "\\P" in pattern:
         return None
+    plain = _pure_literal(pattern)
+    if plain is not None:  # what the parse below gives for it, without parsing (most marker patterns are escaped text)
+        return [[Lit(plain.decode(), ignore_case)]]
+    return _parsed_literals(pattern, ignore_case)
+
+
+def _parsed_literals(pattern: str, ignore_case: bool) -> Branches | None:
+    """:func:`required_literals` read from the pattern's parse (its checks for syntax RE2 reads otherwise done)."""
     flag_groups = _FLAG_GROUP.findall(pattern)
     if any(g not in ("(?i:",) for g in flag_groups):
         return None

@@ -165,35 +165,71 @@ def _collect_lists(value: Any, path: JsonPath, found: list[tuple[JsonPath, list[
                 _collect_lists(v, (*path, i), found)
 
 
+def _lists_after_cut(
+    found: list[tuple[JsonPath, list[Any] | dict[str, Any]]], path: JsonPath, shortened: list[Any] | dict[str, Any]
+) -> list[tuple[JsonPath, list[Any] | dict[str, Any]]]:
+    """:func:`_lists` of a result after the list (or dict) at ``path`` became ``shortened`` (its head, the same
+    entries), from ``found``, :func:`_lists` before: the lists inside the entries cut are gone, the cut one is the
+    new object (or gone when it is no longer listed), the others are the same objects in the same order."""
+    n = len(path)
+    out: list[tuple[JsonPath, list[Any] | dict[str, Any]]] = []
+    for p, v in found:
+        if p[:n] != path:
+            out.append((p, v))
+        elif len(p) == n:
+            if len(shortened) > 32 if isinstance(shortened, dict) else shortened:
+                out.append((p, shortened))
+        elif (p[n] < len(shortened)) if isinstance(shortened, list) else (p[n] in shortened):  # type: ignore[operator]
+            out.append((p, v))
+    return out
+
+
 def _get(data: Any, path: JsonPath) -> Any:
     for p in path:
         data = data[p]
     return data
 
 
-def _bump_counter(data: dict[str, Any], path: JsonPath, removed: int) -> None:
-    """Add ``removed`` to the list's own truncation counter: ``<name>_truncated`` or ``truncated[name]``."""
+def _bump_counter(data: dict[str, Any], path: JsonPath, removed: int) -> int:
+    """Add ``removed`` to the list's own truncation counter: ``<name>_truncated`` or ``truncated[name]``; returns by
+    how many characters that changed the compact JSON."""
     if not path or not isinstance(path[-1], str):
-        return
+        return 0
     parent = _get(data, path[:-1])
     name = path[-1]
     if not isinstance(parent, dict):
-        return
+        return 0
     if isinstance(parent.get(f"{name}_truncated"), int):
-        parent[f"{name}_truncated"] += removed
+        holder, key = parent, f"{name}_truncated"
     elif isinstance(parent.get("truncated"), dict) and isinstance(parent["truncated"].get(name), int):
-        parent["truncated"][name] += removed
+        holder, key = parent["truncated"], name
+    else:
+        return 0
+    before = len(compact_json(holder[key]))
+    holder[key] += removed
+    return len(compact_json(holder[key])) - before
 
 
-def _keep_count(items: list[Any], room: int, floor: int) -> int:
-    """How many leading entries fit in ``room`` characters (at least ``floor``)."""
+def _keep_count(items: list[Any], room: int, floor: int, sizes: list[int]) -> int:
+    """How many leading entries fit in ``room`` characters (at least ``floor``); ``sizes`` gets the compact JSON
+    length of each entry measured (the leading ones, up to the first that does not fit)."""
     used, keep = 0, 0
     for item in items:
-        used += len(compact_json(item)) + 1
+        n = len(compact_json(item))
+        sizes.append(n)
+        used += n + 1
         if used > room:
             break
         keep += 1
     return max(floor, keep)
+
+
+def _kept_size(kept: list[Any], sizes: list[int], is_dict: bool) -> int:
+    """Compact JSON length of the list (or dict, ``is_dict``: ``kept`` are its items) made of ``kept``, from the
+    lengths of its entries already measured (``sizes``, as :func:`_keep_count` measures an entry: a dict's item as a
+    ``[key, value]`` pair, two characters more than ``key:value``)."""
+    lengths = sizes[: len(kept)] + [len(compact_json(item)) for item in kept[len(sizes) :]]
+    return 2 + sum(lengths) + max(0, len(kept) - 1) - (2 * len(kept) if is_dict else 0)
 
 
 @dataclass(repr=False, eq=False)
@@ -234,16 +270,28 @@ def fit(
         """``current`` with the summary saying what was shortened and the budget field."""
         out = dict(current)
         if cuts and isinstance(out.get("summary"), str):
-            out["summary"] += (
-                f" [Shortened to fit {max_tokens:,} tokens: "
-                + ", ".join(_cut_words(s) for s in cuts.values())
-                + "; budget.omitted gives the call that shows the rest.]"
-            )
+            out["summary"] += _cuts_note(max_tokens, cuts)
         out["budget"] = budget_for(current).model_dump(mode="json")
         return out
 
+    body = [len(compact_json(data))]
+    """Compact JSON length of ``data`` as it stands: worked out cut by cut (a cut changes the cut list and its
+    counter), not measured on the whole answer again each round."""
+
     def size(current: dict[str, Any]) -> int:
-        return len(compact_json(finished(current)))
+        """Compact JSON length of :func:`finished` of ``current`` (``data``): :data:`body` with the summary's note and
+        the budget field."""
+        n = body[0]
+        if cuts and isinstance(current.get("summary"), str):
+            n += len(compact_json(_cuts_note(max_tokens, cuts))) - 2  # (a JSON string escapes char by char)
+        field = len(compact_json(budget_for(current).model_dump(mode="json")))
+        if "budget" in current:
+            n += field - len(compact_json(current["budget"]))
+        else:
+            n += len('"budget":') + field + (1 if current else 0)
+        if VERIFY_SIZES:
+            assert n == len(compact_json(finished(current))), (n, len(compact_json(finished(current))))
+        return n
 
     sized: dict[JsonPath, int] = {}
     """Per list's path, its compact JSON size: a cut changes only the lists on its path and inside the cut list, the
@@ -255,9 +303,10 @@ def fit(
             n = sized[path] = len(compact_json(value))
         return n
 
+    found = _lists(data)  # kept up to date cut by cut (a cut changes only the cut list and what it holds)
     for floor in (1, 0):
         while (over := size(data) - limit) > 0:
-            candidates = [(p, v) for p, v in _lists(data) if len(v) > floor and not (set(p) & PROTECTED)]
+            candidates = [(p, v) for p, v in found if len(v) > floor and not (set(p) & PROTECTED)]
             if not candidates:
                 break
             sizes = sorted(((size_of(p, v), p, v) for p, v in candidates), key=lambda t: -t[0])
@@ -267,18 +316,26 @@ def fit(
             others = [c for c, p, _ in sizes[1:] if p[: len(path)] != path]
             target = max(cost - over, others[0] if others else 0)
             items = list(value.items()) if isinstance(value, dict) else value
-            keep = _keep_count(items, target - 2, floor)
+            measured: list[int] = []
+            keep = _keep_count(items, target - 2, floor, measured)
             if keep >= len(items):
                 keep = len(items) - 1
             kept, removed = items[:keep], items[keep:]
             parent = _get(data, path[:-1])
-            parent[path[-1]] = dict(kept) if isinstance(value, dict) else kept
+            parent[path[-1]] = shortened = dict(kept) if isinstance(value, dict) else kept
+            body[0] += _kept_size(kept, measured, isinstance(value, dict)) - cost
+            found = _lists_after_cut(found, path, shortened)
+            if VERIFY_SIZES:
+                again = _lists(data)
+                assert [p for p, _ in found] == [p for p, _ in again] and all(
+                    a is b for (_, a), (_, b) in zip(found, again, strict=True)
+                )
             for q in [q for q in sized if q[: len(path)] == path or path[: len(q)] == q]:
                 del sized[q]  # the cut list, the lists it holds and those holding it (their counters too)
             for inner in [q for q in cuts if len(q) > len(path) and q[: len(path)] == path]:
                 if isinstance(inner[len(path)], int) and int(inner[len(path)]) >= keep:
                     del cuts[inner]  # that entry itself is gone now: its own cut is part of this one
-            _bump_counter(data, path, len(removed))
+            body[0] += _bump_counter(data, path, len(removed))
             prior = cuts.get(path)
             removed_json = [dict([r]) if isinstance(value, dict) else r for r in removed]
             if prior is None:
@@ -294,6 +351,19 @@ def fit(
     data = finished(data)
     data["budget"]["estimated_tokens"] = tokens_of(compact_json(data))
     return data
+
+
+VERIFY_SIZES = False
+"""Tests set this: every size :func:`fit` works out is checked against the compact JSON it stands for."""
+
+
+def _cuts_note(max_tokens: int, cuts: Mapping[JsonPath, _Shortened]) -> str:
+    """What the summary says of the cuts (appended to it)."""
+    return (
+        f" [Shortened to fit {max_tokens:,} tokens: "
+        + ", ".join(_cut_words(s) for s in cuts.values())
+        + "; budget.omitted gives the call that shows the rest.]"
+    )
 
 
 def _more(s: _Shortened) -> str:

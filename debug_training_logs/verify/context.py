@@ -114,10 +114,18 @@ def _rank_of_line(ev: JobEvidence, file: str, text: str | None) -> int | None:
     return next(iter(ranks)) if len(ranks) == 1 else None
 
 
-def _locate(file: str, logs_root: Path, ais_root: Path | None) -> str | None:
-    if safe_path(logs_root, file) is not None:
+def _locate(file: str, logs_root: Path, ais_root: Path | None, resolved: dict[Path, Path]) -> str | None:
+    """Where a cited file is: under the worker logs, the AIS logs, or neither (None); ``resolved``: each root
+    resolved, filled on first use (a conclusion cites a dozen lines under the same two roots)."""
+
+    def under(root: Path) -> bool:
+        if root not in resolved:
+            resolved[root] = root.resolve()
+        return safe_path(root, file, resolved[root]) is not None
+
+    if under(logs_root):
         return "worker"
-    if ais_root is not None and ("!" in file or safe_path(ais_root, file) is not None):
+    if ais_root is not None and ("!" in file or under(ais_root)):
         return "ais"
     return None
 
@@ -125,13 +133,16 @@ def _locate(file: str, logs_root: Path, ais_root: Path | None) -> str | None:
 def build_context(c: Conclusion, ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> RuleContext:
     """Read every cited line back from its file (one read per file) and put it on the worker clock."""
     cited: list[Cited] = []
+    roots: dict[Path, Path] = {}
     if c.root_cause_event is not None:
         r = c.root_cause_event
-        cited.append(Cited("root_cause_event", r.file, r.line, r.text, r.time, _locate(r.file, logs_root, ais_root)))
+        cited.append(
+            Cited("root_cause_event", r.file, r.line, r.text, r.time, _locate(r.file, logs_root, ais_root, roots))
+        )
     for i, s in enumerate(c.chain):
-        cited.append(Cited(f"chain[{i}]", s.file, s.line, None, s.time, _locate(s.file, logs_root, ais_root)))
+        cited.append(Cited(f"chain[{i}]", s.file, s.line, None, s.time, _locate(s.file, logs_root, ais_root, roots)))
     for i, e in enumerate(c.evidence):
-        cited.append(Cited(f"evidence[{i}]", e.file, e.line, e.text, None, _locate(e.file, logs_root, ais_root)))
+        cited.append(Cited(f"evidence[{i}]", e.file, e.line, e.text, None, _locate(e.file, logs_root, ais_root, roots)))
     worker_wanted: dict[str, set[int]] = {}
     ais_wanted: dict[str, set[int]] = {}
     for x in cited:
