@@ -7,7 +7,8 @@ composite sink (pattern ids, line number, line), then replays those calls into f
 timing each sink's share with the process CPU clock (the template memo emptied before each round, as in a worker's
 first file). Prints the median round: sink CPU in all, then per (sink, pattern set) the hits per file, microseconds
 per hit and milliseconds in all; ``finish`` is the sinks' end-of-file work; ``batched runs`` is the evidence sink's
-reading of the progress lines it held, per line (with the compiled helper their hits only append them to a batch). The scan
+reading of the progress lines it held, per line (with the compiled helper their hits only append them to a batch);
+``bulk lines`` are the progress lines the scan handed over in runs (``on_bulk``: no call per line), per line. The scan
 itself is not timed.
 
 ``--pack`` instead times the consumers' pack that a scan worker runs after each file (``inventory._pack_scan``) on the
@@ -44,6 +45,8 @@ PACKED: list[tuple[Any, Any]] = []
 
 Key = tuple[str, tuple[int, ...]]
 BATCHED: Key = ("batched runs", ())
+BULK: Key = ("bulk lines", ())
+"""The lines the scan handed over in bulk (``on_bulk``, the progress lines after a file's head), their appending."""
 """The evidence sink's reading of its batched progress lines (EvidenceSink._flush), wherever it happened."""
 
 
@@ -52,6 +55,7 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
     files: list[tuple[Any, Any, int, list[tuple[list[int], int, str]]]] = []
     patterns: list[tuple[str, ...]] = []
     init, on_hit = inventory._CompositeSink.__init__, inventory._CompositeSink.on_hit
+    on_bulk = inventory._CompositeSink.on_bulk
     scan_each = getattr(inventory, "scan_each")  # noqa: B009
 
     def rec_init(self: Any, lf: Any, parts: Any, markers_at: int, markers: Any = inventory.MARKERS) -> None:
@@ -62,6 +66,10 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
     def rec_hit(self: Any, ids: list[int], line_no: int, line: str) -> None:
         self.calls.append((list(ids), line_no, line))
         on_hit(self, ids, line_no, line)
+
+    def rec_bulk(self: Any, line_nos: list[int], lines: list[str]) -> None:
+        self.calls.append((None, line_nos, lines))  # a run of bulk lines (ids None)
+        on_bulk(self, line_nos, lines)
 
     def rec_scan(fs: Any, spec: Any, factory: Any, packer: Any, *args: Any, **kw: Any) -> Any:
         patterns.append(spec.patterns)
@@ -75,6 +83,7 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
     setattr(scan, "_worker_count", lambda fs: 1)  # noqa: B010
     setattr(inventory._CompositeSink, "__init__", rec_init)  # noqa: B010
     setattr(inventory._CompositeSink, "on_hit", rec_hit)  # noqa: B010
+    setattr(inventory._CompositeSink, "on_bulk", rec_bulk)  # noqa: B010
     setattr(inventory, "scan_each", rec_scan)  # noqa: B010
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
@@ -82,6 +91,7 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
     finally:
         setattr(inventory._CompositeSink, "__init__", init)  # noqa: B010
         setattr(inventory._CompositeSink, "on_hit", on_hit)  # noqa: B010
+        setattr(inventory._CompositeSink, "on_bulk", on_bulk)  # noqa: B010
         setattr(inventory, "scan_each", scan_each)  # noqa: B010
     return files, patterns[0] if patterns else ()
 
@@ -127,7 +137,16 @@ def _replay(
     for lf, parts, k, calls in files:
         sink = inventory._CompositeSink(lf, parts[0], k, parts[1])  # (consumers' sinks, inventory markers)
         offsets = {id(s): off for s, off, _n in sink.parts}
+        sink.bulk_id()  # (as the scan asks it: the composite finds its consumer's bulk sink)
         for ids, line_no, line in calls:
+            if ids is None:  # a run of the bulk pattern's lines, handed over at once
+                before = batched[0]
+                t = clock()
+                sink.on_bulk(line_no, line)
+                spent[BULK] += clock() - t - (batched[0] - before)
+                spent[BATCHED] += batched[0] - before
+                hits[BULK] += len(line)
+                continue
             for j, mine in sink._route(ids):  # (the index of the consumer's part or the inventory, its ids)
                 before = batched[0]
                 if j == len(sink.parts):

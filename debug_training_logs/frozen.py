@@ -60,3 +60,27 @@ def native_positional(cls: type[_T]) -> Callable[..., _T] | None:
     except ImportError:
         return None
     return functools.partial(new, cls, tuple(cls.__dict__[f.name] for f in fields(cls)))  # type: ignore[arg-type]
+
+
+def fast_positional(cls: type[_T]) -> Callable[..., _T]:
+    """The fastest positional constructor of ``cls`` there is: :func:`native_positional` (C) where the extension is
+    built, else :func:`positional` (the same object either way; the C one costs ~0.2 us a call where the Python one
+    costs ~1 us: what a scan worker pays per parsed line and per evidence hit)."""
+    return native_positional(cls) or positional(cls)
+
+
+def native_reduce(make: Callable[..., Any], cls: type, names: tuple[str, ...]) -> Callable[[Any], Any] | None:
+    """What pickle saves an instance of ``cls`` as, made in C by the optional ``_frozen`` extension: ``obj ->
+    (make, (obj.<name> for each of names))``, one C call per object instead of a Python function's frame (~3x faster
+    to pickle a file's evidence hits in the scan worker). None when the extension is not built,
+    ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set, or a name is not a slot of ``cls``."""
+    if os.environ.get("DEBUG_TRAINING_LOGS_NO_NATIVE"):
+        return None
+    try:
+        reduce = importlib.import_module("debug_training_logs._frozen").reduce
+    except ImportError:
+        return None
+    members = tuple(getattr(cls, n, None) for n in names)
+    if not all(type(d).__name__ == "member_descriptor" for d in members):
+        return None
+    return functools.partial(reduce, make, members)

@@ -36,7 +36,7 @@ from typing import Any
 
 import zstandard
 
-from debug_training_logs.frozen import native_positional, positional, takes_positional
+from debug_training_logs.frozen import native_positional, native_reduce, positional, takes_positional
 
 
 def _budget_mb(text: str | None, default: int = 96) -> int:
@@ -97,7 +97,25 @@ def unpack_item(p: Packed, k: int) -> Any:
 def _dump(v: Any) -> bytes:
     buf = io.BytesIO()
     _Pickler(buf, protocol=PROTOCOL).dump(v)
-    return zstandard.ZstdCompressor(level=COMPRESSION_LEVEL).compress(buf.getbuffer())
+    if buf.tell() <= RAW_MAX_BYTES:
+        return buf.getvalue()  # (a pickle starts with its PROTO opcode, never with zstd's frame magic)
+    return _CODECS.compressor.compress(buf.getbuffer())
+
+
+RAW_MAX_BYTES = 256
+"""A pickle this short is kept as it is: zstd would save a few bytes at the cost of a frame (~4 us to make and
+read back; a file's packed scan has a few such items: counts, ``None``, small dicts)."""
+
+_PICKLE_START = pickle.PROTO[0]
+
+
+class _Codecs(threading.local):
+    """This thread's zstd compressor and decompressor (made once per thread, ~2 us each: not safe to share between
+    the server's threads, and a file's pack makes ~15 blobs)."""
+
+    def __init__(self) -> None:
+        self.compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL)
+        self.decompressor = zstandard.ZstdDecompressor()
 
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -107,8 +125,10 @@ COMPRESSION_LEVEL = -1
 and read in the main process, so both sides count: on the 1,024-rank corpus's analyze results (15 blobs, 68 KB of
 pickles per file) level -1 compresses in 0.15 ms and decompresses in 0.055 ms per file to 16.3 KB, where level 1 took
 0.24 and 0.093 ms for 14.3 KB (nccl: 0.07/0.026 ms vs 0.12/0.049 ms, 9.5 vs 8.5 KB per file); the cache holds ~14%
-more bytes per rank. (zlib level 1 took ~3x level 1's time.) A compressor or decompressor is made per call (~2 us):
-they are not safe to share between the server's threads."""
+more bytes per rank. (zlib level 1 took ~3x level 1's time.) Each thread makes its compressor and decompressor once
+(:class:`_Codecs`: they are not safe to share between the server's threads)."""
+
+_CODECS = _Codecs()
 
 
 def _reduce_partial(p: functools.partial[Any]) -> Any:
@@ -141,10 +161,15 @@ class _Reducers(dict[type, Callable[[Any], Any]]):
         elif names is None:
             reduce = copyreg.dispatch_table.get(cls) or operator.methodcaller("__reduce_ex__", PROTOCOL)
         else:
-            values = "".join(f"o.{n}, " for n in names)  # field names are identifiers (dataclasses checked them)
-            scope: dict[str, Any] = {"make": maker(cls)}
-            exec(f"def reduce(o):\n    return make, ({values})\n", scope)
-            reduce = scope["reduce"]
+            make = maker(cls)
+            native = native_reduce(make, cls, names)
+            if native is not None:
+                reduce = native
+            else:
+                values = "".join(f"o.{n}, " for n in names)  # field names are identifiers (dataclasses checked them)
+                scope: dict[str, Any] = {"make": make}
+                exec(f"def reduce(o):\n    return make, ({values})\n", scope)
+                reduce = scope["reduce"]
         self[cls] = reduce
         return reduce
 
@@ -205,7 +230,12 @@ def _init_fields(cls: type) -> tuple[str, ...] | None:
 
 
 def _load(b: bytes) -> Any:
-    return pickle.loads(zstandard.ZstdDecompressor().decompress(b))
+    return pickle.loads(_raw(b))
+
+
+def _raw(b: bytes) -> bytes:
+    """The pickle a blob of :func:`_dump` holds."""
+    return b if b[0] == _PICKLE_START else _CODECS.decompressor.decompress(b)
 
 
 def estimate(obj: Any, limit: int = 100_000) -> int:

@@ -194,6 +194,47 @@ def test_hits_equal_the_python_reference(seed: int) -> None:
             assert got == want, (seed, finder_kw, page)
             assert newlines == buf.count(b"\n", lo, hi)
             assert (left, spent) == (want_left, want_spent)
+            _check_bulk(finder, buf, lo, hi, k, page, (dfa, extra, left0), want, rnd)
+
+
+def _check_bulk(
+    finder: Any,
+    buf: bytes,
+    lo: int,
+    hi: int,
+    k: int,
+    page: int,
+    search: tuple[list[int], dict[int, list[int]], dict[int, int] | None],
+    want: list[tuple[int, int, list[int], int]],
+    rnd: random.Random,
+) -> None:
+    """With ``bulk``, the lines of one id alone (complete, after the first line, not too long) leave the hits for the
+    bulk lists, decoded as the scan decodes a hit's line and numbered from ``no_base``; every other hit stays."""
+    dfa, extra, left0 = search
+    singles = [ids[0] for _ls, _le, ids, _line in want if len(ids) == 1]
+    bid = rnd.choice(singles) if singles and rnd.random() < 0.8 else rnd.randrange(k)
+    max_len, no_base = rnd.choice([4000, 40]), rnd.randrange(1, 1000)
+
+    def bulk_line(h: tuple[int, int, list[int], int]) -> bool:
+        ls, le, ids, _line = h
+        return ids == [bid] and ls > lo and le < hi and le - ls <= max_len
+
+    texts: list[str] = []
+    nos: list[int] = []
+    starts: list[int] = []
+    left = dict(left0) if left0 else None
+    spent: dict[int, int] = {}
+    got: list[tuple[int, int, list[int], int]] = []
+    pos, newlines = lo, 0
+    while pos < hi:
+        bulk = (bid, lo, max_len, no_base, texts, nos, starts)
+        hits, nl, pos = finder.hits(buf, pos, page, hi, newlines, dfa, sorted(extra), extra, left, spent, bulk)
+        got += hits
+        newlines += nl
+    assert got == [h for h in want if not bulk_line(h)]
+    taken = [h for h in want if bulk_line(h)]
+    assert starts == [h[0] for h in taken] and nos == [no_base + h[3] for h in taken]
+    assert texts == [buf[h[0] : h[1]].decode("utf-8", "replace").rstrip("\r") for h in taken]
 
 
 def test_hits_rejects_bad_arguments() -> None:
@@ -217,6 +258,14 @@ def test_hits_rejects_bad_arguments() -> None:
         finder.hits(buf, 0, 0, 99, 0, [], [], {}, None, {})
     with pytest.raises(ValueError):
         finder.hits(buf, 0, 0, len(buf), 0, [], [], {}, None, [])  # spent is not a dict
+    for bad in ((1, 0, 99, 1, [], [], ()), (2, 0, 99, 1, [], [], []), [1, 0, 99, 1, [], [], []], (1, 0)):
+        with pytest.raises((TypeError, ValueError)):  # a list that is no list, id 2 of 2, not a tuple, too short
+            finder.hits(buf, 0, 0, len(buf), 0, [], [], {}, None, {}, bad)
+    texts: list[str] = []
+    nos: list[int] = []
+    starts: list[int] = []
+    got = finder.hits(buf, 0, 0, len(buf), 0, [], [], {}, None, {}, (1, 0, 99, 10, texts, nos, starts))
+    assert got == ([(0, 2, [0], 0)], 3, 9) and (texts, nos, starts) == (["cd"], [11], [3])
     # a check that raises: the error comes through
     boom = [lambda *a: 1 / 0, None]
     finder.set_patterns(2, [(0,), (1,)], [(), (1,)], (), boom, None, [0, 1], _UNANCHORED)
@@ -345,3 +394,29 @@ def test_hits_and_checked_samples_do_not_leak() -> None:
     assert [sys.getrefcount(o) for o in (extra[starts[0]], sure, dfa, extra_starts)] == refs
     assert grown_kb < 8 << 10, f"peak RSS grew by {grown_kb} KB over 40 rounds"
     del rx
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_literal_dfa_searches_find_the_dfa_lines(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DFA search of a pattern that is only plain literals (a frequent marker such as ``lhotse|Lhotse``) is done by a
+    native finder of its literals: the same line starts as RE2's DFA, with the same early stop once the capped
+    patterns have their lines (also when the part searched starts or ends inside a line, CRLF, no final newline)."""
+    linescan()
+    monkeypatch.delenv("DEBUG_TRAINING_LOGS_NO_NATIVE", raising=False)  # (the finders are what is compared)
+    rnd = random.Random(seed)
+    patterns = ("lhotse|Lhotse", "AIStore|aistore|ais://", r"\d+ errors", "lhotse|Lhotse")
+    spec = PatternSpec(patterns)
+    plan = scan.Plan(dfa=(0, 1, 2, 3))
+    m = scan._Matcher(spec, plan, frozenset(range(len(patterns))))
+    assert [f is not None for f in m.dfa_finders] == [True, True, False]  # (the repeated pattern is searched once)
+    words = [b"lhotse", b"Lhotse", b"LHOTSE", b"aistore", b"ais:/", b"ais://x", b"7 errors", b"x", b" ", b"\r", b"\xff"]
+    lines = [b"".join(rnd.choice(words) for _ in range(rnd.randrange(0, 6))) for _ in range(rnd.randrange(0, 200))]
+    buf = (b"\r\n" if seed % 3 == 0 else b"\n").join(lines) + (b"\n" if seed % 2 else b"")
+    lo, n = sorted(rnd.randrange(len(buf) + 1) for _ in range(2))
+    for left in (None, {0: rnd.randrange(1, 5), 3: rnd.randrange(1, 5)}, {1: 1}, {0: 2, 1: 2, 3: 1}):
+        fast = scan._dfa_starts(buf, m, lo, n, dict(left) if left else None)
+        finders, m.dfa_finders = m.dfa_finders, [None] * len(m.dfas)
+        try:
+            assert fast == scan._dfa_starts(buf, m, lo, n, dict(left) if left else None), (seed, left)
+        finally:
+            m.dfa_finders = finders

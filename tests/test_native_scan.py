@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib
 import itertools
@@ -36,7 +37,7 @@ from debug_training_logs.analysis.inventory import MARKERS
 from debug_training_logs.analysis.scan_cache import standard_consumers
 from debug_training_logs.logs import scan
 from debug_training_logs.logs.discovery import discover
-from debug_training_logs.logs.scan import FileScan, PatternSpec, scan_files
+from debug_training_logs.logs.scan import FileScan, PatternSpec, SinkFactory, scan_files
 from fixtures.failure_scenarios import write_variant
 
 REPO = Path(__file__).resolve().parents[1]
@@ -410,6 +411,32 @@ class Record:
         return self.calls
 
 
+class BulkRecord(Record):
+    """:class:`Record` taking the lines of pattern ``bulk`` in bulk (where the finder hands them over so), each
+    recorded as the per-line call it stands for, with how many came in bulk (the last item)."""
+
+    def __init__(self, lf: object, bulk: int) -> None:
+        super().__init__(lf)
+        self.bulk = bulk
+        self.taken = 0
+
+    def bulk_id(self) -> int:
+        return self.bulk
+
+    def on_bulk(self, line_nos: list[int], lines: list[str]) -> None:
+        assert len(line_nos) == len(lines) > 0
+        self.calls += [([self.bulk], n, line) for n, line in zip(line_nos, lines, strict=True)]
+        self.taken += len(lines)
+
+    def finish(self) -> list[tuple[list[int], int, str]]:
+        BULK_TAKEN.append(self.taken)
+        return self.calls
+
+
+BULK_TAKEN: list[int] = []
+"""Lines each :class:`BulkRecord` took in bulk (a test's proof that the bulk path ran)."""
+
+
 def job_spec() -> PatternSpec:
     """Every tool's patterns plus the inventory markers, as the shared job scan (``scan_consumers``) builds them."""
     pats: list[str] = []
@@ -427,7 +454,12 @@ def job_spec() -> PatternSpec:
 
 
 def _run(
-    root: Path, spec: PatternSpec, native: bool, monkeypatch: pytest.MonkeyPatch, sample: bytes | None = None
+    root: Path,
+    spec: PatternSpec,
+    native: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    sample: bytes | None = None,
+    sink: SinkFactory = Record,
 ) -> list[FileScan]:
     if native:
         monkeypatch.delenv(NO_NATIVE, raising=False)
@@ -438,18 +470,23 @@ def _run(
     files, _ = discover(root)
     plan = scan.make_plan(spec, scan._sample(files) if sample is None else sample)
     assert ("native" in plan.describe()) == (native and bool(plan.literals))
-    return scan_files(files, spec, Record, head_lines=40, tail_lines=40, plan=plan)
+    return scan_files(files, spec, sink, head_lines=40, tail_lines=40, plan=plan)
 
 
 def assert_same_scans(
-    root: Path, monkeypatch: pytest.MonkeyPatch, spec: PatternSpec | None = None, sample: bytes | None = None
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spec: PatternSpec | None = None,
+    sample: bytes | None = None,
+    sink: SinkFactory = Record,
 ) -> int:
     """The scan of ``root`` with the finder equals the scan without, field by field and call by call; returns the
-    number of sink calls compared. ``sample``: plan from it instead of the files (b"": every literal is kept)."""
+    number of sink calls compared. ``sample``: plan from it instead of the files (b"": every literal is kept).
+    ``sink``: the recording sink (:class:`BulkRecord`: with lines taken in bulk where the finder can)."""
     linescan()
     spec = spec or job_spec()
-    fast = _run(root, spec, True, monkeypatch, sample)
-    slow = _run(root, spec, False, monkeypatch, sample)
+    fast = _run(root, spec, True, monkeypatch, sample, sink)
+    slow = _run(root, spec, False, monkeypatch, sample, sink)
     monkeypatch.delenv(NO_NATIVE, raising=False)
     assert [r.file.rel for r in fast] == [r.file.rel for r in slow]
     calls = 0
@@ -875,11 +912,16 @@ def _edge_file(rnd: random.Random, kind: str) -> bytes:
     return data if kind == "no final newline" else data + sep
 
 
+@pytest.mark.parametrize("bulk", [False, True], ids=["per-line", "bulk"])
 @pytest.mark.parametrize("seed", range(6))
-def test_scan_edge_matrix_native_equals_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+def test_scan_edge_matrix_native_equals_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, bulk: bool
+) -> None:
     """Generated files (empty, CRLF, no final newline, lines longer than a window, every kind of pattern) plain,
     rotated, .gz and .zst: the native scan (spans of the memory map, no copies) equals the fallback (copies,
-    ``ahocorasick_rs``) in every field and sink call, with windows and pieces small enough to cut lines anywhere."""
+    ``ahocorasick_rs``) in every field and sink call, with windows and pieces small enough to cut lines anywhere.
+    ``bulk``: the sink takes the dense pattern's lines in bulk (the native finder hands over those it can, the
+    fallback none): the same calls in the same order."""
     rnd = random.Random(seed)
     root = tmp_path / "logs"
     root.mkdir()
@@ -906,11 +948,16 @@ def test_scan_edge_matrix_native_equals_fallback(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(scan, "CAPPED_PIECE_BYTES", rnd.choice([100, 1000]))
     monkeypatch.setattr(scan, "DENSE_HEAD_HITS", rnd.choice([2, 64]))
     monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([200, 5000]))
+    if bulk:  # (the dense pattern's lines come in bulk after its head: a short one, in these small files)
+        monkeypatch.setattr(scan, "DENSE_HEAD_HITS", 2)
     if window < 4000:
         monkeypatch.setattr("debug_training_logs.logs.reader.CHUNK", 4000)
         monkeypatch.setattr(scan, "CHUNK", 4000)
-    calls = assert_same_scans(root, monkeypatch, spec, sample=rnd.choice([b"", None]))
+    sink: SinkFactory = functools.partial(BulkRecord, bulk=patterns.index(r"step \d+")) if bulk else Record
+    BULK_TAKEN.clear()
+    calls = assert_same_scans(root, monkeypatch, spec, sample=rnd.choice([b"", None]), sink=sink)
     assert calls > 0
+    assert not bulk or sum(BULK_TAKEN) > 0
 
 
 def stride_walk(buf: bytes, needles: list[bytes], lo: int, hi: int, stride: int) -> list[tuple[int, int]]:

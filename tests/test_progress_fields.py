@@ -455,11 +455,22 @@ def _worker_view(logs: Path) -> str:
 
 
 @needs_native
+@pytest.mark.parametrize("batch", [None, 7], ids=["default batch", "batch of 7"])
 def test_a_real_scan_gives_the_same_worker_evidence_with_and_without_the_helper(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int | None
 ) -> None:
+    """With the helper, the scan hands most progress lines to the sink in bulk (``on_bulk``, read in runs, also
+    across batch bounds); without it, each line is read alone: the same evidence."""
     logs = _write_job(tmp_path)
+    if batch is not None:
+        monkeypatch.setattr(ev, "_BATCH_LINES", batch)
+    taken: list[int] = []
+    on_bulk = ev.EvidenceSink.on_bulk
+    monkeypatch.setattr(
+        ev.EvidenceSink, "on_bulk", lambda s, nos, lines: (taken.append(len(lines)), on_bulk(s, nos, lines))
+    )
     native = _worker_view(logs)
+    assert sum(taken) > 0
     monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
     per_line = _worker_view(logs)
     assert native == per_line

@@ -90,7 +90,7 @@ from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR, TimeBou
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
-from debug_training_logs.frozen import positional
+from debug_training_logs.frozen import fast_positional
 from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs import fields as native_fields
 from debug_training_logs.logs.attribution import rank_and_source_plain, strip_ansi
@@ -396,6 +396,19 @@ class EvidenceSink:
                 self._flush()
             self._signals(route, line_no, line)
 
+    def bulk_id(self) -> int | None:
+        """The ``progress`` signal's id when the compiled helper is there: the scan may hand its lines over in bulk
+        (:meth:`on_bulk`), none of them through Python one by one."""
+        return _PROGRESS_ID if self._native is not None else None
+
+    def on_bulk(self, line_nos: list[int], lines: list[str]) -> None:
+        """A run of progress-only lines, in order: what :meth:`on_hit` does with each, at once (appended to the batch,
+        read when it is full)."""
+        self._batch += lines
+        self._batch_nos += line_nos
+        if len(self._batch) >= _BATCH_LINES:
+            self._flush()
+
     def _flush(self) -> None:
         """Read the waiting progress lines in order, as :meth:`_signals` would one by one: runs the compiled helper
         answers for are applied per rank (:meth:`_apply_run`), a line it leaves (a c10/glog time, a Ray ``[rank=N]``
@@ -577,6 +590,10 @@ def _file_series(fh: _FileHits) -> _FileSeries:
         arrays: dict[int | None, tuple[array[int], array[int], array[float]]] = {}
         raw: dict[int | None, list[tuple[int, WallTime | None, float]]] = {}
         for rank, s in per_rank.items():
+            lines, wts, values = zip(*s.points, strict=True) if s.points else ((), (), ())
+            if wts.count(None) == len(wts):  # untimed points (most step lines): no time to convert, one by one
+                arrays[rank] = (array("q", lines), array("q", [_NO_TIME]) * len(wts), array("d", values))
+                continue
             times = array("q")
             prev: WallTime | None = None
             value = _NO_TIME
@@ -592,7 +609,7 @@ def _file_series(fh: _FileHits) -> _FileSeries:
                         value = _NO_TIME if t is None else (t - _EPOCH) // _US
                 times.append(value)
             else:
-                arrays[rank] = (array("q", [p[0] for p in s.points]), times, array("d", [p[2] for p in s.points]))
+                arrays[rank] = (array("q", lines), times, array("d", values))
                 continue
             raw[rank] = s.points
         if arrays:
@@ -736,9 +753,9 @@ class Hit(TimeBounds):
         return Evidence(file=self.file, line=self.line, text=self.text)
 
 
-_new_evidence_hit: Final = positional(Hit)
-"""``Hit(signal, file, line, text, rank, time, after, before)`` for the worker's digest (~85 per file; see
-:func:`~debug_training_logs.frozen.positional`)."""
+_new_evidence_hit: Final = fast_positional(Hit)
+"""``Hit(signal, file, line, text, rank, time, after, before)`` for the worker's digest (~200 per file; see
+:func:`~debug_training_logs.frozen.fast_positional`)."""
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)

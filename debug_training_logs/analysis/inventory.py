@@ -257,6 +257,11 @@ _Route = tuple[tuple[int, list[int]], ...]
 """How a composite sink splits one id set: (sink index, its ids) per sink that gets the hit, in call order (the
 inventory's first, its index one past the consumers' parts)."""
 
+
+def _no_bulk(line_nos: list[int], lines: list[str]) -> None:
+    raise RuntimeError("a run of bulk lines for a composite sink that named no bulk pattern")
+
+
 _LAST_ROUTES: tuple[tuple[Any, ...], int, dict[tuple[int, ...], _Route]] | None = None
 """(parts, first marker id, routes) of the latest composite sink: the next file of the same scan (the same ``parts``
 object) splits its id sets the same way, so it takes the routes worked out so far (~40 per file, ~3 us each)."""
@@ -285,6 +290,8 @@ class _CompositeSink:
         else:
             self._routes = {}
             _LAST_ROUTES = (parts, markers_at, self._routes)
+        self._bulk: Callable[[list[int], list[str]], None] = _no_bulk
+        """The ``on_bulk`` of the consumer's sink :meth:`bulk_id` names."""
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
         route = self._routes.get(tuple(pattern_ids))
@@ -295,6 +302,21 @@ class _CompositeSink:
         hits = self._hits
         for k, mine in route:
             hits[k](mine, line_no, line)  # type: ignore[misc]  # (a route names a sink that is there)
+
+    def bulk_id(self) -> int | None:
+        """The pattern (of the scan's) whose lines a consumer's sink takes in bulk (:class:`~debug_training_logs.logs.
+        scan.Sink`), the first such consumer's; None when no consumer's sink does."""
+        for sink, off, k in self.parts:
+            ask = getattr(sink, "bulk_id", None)
+            local: int | None = ask() if ask is not None else None
+            if local is not None and 0 <= local < k:
+                self._bulk = sink.on_bulk  # type: ignore[union-attr]  # (a sink naming a bulk pattern takes its lines)
+                return off + local
+        return None
+
+    def on_bulk(self, line_nos: list[int], lines: list[str]) -> None:
+        """A run of lines of :meth:`bulk_id` alone: to its consumer's sink (no other sink has that pattern)."""
+        self._bulk(line_nos, lines)
 
     def _route(self, pattern_ids: list[int]) -> _Route:
         """The route of a hit with these ids (worked out once per id set and scan: the routes are shared)."""

@@ -52,7 +52,7 @@ from debug_training_logs.analysis.inventory import (
     scan_job,
 )
 from debug_training_logs.formats import torch_nccl as tn
-from debug_training_logs.frozen import positional
+from debug_training_logs.frozen import fast_positional
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import MAX_LINE_CHARS, lines_at, literal_pattern
@@ -237,7 +237,7 @@ def _hit(line_no: int, line: str, p: tn.Parsed, joined: int = 1, rank_text: str 
     return _new_hit(line_no, rank, p.header, p.event, cut(tn.strip_ansi(line)), joined)
 
 
-_new_hit: Final = positional(Hit)
+_new_hit: Final = fast_positional(Hit)
 """``Hit(line, rank, header, event, text, joined)`` made once per parsed line (see :func:`positional`)."""
 
 

@@ -580,15 +580,16 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text) if "\x1b" in text else text
 
 
-_new_header: Final = _positional(Header)
-_new_parsed: Final = _positional(Parsed)
-_new_timeout: Final = _positional(WatchdogTimeout)
-_new_status: Final = _positional(StatusLine)
-_new_dump: Final = _positional(DumpSignal)
-_new_first: Final = _positional(FirstToDump)
-_new_teardown: Final = _positional(Teardown)
-_new_fatal: Final = _positional(FatalTerminate)
-_new_terminated: Final = _positional(WatchdogTerminated)
+# (the C constructors where the extension is built: ~0.2 us a record instead of ~1 us; the same objects)
+_new_header: Final = _native_positional(Header) or _positional(Header)
+_new_parsed: Final = _native_positional(Parsed) or _positional(Parsed)
+_new_timeout: Final = _native_positional(WatchdogTimeout) or _positional(WatchdogTimeout)
+_new_status: Final = _native_positional(StatusLine) or _positional(StatusLine)
+_new_dump: Final = _native_positional(DumpSignal) or _positional(DumpSignal)
+_new_first: Final = _native_positional(FirstToDump) or _positional(FirstToDump)
+_new_teardown: Final = _native_positional(Teardown) or _positional(Teardown)
+_new_fatal: Final = _native_positional(FatalTerminate) or _positional(FatalTerminate)
+_new_terminated: Final = _native_positional(WatchdogTerminated) or _positional(WatchdogTerminated)
 
 
 def find_header(text: str) -> tuple[Header | None, int]:

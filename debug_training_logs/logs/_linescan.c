@@ -1643,7 +1643,11 @@ PyDoc_STRVAR(hits_doc,
 "about that many candidate lines per call; stop is where to go on from (end when done). left: None, or a dict\n"
 "id -> how many more of its lines count: each candidate line matching the id takes one off (in the dict), and at 0\n"
 "the id is no longer checked on later lines and spent[id] = that line's start (spent, a dict, is also read at the\n"
-"start: those ids are not checked). Only dfa and extra items in [start, end) are looked at.");
+"start: those ids are not checked). Only dfa and extra items in [start, end) are looked at.\n"
+"bulk: None, or (id, guard, max_len, no_base, texts, nos, starts), three lists: a line whose ids are id alone, that\n"
+"starts after guard, ends with a newline before end and is at most max_len bytes long, is not in hits; its text\n"
+"(decoded as UTF-8 with replacement, trailing \\r removed) is appended to texts, no_base + line0 + line_index to\n"
+"nos and its start to starts (the frequent lines of one pattern, which the caller hands on in bulk).");
 
 typedef struct {
     Py_ssize_t pos;
@@ -1659,7 +1663,40 @@ typedef struct {
     Py_ssize_t n;
     uint64_t *cand, *sure, *ids, *spent, *capped;
     PyObject *out, *left, *spent_dict;
+    /* bulk lines (see hits_doc): b_texts NULL when none are taken apart */
+    Py_ssize_t b_id, b_guard, b_max, b_base;
+    PyObject *b_texts, *b_nos, *b_starts;
 } HitsState;
+
+/* Whether the ids of the line are the bulk id alone */
+static inline int
+bulk_ids(const HitsState *st)
+{
+    for (Py_ssize_t j = 0; j < st->c->words; j++)
+        if (st->ids[j] != (j == st->b_id >> 6 ? (uint64_t)1 << (st->b_id & 63) : 0))
+            return 0;
+    return 1;
+}
+
+/* Append a bulk line's text, number and start to the bulk lists; -1 with an exception set */
+static int
+emit_bulk(HitsState *st, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t line)
+{
+    Py_ssize_t e = le;
+    while (e > ls && st->buf[e - 1] == '\r')
+        e--; /* (a \r byte is never part of a UTF-8 sequence: the same as removing it after decoding) */
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)st->buf + ls, e - ls, "replace");
+    PyObject *no = text == NULL ? NULL : PyLong_FromSsize_t(st->b_base + line);
+    PyObject *at = no == NULL ? NULL : PyLong_FromSsize_t(ls);
+    int rc = at == NULL || PyList_Append(st->b_texts, text) < 0 || PyList_Append(st->b_nos, no) < 0 ||
+                     PyList_Append(st->b_starts, at) < 0
+                 ? -1
+                 : 0;
+    Py_XDECREF(text);
+    Py_XDECREF(no);
+    Py_XDECREF(at);
+    return rc;
+}
 
 /* ids |= the ints of the sequence obj (pattern ids); -1 with an exception set */
 static int
@@ -1677,6 +1714,8 @@ emit(HitsState *st, Py_ssize_t ls, Py_ssize_t le, Py_ssize_t line)
         any |= st->ids[j] != 0;
     if (!any)
         return 0;
+    if (st->b_texts != NULL && ls > st->b_guard && le < st->n && le - ls <= st->b_max && bulk_ids(st))
+        return emit_bulk(st, ls, le, line);
     PyObject *list = ids_list(st->ids, st->c->words);
     PyObject *t = list == NULL ? NULL : Py_BuildValue("(nnNn)", ls, le, list, line);
     if (t == NULL || PyList_Append(st->out, t) < 0) {
@@ -1867,15 +1906,26 @@ Finder_hits(Finder *self, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t start, max_lines, end, line0;
-    PyObject *dfa_obj, *xs_obj, *extra, *left, *spent;
+    PyObject *dfa_obj, *xs_obj, *extra, *left, *spent, *bulk = Py_None;
+    Py_ssize_t b_id = -1, b_guard = 0, b_max = 0, b_base = 0;
+    PyObject *b_texts = NULL, *b_nos = NULL, *b_starts = NULL;
     const Checks *c = self->checks;
     if (self->blob == NULL || c == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Finder has no patterns (set_patterns)");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "y*nnnnOOOOO", &view, &start, &max_lines, &end, &line0, &dfa_obj, &xs_obj, &extra,
-                          &left, &spent))
+    if (!PyArg_ParseTuple(args, "y*nnnnOOOOO|O", &view, &start, &max_lines, &end, &line0, &dfa_obj, &xs_obj, &extra,
+                          &left, &spent, &bulk))
         return NULL;
+    if (bulk != Py_None &&
+        (!PyTuple_Check(bulk) || !PyArg_ParseTuple(bulk, "nnnnO!O!O!", &b_id, &b_guard, &b_max, &b_base, &PyList_Type,
+                                                   &b_texts, &PyList_Type, &b_nos, &PyList_Type, &b_starts) ||
+         b_id < 0 || b_id >= c->k)) {
+        PyBuffer_Release(&view);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "bulk must be None or (id, guard, max_len, no_base, list, list, list)");
+        return NULL;
+    }
     Py_ssize_t n = end < 0 ? view.len : end;
     if (n > view.len || start < 0 || start > n || !PyDict_Check(spent) || !PyDict_Check(extra) ||
         (left != Py_None && !PyDict_Check(left))) {
@@ -1887,8 +1937,16 @@ Finder_hits(Finder *self, PyObject *args)
     PyObject *xs = dfa == NULL ? NULL : PySequence_Fast(xs_obj, "extra_starts must be a sequence of int");
     Py_ssize_t words = c->words;
     uint64_t *bits = PyMem_Calloc((size_t)(5 * (words ? words : 1)), sizeof(uint64_t));
-    HitsState st = {self, c, (const unsigned char *)view.buf, n, bits, bits + words, bits + 2 * words,
-                    bits + 3 * words, bits + 4 * words, PyList_New(0), left == Py_None ? NULL : left, spent};
+    HitsState st = {self,           c,
+                    (const unsigned char *)view.buf, n,
+                    bits,           bits + words,
+                    bits + 2 * words, bits + 3 * words,
+                    bits + 4 * words, PyList_New(0),
+                    left == Py_None ? NULL : left, spent,
+                    b_id,           b_guard,
+                    b_max,          b_base,
+                    b_texts,        b_nos,
+                    b_starts};
     HitVec cands = {NULL, 0, 0};
     Mark *marks = NULL;
     Py_ssize_t nm = 0, nl_total = 0, stop = n;
