@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError, validate_call
 from pydantic.fields import FieldInfo
 
 from debug_training_logs import __version__, meanwhile, progress
+from debug_training_logs.entry import GC_THRESHOLDS
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.memo import one_command
 from debug_training_logs.models import build_deferred
@@ -344,17 +345,10 @@ def _write_html(target: Path, page: str) -> None:
         raise UserInputError(f"--html {target}: cannot write it: {exc.strerror or exc}.") from exc
 
 
-GC_THRESHOLDS = (20_000, 10, 10)
-"""The collector's thresholds while a command runs (Python's default: 700, 10, 10). An analysis builds hundreds of
-thousands of long-lived, acyclic objects (hits, rows, per-rank states); at the default every 700 allocations start a
-collection that walks the young ones, and the older generations are walked over and over as they grow: 27% of the
-main process's CPU on a 10,240-rank ``analyze`` (8.9 s -> 6.7 s measured, same peak memory), 10% at 1,024 ranks.
-Also while the command's modules are imported (their classes, functions and patterns are long-lived too): ~4% of
-``analyze``'s imports."""
-
-
 @contextmanager
 def _fewer_collections() -> Iterator[None]:
+    """The collector at :data:`~debug_training_logs.entry.GC_THRESHOLDS` within the block (an in-process caller's own
+    thresholds are restored after it)."""
     before = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
     try:
@@ -444,9 +438,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def program() -> None:
-    """The ``debug-training-logs`` program (its console script and ``python -m debug_training_logs``): :func:`main`,
-    then the process ends without the interpreter's teardown (:func:`_exit_without_teardown`). A caller that goes on
-    after the command (a test, a bench probe) calls :func:`main` instead."""
+    """The ``debug-training-logs`` program (run by :func:`debug_training_logs.entry.program`, its console script and
+    ``python -m debug_training_logs``): :func:`main`, then the process ends without the interpreter's teardown
+    (:func:`_exit_without_teardown`). A caller that goes on after the command (a test, a bench probe) calls
+    :func:`main` instead."""
     main()
     _exit_without_teardown()
 

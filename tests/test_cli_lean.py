@@ -128,3 +128,40 @@ def test_the_program_flushes_runs_the_exit_handlers_then_ends_the_process(monkey
         stop.set()
         other.join()
     assert calls == ["main"]
+
+
+def test_the_entry_point_raises_the_collector_thresholds_before_the_command_imports() -> None:
+    """The console script's target imports nothing heavy before it raises the thresholds, so pydantic and the command's
+    modules load without the ~40 young collections Python's default threshold starts among them."""
+    code = (
+        "import gc, sys\n"
+        "young = []\n"
+        "gc.callbacks.append(lambda phase, info: young.append(1) if phase == 'start' and info['generation'] == 0 else 0)\n"
+        "from debug_training_logs import entry\n"
+        "print('LIGHT', 'pydantic' not in sys.modules and 'debug_training_logs.cli' not in sys.modules)\n"
+        "sys.argv = ['debug-training-logs', *sys.argv[1:]]\n"
+        "import atexit\n"  # the program ends the process itself, after the exit handlers
+        "atexit.register(lambda: print('YOUNG', len(young), 'CLI', 'debug_training_logs.cli' in sys.modules, "
+        "file=sys.stderr))\n"
+        "entry.program()\n"
+    )
+    got = _program(code, "grep", str(DATA_STALL / "logs"), "--json")
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("LIGHT True")
+    young, loaded = got.stderr.rsplit("YOUNG", 1)[1].split("CLI")
+    assert loaded.strip() == "True" and int(young) < 10  # ~40 at the default threshold
+
+
+def test_the_console_script_and_python_m_run_the_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "debug-training-logs"]
+    assert script.value == "debug_training_logs.entry:program"
+    got = subprocess.run(
+        [sys.executable, "-m", "debug_training_logs", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert got.returncode == 0 and got.stdout.startswith("debug-training-logs ")
