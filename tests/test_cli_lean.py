@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +166,36 @@ def test_the_console_script_and_python_m_run_the_entry_point() -> None:
         check=False,
     )
     assert got.returncode == 0 and got.stdout.startswith("debug-training-logs ")
+
+
+@pytest.mark.parametrize("preset", [None, "some_plugin"])
+def test_the_program_looks_up_no_pydantic_plugin_unless_told_how(preset: str | None) -> None:
+    """Looking plugins up reads every installed package's entry points; the program's own validators need none. A value
+    the user set is kept (pydantic then reads it as always)."""
+    code = (
+        "import atexit, os, sys\n"
+        "sys.argv = ['debug-training-logs', *sys.argv[1:]]\n"
+        "def report():\n"
+        "    from pydantic.plugin import _loader\n"
+        "    print('PLUGINS', os.environ.get('PYDANTIC_DISABLE_PLUGINS'), _loader._plugins is None, file=sys.stderr)\n"
+        "atexit.register(report)\n"
+        "from debug_training_logs.entry import program\n"
+        "program()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    if preset is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = preset
+    got = subprocess.run(
+        [sys.executable, "-c", code, "grep", str(DATA_STALL / "logs"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    assert got.returncode == 0, got.stderr
+    value, never_looked = got.stderr.rsplit("PLUGINS", 1)[1].split()
+    if preset is None:
+        assert (value, never_looked) == ("__all__", "True")
+    else:  # pydantic looked the plugins up, leaving out the one named
+        assert (value, never_looked) == (preset, "False")
