@@ -53,11 +53,8 @@ def native_positional(cls: type[_T]) -> Callable[..., _T] | None:
     is not built or ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set. A :func:`functools.partial` of the C function with the
     class and its fields' slot descriptors: it pickles by value (its class and descriptors by name)."""
     assert takes_positional(cls), cls
-    if os.environ.get("DEBUG_TRAINING_LOGS_NO_NATIVE"):
-        return None
-    try:
-        new = importlib.import_module("debug_training_logs._frozen").new
-    except ImportError:
+    new = _native("new")
+    if new is None:
         return None
     return functools.partial(new, cls, tuple(cls.__dict__[f.name] for f in fields(cls)))  # type: ignore[arg-type]
 
@@ -74,13 +71,21 @@ def native_reduce(make: Callable[..., Any], cls: type, names: tuple[str, ...]) -
     (make, (obj.<name> for each of names))``, one C call per object instead of a Python function's frame (~3x faster
     to pickle a file's evidence hits in the scan worker). None when the extension is not built,
     ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set, or a name is not a slot of ``cls``."""
-    if os.environ.get("DEBUG_TRAINING_LOGS_NO_NATIVE"):
-        return None
-    try:
-        reduce = importlib.import_module("debug_training_logs._frozen").reduce
-    except ImportError:
+    reduce = _native("reduce")
+    if reduce is None:
         return None
     members = tuple(getattr(cls, n, None) for n in names)
     if not all(type(d).__name__ == "member_descriptor" for d in members):
         return None
     return functools.partial(reduce, make, members)
+
+
+def _native(name: str) -> Any:
+    """The optional ``_frozen`` extension's function ``name``, or None when the extension is not built or
+    ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set."""
+    if os.environ.get("DEBUG_TRAINING_LOGS_NO_NATIVE"):
+        return None
+    try:
+        return getattr(importlib.import_module("debug_training_logs._frozen"), name)
+    except ImportError:
+        return None
