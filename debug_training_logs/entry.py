@@ -3,7 +3,8 @@
 It imports nothing but :mod:`gc` (and :mod:`os`, loaded already) before it raises the collector's thresholds: the
 command's own imports (pydantic, the tool and its analysis modules, ~0.2 s) then run with them too. At Python's default
 (700 allocations) they started ~40 young and 3 middle collections before the scan could fork its workers (~5 ms, on
-the path every command waits for).
+the path every command waits for). The thresholds hold for the whole program, ``serve``'s server too (its tools build
+the same long-lived objects).
 
 It also turns pydantic's plugins off for the command or the server it runs (unless ``PYDANTIC_DISABLE_PLUGINS`` is set
 already): the validators of our own arguments and results are all the program builds, and looking plugins up reads
