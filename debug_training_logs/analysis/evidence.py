@@ -1184,7 +1184,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
         for key in ("step", "memory"):
             per_rank = series[key]
             for r, arrays in fseries.arrays.get(key, {}).items():
-                rr = r if r is not None else single_rank.get(rel)
+                rr = rank_of(rel, r)
                 if rr is not None:
                     b = per_rank.get(rr)
                     if b is None:
@@ -1194,9 +1194,9 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
             for r, points in fseries.raw.get(key, {}).items():
                 rr = rank_of(rel, r)
                 if rr is not None:
-                    b = series[key].get(rr)
+                    b = per_rank.get(rr)
                     if b is None:
-                        b = series[key][rr] = _SeriesBuilder()
+                        b = per_rank[rr] = _SeriesBuilder()
                     b.add(rel, points, year)
         for r, (n, host) in fh_hosts.items():
             if n >= hosts.get(r, (0, ""))[0]:

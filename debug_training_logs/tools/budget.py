@@ -150,15 +150,21 @@ def _lists(value: Any, path: JsonPath = ()) -> list[tuple[JsonPath, list[Any] | 
     return found
 
 
+def _listed(path: JsonPath, value: list[Any] | dict[str, Any]) -> bool:
+    """Whether :func:`_lists` counts ``value`` at ``path``: a list with entries, or a dict of more than 32 below the
+    top (a large dict is a list of keyed entries)."""
+    return bool(path) and len(value) > 32 if isinstance(value, dict) else bool(value)
+
+
 def _collect_lists(value: Any, path: JsonPath, found: list[tuple[JsonPath, list[Any] | dict[str, Any]]]) -> None:
     if isinstance(value, dict):
-        if path and len(value) > 32:
+        if _listed(path, value):
             found.append((path, value))
         for k, v in value.items():
             if isinstance(v, (dict, list)):
                 _collect_lists(v, (*path, k), found)
     elif isinstance(value, list):
-        if value:
+        if _listed(path, value):
             found.append((path, value))
         for i, v in enumerate(value):
             if isinstance(v, (dict, list)):
@@ -177,7 +183,7 @@ def _lists_after_cut(
         if p[:n] != path:
             out.append((p, v))
         elif len(p) == n:
-            if len(shortened) > 32 if isinstance(shortened, dict) else shortened:
+            if _listed(path, shortened):
                 out.append((p, shortened))
         elif (p[n] < len(shortened)) if isinstance(shortened, list) else (p[n] in shortened):  # type: ignore[operator]
             out.append((p, v))
