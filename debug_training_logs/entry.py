@@ -1,14 +1,16 @@
 """The program's entry point (the ``debug-training-logs`` console script and ``python -m debug_training_logs``).
 
-It imports nothing but :mod:`gc` (and :mod:`os`, loaded already) before it turns the cyclic garbage collector off: the
-command's own imports (pydantic, the tool and its analysis modules, ~0.2 s) then run without it too. A command is one
-process that ends once its answer is out, and it makes almost no cyclic garbage (~1,300 unreachable objects left at the
-end of a 1,024-rank ``analyze``; the scan's results, the evidence and the answer are freed by their reference counts),
-so the collector's passes were pure cost: each young collection walks the ~20,000 objects allocated since the last one
-(5-10 ms), 7 of them on a 1,024-rank ``analyze`` (2 while its modules load, before the scan can start, 5 while its
-results are read and folded). ``serve`` turns it back on (:data:`GC_THRESHOLDS`): a server runs for hours and every tool
-call leaves garbage. The scan's worker processes, forked from the command, make no collection either way (each file's
-objects are freed as the file is done).
+It imports nothing but :mod:`gc` (and :mod:`os` and :mod:`sys`, loaded already) before it turns the cyclic garbage
+collector off: the command's own imports (pydantic, the tool and its analysis modules, ~0.2 s) then run without it too.
+A command is one process that ends once its answer is out, and it makes almost no cyclic garbage (~1,300 unreachable
+objects left at the end of a 1,024-rank ``analyze``, as many at 4,096 ranks; the scan's results, the evidence and the
+answer are freed by their reference counts), so the collector's passes were pure cost: each young collection walks the
+~20,000 objects allocated since the last one (5-10 ms), 7 of them on a 1,024-rank ``analyze`` (2 while its modules
+load, before the scan can start, 5 while its results are read and folded). ``serve`` turns it back on
+(:data:`GC_THRESHOLDS`): a server runs for hours and every tool call leaves garbage. The scan's worker processes,
+forked from the command, make no collection either way (each file's objects are freed as the file is done).
+
+Then it starts the command's scan (:mod:`~debug_training_logs.early_scan`), before the rest of the program is imported.
 
 It also turns pydantic's plugins off for the command or the server it runs (unless ``PYDANTIC_DISABLE_PLUGINS`` is set
 already): the validators of our own arguments and results are all the program builds, and looking plugins up reads
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 
 GC_THRESHOLDS = (20_000, 10, 10)
 """The collector's thresholds where it runs: ``serve``'s server, and an in-process caller's command
@@ -31,10 +34,14 @@ a 10,240-rank ``analyze`` (8.9 s -> 6.7 s measured, same peak memory), 10% at 1,
 
 def program() -> None:
     """Run the command line (:func:`debug_training_logs.cli.program`) with the collector off from the start (``serve``
-    turns it on, at :data:`GC_THRESHOLDS`) and pydantic's plugins off (see the module doc)."""
+    turns it on, at :data:`GC_THRESHOLDS`) and pydantic's plugins off (see the module doc), after starting the
+    command's scan (:mod:`~debug_training_logs.early_scan`)."""
     gc.disable()
     gc.set_threshold(*GC_THRESHOLDS)
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    from debug_training_logs import early_scan
+
+    early_scan.start(sys.argv[1:])  # the command's scan reads on while the program imports the rest
     from debug_training_logs.cli import program as run  # the imports the collector is off for
 
     run()

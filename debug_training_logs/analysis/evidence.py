@@ -1000,6 +1000,11 @@ def evidence_consumer(keep: LineKeep | None = None) -> Consumer:
     return consumer_for(worker_patterns(), factory, dense=dense, refine=_refine)
 
 
+def job_scan_consumers() -> tuple[Consumer, Consumer]:
+    """The consumers of :func:`gather_evidence`'s scan of a job: the evidence's and the launcher facts'."""
+    return evidence_consumer(), launcher_scan.consumer()
+
+
 def scan_worker_logs(logs_dir: Path, keep: LineKeep | None = None) -> JobScan:
     """The one scan of every worker log under ``logs_dir`` the evidence is built from (:func:`worker_patterns`, one
     :class:`EvidenceSink` per file), shared with the other tools' questions through the scan cache; ``keep``
@@ -1698,7 +1703,7 @@ def gather_evidence(
 
     ``world_size``: the job's world size as the caller knows it (the launch command), for logs that do not state it;
     it replaces what the logs say, and the coverage evidence says both."""
-    ec, lc = evidence_consumer(), launcher_scan.consumer()
+    ec, lc = job_scan_consumers()
     early: dict[int, EarlyNccl] = {}
 
     items: dict[int, FileItems] = {}

@@ -45,12 +45,14 @@ from debug_training_logs.analysis.inventory import (
     Inventory,
     LineKeep,
     PerFile,
+    consumer_for,
     given_world_size_evidence,
     lean_inventory,
     missing_set,
     missing_text,
     scan_job,
 )
+from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.frozen import fast_positional
 from debug_training_logs.logs.attribution import line_rank
@@ -1122,6 +1124,11 @@ def _ev_evidence(e: _Ev) -> EvidenceLine:
 # ---------------------------------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+def table_consumer() -> Consumer:
+    """The consumer of the table's scan of a whole job (what :func:`nccl_state_table` scans for without ``keep``)."""
+    return consumer_for(NCCL_PATTERNS, NcclSink)
 
 
 def nccl_state_table(
