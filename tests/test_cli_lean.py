@@ -219,3 +219,43 @@ def test_the_program_looks_up_no_pydantic_plugin_unless_told_how(preset: str | N
         assert (value, never_looked) == ("__all__", "True")
     else:  # pydantic looked the plugins up, leaving out the one named
         assert (value, never_looked) == (preset, "False")
+
+
+SCAN_MODULES = (
+    "debug_training_logs.analysis.evidence",
+    "debug_training_logs.analysis.launcher",
+    "debug_training_logs.analysis.inventory",
+    "debug_training_logs.analysis.nccl_table",
+    "debug_training_logs.analysis.grep",
+    "debug_training_logs.logs.scan",
+)
+
+
+def _importers(importtime: str, module: str) -> list[str]:
+    """``-X importtime``'s lines from ``module`` up to the top-level import that pulled it in: a module's line comes
+    when its import ends, and its importer's is the next one indented less."""
+    lines = [line for line in importtime.splitlines() if line.startswith("import time:") and "|" in line]
+
+    def depth(line: str) -> int:
+        name = line.rsplit("|", 1)[1]
+        return len(name) - len(name.lstrip())
+
+    first = next(i for i, line in enumerate(lines) if line.rsplit("|", 1)[1].strip() == module)
+    chain = [lines[first]]
+    for line in lines[first + 1 :]:
+        if depth(line) < depth(chain[-1]):
+            chain.append(line)
+    return chain
+
+
+def test_the_scan_modules_import_no_pydantic() -> None:
+    """The CLI may start the scan's worker processes before it imports pydantic (needed only to check the arguments
+    and build the answer): the modules a scan runs must not pull it in."""
+    code = f"import sys\nimport {', '.join(SCAN_MODULES)}\nprint('PYDANTIC', 'pydantic' in sys.modules)\n"
+    got = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert got.returncode == 0, got.stderr
+    if got.stdout.strip() != "PYDANTIC False":
+        chain = "\n".join(_importers(got.stderr, "pydantic"))
+        pytest.fail(f"the scan's modules import pydantic, through:\n{chain}")

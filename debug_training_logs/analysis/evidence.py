@@ -98,8 +98,11 @@ from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import (
     FileScan,
 )
-from debug_training_logs.models import TEXT_CUT, Coverage, Evidence, cut
 from debug_training_logs.ranges import parse_ranges
+from debug_training_logs.textcut import TEXT_CUT, cut
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Coverage, Evidence
 
 if TYPE_CHECKING:  # the AIS and dump modules are imported where those are read: the worker scan's sinks need none
     from debug_training_logs.analysis import fr_dumps
@@ -750,6 +753,8 @@ class Hit(TimeBounds):
         return self.time or self.after or self.before
 
     def cite(self) -> Evidence:
+        from debug_training_logs.models import Evidence
+
         return Evidence(file=self.file, line=self.line, text=self.text)
 
 
@@ -802,6 +807,8 @@ class NcclRow:
         return self.last_enqueued - self.last_completed
 
     def cite(self) -> Evidence:
+        from debug_training_logs.models import Evidence
+
         return Evidence(file=self.file, line=self.line, text=self.text)
 
 
@@ -1970,6 +1977,8 @@ class KeyEvent:
         return self.time or self.earliest or self.latest
 
     def cite(self) -> Evidence:
+        from debug_training_logs.models import Evidence
+
         return Evidence(file=self.file, line=self.line, text=self.text)
 
 

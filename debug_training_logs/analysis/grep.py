@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS, TIER_NAMES, GrepPattern
 from debug_training_logs.analysis.inventory import COVERAGE_MARKERS, Inventory, consumer_for, scan_consumers
@@ -27,8 +28,11 @@ from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_tim
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import lines_at
 from debug_training_logs.memo import unpack
-from debug_training_logs.models import Coverage, cut
 from debug_training_logs.ranges import format_ranges
+from debug_training_logs.textcut import cut
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Coverage
 
 MAX_TEMPLATES_PER_FILE = 2000
 """Distinct templates one file may contribute; lines of further templates are counted as ``overflow``."""

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from debug_training_logs import meanwhile
 from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
@@ -32,8 +32,11 @@ from debug_training_logs.logs.attribution import (
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
 from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFactory, StartedScan, start_each
 from debug_training_logs.memo import Packed, pack, unpack, unpack_item
-from debug_training_logs.models import Coverage, UnreadableFile, cut
 from debug_training_logs.ranges import format_ranges
+from debug_training_logs.textcut import cut
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Coverage
 
 PRESENCE_CAP = 20
 """Hits per file after which a presence-only marker stops being searched: ``(?i:lhotse)`` can match a quarter of all
@@ -471,6 +474,8 @@ class JobScan:
         return [(s.file.rel, s.counts) for s in self.files]
 
     def coverage(self) -> Coverage:
+        from debug_training_logs.models import Coverage, UnreadableFile
+
         inv = self.inventory
         unreadable = [UnreadableFile(file=f.rel, reason=f.problem) for f in inv.files if f.problem]
         unreadable += [UnreadableFile(file=s.rel, reason=s.reason) for s in inv.skipped if _worth_reporting(s)]
