@@ -33,15 +33,20 @@ a 10,240-rank ``analyze`` (8.9 s -> 6.7 s measured, same peak memory), 10% at 1,
 
 
 def program() -> None:
-    """Run the command line (:func:`debug_training_logs.cli.program`) with the collector off from the start (``serve``
-    turns it on, at :data:`GC_THRESHOLDS`) and pydantic's plugins off (see the module doc), after starting the
-    command's scan (:mod:`~debug_training_logs.early_scan`)."""
+    """Run the command line (:func:`debug_training_logs.cli.program`) after :func:`prepare`."""
+    prepare(sys.argv[1:])
+    from debug_training_logs.cli import program as run  # the imports the collector is off for
+
+    run()
+
+
+def prepare(argv: list[str]) -> None:
+    """What the program does before it imports the rest, for the command line ``argv``: the collector off (``serve``
+    turns it on, at :data:`GC_THRESHOLDS`), pydantic's plugins off (see the module doc), and the command's scan started
+    (:mod:`~debug_training_logs.early_scan`), its workers reading on while the program imports the rest."""
     gc.disable()
     gc.set_threshold(*GC_THRESHOLDS)
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from debug_training_logs import early_scan
 
-    early_scan.start(sys.argv[1:])  # the command's scan reads on while the program imports the rest
-    from debug_training_logs.cli import program as run  # the imports the collector is off for
-
-    run()
+    early_scan.start(argv)
