@@ -734,7 +734,7 @@ class _Scan:
         else:
             found, skipped = list(files), []
         self.key = _Scan.key_of(logs_dir, consumers)
-        self.root = Path(logs_dir).resolve()
+        self.root: Path = self.key[0]
         self.found, self.skipped = found, skipped
         ignore_case = consumers[0].ignore_case if consumers else False
         wanted: dict[str, Consumer] = {}
