@@ -1,7 +1,7 @@
 """A realistic big job for the benchmarks: the fixture generator's ``data_stall`` incident inside the line mix of a
 real NeMo/Lightning run (not a test; used by ``bench_diagnose.py``, ``bench_grep.py``, ``bench_nccl.py``).
 
-    python bench/realistic.py --out bench/out/real_1k --ranks 1024 --bytes 1000000000
+    python bench/realistic.py --out bench/out/real_1024 --ranks 1024 --bytes 1000000000
 
 What a real 1,024-rank job writes, per node file of 8 ranks (the shares are of all lines):
 
@@ -180,7 +180,7 @@ def realistic_corpus(out: Path, ranks: int, nbytes: int) -> tuple[Path, Path]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "real_1k")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "real_1024")
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--bytes", type=int, default=1_000_000_000)
     args = ap.parse_args()

@@ -4,12 +4,14 @@ ends (run by hand; issue 14).
     python bench/serial.py grep bench/out/real_1024/logs
     python bench/serial.py --runs 5 --vs /path/to/other/checkout analyze bench/out/real_1024/logs bench/out/real_1024/ais
 
-Each run is a fresh interpreter (``PYTHON -P -c``) that runs the command with ``--json`` and notes, through the
-progress reports of the job's scan (the first scan of 100+ files), the wall time since its start and its own CPU
-time when the scan starts and when it ends. Printed per checkout, medians over the runs:
+Each run is a fresh interpreter (``PYTHON -P -c``) that runs the command with ``--json`` as the program does
+(``entry.prepare``, then the CLI) and notes the wall time since its start and its own CPU time when the job scan
+starts (its first worker forked) and when it ends (the progress report of its last file, of a scan of 100+ files).
+Printed per checkout, medians over the runs:
 
-* ``pre``: wall seconds from the interpreter's start to the scan's start (imports, parsing, discovery, plan), and
-  the process's CPU seconds by then;
+* ``pre``: wall seconds from the interpreter's start to the scan's start (what the program does before it forks:
+  with the early scan, discovery and plan only; the rest of the imports and the arguments come after), and the
+  process's CPU seconds by then;
 * ``scan``: wall seconds of the scan, and the main process's CPU in it (what it does while its workers read);
 * ``post``: wall and CPU seconds from the scan's end to the answer;
 * ``serial``: ``pre`` + ``post`` (the wall time with one core busy and the other idle on a 2-core machine).
@@ -33,13 +35,21 @@ import contextlib, hashlib, io, json, os, sys, time
 start = time.perf_counter()
 marks = {}
 sys.argv = ["debug-training-logs", *json.loads(os.environ["SERIAL_ARGS"]), "--json"]
+real_fork = os.fork
+def fork():  # the first worker forked: the job scan starts (maybe before the command's imports: entry.prepare)
+    marks.setdefault("scan0", (time.perf_counter() - start, time.process_time()))
+    return real_fork()
+os.fork = fork
 from debug_training_logs import progress
 report = progress.report
 def noted(done, total, message):
-    if total >= 100 and done in (0, total):
-        marks["scan0" if done == 0 else "scanN"] = (time.perf_counter() - start, time.process_time())
+    if total >= 100 and done == total:
+        marks["scanN"] = (time.perf_counter() - start, time.process_time())
     return report(done, total, message)
 progress.report = noted
+from debug_training_logs import entry
+if hasattr(entry, "prepare"):  # (a checkout before the early scan: nothing to do before the imports)
+    entry.prepare(sys.argv[1:])
 from debug_training_logs import cli
 out = io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):

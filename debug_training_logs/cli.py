@@ -393,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if ns.command == "serve":
+        gc.enable()  # the program turned the collector off for a one-shot command (entry); a server runs for hours
         from debug_training_logs.server.app import run
         from debug_training_logs.server.http import http_policy
 

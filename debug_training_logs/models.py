@@ -5,8 +5,7 @@ Every tool result carries ``coverage`` so that a reader can see at once whether 
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TEXT_CUT = 300
-"""Evidence text is cut to this many characters (the verifier allows for the cut when it checks a citation)."""
+from debug_training_logs.textcut import TEXT_CUT
 
 
 class Model(BaseModel):
@@ -63,8 +62,3 @@ class Evidence(Model):
     file: str = Field(description="Path relative to the logs directory given to the tool.")
     line: int = Field(description="1-based line number in the (decompressed) file.")
     text: str = Field(description=f"The line, cut at {TEXT_CUT} characters.")
-
-
-def cut(text: str, limit: int = TEXT_CUT) -> str:
-    """Cut a line for citation; the verifier accepts a cited text that is a prefix of the real line."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -131,26 +131,46 @@ def test_the_program_flushes_runs_the_exit_handlers_then_ends_the_process(monkey
     assert calls == ["main"]
 
 
-def test_the_entry_point_raises_the_collector_thresholds_before_the_command_imports() -> None:
-    """The console script's target imports nothing heavy before it raises the thresholds, so pydantic and the command's
-    modules load without the ~40 young collections Python's default threshold starts among them."""
+def test_the_entry_point_turns_the_collector_off_before_the_command_imports() -> None:
+    """The console script's target imports nothing heavy before it turns the collector off, so pydantic, the command's
+    modules and the analysis run without a single collection (2 young ones while the modules load, 5 after the scan, at
+    the thresholds a server runs with)."""
     code = (
         "import gc, sys\n"
-        "young = []\n"
-        "gc.callbacks.append(lambda phase, info: young.append(1) if phase == 'start' and info['generation'] == 0 else 0)\n"
+        "passes = []\n"
+        "gc.callbacks.append(lambda phase, info: passes.append(1) if phase == 'start' else 0)\n"
         "from debug_training_logs import entry\n"
         "print('LIGHT', 'pydantic' not in sys.modules and 'debug_training_logs.cli' not in sys.modules)\n"
+        "passes.clear()\n"  # (compiling a module without its .pyc may have started one, before the program runs)
         "sys.argv = ['debug-training-logs', *sys.argv[1:]]\n"
         "import atexit\n"  # the program ends the process itself, after the exit handlers
-        "atexit.register(lambda: print('YOUNG', len(young), 'CLI', 'debug_training_logs.cli' in sys.modules, "
-        "file=sys.stderr))\n"
+        "atexit.register(lambda: print('PASSES', len(passes), 'CLI', 'debug_training_logs.cli' in sys.modules, "
+        "'ON', gc.isenabled(), file=sys.stderr))\n"
         "entry.program()\n"
     )
-    got = _program(code, "grep", str(DATA_STALL / "logs"), "--json")
+    got = _program(code, "analyze", str(DATA_STALL / "logs"), str(DATA_STALL / "ais"), "--json")
     assert got.returncode == 0, got.stderr
     assert got.stdout.startswith("LIGHT True")
-    young, loaded = got.stderr.rsplit("YOUNG", 1)[1].split("CLI")
-    assert loaded.strip() == "True" and int(young) < 10  # ~40 at the default threshold
+    assert got.stderr.rsplit("PASSES", 1)[1].split() == ["0", "CLI", "True", "ON", "False"]
+
+
+def test_serve_turns_the_collector_back_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server runs for hours and every tool call leaves garbage: it runs with the collector on, at the thresholds
+    the entry point set."""
+    from debug_training_logs import entry
+    from debug_training_logs.server import app
+
+    seen: list[tuple[bool, tuple[int, int, int]]] = []
+    monkeypatch.setattr(app, "run", lambda *a: seen.append((gc.isenabled(), gc.get_threshold())))
+    before = gc.get_threshold()
+    gc.disable()
+    try:
+        gc.set_threshold(*entry.GC_THRESHOLDS)
+        main(["serve"])
+    finally:
+        gc.enable()
+        gc.set_threshold(*before)
+    assert seen == [(True, entry.GC_THRESHOLDS)]
 
 
 def test_the_console_script_and_python_m_run_the_entry_point() -> None:
@@ -199,3 +219,43 @@ def test_the_program_looks_up_no_pydantic_plugin_unless_told_how(preset: str | N
         assert (value, never_looked) == ("__all__", "True")
     else:  # pydantic looked the plugins up, leaving out the one named
         assert (value, never_looked) == (preset, "False")
+
+
+SCAN_MODULES = (
+    "debug_training_logs.analysis.evidence",
+    "debug_training_logs.analysis.launcher",
+    "debug_training_logs.analysis.inventory",
+    "debug_training_logs.analysis.nccl_table",
+    "debug_training_logs.analysis.grep",
+    "debug_training_logs.logs.scan",
+)
+
+
+def _importers(importtime: str, module: str) -> list[str]:
+    """``-X importtime``'s lines from ``module`` up to the top-level import that pulled it in: a module's line comes
+    when its import ends, and its importer's is the next one indented less."""
+    lines = [line for line in importtime.splitlines() if line.startswith("import time:") and "|" in line]
+
+    def depth(line: str) -> int:
+        name = line.rsplit("|", 1)[1]
+        return len(name) - len(name.lstrip())
+
+    first = next(i for i, line in enumerate(lines) if line.rsplit("|", 1)[1].strip() == module)
+    chain = [lines[first]]
+    for line in lines[first + 1 :]:
+        if depth(line) < depth(chain[-1]):
+            chain.append(line)
+    return chain
+
+
+def test_the_scan_modules_import_no_pydantic() -> None:
+    """The CLI may start the scan's worker processes before it imports pydantic (needed only to check the arguments
+    and build the answer): the modules a scan runs must not pull it in."""
+    code = f"import sys\nimport {', '.join(SCAN_MODULES)}\nprint('PYDANTIC', 'pydantic' in sys.modules)\n"
+    got = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert got.returncode == 0, got.stderr
+    if got.stdout.strip() != "PYDANTIC False":
+        chain = "\n".join(_importers(got.stderr, "pydantic"))
+        pytest.fail(f"the scan's modules import pydantic, through:\n{chain}")

@@ -154,7 +154,7 @@ def test_an_empty_directory_is_incomplete_evidence(tmp_path: Path) -> None:
 def test_one_scan_of_each_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """diagnose reads the worker logs once and the AIS logs once (cited lines are read back, not rescanned)."""
     calls = {"worker": 0, "ais": 0}
-    real_scan = inventory.scan_each
+    real_scan = inventory.start_each
     real_records = ais_index.AisDirScan.records
 
     def scan(*a: Any, **kw: Any) -> Any:
@@ -165,7 +165,7 @@ def test_one_scan_of_each_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
         calls["ais"] += 1
         return real_records(self, *a, **kw)
 
-    monkeypatch.setattr(inventory, "scan_each", scan)
+    monkeypatch.setattr(inventory, "start_each", scan)
     monkeypatch.setattr(ais_index.AisDirScan, "records", records)
     d = diagnose(str(FIXTURES / "data_stall" / "logs"), str(FIXTURES / "data_stall" / "ais"))
     assert d.verification.accepted

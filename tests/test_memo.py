@@ -231,13 +231,13 @@ def test_a_scan_larger_than_the_cache_still_answers_and_the_cache_stays_bounded(
     shutil.copytree(FIXTURES / "data_stall", tmp_path / "job")
     logs = tmp_path / "job" / "logs"
     passes: list[int] = []
-    real = inventory.scan_each
+    real = inventory.start_each
 
     def counted(files: Any, *a: Any, **kw: Any) -> Any:
         passes.append(len(files))
         return real(files, *a, **kw)
 
-    monkeypatch.setattr(inventory, "scan_each", counted)
+    monkeypatch.setattr(inventory, "start_each", counted)
     roomy = _grep(logs)
     assert _grep(logs) == roomy and len(passes) == 1  # the default budget: the second question reads nothing
     tiny = Memo(max_bytes=memo.MEMO.nbytes // 3)

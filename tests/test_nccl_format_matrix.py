@@ -18,7 +18,7 @@ from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, H
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.logs.discovery import discover
 from debug_training_logs.logs.scan import PatternSpec, scan_files
-from debug_training_logs.models import cut
+from debug_training_logs.textcut import cut
 from tests.nccl_render import (
     DONE,
     ENQ,

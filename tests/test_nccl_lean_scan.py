@@ -51,13 +51,13 @@ def _answer(logs: Path, **kw: Any) -> dict[str, Any]:
 def _scanned_markers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Records the number of patterns of each scan the block runs."""
     seen: list[int] = []
-    real = inventory.scan_each
+    real = inventory.start_each
 
     def spy(files: Any, spec: Any, *a: Any, **k: Any) -> Any:
         seen.append(len(spec.patterns))
         return real(files, spec, *a, **k)
 
-    monkeypatch.setattr(inventory, "scan_each", spy)
+    monkeypatch.setattr(inventory, "start_each", spy)
     return seen
 
 

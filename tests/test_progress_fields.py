@@ -33,7 +33,7 @@ from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
 from debug_training_logs.logs import attribution, fields
 from debug_training_logs.logs.attribution import RAY_PREFIX, SRUN_LABEL, rank_and_source_plain, strip_ansi
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.models import cut
+from debug_training_logs.textcut import cut
 
 NATIVE = fields.native()
 needs_native = pytest.mark.skipif(

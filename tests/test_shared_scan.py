@@ -22,13 +22,13 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 def counted_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many worker files each scan pass read (one entry per pass)."""
     passes: list[int] = []
-    real = inventory.scan_each
+    real = inventory.start_each
 
     def scan(files: Any, *a: Any, **kw: Any) -> Any:
         passes.append(len(files))
         return real(files, *a, **kw)
 
-    monkeypatch.setattr(inventory, "scan_each", scan)
+    monkeypatch.setattr(inventory, "start_each", scan)
     return passes
 
 

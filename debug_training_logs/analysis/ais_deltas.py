@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import pairwise
 from statistics import median
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from debug_training_logs.analysis.ais_index import AisDaemon, AisDirScan, AisIndex, AisSource
 from debug_training_logs.errors import UserInputError
@@ -43,7 +43,10 @@ from debug_training_logs.formats.ais import (
     line_template,
     parse_stats,
 )
-from debug_training_logs.models import Coverage, Evidence, UnreadableFile, cut
+from debug_training_logs.textcut import cut
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Coverage, Evidence, UnreadableFile
 
 DEFAULT_COUNTERS: tuple[str, ...] = (
     "err.get.n",
@@ -96,6 +99,8 @@ class StatsPoint:
     """Header time of the ``Started up at`` file of the process that wrote it (None when unknown)."""
 
     def evidence(self) -> Evidence:
+        from debug_training_logs.models import Evidence
+
         return Evidence(file=self.ref, line=self.line, text=cut(self.text))
 
 
@@ -353,6 +358,8 @@ class _Collector:
         if source.severity == "INFO":
             g = self.info_groups.get((source.ref, key))
             if g is None:
+                from debug_training_logs.models import Evidence
+
                 example = Evidence(file=source.ref, line=rec.line, text=cut(rec.text))
                 g = self.info_groups[(source.ref, key)] = _Group(example=example, template=template)
             g.count += 1
@@ -365,6 +372,8 @@ class _Collector:
         elif rec.at is not None:  # an undated ERROR-file line cannot be matched against the INFO files: left out
             e = self.error_groups.get((source.ref, key))
             if e is None:
+                from debug_training_logs.models import Evidence
+
                 example = Evidence(file=source.ref, line=rec.line, text=cut(rec.text))
                 e = self.error_groups[(source.ref, key)] = _ErrorFileGroup(example=example, template=template)
             e.severities.add(rec.severity)
@@ -848,6 +857,8 @@ def ais_counter_deltas(
     the AIS clock bounding the intervals and lines reported (baselines always use every interval); ``limit``: the
     most entries of each list (the rest is counted in ``truncated``).
     """
+    from debug_training_logs.models import Coverage, UnreadableFile
+
     names = list(dict.fromkeys(counters)) if counters else list(DEFAULT_COUNTERS)
     for name in names:
         if not is_cumulative(name):

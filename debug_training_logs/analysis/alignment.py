@@ -37,7 +37,10 @@ from debug_training_logs.analysis.nccl_table import NcclTable
 from debug_training_logs.formats.timestamps import parse_wall_time, with_year
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.models import Coverage, Evidence, cut
+from debug_training_logs.textcut import cut
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Coverage, Evidence
 
 if TYPE_CHECKING:  # the AIS modules are imported where the AIS logs are read: the worker scan's sink needs none
     from debug_training_logs.analysis import ais_deltas
@@ -226,6 +229,8 @@ class WorkerClock:
     coverage: Coverage
 
     def last_activity(self) -> tuple[datetime, Evidence] | None:
+        from debug_training_logs.models import Evidence
+
         end = self.inventory.end
         if end is None:
             return None
@@ -235,16 +240,22 @@ class WorkerClock:
         return when, Evidence(file=end.file, line=end.line, text=end.text)
 
     def cancel(self) -> tuple[datetime, Evidence] | None:
+        from debug_training_logs.models import Evidence
+
         found = [(t, Evidence(file=rel, line=ln, text=tx)) for rel, f in self.facts for (t, ln, tx) in f.cancels]
         return min(found, key=lambda x: x[0]) if found else None
 
     def zone(self) -> tuple[float | None, str, Evidence] | None:
+        from debug_training_logs.models import Evidence
+
         for rel, f in self.facts:
             for hours, label, ln, tx in f.zones:
                 return hours, label, Evidence(file=rel, line=ln, text=tx)
         return None
 
     def first_data_error(self) -> tuple[datetime, Evidence] | None:
+        from debug_training_logs.models import Evidence
+
         timed = [
             (t, Evidence(file=rel, line=ln, text=tx))
             for rel, f in self.facts
@@ -254,6 +265,8 @@ class WorkerClock:
         return min(timed, key=lambda x: x[0]) if timed else None
 
     def untimed_data_errors(self) -> list[Evidence]:
+        from debug_training_logs.models import Evidence
+
         return [
             Evidence(file=rel, line=ln, text=tx)
             for rel, f in self.facts
@@ -271,6 +284,8 @@ def scan_worker_clock(logs_dir: str | os.PathLike[str]) -> WorkerClock:
 
 def _stall_onset(table: NcclTable | None, year_hint: int | None) -> tuple[datetime, Evidence] | None:
     """When the ranks waiting on a straggler entered the collective (timeout time - timeout), from the NCCL table."""
+    from debug_training_logs.models import Evidence
+
     if table is None or not table.straggler_ranks:
         return None
     starts = [

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from debug_training_logs.analysis.launcher import AgentFacts, LauncherFacts, file_agent, parse_lines
 from debug_training_logs.analysis.launcher import gather as gather_launcher
@@ -40,7 +40,10 @@ from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.timestamps import parse_wall_time
 from debug_training_logs.logs.discovery import LogFile, discover
 from debug_training_logs.logs.scan import Checkpoints, FileScan, lines_at
-from debug_training_logs.models import Evidence, cut
+from debug_training_logs.textcut import cut
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Evidence
 
 _ATTEMPT_DIR = re.compile(r"(?:^|/)attempt_(\d+)/")
 _WORKER_LINE = re.compile(r"^\[(?:default|[A-Za-z_][\w.\-]*)\d+\]:|\[rank\d+\][: ]")
@@ -194,6 +197,8 @@ def split(
     logs_dir: str | Path, files: Sequence[LogFile] | None = None, launcher_facts: LauncherFacts | None = None
 ) -> Attempts:
     """The attempts of the job under ``logs_dir`` (one attempt when nothing shows a restart)."""
+    from debug_training_logs.models import Evidence
+
     if files is None:
         files, _ = discover(logs_dir)
     lf = launcher_facts if launcher_facts is not None else gather_launcher(logs_dir, files)

@@ -98,8 +98,11 @@ from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import (
     FileScan,
 )
-from debug_training_logs.models import TEXT_CUT, Coverage, Evidence, cut
 from debug_training_logs.ranges import parse_ranges
+from debug_training_logs.textcut import TEXT_CUT, cut
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Coverage, Evidence
 
 if TYPE_CHECKING:  # the AIS and dump modules are imported where those are read: the worker scan's sinks need none
     from debug_training_logs.analysis import fr_dumps
@@ -750,6 +753,8 @@ class Hit(TimeBounds):
         return self.time or self.after or self.before
 
     def cite(self) -> Evidence:
+        from debug_training_logs.models import Evidence
+
         return Evidence(file=self.file, line=self.line, text=self.text)
 
 
@@ -802,6 +807,8 @@ class NcclRow:
         return self.last_enqueued - self.last_completed
 
     def cite(self) -> Evidence:
+        from debug_training_logs.models import Evidence
+
         return Evidence(file=self.file, line=self.line, text=self.text)
 
 
@@ -998,6 +1005,11 @@ def evidence_consumer(keep: LineKeep | None = None) -> Consumer:
     factory: Any = EvidenceSink if keep is None else functools.partial(kept_sink, keep, EvidenceSink)
     dense = [i for i, s in enumerate(SIGNALS) if s.dense]
     return consumer_for(worker_patterns(), factory, dense=dense, refine=_refine)
+
+
+def job_scan_consumers() -> tuple[Consumer, Consumer]:
+    """The consumers of :func:`gather_evidence`'s scan of a job: the evidence's and the launcher facts'."""
+    return evidence_consumer(), launcher_scan.consumer()
 
 
 def scan_worker_logs(logs_dir: Path, keep: LineKeep | None = None) -> JobScan:
@@ -1698,7 +1710,7 @@ def gather_evidence(
 
     ``world_size``: the job's world size as the caller knows it (the launch command), for logs that do not state it;
     it replaces what the logs say, and the coverage evidence says both."""
-    ec, lc = evidence_consumer(), launcher_scan.consumer()
+    ec, lc = job_scan_consumers()
     early: dict[int, EarlyNccl] = {}
 
     items: dict[int, FileItems] = {}
@@ -1965,6 +1977,8 @@ class KeyEvent:
         return self.time or self.earliest or self.latest
 
     def cite(self) -> Evidence:
+        from debug_training_logs.models import Evidence
+
         return Evidence(file=self.file, line=self.line, text=self.text)
 
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from debug_training_logs import meanwhile
 from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
@@ -30,10 +30,13 @@ from debug_training_logs.logs.attribution import (
     strip_ansi,
 )
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
-from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFactory, scan_each
+from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFactory, StartedScan, start_each
 from debug_training_logs.memo import Packed, pack, unpack, unpack_item
-from debug_training_logs.models import Coverage, UnreadableFile, cut
 from debug_training_logs.ranges import format_ranges
+from debug_training_logs.textcut import cut
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Coverage
 
 PRESENCE_CAP = 20
 """Hits per file after which a presence-only marker stops being searched: ``(?i:lhotse)`` can match a quarter of all
@@ -471,6 +474,8 @@ class JobScan:
         return [(s.file.rel, s.counts) for s in self.files]
 
     def coverage(self) -> Coverage:
+        from debug_training_logs.models import Coverage, UnreadableFile
+
         inv = self.inventory
         unreadable = [UnreadableFile(file=f.rel, reason=f.problem) for f in inv.files if f.problem]
         unreadable += [UnreadableFile(file=s.rel, reason=s.reason) for s in inv.skipped if _worth_reporting(s)]
@@ -667,45 +672,91 @@ def scan_consumers(
     :mod:`~debug_training_logs.analysis.scan_cache`), skipping files whose results are all cached; one
     :class:`JobScan` per consumer key, sharing the inventory. ``on_file(j, results)`` is called as each scanned file's
     results arrive (file ``j`` of the scan's files, consumer key -> result), while the other files are still being
-    scanned: work on one file's result can start there (files found in the cache are not announced)."""
-    if files is None:
-        found, skipped = discover(logs_dir)
+    scanned: work on one file's result can start there (files found in the cache are not announced).
+
+    The scan :func:`start_scan` started for the same directory, consumers, companions and inventory markers is the one
+    read here (``files`` None); a started one that does not match is given up (its workers killed) first."""
+    global _STARTED
+    started, _STARTED = _STARTED, None
+    if started is not None and (files is not None or started.key != _Scan.key_of(logs_dir, consumers)):
+        started.close()
+        started = None
+    run = started or _Scan(logs_dir, consumers, files)
+    try:
+        return run.finish(consumers, on_file)
+    finally:
+        run.close()
+
+
+def start_scan(logs_dir: str | Path, consumers: Sequence[Consumer]) -> None:
+    """Start :func:`scan_consumers`' scan of ``logs_dir`` for ``consumers`` now, its worker processes reading while
+    this process does other work first (the CLI: it starts its command's scan before it imports pydantic and builds its
+    arguments, :mod:`~debug_training_logs.early_scan`); the command's own :func:`scan_consumers` call then reads it. The
+    workers are handed files ahead (:data:`START_AHEAD_BYTES`). Nothing starts where one process would read the files
+    (one file, a small job): the call then scans as it always does."""
+    global _STARTED
+    if _STARTED is not None:
+        _STARTED.close()
+        _STARTED = None
+    run = _Scan(logs_dir, consumers, None, START_AHEAD_BYTES)
+    if run.forked:
+        _STARTED = run
     else:
-        found, skipped = list(files), []
-    root = Path(logs_dir).resolve()
-    ignore_case = consumers[0].ignore_case if consumers else False
-    wanted: dict[str, Consumer] = {}
-    for c in [*consumers, *(c for c in companions() if c.ignore_case == ignore_case)]:
-        if c.ignore_case != ignore_case:
-            raise ValueError("consumers of one scan share one case mode")
-        wanted.setdefault(c.key, c)
-    fkeys = [file_key(lf) for lf in found]
-    markers, base_key = _markers_in_force()
-    # a file's full facts serve a lean scan too (a superset: the same lines give the same coverage facts)
-    base_keys = (_BASE,) if base_key == _BASE else (_BASE, base_key)
+        run.close()
 
-    def ckey(c: Consumer | None, lf: LogFile, base: str = base_key) -> str:
-        return f"{c.key if c is not None else base}|{lf.rel}"
 
-    # Every entry this call reads, held from the moment it is found: the cache is bounded, so this scan's own puts
-    # may push out an entry that was there when the files to read were chosen (or one of this scan's own).
-    held: dict[tuple[int, str], Any] = {}
+def drop_started_scan() -> None:
+    """Give up the scan :func:`start_scan` started, if no :func:`scan_consumers` call read it (its workers killed)."""
+    global _STARTED
+    started, _STARTED = _STARTED, None
+    if started is not None:
+        started.close()
 
-    def missing(j: int, c: Consumer | None) -> bool:
-        key = (j, c.key if c is not None else _BASE)
-        if key in held:
-            return False
-        for base in base_keys if c is None else (base_key,):
-            got = CACHE.get(fkeys[j], ckey(c, found[j], base))
-            if got is not None:
-                held[key] = got
-                return False
-        return True
 
-    need = [j for j in range(len(found)) if missing(j, None) or any(missing(j, c) for c in consumers)]
-    shares: dict[int, _FileShare] = {}  # the inventory's share of each file read, unpacked as it arrives
-    if need:
-        run = [c for c in wanted.values() if any(missing(j, c) for j in need)]
+START_AHEAD_BYTES = 128 << 20
+"""Bytes of files each worker of a :func:`start_scan` scan is handed at once: ~0.2 s of reading on one core, about what
+the CLI spends on its imports and arguments before its command reads the scan's results and hands out more."""
+
+_STARTED: _Scan | None = None
+"""The scan :func:`start_scan` started that no :func:`scan_consumers` call has read yet."""
+
+
+class _Scan:
+    """One job scan of :func:`scan_consumers`: the files, the cache entries it found, and, when some file needs reading,
+    its worker processes (forked when it is made: with ``ahead_bytes``, handed that much ahead; see
+    :func:`~debug_training_logs.logs.scan.start_each`)."""
+
+    def __init__(
+        self, logs_dir: str | Path, consumers: Sequence[Consumer], files: Sequence[LogFile] | None, ahead_bytes: int = 0
+    ) -> None:
+        if files is None:
+            found, skipped = discover(logs_dir)
+        else:
+            found, skipped = list(files), []
+        self.key = _Scan.key_of(logs_dir, consumers)
+        self.root: Path = self.key[0]
+        self.found, self.skipped = found, skipped
+        ignore_case = consumers[0].ignore_case if consumers else False
+        wanted: dict[str, Consumer] = {}
+        for c in [*consumers, *(c for c in companions() if c.ignore_case == ignore_case)]:
+            if c.ignore_case != ignore_case:
+                raise ValueError("consumers of one scan share one case mode")
+            wanted.setdefault(c.key, c)
+        self.fkeys = [file_key(lf) for lf in found]
+        markers, self.base_key = _markers_in_force()
+        # a file's full facts serve a lean scan too (a superset: the same lines give the same coverage facts)
+        self.base_keys = (_BASE,) if self.base_key == _BASE else (_BASE, self.base_key)
+        # Every entry this scan reads, held from the moment it is found: the cache is bounded, so this scan's own puts
+        # may push out an entry that was there when the files to read were chosen (or one of this scan's own).
+        self.held: dict[tuple[int, str], Any] = {}
+        self.need = [
+            j for j in range(len(found)) if self._missing(j, None) or any(self._missing(j, c) for c in consumers)
+        ]
+        self.run: list[Consumer] = []
+        self.started: StartedScan[tuple[Packed, list[FileResult]]] | None = None
+        if not self.need:
+            return
+        self.run = run = [c for c in wanted.values() if any(self._missing(j, c) for j in self.need)]
         offsets: list[int] = []
         pats: list[str] = []
         dense_flags: list[bool] = []
@@ -726,34 +777,81 @@ def scan_consumers(
         factory = functools.partial(_composite_sink, parts, k, markers)
         layout = tuple((off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
         packer = functools.partial(_pack_scan, layout, tuple(c.refine for c in run))
-        job_files = [found[j] for j in need]
-        for i, (base, results) in scan_each(
-            job_files, spec, factory, packer, head_lines=HEAD_LINES, tail_lines=TAIL_LINES
-        ):
-            j = need[i]
-            held[(j, _BASE)] = base
-            CACHE.put(fkeys[j], ckey(None, found[j]), base, base.nbytes)
-            shares[j] = unpack_item(base, 2)  # while the workers read the other files (the inventory's input)
-            for c, fr in zip(run, results, strict=True):
-                held[(j, c.key)] = fr
-                CACHE.put(fkeys[j], ckey(c, found[j]), fr, fr.nbytes)
-            if on_file is not None:
-                on_file(j, {c.key: fr for c, fr in zip(run, results, strict=True)})
-            meanwhile.run_queued()  # the workers read the other files meanwhile
-
-    def lookup(j: int, c: Consumer | None) -> Any:
-        return held[(j, c.key if c is not None else _BASE)]
-
-    bases: list[Packed] = [lookup(j, None) for j in range(len(found))]
-    inventory = _inventory_of(found, bases, skipped, shares)
-    view = _Bases(found, bases)
-    out: dict[str, JobScan] = {}
-    for c in consumers:
-        per_file: list[FileResult] = [lookup(j, c) for j in range(len(found))]
-        out[c.key] = JobScan(
-            root=root, files=_Files(view, per_file), caller_results=_Results(per_file), inventory=inventory
+        self.started = start_each(
+            [found[j] for j in self.need],
+            spec,
+            factory,
+            packer,
+            head_lines=HEAD_LINES,
+            tail_lines=TAIL_LINES,
+            ahead_bytes=ahead_bytes,
         )
-    return out
+
+    @staticmethod
+    def key_of(logs_dir: str | Path, consumers: Sequence[Consumer]) -> tuple[Any, ...]:
+        """What a scan of ``logs_dir`` for ``consumers`` reads, as a started one must match: the directory, the
+        consumers and the companions in force (by key, in order), and the inventory markers in force."""
+        return (
+            Path(logs_dir).resolve(),
+            tuple(c.key for c in consumers),
+            tuple(c.key for c in companions()),
+            _markers_in_force()[1],
+        )
+
+    @property
+    def forked(self) -> bool:
+        return self.started is not None and self.started.forked
+
+    def _missing(self, j: int, c: Consumer | None) -> bool:
+        key = (j, c.key if c is not None else _BASE)
+        if key in self.held:
+            return False
+        for base in self.base_keys if c is None else (self.base_key,):
+            got = CACHE.get(self.fkeys[j], self._ckey(c, self.found[j], base))
+            if got is not None:
+                self.held[key] = got
+                return False
+        return True
+
+    def _ckey(self, c: Consumer | None, lf: LogFile, base: str | None = None) -> str:
+        return f"{c.key if c is not None else base or self.base_key}|{lf.rel}"
+
+    def finish(
+        self, consumers: Sequence[Consumer], on_file: Callable[[int, dict[str, FileResult]], None] | None
+    ) -> dict[str, JobScan]:
+        """Read the scan's results (caching each) and make the :class:`JobScan` of each of ``consumers``."""
+        found, held, run = self.found, self.held, self.run
+        shares: dict[int, _FileShare] = {}  # the inventory's share of each file read, unpacked as it arrives
+        if self.started is not None:
+            for i, (base, results) in self.started.results():
+                j = self.need[i]
+                held[(j, _BASE)] = base
+                CACHE.put(self.fkeys[j], self._ckey(None, found[j]), base, base.nbytes)
+                shares[j] = unpack_item(base, 2)  # while the workers read the other files (the inventory's input)
+                for c, fr in zip(run, results, strict=True):
+                    held[(j, c.key)] = fr
+                    CACHE.put(self.fkeys[j], self._ckey(c, found[j]), fr, fr.nbytes)
+                if on_file is not None:
+                    on_file(j, {c.key: fr for c, fr in zip(run, results, strict=True)})
+                meanwhile.run_queued()  # the workers read the other files meanwhile
+
+        def lookup(j: int, c: Consumer | None) -> Any:
+            return held[(j, c.key if c is not None else _BASE)]
+
+        bases: list[Packed] = [lookup(j, None) for j in range(len(found))]
+        inventory = _inventory_of(found, bases, self.skipped, shares)
+        view = _Bases(found, bases)
+        out: dict[str, JobScan] = {}
+        for c in consumers:
+            per_file: list[FileResult] = [lookup(j, c) for j in range(len(found))]
+            out[c.key] = JobScan(
+                root=self.root, files=_Files(view, per_file), caller_results=_Results(per_file), inventory=inventory
+            )
+        return out
+
+    def close(self) -> None:
+        if self.started is not None:
+            self.started.close()
 
 
 _LAST_INVENTORY: tuple[tuple[Packed, ...], tuple[LogFile, ...], tuple[Skipped, ...], Inventory] | None = None

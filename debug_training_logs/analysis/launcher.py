@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from debug_training_logs.analysis.inventory import (
     JobScan,
@@ -51,7 +51,10 @@ from debug_training_logs.logs.attribution import strip_ansi
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import SinkFactory
 from debug_training_logs.memo import unpack
-from debug_training_logs.models import Evidence, cut
+from debug_training_logs.textcut import cut
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Evidence
 
 # Table lines are fixed-width (``f"{key:10}: "``): literal pieces select them without a per-line regex.
 _TABLE_LITERALS = (
@@ -304,6 +307,8 @@ def _rank_of(text: str, local_to_global: dict[int, int]) -> int | None:
 
 
 def _ev(rel: str, no: int, text: str) -> Evidence:
+    from debug_training_logs.models import Evidence
+
     return Evidence(file=rel, line=no, text=cut(text))
 
 

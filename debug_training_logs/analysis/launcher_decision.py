@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from debug_training_logs.analysis.launcher import LauncherFacts, RankFate, mismatch_culprits
-from debug_training_logs.models import Evidence
 from debug_training_logs.ranges import format_ranges
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Evidence
 
 if TYPE_CHECKING:  # the dumps module is imported where dumps are read
     from debug_training_logs.analysis.fr_dumps import FlightRecorderFacts

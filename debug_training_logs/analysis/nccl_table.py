@@ -39,25 +39,30 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from debug_training_logs.analysis.inventory import (
     Inventory,
     LineKeep,
     PerFile,
+    consumer_for,
     given_world_size_evidence,
     lean_inventory,
     missing_set,
     missing_text,
     scan_job,
 )
+from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.frozen import fast_positional
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import MAX_LINE_CHARS, lines_at, literal_pattern
-from debug_training_logs.models import TEXT_CUT, Coverage, cut
 from debug_training_logs.ranges import format_ranges, parse_ranges
+from debug_training_logs.textcut import TEXT_CUT, cut
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Coverage
 
 NCCL_PATTERNS: tuple[str, ...] = tuple(literal_pattern(n) for n in tn.NEEDLES)
 """The scan patterns: the parser's literal needles, escaped."""
@@ -1122,6 +1127,11 @@ def _ev_evidence(e: _Ev) -> EvidenceLine:
 # ---------------------------------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+def table_consumer() -> Consumer:
+    """The consumer of the table's scan of a whole job (what :func:`nccl_state_table` scans for without ``keep``)."""
+    return consumer_for(NCCL_PATTERNS, NcclSink)
 
 
 def nccl_state_table(

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from debug_training_logs.analysis import ais_deltas, scan_cache
 from debug_training_logs.analysis.alignment import Alignment, align, scan_worker_clock, to_utc
@@ -24,8 +25,11 @@ from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
 from debug_training_logs.analysis.nccl_table import NcclTable, nccl_state_table
 from debug_training_logs.analysis.read_back import read_lines
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, with_year
-from debug_training_logs.models import Coverage, cut
 from debug_training_logs.ranges import format_ranges
+from debug_training_logs.textcut import cut
+
+if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
+    from debug_training_logs.models import Coverage
 
 _TIER = {p.name: p.tier for p in DEFAULT_PATTERNS}
 NOISE_PATTERNS = frozenset({"connection_error", "retrying", "timed_out", "broken_pipe"})

@@ -54,6 +54,7 @@ Must not: know what a line means (that is ``formats/``), or hold more of a file 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import importlib
 import itertools
@@ -71,7 +72,7 @@ import traceback
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import re2
 from re2 import _re2
@@ -2199,30 +2200,98 @@ def scan_each(
     as each file is done, in no set order. ``pack`` (picklable) runs where the file was scanned, in the worker
     process: what it returns is all that crosses back, so the caller can fold each file's result and let it go
     instead of holding every file's objects. The files' :class:`Checkpoints` are remembered here either way."""
+    started = start_each(
+        files,
+        spec,
+        sink_factory,
+        pack,
+        head_lines=head_lines,
+        tail_lines=tail_lines,
+        collect_ranks=collect_ranks,
+        plan=plan,
+    )
+    try:
+        yield from started.results()
+    finally:
+        started.close()
+
+
+def start_each(
+    files: Sequence[LogFile],
+    spec: PatternSpec,
+    sink_factory: SinkFactory | None,
+    pack: Callable[[FileScan], T],
+    *,
+    head_lines: int = 0,
+    tail_lines: int = 0,
+    collect_ranks: bool = True,
+    plan: Plan | None = None,
+    ahead_bytes: int = 0,
+) -> StartedScan[T]:
+    """:func:`scan_each`'s scan, started now: planned, and its worker processes forked and reading, before the caller
+    asks for the first result (:meth:`StartedScan.results`). ``ahead_bytes``: hand each worker files up to about this
+    many bytes at once (at least :data:`_AHEAD`), for a caller that will be busy with other work before it reads
+    results and hands out more (:func:`~debug_training_logs.analysis.inventory.start_scan`). The caller must
+    :meth:`StartedScan.close` it (after reading every result, or to give it up)."""
     compile_patterns(spec)
     if plan is None:
         plan = make_plan(spec, _sample(files))
     global _BUDGET
     _BUDGET = _Budget(FALLBACK_BUDGET_S) if plan.fallback else None  # one budget for this whole search
     workers = _worker_count(files)
-    total = len(files)
-    progress.report(0, total, f"scanning {total} file(s), {sum(f.size for f in files):,} bytes, {workers} process(es)")
-    if workers == 1:
-        for i, lf in enumerate(files):
-            cp, packed = _scan_packed(lf, spec, plan, sink_factory, head_lines, tail_lines, collect_ranks, pack)
-            _remember(lf, cp)
-            progress.report(i + 1, total, f"scanned {lf.rel}")
-            yield i, packed
-        return
-    order = sorted(range(total), key=lambda i: -files[i].size)  # biggest first: better packing
 
     def task(i: int) -> tuple[Checkpoints | None, T]:
         return _scan_packed(files[i], spec, plan, sink_factory, head_lines, tail_lines, collect_ranks, pack)
 
-    for done, (i, (cp, packed)) in enumerate(_forked(task, order, workers), start=1):
-        _remember(files[i], cp)
-        progress.report(done, total, f"scanned {files[i].rel}")
-        yield i, packed
+    pool = None
+    if workers > 1:
+        order = sorted(range(len(files)), key=lambda i: -files[i].size)  # biggest first: better packing
+        pool = _Pool(task, order, workers, [f.size for f in files], ahead_bytes)
+    return StartedScan(files, task, workers, pool)
+
+
+class StartedScan(Generic[T]):
+    """A scan :func:`start_each` started: its worker processes (if several) read the files already."""
+
+    def __init__(
+        self,
+        files: Sequence[LogFile],
+        task: Callable[[int], tuple[Checkpoints | None, T]],
+        workers: int,
+        pool: _Pool[tuple[Checkpoints | None, T]] | None,
+    ) -> None:
+        self.files = files
+        self._task = task
+        self._workers = workers
+        self._pool = pool
+
+    @property
+    def forked(self) -> bool:
+        """Whether worker processes read the files (else :meth:`results` reads them one by one, in this process)."""
+        return self._pool is not None
+
+    def results(self) -> Iterator[tuple[int, T]]:
+        """``(index in files, packed result)`` as each file is done, in no set order (see :func:`scan_each`)."""
+        files, total = self.files, len(self.files)
+        progress.report(
+            0, total, f"scanning {total} file(s), {sum(f.size for f in files):,} bytes, {self._workers} process(es)"
+        )
+        if self._pool is None:
+            for i, lf in enumerate(files):
+                cp, packed = self._task(i)
+                _remember(lf, cp)
+                progress.report(i + 1, total, f"scanned {lf.rel}")
+                yield i, packed
+            return
+        for done, (i, (cp, packed)) in enumerate(self._pool.results(), start=1):
+            _remember(files[i], cp)
+            progress.report(done, total, f"scanned {files[i].rel}")
+            yield i, packed
+
+    def close(self) -> None:
+        """End the scan: no worker outlives this (the ones still reading are killed), every one is reaped."""
+        if self._pool is not None:
+            self._pool.close()
 
 
 class _RemoteTraceback(Exception):
@@ -2241,48 +2310,87 @@ class WorkerDied(RuntimeError):
 
 
 _AHEAD = 2
-"""Files handed to a worker process before it answers for its first: it starts the next without waiting for the
-main process."""
+"""Files a worker process holds (handed out, not answered for yet) while the main process reads its results: it starts
+the next without waiting for the main process."""
+
+EARLY_PIPE_BYTES = 1 << 20
+"""The capacity asked for a worker's result pipe when it is handed files ahead (``ahead_bytes``): its results wait
+there, the worker going on, while the main process is busy elsewhere (64 KB by default: ~4 files' results of a
+1,024-rank ``analyze``). Linux grants up to ``/proc/sys/fs/pipe-max-size`` (1 MB by default); where it refuses, a
+worker waits at a full pipe, as it would anyway."""
 
 
-def _forked(task: Callable[[int], T], order: Sequence[int], workers: int) -> Iterator[tuple[int, T]]:
-    """``(i, task(i))`` for every ``i`` of ``order``, computed by ``workers`` processes forked from this one, as each
-    is done (handed out in ``order``, each worker holding up to :data:`_AHEAD`).
+class _Pool(Generic[T]):
+    """``task(i)`` for every ``i`` of ``order``, computed by ``workers`` processes forked from this one when it is made,
+    handed out in ``order``: at first up to ``ahead_bytes`` of files (by ``sizes``) or :data:`_AHEAD` files each,
+    then one more each time a worker holding fewer than :data:`_AHEAD` answers.
 
     The workers inherit everything the task needs at the fork; the main process sends each one file indices on a
-    pipe and reads back the pickled results on another. An error in a task is raised here (with the worker's
-    traceback as its cause); a worker that ends without answering raises :class:`WorkerDied`. However this ends
-    (done, error, KeyboardInterrupt, the caller closing the generator), no worker outlives it: the ones still running
-    are killed and every one is reaped. Cheaper for the main process than a ``ProcessPoolExecutor`` (no threads, no
-    queue feeder: ~30 ms less CPU for 128 files)."""
-    pending = iter(order)
-    procs: dict[int, _Worker] = {}  # by the read end of its result pipe
-    pids: list[int] = []  # not reaped yet
-    poller = select.poll()
-    try:
-        for _ in range(workers):
-            with _FORK_LOCK:
-                task_r, task_w = os.pipe()
-                res_r, res_w = os.pipe()
-                pid = os.fork()
-                if pid == 0:  # the worker: never returns into the caller's code
-                    code = 1
-                    try:
-                        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the main process ends it
-                        for fd in (task_w, res_r, *_POOL_FDS):
-                            os.close(fd)  # its own pipes' other ends; every other worker's, of any scan
-                        _work(task, task_r, res_w)
-                        code = 0
-                    finally:
-                        os._exit(code)
-                pids.append(pid)
-                os.close(task_r)
-                os.close(res_w)
-                _POOL_FDS.update((task_w, res_r))
-            procs[res_r] = _Worker(pid, task_w)
-            poller.register(res_r, select.POLLIN)
-        for worker in procs.values():
-            _hand_out(pending, worker, _AHEAD)
+    pipe and reads back the pickled results on another. An error in a task is raised by :meth:`results` (with the
+    worker's traceback as its cause); a worker that ends without answering raises :class:`WorkerDied`. However it
+    ends (done, error, KeyboardInterrupt, the caller giving up), :meth:`close` leaves no worker running: the ones
+    still running are killed and every one is reaped. Cheaper for the main process than a ``ProcessPoolExecutor``
+    (no threads, no queue feeder: ~30 ms less CPU for 128 files)."""
+
+    def __init__(
+        self, task: Callable[[int], T], order: Sequence[int], workers: int, sizes: Sequence[int], ahead_bytes: int
+    ) -> None:
+        self._pending = iter(order)
+        self._procs: dict[int, _Worker] = {}  # by the read end of its result pipe
+        self._pids: list[int] = []  # not reaped yet
+        self._poller = select.poll()
+        try:
+            for _ in range(workers):
+                self._fork(task, ahead_bytes > 0)
+            if ahead_bytes > 0:
+                self._hand_out_ahead(order, sizes, ahead_bytes)
+            for worker in self._procs.values():
+                _hand_out(self._pending, worker, _AHEAD - len(worker.held))
+        except BaseException:
+            self.close()
+            raise
+
+    def _fork(self, task: Callable[[int], T], big_pipe: bool) -> None:
+        with _FORK_LOCK:
+            task_r, task_w = os.pipe()
+            res_r, res_w = os.pipe()
+            if big_pipe:
+                with contextlib.suppress(OSError, AttributeError):  # (F_SETPIPE_SZ: Linux only)
+                    fcntl.fcntl(res_w, fcntl.F_SETPIPE_SZ, EARLY_PIPE_BYTES)
+            pid = os.fork()
+            if pid == 0:  # the worker: never returns into the caller's code
+                code = 1
+                try:
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the main process ends it
+                    for fd in (task_w, res_r, *_POOL_FDS):
+                        os.close(fd)  # its own pipes' other ends; every other worker's, of any scan
+                    _work(task, task_r, res_w)
+                    code = 0
+                finally:
+                    os._exit(code)
+            self._pids.append(pid)
+            os.close(task_r)
+            os.close(res_w)
+            _POOL_FDS.update((task_w, res_r))
+        self._procs[res_r] = _Worker(pid, task_w)
+        self._poller.register(res_r, select.POLLIN)
+
+    def _hand_out_ahead(self, order: Sequence[int], sizes: Sequence[int], ahead_bytes: int) -> None:
+        """Deal the first files out in turn until each worker holds about ``ahead_bytes`` (the last may hold less)."""
+        workers = list(self._procs.values())
+        held_bytes = [0] * len(workers)
+        for k, i in enumerate(order):
+            w = k % len(workers)
+            if held_bytes[w] >= ahead_bytes:
+                break
+            next(self._pending)
+            os.write(workers[w].task_w, i.to_bytes(4, "little"))
+            workers[w].held.append(i)
+            held_bytes[w] += sizes[i]
+
+    def results(self) -> Iterator[tuple[int, T]]:
+        """``(i, task(i))`` as each is done."""
+        procs, poller = self._procs, self._poller
         while procs:
             for fd, _ev in poller.poll():
                 worker = procs[fd]
@@ -2290,7 +2398,7 @@ def _forked(task: Callable[[int], T], order: Sequence[int], workers: int) -> Ite
                 if message is None:  # the worker ended
                     if worker.held:
                         _, status = os.waitpid(worker.pid, 0)
-                        pids.remove(worker.pid)
+                        self._pids.remove(worker.pid)
                         raise WorkerDied(
                             f"a scan worker process ended ({_status_text(status)}) before it answered for its "
                             f"{len(worker.held)} file(s)"
@@ -2305,13 +2413,17 @@ def _forked(task: Callable[[int], T], order: Sequence[int], workers: int) -> Ite
                     exc.__cause__ = _RemoteTraceback(tb)
                     raise exc
                 i = worker.held.pop(0)
-                _hand_out(pending, worker, 1)
+                _hand_out(self._pending, worker, _AHEAD - len(worker.held))
                 yield i, value
-    finally:
-        for fd, worker in procs.items():
+
+    def close(self) -> None:
+        """Kill the workers still running and reap every one (again: nothing)."""
+        for fd, worker in self._procs.items():
             for f in (fd, worker.task_w):
                 if f >= 0:
                     _close(f)
+        self._procs.clear()
+        pids, self._pids = self._pids, []
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)  # a worker done with its files has exited already
@@ -2334,7 +2446,7 @@ def _close(fd: int) -> None:
 
 def _hand_out(pending: Iterator[int], worker: _Worker, n: int) -> None:
     """Send up to ``n`` more indices to a worker; with none left, close its task pipe (it exits when done)."""
-    if worker.task_w < 0:
+    if worker.task_w < 0 or n <= 0:
         return
     sent = 0
     for i in itertools.islice(pending, n):

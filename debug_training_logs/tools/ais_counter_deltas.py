@@ -20,8 +20,9 @@ from pydantic import ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 from debug_training_logs.analysis import ais_deltas
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.models import Coverage, Evidence, Model, UnreadableFile, cut
+from debug_training_logs.models import Coverage, Evidence, Model, UnreadableFile
 from debug_training_logs.paths import input_dir
+from debug_training_logs.textcut import cut
 from debug_training_logs.tools._cache import cached
 from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.registry import ToolSpec

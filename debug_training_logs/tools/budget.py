@@ -270,7 +270,9 @@ def fit(
 
     def budget_for(current: dict[str, Any]) -> ResultBudget:
         omitted = [_omission(tool, arguments, original, s, follow_up, current, whole_tokens) for s in cuts.values()]
-        return ResultBudget(max_tokens=max_tokens, estimated_tokens=0, omitted=omitted)
+        # estimated_tokens as wide as max_tokens while the answer is fitted: the count written at the end (at most
+        # max_tokens when the answer fits) then takes no more characters than were counted for it
+        return ResultBudget(max_tokens=max_tokens, estimated_tokens=max_tokens, omitted=omitted)
 
     def finished(current: dict[str, Any]) -> dict[str, Any]:
         """``current`` with the summary saying what was shortened and the budget field."""
@@ -355,8 +357,18 @@ def fit(
         for s in cuts.values():
             amend(data, Cut(tool, path_text(s.path), s.shown, s.total, s.omitted, arguments, original))
     data = finished(data)
-    data["budget"]["estimated_tokens"] = tokens_of(compact_json(data))
+    _count_tokens(data)
     return data
+
+
+def _count_tokens(data: dict[str, Any]) -> None:
+    """Write the answer's own size into its ``budget.estimated_tokens`` (the count changes the size it counts by a
+    digit at most: settled in a round or two)."""
+    for _ in range(3):
+        n = tokens_of(compact_json(data))
+        if data["budget"]["estimated_tokens"] == n:
+            return
+        data["budget"]["estimated_tokens"] = n
 
 
 VERIFY_SIZES = False

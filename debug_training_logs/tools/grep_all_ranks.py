@@ -7,7 +7,8 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field
 
 from debug_training_logs.analysis import grep as analysis
-from debug_training_logs.analysis.inventory import COVERAGE_MARKERS, lean_inventory
+from debug_training_logs.analysis.grep import GREP_INVENTORY_MARKERS
+from debug_training_logs.analysis.inventory import lean_inventory
 from debug_training_logs.models import Coverage, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.tools.budget import Cut
@@ -138,14 +139,6 @@ def grep_all_ranks(
     with lean_inventory(GREP_INVENTORY_MARKERS):
         result = analysis.grep_all_ranks(root, patterns, tiers, ignore_case, limit, context)
     return GrepAllRanksResult.model_validate(result)
-
-
-GREP_INVENTORY_MARKERS: frozenset[str] = COVERAGE_MARKERS | {"slurm"}
-"""The inventory markers grep's scan searches (see :func:`~debug_training_logs.analysis.inventory.lean_inventory`).
-Of the inventory, grep reads the coverage, each file's ranks and node, and the year: the coverage markers give all of
-them but a node named by the ``srun: error: <host>: task N`` lines SLURM writes ('slurm'). The markers left out
-(framework, data source, versions, torch message families) cost ~1.7 ms CPU per 8.6 MB node file of the realistic
-corpus (~0.2 s of a 1,024-rank grep) and change nothing grep answers."""
 
 
 def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:

@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field
 
 from debug_training_logs import meanwhile
 from debug_training_logs.analysis import nccl_table as analysis
-from debug_training_logs.analysis.inventory import consumer_for, lean_inventory
+from debug_training_logs.analysis.inventory import lean_inventory
 from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.memo import unpack
@@ -360,7 +360,7 @@ def nccl_state_table(
             dumps.append(_dumps(root, fr_dir))
 
     with lean_inventory(), meanwhile.queued(read_dumps):
-        mine = consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink)
+        mine = analysis.table_consumer()
         early: dict[str, analysis.FileEvents] = {}
         prepared: dict[str, analysis.FilePrep] = {}
 

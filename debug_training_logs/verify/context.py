@@ -22,7 +22,8 @@ from debug_training_logs.analysis.evidence import (
 )
 from debug_training_logs.analysis.read_back import LineAt, read_ais_lines, read_lines, safe_path
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
-from debug_training_logs.models import Evidence, cut
+from debug_training_logs.models import Evidence
+from debug_training_logs.textcut import cut
 from debug_training_logs.verify.models import Conclusion
 
 MAX_EVIDENCE = 8

@@ -34,8 +34,9 @@ from debug_training_logs.analysis.evidence import (
     refine_times,
 )
 from debug_training_logs.formats.timestamps import show
-from debug_training_logs.models import Evidence, cut
+from debug_training_logs.models import Evidence
 from debug_training_logs.ranges import format_ranges
+from debug_training_logs.textcut import cut
 from debug_training_logs.verify.context import MAX_EVIDENCE, SLACK, Cited, RuleContext
 from debug_training_logs.verify.launcher_rules import launcher_fates
 from debug_training_logs.verify.launcher_rules import supports as launcher_supports
