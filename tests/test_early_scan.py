@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,18 +20,11 @@ from debug_training_logs.cli import main
 from debug_training_logs.logs import scan
 from debug_training_logs.logs.discovery import discover
 from debug_training_logs.logs.scan import PatternSpec
+from tests.processes import children
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 JOB = FIXTURES / "data_stall"
 LOGS, AIS = str(JOB / "logs"), str(JOB / "ais")
-
-
-def _children() -> set[int]:
-    """The pids of this process's children (Linux)."""
-    out: set[int] = set()
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        out |= {int(p) for p in (task / "children").read_text().split()}
-    return out
 
 
 @pytest.fixture
@@ -74,13 +66,13 @@ def test_the_command_reads_the_scan_started_for_it_and_answers_the_same(
     assert len(scans) == 1  # the command's own scan (nccl's table is a cache hit after it)
     CACHE.clear()
     scans.clear()
-    before = _children()
+    before = children()
     early_scan.start(argv)
     assert inventory._STARTED is not None and inventory._STARTED.forked
-    assert len(_children() - before) == 2  # reading already
+    assert len(children() - before) == 2  # reading already
     assert _answer(argv, capsys) == plain
     assert len(scans) == 1 and inventory._STARTED is None  # the started one, read by the command
-    assert _children() == before
+    assert children() == before
 
 
 @pytest.mark.parametrize(
@@ -101,9 +93,9 @@ def test_the_command_reads_the_scan_started_for_it_and_answers_the_same(
     ],
 )
 def test_other_command_lines_start_nothing(argv: list[str], scans: list[int]) -> None:
-    before = _children()
+    before = children()
     early_scan.start(argv)
-    assert inventory._STARTED is None and not scans and _children() == before
+    assert inventory._STARTED is None and not scans and children() == before
 
 
 def test_a_directory_that_is_not_there_starts_nothing_and_the_command_says_so(
@@ -120,7 +112,7 @@ def test_a_directory_that_is_not_there_starts_nothing_and_the_command_says_so(
 def test_a_started_scan_the_command_does_not_ask_for_is_given_up(
     scans: list[int], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    before = _children()
+    before = children()
     asked = ["grep", LOGS, "--pattern", "Connection reset", "--json"]
     plain = _answer(asked, capsys)
     CACHE.clear()
@@ -129,15 +121,15 @@ def test_a_started_scan_the_command_does_not_ask_for_is_given_up(
     assert inventory._STARTED is not None
     assert _answer(asked, capsys) == plain
     assert len(scans) == 2 and inventory._STARTED is None  # given up, then the command's own
-    assert _children() == before
+    assert children() == before
 
 
 def test_a_started_scan_no_command_reads_ends_with_the_program(scans: list[int]) -> None:
-    before = _children()
+    before = children()
     early_scan.start(["nccl", LOGS])
-    assert len(_children() - before) == 2
+    assert len(children() - before) == 2
     inventory.drop_started_scan()  # (registered to run at exit)
-    assert _children() == before and not scan._POOL_FDS
+    assert children() == before and not scan._POOL_FDS
 
 
 def test_the_program_answers_the_same_with_its_early_scan() -> None:
@@ -169,7 +161,7 @@ def test_workers_handed_files_ahead_get_room_for_their_results(tmp_path: Path, m
         (tmp_path / f"node{k}.log").write_text("".join(f"[rank{k}]: step {s} Connection reset\n" for s in range(500)))
     files = sorted(discover(tmp_path)[0], key=lambda f: f.rel)
     monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
-    before = _children()
+    before = children()
     started = scan.start_each(files, PatternSpec(("Connection reset",)), None, lambda s: s.counts, ahead_bytes=1 << 30)
     try:
         assert started.forked
@@ -179,4 +171,4 @@ def test_workers_handed_files_ahead_get_room_for_their_results(tmp_path: Path, m
     finally:
         started.close()
     assert got == {i: [500] for i in range(6)}
-    assert _children() == before and not scan._POOL_FDS
+    assert children() == before and not scan._POOL_FDS

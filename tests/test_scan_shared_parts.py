@@ -17,6 +17,7 @@ import pytest
 from debug_training_logs.logs import scan
 from debug_training_logs.logs.discovery import LogFile, discover
 from debug_training_logs.logs.scan import PatternSpec, scan_files
+from tests.processes import children
 
 
 class _Lines:
@@ -73,14 +74,6 @@ def test_dense_parts_are_shared_between_files(tmp_path: Path, monkeypatch: pytes
         assert len(seen) < 8 * 3000 // 4  # sampled, not every metric line
 
 
-def _children() -> set[int]:
-    """The pids of this process's children (Linux)."""
-    out: set[int] = set()
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        out |= {int(p) for p in (task / "children").read_text().split()}
-    return out
-
-
 def _four_nodes(tmp_path: Path) -> list[LogFile]:
     for k, first in enumerate((0, 8, 16, 24)):
         _node(tmp_path / f"node{k}.log", first, 400, {first + 3: 300 - 50 * k})
@@ -98,14 +91,14 @@ def test_worker_processes_take_the_scan_from_the_fork_and_leave_nothing_behind(
     monkeypatch.setattr(scan, "_worker_count", lambda files: 1)
     alone = _results(files, spec)
     monkeypatch.setattr(scan, "_worker_count", lambda files: workers)
-    before = _children()
+    before = children()
     assert _results(files, spec) == alone
-    assert _children() == before
+    assert children() == before
     scans = scan.scan_each(files, spec, _Lines, lambda s: s.lines)
     next(scans)
-    assert len(_children() - before) == workers  # at work while the scan runs
+    assert len(children() - before) == workers  # at work while the scan runs
     scans.close()  # a caller that stops reading early (an error in its fold)
-    assert _children() == before
+    assert children() == before
 
 
 def _fails_on_node2(s: scan.FileScan) -> int:
@@ -133,12 +126,12 @@ def test_a_failing_worker_fails_the_scan_and_no_worker_is_left(
     files = _four_nodes(tmp_path)
     spec = PatternSpec(("Connection reset",))
     monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
-    before = _children()
+    before = children()
     with pytest.raises(error, match=message) as info:
         list(scan.scan_each(files, spec, None, pack))
     if error is ValueError:
         assert pack.__name__ in str(info.value.__cause__)  # the worker's traceback
-    assert _children() == before
+    assert children() == before
 
 
 def test_an_interrupt_in_the_main_process_ends_the_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,7 +140,7 @@ def test_an_interrupt_in_the_main_process_ends_the_workers(tmp_path: Path, monke
     files = _four_nodes(tmp_path)
     spec = PatternSpec(("Connection reset",))
     monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
-    before = _children()
+    before = children()
     biggest = max(files, key=lambda f: f.size)  # handed out first
 
     def slow_but_biggest(s: scan.FileScan) -> int:
@@ -167,7 +160,7 @@ def test_an_interrupt_in_the_main_process_ends_the_workers(tmp_path: Path, monke
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     assert time.monotonic() - start < 3
-    assert _children() == before
+    assert children() == before
 
 
 def test_scans_in_threads_at_once_each_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,7 +175,7 @@ def test_scans_in_threads_at_once_each_end(tmp_path: Path, monkeypatch: pytest.M
         time.sleep(0.05)
         return s.lines
 
-    before = _children()
+    before = children()
     got: list[dict[str, int]] = []
 
     def one() -> None:
@@ -195,7 +188,7 @@ def test_scans_in_threads_at_once_each_end(tmp_path: Path, monkeypatch: pytest.M
         t.join(timeout=60)
     assert not any(t.is_alive() for t in threads)
     assert got == [expected] * 4
-    assert _children() == before
+    assert children() == before
     assert not scan._POOL_FDS
 
 
