@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,22 @@ def _fresh_scan_cache() -> None:
 
     CACHE.clear()
     set_default_companions(())
+
+
+@pytest.fixture
+def counted_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many worker files each job scan read (one entry per scan started)."""
+    from debug_training_logs.analysis import inventory
+
+    passes: list[int] = []
+    real = inventory.start_each
+
+    def scan(files: Any, *a: Any, **kw: Any) -> Any:
+        passes.append(len(files))
+        return real(files, *a, **kw)
+
+    monkeypatch.setattr(inventory, "start_each", scan)
+    return passes
 
 
 def write_small_job(root: Path, nodes: int = 2, gpus: int = 4, *, skip_nodes: tuple[int, ...] = ()) -> Path:

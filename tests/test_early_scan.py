@@ -8,6 +8,7 @@ import fcntl
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +29,10 @@ LOGS, AIS = str(JOB / "logs"), str(JOB / "ais")
 
 
 @pytest.fixture
-def scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def scans(counted_scans: list[int], monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Each scan started (the number of files it reads), with two worker processes however small the job."""
     monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
-    started: list[int] = []
-    real = inventory.start_each
-
-    def counted(files: Any, *a: Any, **kw: Any) -> Any:
-        started.append(len(files))
-        return real(files, *a, **kw)
-
-    monkeypatch.setattr(inventory, "start_each", counted)
-    CACHE.clear()
-    yield started
+    yield counted_scans
     inventory.drop_started_scan()
     CACHE.clear()
 

@@ -226,18 +226,11 @@ def _grep(logs: Path) -> Any:
 
 
 def test_a_scan_larger_than_the_cache_still_answers_and_the_cache_stays_bounded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counted_scans: list[int]
 ) -> None:
     shutil.copytree(FIXTURES / "data_stall", tmp_path / "job")
     logs = tmp_path / "job" / "logs"
-    passes: list[int] = []
-    real = inventory.start_each
-
-    def counted(files: Any, *a: Any, **kw: Any) -> Any:
-        passes.append(len(files))
-        return real(files, *a, **kw)
-
-    monkeypatch.setattr(inventory, "start_each", counted)
+    passes = counted_scans
     roomy = _grep(logs)
     assert _grep(logs) == roomy and len(passes) == 1  # the default budget: the second question reads nothing
     tiny = Memo(max_bytes=memo.MEMO.nbytes // 3)

@@ -11,25 +11,11 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from debug_training_logs.analysis import inventory, scan_cache
+from debug_training_logs.analysis import scan_cache
 from debug_training_logs.server.app import create_server
 
 pytestmark = pytest.mark.anyio
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-
-
-@pytest.fixture
-def counted_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many worker files each scan pass read (one entry per pass)."""
-    passes: list[int] = []
-    real = inventory.start_each
-
-    def scan(files: Any, *a: Any, **kw: Any) -> Any:
-        passes.append(len(files))
-        return real(files, *a, **kw)
-
-    monkeypatch.setattr(inventory, "start_each", scan)
-    return passes
 
 
 async def _call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
