@@ -56,7 +56,7 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
     patterns: list[tuple[str, ...]] = []
     init, on_hit = inventory._CompositeSink.__init__, inventory._CompositeSink.on_hit
     on_bulk = inventory._CompositeSink.on_bulk
-    scan_each = getattr(inventory, "scan_each")  # noqa: B009
+    start_each = getattr(inventory, "start_each")  # noqa: B009
 
     def rec_init(self: Any, lf: Any, parts: Any, markers_at: int, markers: Any = inventory.MARKERS) -> None:
         init(self, lf, parts, markers_at, markers)
@@ -78,13 +78,13 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
             PACKED.append((packer, scanned))
             return packer(scanned)
 
-        return scan_each(fs, spec, factory, keep, *args, **kw)
+        return start_each(fs, spec, factory, keep, *args, **kw)
 
     setattr(scan, "_worker_count", lambda fs: 1)  # noqa: B010
     setattr(inventory._CompositeSink, "__init__", rec_init)  # noqa: B010
     setattr(inventory._CompositeSink, "on_hit", rec_hit)  # noqa: B010
     setattr(inventory._CompositeSink, "on_bulk", rec_bulk)  # noqa: B010
-    setattr(inventory, "scan_each", rec_scan)  # noqa: B010
+    setattr(inventory, "start_each", rec_scan)  # noqa: B010
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
             cli.main([*argv, "--json"])
@@ -92,7 +92,7 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
         setattr(inventory._CompositeSink, "__init__", init)  # noqa: B010
         setattr(inventory._CompositeSink, "on_hit", on_hit)  # noqa: B010
         setattr(inventory._CompositeSink, "on_bulk", on_bulk)  # noqa: B010
-        setattr(inventory, "scan_each", scan_each)  # noqa: B010
+        setattr(inventory, "start_each", start_each)  # noqa: B010
     return files, patterns[0] if patterns else ()
 
 

@@ -6,13 +6,16 @@ stderr is a terminal and :class:`LoggedProgress` with ``-v``; with neither, :fun
 The reporter lives in a ``ContextVar`` so that concurrent tool calls do not see each other's reporter.
 """
 
-import logging
-import shutil
+from __future__ import annotations
+
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:  # (logging and shutil cost ~4 ms to import, before a command's scan can start: not imported for it)
+    import logging
 
 Reporter = Callable[[float, float | None, str | None], None]
 
@@ -56,6 +59,8 @@ class TerminalProgress:
         self.last_draw = now
         count = f"[{progress:g}/{total:g}]" if total else f"[{progress:g}]"
         text = f"{self.prefix}{count} {message or ''}".rstrip()
+        import shutil
+
         width = shutil.get_terminal_size((100, 20)).columns - 1
         self.stream.write("\r\x1b[K" + text[:width])
         self.stream.flush()
