@@ -169,6 +169,10 @@ def main() -> None:
     scans = record(args.command, args.logs)
     files, _skipped = discover(args.logs)
     files = sorted(files, key=lambda f: f.rel)[: args.limit or None]
+    if not scans:
+        raise SystemExit(
+            f"{args.command} scanned no file under {args.logs} (empty, or symlinks that leave it: copy the files)"
+        )
     print(f"{args.command}: {len(scans)} scan(s), {len(files)} files; {scans[0][1].describe()}")
     lines: list[str] = []
     for mode in ("packed", "real", "hash", "none"):
