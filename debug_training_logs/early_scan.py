@@ -24,8 +24,8 @@ def start(argv: Sequence[str]) -> None:
     if not argv:
         return
     command, dirs = argv[0], [a for a in argv[1:] if a != "--json"]
-    starter = _STARTERS.get(command)
-    if starter is None or not 0 < len(dirs) <= _MOST_DIRS[command] or any(d.startswith("-") for d in dirs):
+    starter, most_dirs = _STARTERS.get(command, (None, 0))
+    if starter is None or not 0 < len(dirs) <= most_dirs or any(d.startswith("-") for d in dirs):
         return
     from debug_training_logs.analysis.inventory import drop_started_scan
 
@@ -67,8 +67,10 @@ def _grep(logs_dir: str) -> None:
         start_scan(logs_dir, [grep_consumer(parse_patterns(None, None))])
 
 
-_STARTERS: dict[str, Callable[[str], None]] = {"analyze": _analyze, "diagnose": _analyze, "nccl": _nccl, "grep": _grep}
-"""The CLI command -> the starter of its scan."""
-
-_MOST_DIRS = {"analyze": 2, "diagnose": 2, "nccl": 1, "grep": 1}
-"""The CLI command -> how many directories it takes positionally (the logs first)."""
+_STARTERS: dict[str, tuple[Callable[[str], None], int]] = {
+    "analyze": (_analyze, 2),
+    "diagnose": (_analyze, 2),
+    "nccl": (_nccl, 1),
+    "grep": (_grep, 1),
+}
+"""The CLI command -> the starter of its scan, and how many directories it takes positionally (the logs first)."""
