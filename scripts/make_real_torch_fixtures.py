@@ -73,10 +73,6 @@ class Shape:
     verdict_from_logs: dict[str, Any] | None = None
 
 
-STUCK_WHY = (
-    "no line says where the stuck rank was (the data loader logs nothing while it hangs): the rank is named, "
-    "not its cause"
-)
 INFO = {"TORCH_CPP_LOG_LEVEL": "INFO", "TORCH_DISTRIBUTED_DEBUG": "INFO", "LOGLEVEL": "INFO"}
 
 SHAPES: dict[str, Shape] = {
@@ -112,7 +108,6 @@ SHAPES: dict[str, Shape] = {
         "all_reduce and time out after 4 s (gloo: Timed out waiting ...ms); rank 2 is then SIGTERMed by its agent",
         worker_env={"FIX_SHAPE": "stall", "FIX_FAULT_RANK": "2"},
         suspect_nodes=["gpu-node-1"],
-        verdict_from_logs={"category": "nccl_timeout_unattributed", "culprit_ranks": [2], "why": STUCK_WHY},
     ),
     "stall_info": Shape(
         "data_loading_stall",
@@ -121,7 +116,6 @@ SHAPES: dict[str, Shape] = {
         worker_env={"FIX_SHAPE": "stall", "FIX_FAULT_RANK": "2"},
         env=INFO,
         suspect_nodes=["gpu-node-1"],
-        verdict_from_logs={"category": "nccl_timeout_unattributed", "culprit_ranks": [2], "why": STUCK_WHY},
     ),
     "stall_fr": Shape(
         "data_loading_stall",
@@ -132,7 +126,6 @@ SHAPES: dict[str, Shape] = {
         env={"TORCH_FR_BUFFER_SIZE": "200"},
         suspect_nodes=["gpu-node-0"],
         fr="pickle",
-        verdict_from_logs={"category": "nccl_timeout_unattributed", "culprit_ranks": [1], "why": STUCK_WHY},
     ),
     "sigkill": Shape(
         "rank_crash",
@@ -170,7 +163,7 @@ SHAPES: dict[str, Shape] = {
         fr="json",
     ),
     "port_in_use": Shape(
-        "rank_crash",
+        "address_in_use",
         [],
         "another process holds the static rendezvous port on gpu-node-0: its agent cannot start "
         "the TCPStore (EADDRINUSE); gpu-node-1's agent waits on the port's holder until it is killed "
@@ -181,7 +174,7 @@ SHAPES: dict[str, Shape] = {
         extra={"cause": "port_in_use"},
     ),
     "rdzv_unreachable": Shape(
-        "node_failure",
+        "launch_failure",
         [],
         "gpu-node-0 never starts its agent: gpu-node-1's agent cannot reach the c10d "
         "rendezvous endpoint on gpu-node-0 (RendezvousConnectionError)",

@@ -68,10 +68,12 @@ def test_verifier_accepts_the_tables_citations_on_a_wrapped_job(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("ex", EXCERPTS, ids=[e.name for e in EXCERPTS])
-def test_diagnose_on_excerpts_concludes_nothing_from_a_subset(tmp_path: Path, ex: Excerpt) -> None:
-    """The whole protocol on the same excerpts: no crash, no culprit, and a conclusion the verifier accepts."""
+def test_diagnose_on_excerpts_names_the_timeout_and_blames_no_rank(tmp_path: Path, ex: Excerpt) -> None:
+    """The whole protocol on the same excerpts: the shape they show (a timeout nothing in them attributes),
+    provisional, no culprit from a subset, and a conclusion the verifier accepts."""
     from debug_training_logs.tools.diagnose import diagnose
 
     d = diagnose(str(ex.write(tmp_path)))
-    assert d.verdict.culprit_ranks == [] and d.verdict.category == "incomplete_evidence", d.summary
+    assert d.verdict.culprit_ranks == [] and d.verdict.category == "nccl_timeout_unattributed", d.summary
+    assert d.verdict.provisional, d.summary
     assert d.verification.accepted, [(c.rule, c.detail) for c in d.verification.checks if not c.passed]

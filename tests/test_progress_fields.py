@@ -75,6 +75,10 @@ def ref_time(line: str) -> WallTime | None:
     return None
 
 
+_STATED = re.compile(r"\"rank\": ?(\d+)\b|\[rank(?: |: ?)(\d+)(?:/\d+)?\]")
+_LOCAL = re.compile(r"^\[[A-Za-z_][\w.\-]*?(\d+)\]:")
+
+
 def ref_rank(text: str) -> tuple[int | None, str]:
     m = _GLOBAL.search(text)
     if m:
@@ -85,10 +89,21 @@ def ref_rank(text: str) -> tuple[int | None, str]:
     r = RAY_PREFIX.search(text)
     if r and r.group("rank") is not None:
         return int(r.group("rank")), "ray"
+    st = _STATED.search(text)
+    if st:
+        return int(st.group(1) or st.group(2)), "stated_rank"
     s = SRUN_LABEL.match(text)
     if s:
         return int(s.group("task")), "srun_label"
     return None, "none"
+
+
+def ref_sink_rank(text: str) -> int | None:
+    """The rank the evidence sink keys a line by: its global rank, else a torchrun --tee local rank as -(L + 1)."""
+    r = ref_rank(text)[0]
+    if r is None and (lm := _LOCAL.match(text)):
+        return -(int(lm.group(1)) + 1)
+    return r
 
 
 def ref_step(text: str) -> float | None:
@@ -114,7 +129,7 @@ class RefSink:
         text = strip_ansi(line)
         wt = ref_time(text)
         out = self.out
-        rank = ref_rank(text)[0]
+        rank = ref_sink_rank(text)
         raw = ev._Raw(line_no, cut(text), rank, wt, after=out.last_time[1] if out.last_time else None)
         if wt is not None:
             for waiting in self._open:
@@ -178,6 +193,10 @@ PREFIXES = (
     "[rank7]x [rank8]: ",
     "3: [rank4]: ",
     "[rank]: ",
+    '{"ts": "2026-11-23T18:29:06.008", "rank": 6, "msg": "',
+    "2026-11-23 18:29:06,008 [rank 7/12] ",
+    "[rank: 2] ",
+    "[trainer11]:",
 )
 BODIES = (
     "Epoch 0:   3%|3         | 300/10000 [05:00<2:41:40, 1.00it/s, v_num=0, reduced_train_loss=3.101, "
@@ -280,7 +299,7 @@ def test_time_and_rank_equal_the_plain_regexes_over_the_matrix() -> None:
             assert rank_and_source_plain(text) == ref_rank(text), line
             assert attribution.line_rank(line).rank == ref_rank(text)[0], line
     kinds = {ref_rank(strip_ansi(x))[1] for x in lines}
-    assert kinds == {"rank_prefix", "inline_rank", "ray", "srun_label", "none"}
+    assert kinds == {"rank_prefix", "inline_rank", "ray", "stated_rank", "srun_label", "none"}
     assert sum(ref_time(strip_ansi(x)) is not None for x in lines) > 100
 
 
@@ -351,13 +370,16 @@ def test_helper_rank_and_step_equal_the_regexes_on_fuzzed_lines(seed: int) -> No
                 or (not _FULL_DATE.search(text) and re.search(r"\.\d{6}", text))
                 or re.search(r"\d{19}", line)
                 or (ref_step(text) is None and re.search(r"train_step_timing|elapsed time per", line))
+                or '"rank"' in text
+                or "[rank " in text
+                or "[rank:" in text
             ), repr(line)
             continue
         answered += 1
         wt = ref_time(text)
         timed += wt is not None
         assert (timed_idx, timed_wt) == (([0], [wt]) if wt is not None else ([], [])), repr(line)
-        rank = ref_rank(text)[0]
+        rank = ref_sink_rank(text)
         assert list(stats) == [rank] and stats[rank] == [0, 0, 1], repr(line)
         step = ref_step(text)
         assert points == ({} if step is None else {rank: [(1, wt, step)]}), repr(line)

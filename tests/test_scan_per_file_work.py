@@ -196,7 +196,9 @@ AGENT_STOP = "E0521 07:00:01.000000 1234 torch/distributed/elastic/multiprocessi
 AFTER_STOP = [
     ("[rank1]: step 5 loss 1.0", True),
     ("0: [rank1]: step 5 loss 1.0", True),  # an srun label before the rank prefix
-    ("2026-05-21 07:00:02 [rank1] step 5", True),  # '[rankN] ' after a time
+    ("2026-05-21 07:00:09 [rank1] step 5", True),  # '[rankN] ' after a time, seconds after the stop
+    # a second after the stop: what a dying worker flushed, not a new run (the agent's SIGTERM ends the attempt)
+    ("2026-05-21 07:00:02 [rank1] step 5", False),
     ("[default0]:step 5", True),
     ("[trainer3]:step 5", True),
     ("W0521 07:00:02.000000 1234 torch/distributed/run.py:793] [rank1]: agent's own line", False),
@@ -210,7 +212,8 @@ AFTER_STOP = [
 @pytest.mark.parametrize(("line", "worker"), AFTER_STOP)
 def test_a_worker_line_after_an_agent_stop_starts_an_attempt(tmp_path: Path, line: str, worker: bool) -> None:
     """Workers logging after the agent stopped them mean they ran again (a new attempt), whatever prefix their lines
-    carry; the agent's own lines, tracebacks and text that only looks like a prefix do not."""
+    carry; the agent's own lines, tracebacks, output flushed while dying and text that only looks like a prefix do
+    not."""
     from debug_training_logs.analysis import attempts
 
     (tmp_path / "node.log").write_text(f"I0521 07:00:00.000000 1234 start\n{AGENT_STOP}\n{line}\nlast words\n")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +54,7 @@ _FRESH_START = re.compile(
     r"Starting worker group|Starting elastic_operator|Setting OMP_NUM_THREADS environment variable"
     r"|NCCL INFO NCCL version|NCCL INFO Bootstrap|Initializing distributed: GLOBAL_RANK|initializing torch distributed"
     r"|Rendezvous complete for workers|MASTER_ADDR=|torch\.distributed\.init_process_group"
+    r"|SLURM_RESTART_COUNT|TORCHELASTIC_RESTART_COUNT"
 )
 """Lines a job writes only while it starts (launcher, rendezvous, NCCL or framework init): after a SLURM cancel, one
 of them shows that the requeued job ran again (other nodes' last lines may follow a cancel in a shared file)."""
@@ -189,7 +190,28 @@ def _stop_candidates(agents: Iterable[AgentFacts]) -> dict[str, list[tuple[int, 
             cands.append((no, "the agent stops its workers (SIGTERM)", ""))
         for no, c in a.requeues:
             cands.append((no, f"{SLURM_WHY} (cancelled due to {c.reason})", ""))
+        stops = [no for no, _why, _t in cands]
+        for no in _restarts_in_file(a.starts):
+            if any(no - LOOKAHEAD_LINES <= x < no for x in stops):
+                continue  # the start that follows an agent's stop or a SLURM cancel: that one is the boundary
+            cands.append((no - 1, f"{SLURM_WHY} ({RESTARTED_WHY})", ""))
         out[a.file] = sorted(cands)
+    return out
+
+
+RESTARTED_WHY = "the job starts again in the same file"
+START_CLUSTER_GAP = 200
+"""Start-up lines of one start (every agent's banner, every rank's NCCL version line) lie within this many lines."""
+
+
+def _restarts_in_file(starts: list[int]) -> list[int]:
+    """The first line of each start of the job after the first one in a file (start-up lines clustered)."""
+    out: list[int] = []
+    prev: int | None = None
+    for no in sorted(starts):
+        if prev is not None and no - prev > START_CLUSTER_GAP:
+            out.append(no)
+        prev = no
     return out
 
 
@@ -226,6 +248,11 @@ def split(
     for i in range(1, n):
         attempts[i].start = attempts[i - 1].end
     _outcomes(attempts, lf, boundaries, dir_attempt)
+    for bs in boundaries.values():
+        for bd in bs:
+            a = attempts[bd.index]
+            if RESTARTED_WHY in bd.why and a.outcome == "requeued" and a.ranks:
+                a.outcome = "failed"  # no cancel line put it back: its own workers' errors ended it
     whys = {SLURM_WHY in b.why for bs in boundaries.values() for b in bs}
     method = (
         "attempt_N directories"
@@ -239,6 +266,50 @@ def split(
         else "no restart seen"
     )
     return Attempts(attempts, boundaries, dir_attempt, method)
+
+
+_STEP = re.compile(r"(?:\bstep|\biter(?:ation)?|global_step)[\s=:]*(\d+)", re.IGNORECASE)
+
+
+def _worker_lines(lines: list[str]) -> list[str]:
+    return [
+        t
+        for t in lines
+        if (t[:1] == "[" or "[rank" in t)  # (what each branch of the regex needs: most lines skip it)
+        and _WORKER_LINE.search(t)
+        and not _AGENT_OWN.search(t)
+    ]
+
+
+_DYING = re.compile(
+    r"Traceback|File \"|Error|Exception|[Ss]ignal|SIG[A-Z]+|KeyboardInterrupt|[Tt]erminat|[Ww]arn|^\S*\s*\^|exit"
+)
+"""What a worker writes while it dies after its agent's SIGTERM (its traceback, the signal, warnings)."""
+_WORKER_PREFIX = re.compile(r"^(?:\[(?:default|[A-Za-z_][\w.\-]*)\d+\]:)?(?:\[rank\d+\]:)?")
+FLUSH_AFTER_STOP = timedelta(seconds=2)
+"""A worker's ordinary line this soon after its agent stopped it may be output it flushed while dying."""
+
+
+def _workers_start_over(before: list[str], after: list[str], stop: datetime | None) -> bool:
+    """Whether the worker lines after an agent's stop show a new run of the workers: a start-up line, a step counter
+    below the one reached before the stop, or ordinary work (not the output of a dying worker, and not within
+    :data:`FLUSH_AFTER_STOP` of the stop)."""
+    mine = _worker_lines(after)
+    if any(_FRESH_START.search(t) for t in mine):
+        return True
+    steps_after = [int(m.group(1)) for t in mine if (m := _STEP.search(t))]
+    steps_before = [int(m.group(1)) for t in _worker_lines(before) if (m := _STEP.search(t))]
+    if steps_after and steps_before and min(steps_after) < max(steps_before) - 1:
+        return True
+    for t in mine:
+        body = _WORKER_PREFIX.sub("", t, count=1)
+        if _DYING.search(body) or body.startswith(("  ", "\t")):  # (a traceback's frames and code are indented)
+            continue
+        when = _time(t)
+        if when is not None and stop is not None and when.replace(year=stop.year) <= stop + FLUSH_AFTER_STOP:
+            continue
+        return True
+    return False
 
 
 def _lookahead_end(line: int, last: int | None) -> int:
@@ -265,7 +336,7 @@ def _file_boundaries(
             bursts.append((no, why))
     # (no line after the file's last: with the scan's checkpoints, its newline count is known)
     last = checkpoints.newlines + 1 if checkpoints is not None else None
-    wanted = {n for b, _ in bursts for n in range(b, _lookahead_end(b, last) + 1)}
+    wanted = {n for b, _ in bursts for n in range(max(1, b - LOOKAHEAD_LINES), _lookahead_end(b, last) + 1)}
     text = lines_at(lf, wanted, checkpoints=checkpoints)
     # several agents appending to one file (sbatch's single slurm-<jobid>.out): another node's workers go on
     # logging after this agent stopped, so only the agent's own restart lines count there
@@ -285,12 +356,12 @@ def _file_boundaries(
                 and (not shared or _pid_of(t) == pid)
                 for t in after
             )
-            workers = not shared and any(
-                (t[:1] == "[" or "[rank" in t)  # (what each branch of the regex needs: most lines skip it)
-                and _WORKER_LINE.search(t)
-                and not _AGENT_OWN.search(t)
-                for t in after
-            )
+            before = [text[n] for n in range(max(1, b - LOOKAHEAD_LINES), b) if n in text]
+            # workers that start over: their start-up lines, or their step counter running again from below where it
+            # stood; the output of workers dying after the agent's SIGTERM (tracebacks, a last flushed step) is the
+            # end of this attempt, not a new one
+            stop = next((t for n in range(b, 0, -1) if n in text and (t := _time(text[n])) is not None), None)
+            workers = not shared and _workers_start_over(before, after, stop)
             # a decision to restart is not an attempt until workers run again (a closed rendezvous ends the job)
             ran_again = started or workers
         if ran_again:
@@ -304,7 +375,7 @@ def refine_launcher(result: tuple[Any, ...], scan: FileScan) -> tuple[Any, ...]:
     (:attr:`~debug_training_logs.analysis.scan_cache.Consumer.refine`): 5 (the file's stop candidates, the attempt
     boundaries after them), or None when its agent stopped nothing (:func:`split` then reads nothing back); 6 its
     kept lines parsed (:func:`~debug_training_logs.analysis.launcher.parse_lines`)."""
-    parsed = parse_lines(result[0], result[4])
+    parsed = parse_lines(result[0], result[4], scan.file.rel)
     cands = _stop_candidates([file_agent(scan.file.rel, (*result, parsed))]).get(scan.file.rel)
     found = (cands, _file_boundaries(scan.file, cands, scan.checkpoints)) if cands else None
     return (*result, found, parsed)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from debug_training_logs.analysis.causal import causal_model
+from debug_training_logs.analysis.causal import decide as causal_decide
 from debug_training_logs.analysis.evidence import (
     AIS_LOOKBACK,
     CLOCK_SLACK,
@@ -38,7 +40,7 @@ from debug_training_logs.analysis.evidence import (
     hit_event,
     job_finished,
     node_failure_facts,
-    precedes_symptom,
+    order_by_bounds,
     rank_states,
     refine_times,
     triggers,
@@ -126,11 +128,11 @@ def conclude(ev: JobEvidence) -> Verdict:
     """The verdict the evidence supports; when it cannot decide, the verdict says so and what to fetch next."""
     symptom = first_symptom(ev)
     ctx = _Ctx(ev, triggers(ev), symptom, ev.nccl.collective_start(), _tail(ev))
-    for decide in (_agent_failure, _incomplete, _node_failure, _clean, _launcher, _crash, _nccl, _time_limit):
+    for decide in (_agent_failure, _node_failure, _clean, _causal, _nccl, _time_limit):
         verdict = decide(ctx)
         if verdict is not None:
-            return _finish(ctx, verdict)
-    return _finish(ctx, _undetermined(ctx))
+            return _finish(ctx, _with_coverage(ctx, verdict))
+    return _finish(ctx, _incomplete(ctx) or _undetermined(ctx))
 
 
 def _verdict(
@@ -211,12 +213,12 @@ def _tail(ev: JobEvidence) -> list[KeyEvent]:
     return sorted(out, key=lambda e: e.sort_time or datetime.max)
 
 
-def _incomplete(ctx: _Ctx) -> Verdict | None:
+def _coverage_gap(ctx: _Ctx) -> tuple[str, list[str]] | None:
+    """Why the logs may be a subset of the job's ranks and what to fetch, or None when every rank was read."""
     w = ctx.w
-    missing = w.missing_ranks
-    if w.world_size is not None and not missing:
+    if causal_model(ctx.ev).complete:
         return None
-    seen = _what_present_ranks_show(ctx)
+    missing = w.missing_ranks
     if not w.job.inventory.files:
         why = "No log file was found under the directory (nothing to diagnose)."
         steps = ["Point logs_dir at the directory holding every node's stderr/stdout files (error-<JOBID>-<N>.out)."]
@@ -225,17 +227,58 @@ def _incomplete(ctx: _Ctx) -> Verdict | None:
             "No line states the world size (NCCL init 'nranks N', Lightning 'MEMBER: m/N', 'world_size=N'), so "
             f"it cannot be shown that every rank's log was read (ranks seen: {_fmt(w.ranks) or 'none'})."
         )
-        steps = ["Rerun with NCCL_DEBUG=INFO (logs 'nranks N') or state the world size, and send every node's log."]
+        steps = [
+            "Send every node's log (all error-<JOBID>-<N>.out) and state the world size (diagnose --world-size, or "
+            "rerun with NCCL_DEBUG=INFO, which logs 'nranks N')."
+        ]
     else:
         why = (
             f"Ranks {_fmt(missing)} of the {w.world_size}-rank world have no log file "
-            f"({w.job.inventory.world_size_evidence}). A culprit is never named from a subset of the ranks: the "
-            "missing ranks may hold the real straggler or the first error."
+            f"({w.job.inventory.world_size_evidence}): they may hold an earlier failure or the real straggler."
         )
         steps = [
             f"Fetch the log files of ranks {_fmt(missing)} (every error-<JOBID>-<N>.out, e.g. scp "
             "<cluster>:/path/to/slurm/logs/error-<JOBID>-*.out ./training_logs/) and run again."
         ]
+    return why, steps
+
+
+_NO_RANK_CATEGORIES = ("no_failure", "time_limit", "address_in_use", "launch_failure", "incomplete_evidence")
+"""Shapes that blame no rank: a subset of the logs shows them as well as the whole."""
+
+
+def _with_coverage(ctx: _Ctx, v: Verdict) -> Verdict:
+    """The verdict as sure as the coverage lets it be: on a subset of the ranks its culprits become suspects (a
+    hidden rank may hold an earlier failure), its confidence drops, and it says what to fetch; the shape stays."""
+    gap = _coverage_gap(ctx)
+    v.missing_ranks = sorted(ctx.w.missing_ranks)
+    if gap is None:
+        return v
+    why, steps = gap
+    v.details["provisional"] = True
+    v.next_steps = steps + [s for s in v.next_steps if s not in steps]
+    if v.category in _NO_RANK_CATEGORIES and not v.culprit_ranks:
+        v.explanation += f" (Coverage: {why})"
+        return v
+    v.suspect_ranks = sorted(set(v.suspect_ranks) | set(v.culprit_ranks))
+    v.culprit_ranks = []
+    v.confidence = "low" if v.confidence != "high" else "medium"
+    shown = f"rank(s) {_fmt(v.suspect_ranks)}" if v.suspect_ranks else "no rank"
+    v.explanation = (
+        f"Provisional, from a subset of the ranks: the logs show {v.category} and point at {shown}. {why} "
+        + v.explanation
+    )
+    return v
+
+
+def _incomplete(ctx: _Ctx) -> Verdict | None:
+    """Nothing decided and the logs may be a subset: the evidence is incomplete (what the present ranks show, and
+    what to fetch)."""
+    gap = _coverage_gap(ctx)
+    if gap is None:
+        return None
+    why, steps = gap
+    seen = _what_present_ranks_show(ctx)
     behind = _root_stragglers(ctx.nccl) or {r for g in ctx.nccl.groups for r in g.suspect_ranks}
     return _verdict(
         "incomplete_evidence",
@@ -246,8 +289,8 @@ def _incomplete(ctx: _Ctx) -> Verdict | None:
         "low",
         nodes=[],
         next_steps=steps,
-        missing_ranks=sorted(missing),
-        suspect_ranks=sorted(set(missing) | (behind - set(missing))),
+        missing_ranks=sorted(ctx.w.missing_ranks),
+        suspect_ranks=sorted(behind - set(ctx.w.missing_ranks)),
     )
 
 
@@ -325,11 +368,118 @@ def _agent_failure(ctx: _Ctx) -> Verdict | None:
     return _from_call(ctx, call) if call is not None else None
 
 
-def _launcher(ctx: _Ctx) -> Verdict | None:
-    """Exit codes, signals, gloo victims, DETAIL fingerprints and flight-recorder dumps, when NCCL's table does not
-    decide (analysis.launcher_decision)."""
+def _causal(ctx: _Ctx) -> Verdict | None:
+    """The rank(s) whose own failure came first, or on which the accusations converge (analysis.causal): the one
+    rule for a culprit, read by the verifier too."""
+    ev = ctx.ev
+    f = causal_decide(causal_model(ev), ev)
+    if f is None:
+        return None
+    ranks = f.culprits | f.suspects
+    root = f.root
+    cancel = _time_limit_cancel(ctx)
+    if cancel is not None and (root is None or order_by_bounds(root.line, cancel.when) is False):
+        return None  # nothing of a rank's own before the scheduler ended the job: its time limit decides
+    stall = root is not None and root.kind == "stall" and ctx.nccl.timed_out and not f.accusations
+    if stall and ranks == ctx.nccl.job_stragglers:
+        return None  # the NCCL table names the same stragglers: its branch tells them (data lines, AIS chain)
+    details: dict[str, Any] = {"decided_by": "causal model", "certainty": f.certainty}
+    if root is not None and root.kind in _CRASH_KINDS and not f.accusations:
+        fates = causal_model(ev).fates
+        lines = [p.line for r in ranks if r in fates and (p := fates[r].primary) is not None]
+        trig = [t for t in triggers(ev) if t.hit.rank in ranks and any(_same_line(t.hit, h) for h in lines)]
+        if trig:
+            v = _crash_verdict(ctx, _earliest_per_rank(trig))
+            v.category = f.category
+            v.confidence = f.confidence
+            v.details.update(details)
+            return v
+    call = _launcher_call(ctx)
+    told = call is not None and call.culprits == ranks and (root is None or root.kind not in ("exception", "stall"))
+    chain: list[KeyEvent] = []
+    if root is not None and root.line.line > 0:
+        chain.append(hit_event(root.line, f"rank {root.rank}: {root.what}" if root.rank is not None else root.what))
+    if root is not None and root.later is not None:
+        chain.append(hit_event(root.later, f"rank {root.rank}: the stalled read finally fails"))
+    if told and call is not None:
+        chain += [KeyEvent(what, e.file, e.line, e.text, set(call.culprits)) for what, e in call.evidence]
+        details.update(call.details)
+    for a in f.accusations[:2]:
+        if a.line.line > 0:
+            by = f"rank {a.by}" if a.by is not None else "a line"
+            named = f"{by} names rank(s) {_fmt(a.accused)} ({a.how.replace('_', ' ')})"
+            chain.append(hit_event(a.line, named, a.accused))
+    for e in f.victims:
+        chain.append(hit_event(e.line, f"rank {e.rank}: {e.what} (a consequence)"))
+    expl = call.explanation if told and call is not None else f.why + _consequence_note(ctx, f.category, ranks)
+    if f.processes:
+        expl += " The failed process: " + "; ".join(p.words() for p in f.processes[:4]) + "."
+        details["processes"] = [p.words() for p in f.processes[:16]]
+    return _verdict(
+        f.category,
+        f.culprits,
+        ctx,
+        expl,
+        chain + ctx.tail,
+        f.confidence,
+        nodes=ctx.nodes_of(ranks) if ranks else [p.node for p in f.processes if p.node],
+        details=details,
+        next_steps=_stall_steps(f.category, root),
+        suspect_ranks=sorted(f.suspects),
+    )
+
+
+_CRASH_KINDS = ("oom", "cuda_error", "exception", "nan", "data_error", "watchdog_hang", "launch")
+
+
+def _same_line(a: Hit, b: Hit) -> bool:
+    return a.file == b.file and a.line == b.line
+
+
+def _earliest_per_rank(ts: list[Trigger]) -> list[Trigger]:
+    out: dict[int | None, Trigger] = {}
+    for t in sorted(ts, key=lambda t: (t.hit.earliest or datetime.max, t.hit.file, t.hit.line)):
+        out.setdefault(t.hit.rank, t)
+    return list(out.values())
+
+
+def _time_limit_cancel(ctx: _Ctx) -> Hit | None:
+    """The scheduler's cancellation of the job for its own reasons (a time limit, a preemption or requeue, an
+    operator's scancel): not a node failure, whose own branch decides."""
+    cancels = [h for h in ctx.w.hits("slurm_cancel") if "CANCELLED AT" in h.text and "NODE FAILURE" not in h.text]
+    return cancels[0] if cancels else None
+
+
+def _consequence_note(ctx: _Ctx, category: str, culprits: set[int]) -> str:
+    if category in ("no_failure", "time_limit", "address_in_use", "launch_failure"):
+        return ""
+    waited = [
+        fate.rank
+        for fate in causal_model(ctx.ev).fates.values()
+        if fate.rank not in culprits
+        and any(e.kind in ("peer_timeout", "peer_closed", "agent_stop", "watchdog_abort") for e in fate.events)
+    ]
+    if not waited:
+        return ""
+    return (
+        f" Rank(s) {_fmt(waited)} then timed out waiting, lost their peer or were stopped by their launcher: "
+        "consequences, not causes."
+    )
+
+
+def _stall_steps(category: str, root: Any) -> list[str]:
+    if root is None or getattr(root, "kind", None) != "stall":
+        return []
+    return [
+        "Dump the stuck rank's Python stacks while it hangs (py-spy dump --pid <PID> on its node) and keep the flight "
+        "recorder on (TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE) to confirm where it stopped."
+    ]
+
+
+def _launcher_call(ctx: _Ctx) -> LauncherCall | None:
+    """What the launcher, DETAIL and dump facts alone would say (their explanations and cited lines)."""
     data = {h.rank for h in data_hits(ctx.ev, set(ctx.w.ranks), None) if h.rank is not None}
-    call = launcher_decide(
+    return launcher_decide(
         ctx.ev.launcher,
         ctx.ev.flight_recorder,
         set(ctx.w.ranks),
@@ -337,40 +487,15 @@ def _launcher(ctx: _Ctx) -> Verdict | None:
         slurm_cancelled=bool(ctx.w.hits("slurm_cancel")),
         data_ranks=data,
     )
-    return _from_call(ctx, call) if call is not None else None
 
 
-def _crash(ctx: _Ctx) -> Verdict | None:
-    """A rank failed (OOM, CUDA error, exception, hung watchdog) before anything else went wrong."""
+def _crash_verdict(ctx: _Ctx, cands: list[Trigger]) -> Verdict:
+    """The verdict of ranks that failed on their own (OOM, CUDA error, exception, hung watchdog), first first."""
     nccl = ctx.nccl
     states = rank_states(ctx.ev)
-    # The culprits are the ranks whose state is crashed / killed by the watchdog, by their first failure, when it did
-    # not come after the first symptom (a crash of a rank that never entered the collective comes before it).
-    crashed = {r: st for r, st in states.items() if st.state in ("crashed", "watchdog_killed") and st.crash}
-    cands: list[Trigger] = [
-        st.crash for st in crashed.values() if st.crash is not None and precedes_symptom(ctx.ev, st.crash.hit)
-    ]
-    if not cands and not nccl.timed_out and not crashed:
-        # A failure no rank can be named for (a node-level Xid, rank 0's progress bar showing a NaN loss) is all
-        # there is.
-        limit = ctx.symptom.time if ctx.symptom is not None else None
-        cands = [
-            t
-            for t in ctx.trig
-            if t.hit.rank is None
-            and t.category in ("cuda_oom", "cuda_error")
-            and limit is not None
-            and t.hit.latest is not None
-            and t.hit.latest <= limit + CLOCK_SLACK
-        ]
-    if not cands:
-        return None
     cands.sort(key=lambda t: (t.hit.earliest or datetime.max, t.hit.file, t.hit.line))
     first = cands[0]
-    t0 = first.hit.earliest
-    group = [
-        t for t in cands if t.category == first.category and (t0 is None or (t.hit.earliest or t0) <= t0 + TIE_WINDOW)
-    ]
+    group = cands
     ranks = {t.hit.rank for t in group if t.hit.rank is not None}
     category = "rank_crash" if first.category == "data" else first.category
     st0 = states.get(first.hit.rank) if first.hit.rank is not None else None
@@ -442,6 +567,9 @@ def _nccl(ctx: _Ctx) -> Verdict | None:
     if not nccl.timed_out:
         return None
     stragglers = _root_stragglers(nccl)
+    ahead = any(g.classification == "root_ahead" for g in nccl.groups)
+    if ctx.w.world_size is not None and ctx.w.missing_ranks and not stragglers and not ahead:
+        return None  # every present rank only waited: the cause is in the missing ranks' logs (incomplete evidence)
     limit = ctx.symptom.time if ctx.symptom is not None else None
     if stragglers:
         data = refine_times(ctx.w, data_hits(ctx.ev, stragglers, limit)[:8])
@@ -668,15 +796,16 @@ def _offset_if_used(ctx: _Ctx, ais_events: list[KeyEvent]) -> float | None:
 
 
 def _time_limit(ctx: _Ctx) -> Verdict | None:
-    cancels = [h for h in ctx.w.hits("slurm_cancel") if "TIME LIMIT" in h.text]
-    if not cancels or ctx.nccl.timed_out:
+    cancel = _time_limit_cancel(ctx)
+    if cancel is None or ctx.nccl.timed_out:
         return None
-    cancel = cancels[0]
+    reason = re.search(r"DUE TO ([A-Z ]+?) \*\*\*", cancel.text)
+    why = reason.group(1) if reason else "an operator's cancel"
     jumps = ctx.ev.step_jumps
     all_ranks = ctx.w.ranks
     slow = {j.rank for j in jumps}
     head: list[KeyEvent] = []
-    expl = f"SLURM cancelled the job DUE TO TIME LIMIT at {_t(cancel.when)}; no rank failed before that."
+    expl = f"SLURM cancelled the job ({why}) at {_t(cancel.when)}; no rank failed before that."
     details: dict[str, Any] = {}
     if slow and slow != all_ranks:
         j = jumps[0]
@@ -698,7 +827,7 @@ def _time_limit(ctx: _Ctx) -> Verdict | None:
     elif slow:
         details["throughput_collapse"] = True
         expl += " Every rank's step time jumped together: a job-wide slowdown, not one rank."
-    chain = [*head, hit_event(cancel, "SLURM cancels the job DUE TO TIME LIMIT", ranks=())]
+    chain = [*head, hit_event(cancel, f"SLURM cancels the job ({why})", ranks=())]
     culprits = slow if slow != all_ranks else set()
     return _verdict("time_limit", culprits, ctx, expl, chain, details=details)
 
@@ -742,6 +871,11 @@ def _undetermined(ctx: _Ctx) -> Verdict:
 
 def _finish(ctx: _Ctx, v: Verdict) -> Verdict:
     v.chain = _dedupe(v.chain)
+    _bound_untimed(ctx.w, v.chain)
+    # the trigger first (up to the first line it cites), then what followed in time order (lines of several files,
+    # some without a time of their own)
+    k = next((i for i, e in enumerate(v.chain) if e.file and e.line > 0 and e.text and not e.derived), 0) + 1
+    v.chain[k:] = sorted(v.chain[k:], key=lambda e: e.time or e.earliest or e.latest or datetime.max)
     v.root = v.chain[0] if v.chain else None
     v.timeline = _timeline(ctx, v)
     _bound_untimed(ctx.w, v.timeline)
@@ -766,6 +900,9 @@ def _bound_untimed(w: WorkerEvidence, events: list[KeyEvent]) -> None:
     for e in events:
         at = found.get((e.file, e.line))
         if e.kind == "worker" and e.time is None and not e.derived and at is not None and at.text is not None:
+            if at.time is not None:  # a line with a time of its own (a launcher's glog header) cited without it
+                e.time = at.time
+                continue
             if at.after is not None and (e.earliest is None or at.after > e.earliest):
                 e.earliest = at.after
             if at.before is not None and (e.latest is None or at.before < e.latest):

@@ -88,12 +88,13 @@ from debug_training_logs.analysis.nccl_table import (
 )
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR, TimeBounds, read_lines
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
+from debug_training_logs.formats import accusations
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
 from debug_training_logs.frozen import fast_positional
 from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs import fields as native_fields
-from debug_training_logs.logs.attribution import rank_and_source_plain, strip_ansi
+from debug_training_logs.logs.attribution import rank_or_local, strip_ansi
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import (
     FileScan,
@@ -210,6 +211,10 @@ SIGNALS: tuple[Signal, ...] = (
         dense=True,
     ),
     Signal("memory", r"memory \(MB\) \| allocated: [\d.]+", "a GPU memory report (Megatron report_memory)", dense=True),
+    # Accusations: lines in which torch or the trainer names the failing rank (formats.accusations).
+    Signal(
+        "accusation", accusations.REGEX, "a line naming the rank that failed (monitoredBarrier, a trainer's report)"
+    ),
     Signal(
         "clean_end",
         r"`Trainer\.fit` stopped|[Tt]raining (?:finished|completed|complete|done)\b|after training is done"
@@ -479,7 +484,7 @@ class EvidenceSink:
             t = out.tallies["progress"] = _Tally()
         t.count += stop - start
         for k in range(start, min(stop, start + _PROGRESS_CAP - len(t.samples))):
-            t.samples.append(raw(k, rank_and_source_plain(strip_ansi(lines[k]))[0]))
+            t.samples.append(raw(k, rank_or_local(strip_ansi(lines[k]))))
         for rank, (first, last, count) in stats.items():
             if rank not in t.first_by_rank:
                 t.first_by_rank[rank] = raw(first, rank)
@@ -512,7 +517,7 @@ class EvidenceSink:
             if wt is not None:
                 self._timed(line_no, wt)
             return
-        rank = rank_and_source_plain(text)[0]
+        rank = rank_or_local(text)
         last = out.last_time
         raw = _Raw(line_no, text if len(text) <= TEXT_CUT else cut(text), rank, wt, last[1] if last else None)
         if wt is not None:
@@ -702,14 +707,28 @@ class _NoDigest(Exception):
     """A time without a year that the assumed year cannot take (February 29 of a common year)."""
 
 
-def _job_hits(sd: _SignalDigest, assumed: int, year: int, single: int | None) -> list[Hit]:
+def _all_global(by_rank: dict[int | None, int]) -> bool:
+    """No key is a torchrun --tee local rank (encoded negative) or None: every one is a global rank."""
+    return all(r is not None and r >= 0 for r in by_rank)
+
+
+def _job_hits(
+    sd: _SignalDigest, assumed: int, year: int, single: int | None, local: dict[int, int] | None = None
+) -> list[Hit]:
     """A file's hits of one signal as the job sees them: in the job's ``year`` where their line has none (made with
-    ``assumed``), with the file's ``single`` rank where their line names none."""
+    ``assumed``), with the file's ``single`` rank where their line names none, a torchrun --tee local rank (encoded
+    ``-(L + 1)``) through the file's ``local`` map (else the single rank, else none)."""
     hits = sd.hits
     if assumed != year and any(sd.yearless):
         hits = [_in_year(h, f, year) if f else h for h, f in zip(hits, sd.yearless, strict=True)]
-    if single is not None and any(h.rank is None for h in hits):
-        hits = [replace(h, rank=single) if h.rank is None else h for h in hits]
+    if any(h.rank is None or h.rank < 0 for h in hits):
+        lm = local or {}
+        hits = [
+            replace(h, rank=single if h.rank is None else lm.get(-h.rank - 1, single))
+            if h.rank is None or h.rank < 0
+            else h
+            for h in hits
+        ]
     return hits
 
 
@@ -1050,7 +1069,10 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
     folded."""
     inv = job.inventory
     year = inv.year_hint or WORKER_FALLBACK_YEAR
-    single_rank = {f.rel: next(iter(f.ranks)) for f in inv.files if len(f.ranks) == 1}
+    # a file of one rank: its unprefixed lines are that rank's, unless a launcher writes there too (a node's stderr
+    # holding the torchrun agent's own lines and tracebacks beside one rank's)
+    single_rank = {f.rel: next(iter(f.ranks)) for f in inv.files if len(f.ranks) == 1 and not f.launcher_lines}
+    local_ranks = {f.rel: f.local_ranks for f in inv.files if f.local_ranks}
 
     # A file's hits share their time objects (a timed line is the ``after`` of the untimed ones that follow it) and a
     # raw hit is read up to three times (sample, rank's first, rank's last): each is converted once. Keyed by object
@@ -1070,13 +1092,19 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
     def hit(signal: str, rel: str, raw: _Raw) -> Hit:
         known = made.get((signal, id(raw)))
         if known is None:
-            rank = raw.rank if raw.rank is not None else single_rank.get(rel)
+            rank = rank_of(rel, raw.rank)
             h = Hit(signal, rel, raw.line, raw.text, rank, conv(raw.wt), conv(raw.after), conv(raw.before))
             known = made[(signal, id(raw))] = (raw, h)
         return known[1]
 
     def rank_of(rel: str, r: int | None) -> int | None:
-        return r if r is not None else single_rank.get(rel)
+        """A line's rank as the job sees it: its own, else its file's only rank; a torchrun --tee local rank
+        (encoded ``-(L + 1)``) through the file's local-to-global map."""
+        if r is None:
+            return single_rank.get(rel)
+        if r < 0:
+            return local_ranks.get(rel, {}).get(-r - 1, single_rank.get(rel))
+        return r
 
     kept: dict[str, list[Hit]] = {}
     """Per signal: the kept hits, file by file; one per line (a file's digest keeps a line's first hit only, and the
@@ -1089,12 +1117,12 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
     def fold_counts(name: str, rel: str, by_rank: dict[int | None, int]) -> None:
         """One file's counts per rank of signal ``name`` into the job's."""
         per_rank = counts_by_rank[name]
-        if None not in by_rank and per_rank.keys().isdisjoint(by_rank):  # (ranks no other file had: most files)
+        if None not in by_rank and per_rank.keys().isdisjoint(by_rank) and _all_global(by_rank):
+            # (ranks no other file had, all global: most files)
             per_rank.update(by_rank)  # type: ignore[arg-type]
             return
-        single = single_rank.get(rel)
         for r, n in by_rank.items():
-            rr = r if r is not None else single
+            rr = rank_of(rel, r)
             if rr is not None:
                 per_rank[rr] += n
 
@@ -1110,6 +1138,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
             and None not in last
             and job_firsts.keys().isdisjoint(first)
             and job_lasts.keys().isdisjoint(last)
+            and _all_global(first)
         ):
             job_firsts.update(zip(first, map(hits.__getitem__, first.values()), strict=True))  # type: ignore[arg-type]
             job_lasts.update(zip(last, map(hits.__getitem__, last.values()), strict=True))  # type: ignore[arg-type]
@@ -1164,7 +1193,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
         if digest is not None:
             for name, sd in digest.signals.items():
                 counts[name] += sd.count
-                hits = _job_hits(sd, digest.year, year, single_rank.get(rel))
+                hits = _job_hits(sd, digest.year, year, single_rank.get(rel), local_ranks.get(rel))
                 if hits:
                     so_far = kept.get(name)
                     if so_far is None:
@@ -1922,7 +1951,9 @@ CONSEQUENCE_MARKERS: tuple[str, ...] = (
     "RayTaskError",
     "NCCL",
     "TCPStore",
-    "RendezvousClosedError",
+    "Rendezvous",
+    "DistNetworkError",
+    "DistStoreError",
     "third_party/gloo",
     "Gloo ",
     "remote worker crash",
@@ -2060,7 +2091,7 @@ def _triggers(ev: JobEvidence) -> list[Trigger]:
     out: list[Trigger] = []
     refined = refine_times(w, [h for _, h in firsts])
     for (signal, _), h in zip(firsts, refined, strict=True):
-        t = _trigger_of(signal, h)
+        t = trigger_of(signal, h)
         if t is not None:
             out.append(t)
     for e in ev.nccl.other_events:
@@ -2070,7 +2101,9 @@ def _triggers(ev: JobEvidence) -> list[Trigger]:
     return sorted(out, key=lambda t: (t.hit.earliest or datetime.max, t.hit.file, t.hit.line))
 
 
-def _trigger_of(signal: str, h: Hit) -> Trigger | None:
+def trigger_of(signal: str, h: Hit) -> Trigger | None:
+    """The candidate root-cause event a line of ``signal`` is (its kind and a few words), None for a consequence or
+    a warning."""
     text = h.text
     if signal == "exception" and is_consequence(text):
         return None
@@ -2305,16 +2338,20 @@ HANDLED_AFTER = timedelta(seconds=60)
 training cannot go on for a minute while one rank is dead (the next collective would block)."""
 
 
-def _handled(w: WorkerEvidence, t: Trigger) -> bool:
+def handled(w: WorkerEvidence, t: Trigger) -> bool:
     """True when training went on after ``t``: a later line of the rank at work (:data:`WORKING_SIGNALS`), the
     run's clean end later in the same file or after it, or progress on any rank :data:`HANDLED_AFTER` after it."""
     h = t.hit
     if h.rank is not None:
         for signal in WORKING_SIGNALS:
             own = w.last_by_rank.get(signal, {}).get(h.rank)
-            if own is not None and own.file == h.file and own.line > h.line:
+            if own is None:
+                continue
+            # later in the same file, unless the times put it with the error (a traceback on stderr and a step line
+            # the logger flushed after it land in one file out of order)
+            if own.file == h.file and own.line > h.line and not _close(own, h):
                 return True
-            if own is not None and _after(own, h, CLOCK_SLACK):
+            if _after(own, h, CLOCK_SLACK):
                 return True
     for end in w.hits("clean_end"):
         if (end.file == h.file and end.line > h.line) or _after(end, h, CLOCK_SLACK):
@@ -2322,6 +2359,14 @@ def _handled(w: WorkerEvidence, t: Trigger) -> bool:
     # some progress line after it (``_after`` of each): the latest-starting one is, when any is
     latest = w.latest_start("progress")
     return latest is not None and h.latest is not None and latest > h.latest + HANDLED_AFTER
+
+
+def _close(a: Hit, b: Hit) -> bool:
+    """Both lines' times are known to lie within :data:`CLOCK_SLACK` of each other."""
+    lo_a, hi_a, lo_b, hi_b = a.earliest, a.latest, b.earliest, b.latest
+    if lo_a is None or hi_a is None or lo_b is None or hi_b is None:
+        return False
+    return hi_a <= lo_b + CLOCK_SLACK and hi_b <= lo_a + CLOCK_SLACK
 
 
 def _after(later: Hit, h: Hit, gap: timedelta) -> bool:
@@ -2345,7 +2390,7 @@ def crash_triggers(ev: JobEvidence) -> dict[int, list[Trigger]]:
     """Per rank, its failure candidates that were not handled (no progress of the rank after them), oldest first."""
     out: dict[int, list[Trigger]] = defaultdict(list)
     for t in triggers(ev):
-        if t.hit.rank is not None and t.category in FATAL_KINDS and not _handled(ev.worker, t):
+        if t.hit.rank is not None and t.category in FATAL_KINDS and not handled(ev.worker, t):
             out[t.hit.rank].append(t)
     return dict(out)
 
@@ -2359,6 +2404,9 @@ def job_finished(ev: JobEvidence) -> Hit | None:
     ends = w.hits("clean_end")
     if not ends or ev.nccl.timed_out or ev.nccl.exited_with_error:
         return None
+    lf = ev.launcher
+    if lf is not None and any(f.comm_error is not None or f.exitcode not in (None, 0) for f in lf.fates.values()):
+        return None  # a rank lost its peers or a worker ended in error: one rank's clean end is not the job's
     if killers(w, ev, exceptions=False):
         return None
     end = ends[-1]

@@ -22,6 +22,7 @@ from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult,
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
 from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs.attribution import (
+    LOCAL_PREFIX,
     NCCL_INIT_RANK,
     RAY_PREFIX,
     file_name_node,
@@ -38,6 +39,9 @@ from debug_training_logs.textcut import cut
 if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
     from debug_training_logs.models import Coverage
 
+RANK_STATEMENTS_PER_FILE = 512
+"""Rank-stating lines read per file: enough to meet every rank a node's file holds (each states its rank from its
+first lines on), bounded for files where every line does."""
 PRESENCE_CAP = 20
 """Hits per file after which a presence-only marker stops being searched: ``(?i:lhotse)`` can match a quarter of all
 lines, and a Python call per hit line would dominate the pass. Its count then reads "at least"."""
@@ -86,6 +90,19 @@ MARKERS: tuple[Marker, ...] = (
         cap=None,
     ),
     Marker("child_failed", r"ChildFailedError|\(local_rank: \d+\)", "torchrun failure table", cap=None),
+    Marker(
+        "launcher_line",
+        r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ torch/distributed/|^(?:INFO|WARNING|ERROR):torch\.distributed\."
+        r"|^srun: |^slurmstepd: ",
+        "a launcher's own line (torchrun's agent, srun, slurmstepd): the file is (also) a launcher's",
+    ),
+    Marker(
+        "rank_statement",
+        r"\[rank\d+\]:|\"rank\": ?\d|\[rank:? \d|\brank[ =:]\d+ of \d|\b(?:RANK|global_rank|global rank)[ =:]+\d",
+        "a line stating the writer's global rank (a torch prefix, a trainer's format): names the file's ranks and, "
+        "beside torchrun's --tee prefix, maps its local ranks to global ones",
+        cap=RANK_STATEMENTS_PER_FILE,
+    ),
     Marker("nemo", r"\[NeMo [IWEDC] \d{4}-", "NeMo logger line"),
     Marker("megatron", r"Megatron|megatron|MEGATRON", "Megatron-LM named"),
     # Kept apart from "megatron": in one alternation the two literals made the scan plan fall back to a slow path.
@@ -159,6 +176,40 @@ class FileFacts:
     nccl_versions: set[str] = field(default_factory=set)
     torch_versions: set[str] = field(default_factory=set)
     best_nranks: tuple[int, int, str] | None = None  # (nranks, line, text)
+    stated_ranks: set[int] = field(default_factory=set)
+    """Global ranks the file's lines state of their writer (a trainer's ``"rank": N``, ``rank R of N`` ...)."""
+    local_map: dict[int, int] = field(default_factory=dict)
+    """torchrun --tee local rank -> global rank, from lines that carry both (``[default1]:[rank4]:``, ``[default1]:
+    ... rank 4 of 6``); a local rank seen with two global ranks is dropped (-1)."""
+
+
+_STATED = re.compile(
+    r"\[rank(?P<p>\d+)\]:|\"rank\": ?(?P<j>\d+)\b|\[rank:? (?P<b>\d+)(?:/\d+)?\]|\brank[ =:](?P<o>\d+) of (?P<n>\d+)\b"
+    r"|\b(?:RANK|global_rank|global rank)[ =:]+(?P<g>\d+)\b"
+)
+
+
+_RANK_OF_WORLD = re.compile(r"\brank[ =:]\d+ of (?P<n>\d+)\b|\[rank \d+/(?P<m>\d+)\]")
+"""A rank stated with the world it belongs to (``rank 3 of 16``, ``[rank 3/16]``): the world size."""
+
+
+def _rank_statement(f: FileFacts, text: str, line_no: int) -> None:
+    """The writer's global rank a line states, and with torchrun's --tee prefix on the line, its local rank's map."""
+    m = _STATED.search(text)
+    if m is None:
+        return
+    g = int(next(v for v in m.group("p", "j", "b", "o", "g") if v is not None))
+    if g > MAX_CREDIBLE_WORLD:
+        return
+    f.stated_ranks.add(g)
+    w = _RANK_OF_WORLD.search(text)
+    if w is not None and len(f.world_claims) < MAX_EXAMPLES:
+        f.world_claims.append((int(w.group("n") or w.group("m")), "stated", line_no, text[:300]))
+    lp = LOCAL_PREFIX.match(text)
+    if lp is not None:
+        local = int(lp.group(1))
+        known = f.local_map.get(local)
+        f.local_map[local] = g if known is None or known == g else -1
 
 
 class InventorySink:
@@ -202,7 +253,7 @@ class InventorySink:
             elif name == "world_size_kv":
                 w = _WS_KV.search(text)
                 if w and len(f.world_claims) < MAX_EXAMPLES:
-                    f.world_claims.append((int(w.group("n")), "stated", line_no, text[:300]))
+                    f.world_claims.append((int(w.group("n") or w.group("m")), "stated", line_no, text[:300]))
             elif name == "world_size_launcher":
                 wl = _WS_LAUNCHER.search(text)
                 if wl and len(f.world_claims) < MAX_EXAMPLES:
@@ -212,6 +263,8 @@ class InventorySink:
                 pz = _PG_INIT_SIZE.search(text)
                 if pz and _DEFAULT_PG.search(text) and len(f.world_claims) < MAX_EXAMPLES:
                     f.world_claims.append((int(pz.group("n")), "default_pg", line_no, text[:300]))
+            elif name == "rank_statement":
+                _rank_statement(f, text, line_no)
             elif name == "child_failed":
                 c = _CHILD_RANK.search(text)
                 if c:
@@ -394,6 +447,10 @@ class FileInventory:
     """The file's last line with a time, from its tail: (line number, text cut for citation, its time)."""
     line_ranks: set[int] = field(default_factory=set)
     """The global ranks the file's line prefixes name (``[rankN]:``, inline ``[rankN] ``: the scan's collection)."""
+    local_ranks: dict[int, int] = field(default_factory=dict)
+    """torchrun --tee local rank -> global rank for this file's ``[defaultL]:`` lines (see FileFacts.local_map)."""
+    launcher_lines: bool = False
+    """A torchrun agent writes here too: an unprefixed line may be the agent's, not the file's one rank's."""
 
 
 @dataclass(repr=False, eq=False)
@@ -1040,6 +1097,7 @@ class _RankSources(NamedTuple):
     prefixes: set[int]
     ray: set[int]
     lightning: set[int]
+    stated: set[int]
     nccl_ranks: dict[int, int]
     srun: set[int]
     """``srun --label`` task ids of the head and tail (only read when no other source names a rank; only computed
@@ -1048,8 +1106,9 @@ class _RankSources(NamedTuple):
     @staticmethod
     def of(scan: FileScan, facts: FileFacts) -> _RankSources:
         prefixes, ray, lightning = set(scan.ranks), set(facts.ray_ranks), set(facts.member_ranks)
-        srun = set() if prefixes or ray or lightning else _srun_labels(scan.head + scan.tail)
-        return _RankSources(scan.file.rel, prefixes, ray, lightning, facts.nccl_ranks, srun)
+        stated = set(facts.stated_ranks) - prefixes
+        srun = set() if prefixes or ray or lightning or stated else _srun_labels(scan.head + scan.tail)
+        return _RankSources(scan.file.rel, prefixes, ray, lightning, stated, facts.nccl_ranks, srun)
 
 
 def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]:
@@ -1057,6 +1116,7 @@ def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]
         "[rankN]: prefixes": src.prefixes,
         "Ray [rank=N] prefixes": src.ray,
         "Lightning GLOBAL_RANK lines": src.lightning,
+        "the trainer's own rank statements": src.stated,
     }
     if world_size is not None:
         found["NCCL init 'rank R nranks N' of the world communicator"] = {
@@ -1256,6 +1316,7 @@ class _FileShare(NamedTuple):
     torch_versions: set[str]
     lines: int
     problem: str | None
+    local_map: dict[int, int]
 
 
 def _file_share(s: FileScan, f: FileFacts) -> _FileShare:
@@ -1278,6 +1339,7 @@ def _file_share(s: FileScan, f: FileFacts) -> _FileShare:
         torch_versions=f.torch_versions,
         lines=s.lines,
         problem=s.problem,
+        local_map=dict(f.local_map),
     )
 
 
@@ -1311,12 +1373,16 @@ def _build_inventory(
         nccl_versions |= d.nccl_versions
         torch_versions |= d.torch_versions
         per_file.append((lf, d.lines, d.problem, d.light))
+    local_maps = [{k: g for k, g in d.local_map.items() if g >= 0} for d in shares]
     known = {src.rel: _ranks_of(src, None)[0] for src in sources}
     world_size, ws_evidence = _world_size(world_facts, known)
     files: list[FileInventory] = []
     all_ranks: set[int] = set()
     hosts: set[str] = set()
-    for (lf, n_lines, problem, f), src, last_timed in zip(per_file, sources, lasts, strict=True):
+    launchers = [bool(d.markers.get("launcher_line")) for d in shares]
+    for (lf, n_lines, problem, f), src, last_timed, local, launcher in zip(
+        per_file, sources, lasts, local_maps, launchers, strict=True
+    ):
         ranks, source = _ranks_of(src, world_size)
         if f.child_failed_ranks - ranks:
             # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
@@ -1328,7 +1394,18 @@ def _build_inventory(
         node = sorted(own)[0] if len(own) == 1 else file_name_node(lf.rel)
         files.append(
             FileInventory(
-                lf.rel, lf.size, lf.compression, ranks, source, node, n_lines, problem, last_timed, src.prefixes
+                lf.rel,
+                lf.size,
+                lf.compression,
+                ranks,
+                source,
+                node,
+                n_lines,
+                problem,
+                last_timed,
+                src.prefixes,
+                local,
+                launcher,
             )
         )
         hosts |= f.hosts | f.launcher_hosts

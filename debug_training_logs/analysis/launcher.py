@@ -47,7 +47,7 @@ from debug_training_logs.analysis.inventory import (
 )
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import gloo, slurm, torchrun
-from debug_training_logs.logs.attribution import strip_ansi
+from debug_training_logs.logs.attribution import file_name_rank, rank_of_line, strip_ansi
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import SinkFactory
 from debug_training_logs.memo import unpack
@@ -69,11 +69,19 @@ _TABLE_LITERALS = (
     "====================",
 )
 _EXCEPTION = r"(?:^|[\s:\]])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:: |:$|$)"
+_JOB_START = r"SLURM_RESTART_COUNT|Starting elastic_operator|NCCL INFO NCCL version"
+"""Lines a job writes only while it starts (with torchrun's start-up banner): a second start in one file is the
+job run again into it (a SLURM requeue in append mode)."""
+_JOB_START_RX = re.compile(_JOB_START + r"|Setting OMP_NUM_THREADS environment variable")
+_FRAME_REGEX = r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+, in "
+"""A traceback's start and its frames: where each rank was when its error came (the collective it waited in)."""
 PATTERNS: tuple[str, ...] = (
     *(re.escape(n) for n in torchrun.NEEDLES),
     *(re.escape(n) for n in gloo.NEEDLES),
     *(re.escape(n) for n in _TABLE_LITERALS),
     _EXCEPTION,
+    _FRAME_REGEX,
+    _JOB_START,
     slurm.CANCEL_REGEX,
     # ``\[::\]`` written ``\[\::\]`` (the same regex): ``[:`` reads as a POSIX class to the prefilter's literal
     # finder, which then sent this whole alternation to a DFA pass over every byte instead of its literals
@@ -128,8 +136,8 @@ class _LineSink:
             b = torchrun.benign(line)
             if b is not None:
                 self.benign[b.name] += 1
-                if len(pattern_ids) == 1:
-                    return  # only benign: nothing else to learn from the line
+                if len(pattern_ids) == 1 and b.name != "omp_threads_banner":
+                    return  # only benign: nothing else to learn from the line (torchrun's banner marks a start)
         if len(self.lines) >= MAX_LINES_PER_FILE:
             self.dropped += 1
             return
@@ -182,6 +190,9 @@ class RankFate:
     timed_out: bool = False
     mismatch: gloo.CollectiveMismatch | None = None
     exit_evidence: Evidence | None = None
+    collective: str | None = None
+    """The collective call its communication error came from (``broadcast at train.py:187``, ``backward (gradient
+    all-reduce) at train.py:196``), read from the traceback's frames: the collective it waited in."""
     errors: list[Evidence] = field(default_factory=list)
     """Every error line of the rank (own or communication), up to :data:`MAX_ERRORS_PER_RANK`, in file order."""
 
@@ -208,6 +219,12 @@ class AgentFacts:
     worker_failed: list[tuple[int, torchrun.WorkerFailed]] = field(default_factory=list)
     teardowns: list[int] = field(default_factory=list)
     requeues: list[tuple[int, slurm.SlurmCancel]] = field(default_factory=list)
+    sigterm_pids: set[int] = field(default_factory=set)
+    """Worker PIDs the agent SIGTERMed (``Sending process P closing signal SIGTERM``)."""
+    local_to_global: dict[int, int] = field(default_factory=dict)
+    """The file's torchrun local ranks mapped to global ones (its lines and failure tables, the inventory's map)."""
+    starts: list[int] = field(default_factory=list)
+    """Lines only a starting job writes (torchrun's banner, ``SLURM_RESTART_COUNT``, NCCL's version line)."""
     """(line, cancel): SLURM cancels after which the job may run again (requeue, preemption, node failure)."""
     pids: set[int] = field(default_factory=set)
     """PIDs of the torchrun agents whose own lines are in this file (several when nodes share one file)."""
@@ -270,6 +287,29 @@ class LauncherFacts:
         return set(), "undecided"
 
 
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>.]+)')
+_LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<frozen|/torch/")
+
+
+def collective_call(frames: Sequence[tuple[str, int, str]]) -> str | None:
+    """The collective a traceback's frames (outermost first) were in, and the user code that called it:
+    ``broadcast at train.py:187`` (the innermost ``distributed_c10d`` function), ``backward (gradient all-reduce) at
+    train.py:196`` (DDP reduces gradients inside autograd's backward); None when no frame is a collective's."""
+    api = None
+    for file, _line, func in frames:
+        if file.endswith("distributed_c10d.py") and func not in ("wrapper", "<module>"):
+            api = func
+        elif api is None and func == "backward" and (file.endswith("_tensor.py") or "autograd" in file):
+            api = "backward (gradient all-reduce)"
+    if api is None:
+        return None
+    user = [(f, n) for f, n, _fn in frames if not _LIBRARY.search(f)]
+    if not user:
+        return api
+    f, n = user[-1]
+    return f"{api} at {f.rsplit('/', 1)[-1]}:{n}"
+
+
 def mismatch_culprits(reports: Sequence[gloo.CollectiveMismatch]) -> set[int]:
     """The rank(s) whose DETAIL fingerprint (op, seq, shapes, dtypes) differs from what most ranks ran."""
     seen: dict[int, tuple[str | None, int | None, str | None, str | None]] = {}
@@ -293,16 +333,19 @@ def _node_of(rel: str, tables: list[torchrun.ChildFailedTable]) -> str | None:
     return None
 
 
-def _rank_of(text: str, local_to_global: dict[int, int]) -> int | None:
-    m = _GLOBAL_RANK.search(text)
-    if m:
-        return int(m.group(1))
-    m = _INLINE_RANK.search(text)
-    if m:
-        return int(m.group(1))
+def _rank_of(text: str, local_to_global: dict[int, int], file_rank: int | None = None) -> int | None:
+    """The global rank that wrote a kept line: its prefix as the scan attributes lines (``[rankN]:``, inline
+    ``[rankN]``, Ray, srun ``--label``), a torchrun ``[defaultL]:`` tee prefix through the file's local-to-global
+    map, else the one rank of a per-rank file (``file_rank``) for a line that is not the agent's own."""
+    r = rank_of_line(text)
+    if r is not None:
+        return r
     m = _LOCAL_PREFIX.match(text)
-    if m and int(m.group(1)) in local_to_global:
-        return local_to_global[int(m.group(1))]
+    if m:  # a torchrun --tee local rank: global through the file's map, else encoded -(L + 1) for the job's
+        local = int(m.group(1))
+        return local_to_global.get(local, -(local + 1))
+    if file_rank is not None and not _AGENT_LINE.match(text):
+        return file_rank
     return None
 
 
@@ -353,7 +396,8 @@ def from_job_scan(job: JobScan, early: dict[int, EarlyResult] | None = None) -> 
         (f.rel, p[0] if p is not None else _result(job, j), f.line_ranks)
         for j, (f, p) in enumerate(zip(files, pre, strict=True))
     )
-    facts = _facts(items, len(files))  # one file's result at a time (a 10,240-rank job's would take ~25 MB)
+    local_maps = {f.rel: f.local_ranks for f in files if f.local_ranks}
+    facts = _facts(items, len(files), local_maps)  # one file's result at a time (a 10,240-rank job's: ~25 MB)
     for j, f in enumerate(files):
         p = pre[j]
         if p is not None:
@@ -383,7 +427,7 @@ def file_agent(rel: str, result: Any) -> AgentFacts:
     """The facts of one file's agent alone, from its sink's result (what the attempt split reads in the worker that
     scanned the file: no rank's fate is worked out)."""
     lines, file_tables = result[0], result[4]
-    parsed: _Parsed = result[5] if len(result) > 5 and result[5] is not None else parse_lines(lines, file_tables)
+    parsed: _Parsed = result[5] if len(result) > 5 and result[5] is not None else parse_lines(lines, file_tables, rel)
     return _agent(rel, lines, parsed[1], file_tables)[0]
 
 
@@ -413,7 +457,7 @@ def for_attempt(job: JobScan, keep: LineKeep) -> LauncherFacts | None:
         for no, text, how in hits:
             sink.on_hit(_REPLAY_IDS[how], no, text)
         items.append((s.file.rel, sink.finish(), s.ranks))
-    return _facts(items, len(job.files))
+    return _facts(items, len(job.files), {f.rel: f.local_ranks for f in job.inventory.files if f.local_ranks})
 
 
 _AGENT_EVENTS = (
@@ -432,7 +476,9 @@ _AGENT_EVENTS = (
 _Parsed = tuple[dict[int, int], list[tuple[int, int | None, Any, int | None, Any, bool]]]
 
 
-def parse_lines(lines: list[tuple[int, str]], file_tables: list[torchrun.ChildFailedTable]) -> _Parsed:
+def parse_lines(
+    lines: list[tuple[int, str]], file_tables: list[torchrun.ChildFailedTable], rel: str | None = None
+) -> _Parsed:
     """What :func:`_facts` reads of each kept line of one file, parsed once: (the file's local -> global ranks, per
     line that names an agent PID, a torchrun event or a global rank, in order: (its index in ``lines``, agent PID,
     torchrun event, global rank, gloo mismatch or victim error, an own exception line)); the other lines say nothing
@@ -447,14 +493,19 @@ def parse_lines(lines: list[tuple[int, str]], file_tables: list[torchrun.ChildFa
         for f in t.failures:
             local_to_global[f.local_rank] = f.rank
     per_line: list[tuple[int, int | None, Any, int | None, Any, bool]] = []
+    file_rank = file_name_rank(rel) if rel is not None else None
     for k, (_no, text) in enumerate(lines):
         pm = _AGENT_LINE.match(text)
         ev: object = torchrun.parse_line(text)
         if ev is None:
             ev = slurm.parse_cancel(text)
-        rank = _rank_of(text, local_to_global)
+        rank = _rank_of(text, local_to_global, file_rank)
         g: Any = None
         own = False
+        if rank is None and "Detected mismatch" in text:  # a pasted DETAIL report: its fingerprint names the rank
+            dm = gloo.parse_line(text)
+            if isinstance(dm, gloo.CollectiveMismatch):
+                rank = dm.first.rank
         if rank is not None:
             g = gloo.parse_line(text)
             if not (isinstance(g, gloo.CollectiveMismatch) or (isinstance(g, gloo.GlooError) and g.victim)):
@@ -463,25 +514,30 @@ def parse_lines(lines: list[tuple[int, str]], file_tables: list[torchrun.ChildFa
                 own = own and not _VICTIM_EXCEPTIONS.search(text)
         pid = int(pm.group(1)) if pm else None
         event = ev if isinstance(ev, _AGENT_EVENTS) else None
-        if pid is not None or event is not None or rank is not None:
+        if pid is not None or event is not None or rank is not None or _JOB_START_RX.search(text):
             per_line.append((k, pid, event, rank, g, own))
     return local_to_global, per_line
 
 
 def _agent(
     rel: str, lines: list[tuple[int, str]], per_line: list[Any], file_tables: list[torchrun.ChildFailedTable]
-) -> tuple[AgentFacts, set[int]]:
-    """One file's agent facts from its parsed lines (:func:`parse_lines`), and the PIDs its agent SIGTERMed."""
+) -> tuple[AgentFacts, dict[int, int]]:
+    """One file's agent facts from its parsed lines (:func:`parse_lines`), and the PIDs its agent SIGTERMed (each
+    with the line that says so)."""
     agent = AgentFacts(file=rel, node=_node_of(rel, file_tables))
-    torn_pids: set[int] = set()
+    torn_pids: dict[int, int] = {}
     for k, pid, ev, _rank, _g, _own in per_line:
         no, text = lines[k]
         if pid is not None:
             agent.pids.add(pid)
         if ev is None:  # (most kept lines are a rank's)
+            if ("NCCL" in text or "_COUNT" in text or "elastic_operator" in text or "OMP_NUM" in text) and (
+                _JOB_START_RX.search(text)
+            ):
+                agent.starts.append(no)
             continue
         if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
-            torn_pids.add(ev.pid)
+            torn_pids.setdefault(ev.pid, k)
             agent.teardowns.append(no)
         elif isinstance(ev, torchrun.WorkerFailed):
             agent.worker_failed.append((no, ev))
@@ -500,10 +556,13 @@ def _agent(
                 agent.requeues.append((no, ev))
         elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
             agent.succeeded.append(_ev(rel, no, text))
+    agent.sigterm_pids = set(torn_pids)
     return agent, torn_pids
 
 
-def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> LauncherFacts:
+def _facts(
+    items: Iterable[tuple[str, Any, set[int]]], n_files: int, local_maps: dict[str, dict[int, int]] | None = None
+) -> LauncherFacts:
     fates: dict[int, RankFate] = {}
     agents: list[AgentFacts] = []
     tables: list[tuple[str, torchrun.ChildFailedTable]] = []
@@ -519,7 +578,9 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
         if result is None:
             continue
         lines, b, dropped, _hits, file_tables = result[:5]
-        parsed: _Parsed = result[5] if len(result) > 5 and result[5] is not None else parse_lines(lines, file_tables)
+        parsed: _Parsed = (
+            result[5] if len(result) > 5 and result[5] is not None else parse_lines(lines, file_tables, rel)
+        )
         benign.update(b)
         truncated += dropped
         if inline_ranks:
@@ -529,10 +590,23 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
         agents.append(agent)
         for t in file_tables:
             tables.append((rel, t))
-        for k, _pid, _event, rank, g, own in per_line:
+        frames: dict[int, list[tuple[str, int, str]]] = {}  # per rank: the frames of its current traceback
+        file_local = (local_maps or {}).get(rel, {})
+        agent.local_to_global = {**file_local, **local_to_global}
+        for k, _pid, _event, line_rank, g, own in per_line:
+            rank = file_local.get(-line_rank - 1) if line_rank is not None and line_rank < 0 else line_rank
             if rank is None:
                 continue
             no, text = lines[k]
+            if "Traceback (most recent call last)" in text:
+                frames[rank] = []
+                continue
+            fm = _FRAME.search(text) if 'File "' in text else None
+            if fm is not None:
+                frames.setdefault(rank, []).append((fm.group("file"), int(fm.group("line")), fm.group("func")))
+                continue
+            if g is not None and isinstance(g, gloo.GlooError) and g.victim and fate(rank).collective is None:
+                fate(rank).collective = collective_call(frames.get(rank, []))
             if g is not None:  # a gloo mismatch or a victim's error (parse_lines keeps no other)
                 if isinstance(g, gloo.CollectiveMismatch):
                     mismatches.append((rank, g, _ev(rel, no, text)))
@@ -567,6 +641,9 @@ def _facts(items: Iterable[tuple[str, Any, set[int]]], n_files: int) -> Launcher
                     agent_line = failed_line.get(f.rank)
                     if agent_line is not None and agent_line[1].exitcode == f.exitcode:
                         rf.exit_evidence = _ev(rel, agent_line[0], text_at[agent_line[0]])
+                    elif rf.torn_down and f.pid in torn_pids:  # the agent's timed 'Sending process P closing signal'
+                        no, text = lines[torn_pids[f.pid]]
+                        rf.exit_evidence = _ev(rel, no, text)
                     elif f.exit_line in text_at:
                         rf.exit_evidence = _ev(rel, f.exit_line, text_at[f.exit_line])
     return LauncherFacts(

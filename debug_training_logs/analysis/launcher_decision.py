@@ -236,7 +236,7 @@ def agent_failure(lf: LauncherFacts | None, ranks_seen: set[int]) -> LauncherCal
         a, e = listen[0]
         port = e.text
         return LauncherCall(
-            "rank_crash",
+            "address_in_use",
             set(),
             "port_in_use",
             f"The torchrun agent on {a.node or a.file} could not start its TCPStore: the rendezvous port is already in "
@@ -256,7 +256,7 @@ def agent_failure(lf: LauncherFacts | None, ranks_seen: set[int]) -> LauncherCal
         hosts = sorted({h for ag in lf.agents for h, _ in ag.unreachable})
         reach = [(f"the agent cannot reach the store on {h}", ev) for ag in lf.agents for h, ev in ag.unreachable[:1]]
         return LauncherCall(
-            "node_failure",
+            "launch_failure",
             set(),
             "rendezvous",
             f"No worker ever started: the torchrun agent in {a.file} failed to rendezvous ({e.text[:160]})"

@@ -268,9 +268,9 @@ RECOMMENDATIONS: tuple[Recommendation, ...] = (
         "evidence",
         "Provide every node's log file (all error-<JOBID>-<N>.out, not only some): scp "
         "'<cluster>:/path/to/slurm/logs/error-<JOBID>-*.out' ./training_logs/. Without all ranks no culprit can be "
-        "named.",
+        "established: what the present ranks show stays provisional.",
         "some ranks' logs are missing",
-        lambda f: f.category == "incomplete_evidence" and bool(f.ev.worker.missing_ranks),
+        lambda f: bool(f.ev.worker.missing_ranks),
     ),
     Recommendation(
         "no_failure",

@@ -224,9 +224,12 @@ _UNREACHABLE = re.compile(
     r"|failed to connect/validate to host (?P<host2>[^\s:]+):(?P<port2>\d+)"
 )
 _LISTEN = re.compile(
-    r"failed to listen on any local network address\. port: (?P<port>\d+), useIpv6: \w+, code: -?\d+, "
-    r"name: (?P<name>E[A-Z]+)"
+    r"failed to listen on any local network address\.(?: port: (?P<port>\d+), useIpv6: \w+, code: -?\d+, "
+    r"name: (?P<name>E[A-Z]+)|.*?failed to bind to \S+?:(?P<port2>\d+) \(errno: (?P<errno>\d+) - [^)]*\))"
 )
+"""torch 2.3+ (``port: P, ... name: EADDRINUSE``) and the older wording, whose exception message goes on with
+``failed to bind to [::]:P (errno: 98 - Address already in use)``."""
+_ERRNO_NAMES = {"98": "EADDRINUSE", "99": "EADDRNOTAVAIL", "13": "EACCES"}
 
 
 def signal_name(exitcode: int) -> str | None:
@@ -257,8 +260,9 @@ def parse_line(line: str) -> LauncherEvent | None:
                           "succeeded")  # fmt: skip
     if "Rendezvous" in line and "Error" in line and (m := _RDZV_ERR.search(line)):
         return RendezvousError(m.group("kind"), (m.group("msg") or "").strip())
-    if m := _LISTEN.search(line):
-        return StoreListenFailed(int(m.group("port")), m.group("name"))
+    if (m := _LISTEN.search(line)) and (m.group("port") or m.group("port2")):
+        name = m.group("name") or _ERRNO_NAMES.get(m.group("errno"), f"errno {m.group('errno')}")
+        return StoreListenFailed(int(m.group("port") or m.group("port2")), name)
     if m := _UNREACHABLE.search(line):
         return StoreUnreachable(m.group("host") or m.group("host2"), int(m.group("port") or m.group("port2")))
     return None

@@ -190,14 +190,45 @@ static int srun_label(const Text *t, long long *rank) {
     return 0;
 }
 
+/* ``^\[<letter or _><word chars, '.', '-'>*?(\d+)\]:`` (torchrun's ``--tee`` prefix, e.g. ``[default3]:``): 1 with
+ * *rank = -(local rank + 1), 0 none, -1 too many digits. The trailing digits are the local rank: the file's
+ * local-to-global map turns it into a global rank when the file is folded. */
+static int local_prefix(const Text *t, long long *rank) {
+    if (t->n < 4 || at(t, 0) != '[') return 0;
+    Py_UCS4 c0 = at(t, 1);
+    if (!((c0 >= 'A' && c0 <= 'Z') || (c0 >= 'a' && c0 <= 'z') || c0 == '_')) return 0;
+    Py_ssize_t i = 2;
+    while (i < t->n) {
+        Py_UCS4 c = at(t, i);
+        if (c == ']') break;
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || is_digit(c) || c == '_' || c == '.' || c == '-'))
+            return 0;
+        i++;
+    }
+    if (i >= t->n - 1 || at(t, i + 1) != ':' || !is_digit(at(t, i - 1))) return 0;
+    Py_ssize_t j = i;
+    while (j > 1 && is_digit(at(t, j - 1))) j--;
+    if (j == 1) return 0; /* the name has a letter before its digits */
+    long long v;
+    Py_ssize_t k = digits(t, j, &v);
+    if (k < 0) return -1;
+    *rank = -(v + 1);
+    return 1;
+}
+
 /* 1 and *rank, or 0 (None), or -1 (defer). A Ray prefix can only give a rank through ``[rank=N]``: a line with
- * ``pid=`` and that is left to the per-line path. */
+ * ``pid=`` and that is left to the per-line path, as is a line that may state its rank in a trainer's own format
+ * (``"rank": N``, ``[rank N/M]``, ``[rank: N]``). */
 static int line_rank(const Text *t, long long *rank) {
     int r = rank_tag(t, ':', rank);
     if (r != 0) return r;
     r = rank_tag(t, ' ', rank);
     if (r != 0) return r;
     if (find_lit(t, 0, "pid=", 4) >= 0 && find_lit(t, 0, "[rank=", 6) >= 0) return -1;
+    if (find_lit(t, 0, "\"rank\"", 6) >= 0 || find_lit(t, 0, "[rank ", 6) >= 0 || find_lit(t, 0, "[rank:", 6) >= 0)
+        return -1;
+    r = local_prefix(t, rank);
+    if (r != 0) return r;
     return srun_label(t, rank);
 }
 

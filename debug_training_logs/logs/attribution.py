@@ -27,6 +27,11 @@ INLINE_RANK = re.compile(r"\[rank(\d+)\] ")
 RAY_PREFIX = re.compile(
     r"\((?P<actor>[A-Za-z_][\w.]*)?(?:\[rank=(?P<rank>\d+)\])? ?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:\-]+))?\)"
 )
+# A trainer's own formats that state the writer's rank: a JSON log record's ``"rank": N``, ``[rank N/M]``, Lightning's
+# ``[rank: N]`` prefix.
+STATED_RANK = re.compile(r"\"rank\": ?(\d+)\b|\[rank(?: |: ?)(\d+)(?:/\d+)?\]")
+# torchrun --tee's ``[default3]:`` / ``[trainer3]:`` prefix: the LOCAL rank (the file's map makes it global).
+LOCAL_PREFIX = re.compile(r"^\[[A-Za-z_][\w.\-]*?(\d+)\]:")
 TORCHRUN_PREFIX = re.compile(r"^\[(?P<host>[A-Za-z0-9][\w.\-]*):(?P<local>\d+)\]:")
 SRUN_LABEL = re.compile(r"^\s*(?:P\d+ )?(?P<task>\d+): ")
 NCCL_INIT_RANK = re.compile(r"NCCL INFO .*?\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b")
@@ -87,10 +92,24 @@ def rank_and_source_plain(text: str) -> tuple[int | None, str]:
         r = RAY_PREFIX.search(text)
         if r and r.group("rank") is not None:
             return int(r.group("rank")), "ray"
+    if '"rank"' in text or "[rank " in text or "[rank:" in text:
+        st = STATED_RANK.search(text)
+        if st:
+            return int(st.group(1) or st.group(2)), "stated_rank"
     s = SRUN_LABEL.match(text)
     if s:
         return int(s.group("task")), "srun_label"
     return None, "none"
+
+
+def rank_or_local(text: str) -> int | None:
+    """The line's global rank (:func:`rank_and_source_plain`), else its torchrun ``--tee`` local rank ``L`` encoded
+    as ``-(L + 1)`` (the file's local-to-global map resolves it), else None; ANSI codes already stripped."""
+    r = rank_and_source_plain(text)[0]
+    if r is not None or text[:1] != "[":
+        return r
+    m = LOCAL_PREFIX.match(text)
+    return -(int(m.group(1)) + 1) if m else None
 
 
 def file_name_rank(rel: str) -> int | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field
 
 from debug_training_logs import meanwhile
+from debug_training_logs.analysis.action import action
 from debug_training_logs.analysis.evidence import (
     JobEvidence,
     KeyEvent,
@@ -69,6 +70,20 @@ class VerdictModel(Model):
     blocked: list[str] = Field(
         default_factory=list,
         description="When a stronger verdict was not presented: the verdict and the verifier check that blocked it.",
+    )
+    provisional: bool = Field(
+        default=False,
+        description="True when only a subset of the ranks was read: the shape is what the evidence shows, the "
+        "ranks it points at are suspect_ranks, and a hidden rank may hold an earlier failure.",
+    )
+    suspect_processes: list[str] = Field(
+        default_factory=list,
+        description="A failed worker known only by node, local rank and pid (no line maps it to a global rank).",
+    )
+    action: str = Field(
+        default="",
+        description="What to do now, in one line: restart as is, restart without node X, stop and fix (config, "
+        "data, code), or collect what is missing.",
     )
 
 
@@ -248,6 +263,7 @@ def to_conclusion(v: Verdict, logs_dir: str, ais_dir: str | None, ev: JobEvidenc
         rank0_seq_gap=v.rank0_seq_gap,
         missing_ranks=v.missing_ranks,
         suspect_ranks=v.suspect_ranks,
+        provisional=bool(v.details.get("provisional")),
         attempt=ev.attempt if ev is not None else None,
         world_size=ev.given_world_size if ev is not None else None,
     )
@@ -291,6 +307,8 @@ def _attempt_note(ev: JobEvidence) -> str:
 
 def _summary(v: Verdict, verification: Verification) -> str:
     who = f" (rank(s) {format_ranges(v.culprit_ranks)})" if v.culprit_ranks else ""
+    if not who and v.suspect_ranks:
+        who = f" (suspect rank(s) {format_ranges(v.suspect_ranks)}, provisional)"
     state = "verified" if verification.accepted else "NOT verified"
     return f"{v.category}{who}, confidence {v.confidence}, {state}: {v.explanation}"
 
@@ -302,12 +320,19 @@ def _blocked(v: Verdict, verification: Verification) -> str:
 
 
 def fallbacks(v: Verdict, ev: JobEvidence) -> list[Verdict]:
-    """Weaker verdicts to try, strongest first, when the verifier rejects ``v``: the timeout left unattributed (the
-    culprits kept as suspects), then the evidence declared incomplete."""
+    """Weaker verdicts to try, strongest first, when the verifier rejects ``v``: the same shape with its culprits
+    kept as suspects (provisional), the timeout left unattributed, then the evidence declared incomplete."""
+    from debug_training_logs.analysis.causal import causal_model
+
     out: list[Verdict] = []
     suspects = sorted(set(v.culprit_ranks) | set(v.suspect_ranks))
     missing = sorted(ev.worker.missing_ranks)
-    if ev.nccl.timed_out and v.category != "nccl_timeout_unattributed":
+    if v.culprit_ranks:
+        out.append(_weaker(v, v.category, suspects, missing))
+    waited = ev.nccl.timed_out or any(
+        e.kind in ("peer_timeout", "peer_closed") for f in causal_model(ev).fates.values() for e in f.events
+    )
+    if waited and v.category != "nccl_timeout_unattributed":
         out.append(_weaker(v, "nccl_timeout_unattributed", suspects, missing))
     if v.category != "incomplete_evidence":
         out.append(_weaker(v, "incomplete_evidence", suspects, missing))
@@ -320,7 +345,7 @@ def _weaker(v: Verdict, category: str, suspects: list[int], missing: list[int]) 
     return Verdict(
         category=category,
         culprit_ranks=[],
-        suspect_nodes=[],
+        suspect_nodes=v.suspect_nodes if category == v.category else [],
         confidence="low",
         explanation=v.explanation,
         root=v.root,
@@ -330,7 +355,7 @@ def _weaker(v: Verdict, category: str, suspects: list[int], missing: list[int]) 
         next_steps=list(v.next_steps),
         missing_ranks=missing,
         suspect_ranks=suspects,
-        details=v.details,
+        details={**v.details, "provisional": True},
     )
 
 
@@ -387,6 +412,16 @@ def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> 
             missing_ranks=v.missing_ranks,
             suspect_ranks=v.suspect_ranks,
             blocked=v.blocked,
+            provisional=bool(v.details.get("provisional")),
+            suspect_processes=list(v.details.get("processes", [])),
+            action=action(
+                v.category,
+                v.culprit_ranks,
+                v.suspect_ranks,
+                v.suspect_nodes,
+                bool(v.details.get("provisional")),
+                v.missing_ranks,
+            ),
         ),
         timeline=entries[:TIMELINE_LIMIT],
         timeline_truncated=max(0, len(entries) - TIMELINE_LIMIT),
@@ -537,6 +572,9 @@ _TITLES = {
     "cuda_error": "CUDA error",
     "rank_crash": "A rank crashed",
     "collective_mismatch": "Collective mismatch",
+    "early_exit": "A rank left the job early",
+    "address_in_use": "Rendezvous port already in use",
+    "launch_failure": "The job failed to launch",
     "time_limit": "SLURM time limit",
     "node_failure": "Node failure",
     "watchdog_hang": "NCCL watchdog hang",
@@ -579,6 +617,7 @@ def render_report(d: Diagnosis) -> str:
         "",
         v.explanation,
         "",
+        *([f"**Action:** {v.action}", ""] if v.action else []),
         *([f"**Missing ranks:** {format_ranges(v.missing_ranks)}", ""] if v.missing_ranks else []),
         *([f"**Suspect ranks (not established):** {format_ranges(v.suspect_ranks)}", ""] if v.suspect_ranks else []),
         *(

@@ -80,7 +80,12 @@ class RuleContext:
 
     @property
     def culprits(self) -> set[int]:
-        return set(self.conclusion.culprit_ranks)
+        """The ranks the conclusion blames: its culprits, or for a provisional conclusion (a subset of the ranks
+        read) the suspects it points at."""
+        c = self.conclusion
+        if c.provisional and not c.culprit_ranks:
+            return set(c.suspect_ranks)
+        return set(c.culprit_ranks)
 
     @property
     def category(self) -> str:
@@ -96,8 +101,10 @@ class RuleContext:
 
     @property
     def start(self) -> datetime | None:
-        """When the stuck collective started (worker clock), if NCCL timed out."""
-        return self.ev.nccl.collective_start()
+        """When the stuck collective started (worker clock): NCCL's table, else the gloo timeouts minus their wait."""
+        from debug_training_logs.analysis.causal import causal_model, collective_start
+
+        return collective_start(self.ev, causal_model(self.ev).fates)
 
     @property
     def symptom_time(self) -> datetime | None:

@@ -1,8 +1,5 @@
 """Verifier rules from the launcher, gloo/DETAIL and flight-recorder facts of the evidence.
 
-* :func:`launcher_fates`: a culprit must not be a rank the launcher shows as a victim (torn down by its agent, or
-  failing with a gloo peer error) while another rank died on its own (a signal its agent did not send, or an error
-  of its own); and the flight-recorder dumps, when they single out ranks, must not contradict the culprits.
 * :func:`supports`: what the launcher facts establish for a category whose NCCL-based check cannot apply (a gloo
   job's straggler, a DETAIL or dump mismatch, a rank killed by SIGKILL without a traceback, a job whose agent never
   started its workers). The category rules call it before failing.
@@ -35,55 +32,6 @@ def _check(rule: str, status: str, detail: str, evidence: list[Evidence] | None 
     )
 
 
-def launcher_fates(ctx: RuleContext) -> Check:
-    """Culprits are ranks that died on their own, never the ranks torn down or failing because of them; the
-    flight-recorder dumps do not contradict them."""
-    lf = ctx.ev.launcher
-    fr = ctx.ev.flight_recorder
-    culprits = set(ctx.culprits)
-    if fr is not None and fr.dumps:
-        why = fr.contradicts(culprits)
-        if why is not None:
-            return _check(
-                "launcher_fates",
-                "failed",
-                f"Contradicted by the dumps: {why}.",
-                next_step="Name the rank(s) the flight-recorder dumps single out, or show why the dumps are wrong.",
-            )
-    if lf is None or not lf.fates:
-        return _check("launcher_fates", "not_applicable", "No torchrun/gloo fate of any rank in the logs.")
-    own = {r for r, f in lf.fates.items() if f.died_on_its_own and (f.signal in OWN_SIGNALS or f.own_error)}
-    victims = {
-        r
-        for r, f in lf.fates.items()
-        if not f.died_on_its_own and (f.comm_error is not None or f.torn_down or f.mismatch is not None)
-    }
-    bad = culprits & victims
-    if own and bad:
-        ev = [e for r in sorted(bad) for e in (lf.fates[r].comm_error, lf.fates[r].exit_evidence) if e is not None]
-        return _check(
-            "launcher_fates",
-            "failed",
-            f"Rank(s) {_fmt(bad)} did not fail on their own (torn down by their agent or raising a gloo peer error) "
-            f"while rank(s) {_fmt(own)} did (a signal or an error of their own).",
-            ev,
-            f"Name the rank(s) that died on their own ({_fmt(own)}).",
-        )
-    if own and culprits and not culprits & own and ctx.category not in ("no_failure", "incomplete_evidence"):
-        return _check(
-            "launcher_fates",
-            "failed",
-            f"Rank(s) {_fmt(own)} died on their own; the conclusion names {_fmt(culprits)}.",
-            [e for r in sorted(own) for e in (lf.fates[r].own_error, lf.fates[r].exit_evidence) if e is not None],
-            f"Name rank(s) {_fmt(own)}.",
-        )
-    return _check(
-        "launcher_fates",
-        "passed",
-        f"No culprit is a torn-down or gloo-victim rank (died on their own: {_fmt(own)}; victims: {_fmt(victims)}).",
-    )
-
-
 def supports(ctx: RuleContext) -> tuple[bool, str, list[Evidence]]:
     """Whether the launcher/dump facts establish the conclusion's category with its culprits, why, and the lines."""
     lf = ctx.ev.launcher
@@ -99,11 +47,13 @@ def supports(ctx: RuleContext) -> tuple[bool, str, list[Evidence]]:
         if culprits and culprits == sig:
             ev = [e for r in sorted(sig) if (e := lf.fates[r].exit_evidence) is not None]
             return True, f"rank(s) {_fmt(sig)} were killed by {lf.fates[min(sig)].signal} (torchrun's table)", ev
-        if not culprits and not ctx.ev.worker.ranks and any(a.listen_failures for a in lf.agents):
-            ev = [e for a in lf.agents for e in a.listen_failures]
+        return False, "", []
+    if cat == "address_in_use" and not culprits and not ctx.ev.worker.ranks:
+        ev = [e for a in lf.agents for e in a.listen_failures]
+        if ev:
             return True, "no worker started: the agent's store could not listen (port in use)", ev
         return False, "", []
-    if cat == "node_failure" and not culprits and not ctx.ev.worker.ranks and not lf.fates:
+    if cat == "launch_failure" and not culprits and not ctx.ev.worker.ranks and not lf.fates:
         ev = [e for a in lf.agents for e in a.rendezvous_errors]
         if ev:
             return True, "no worker started: the agent could not rendezvous with the other node(s)", ev

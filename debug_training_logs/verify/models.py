@@ -20,9 +20,12 @@ Category = Literal[
     "cuda_error",
     "rank_crash",
     "collective_mismatch",
+    "early_exit",
     "time_limit",
     "node_failure",
     "watchdog_hang",
+    "address_in_use",
+    "launch_failure",
     "no_failure",
     "incomplete_evidence",
     "nccl_timeout_unattributed",
@@ -71,6 +74,11 @@ class Conclusion(Model):
         description="Ranks that look behind or silent but are not established culprits (not checked as culprits).",
     )
     suspect_nodes: list[str] = Field(default_factory=list, description="Nodes (host names) suspected.")
+    provisional: bool = Field(
+        default=False,
+        description="True when the conclusion rests on a subset of the ranks (a paste, one node's file, missing "
+        "ranks): its suspect_ranks are then checked as the ranks it points at, and no culprit is established.",
+    )
     root_cause_event: CitedEvent | None = Field(default=None, description="The triggering log line.")
     chain: list[ChainStep] = Field(default_factory=list, description="Trigger to final crash, in order.")
     evidence: list[Evidence] = Field(default_factory=list, description="Other cited lines.")

@@ -14,6 +14,7 @@ from datetime import datetime
 from itertools import pairwise
 
 from debug_training_logs.analysis.alignment import to_ais_clock
+from debug_training_logs.analysis.causal import causal_model
 from debug_training_logs.analysis.evidence import (
     AIS_LOOKBACK,
     PER_STEP_COLLECTIVES,
@@ -38,8 +39,8 @@ from debug_training_logs.models import Evidence
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.textcut import cut
 from debug_training_logs.verify.context import MAX_EVIDENCE, SLACK, Cited, RuleContext
-from debug_training_logs.verify.launcher_rules import launcher_fates
-from debug_training_logs.verify.launcher_rules import supports as launcher_supports
+from debug_training_logs.verify.fate_rules import rank_fates
+from debug_training_logs.verify.fate_rules import shown as launcher_supports
 from debug_training_logs.verify.models import Check, CheckStatus
 
 Rule = Callable[[RuleContext], Check]
@@ -167,7 +168,7 @@ def established_conclusion(ctx: RuleContext, *, cautious_ok_for_fabric: bool = F
     if not cautious_ok_for_fabric:
         if fabric_evidence(ev)[0]:
             return "the fabric pattern is shown (every rank inside the collective, positive fabric evidence)"
-        cancels = [h for h in ev.worker.hits("slurm_cancel") if "TIME LIMIT" in h.text or "NODE FAILURE" in h.text]
+        cancels = [h for h in ev.worker.hits("slurm_cancel") if "CANCELLED AT" in h.text]
         if cancels and not ev.nccl.timed_out:
             return f"SLURM cancelled the job ({cancels[0].file}:{cancels[0].line})"
     return None
@@ -193,11 +194,12 @@ def coverage(ctx: RuleContext) -> Check:
             ws_ev,
             f"Set missing_ranks to {_fmt(missing)}.",
         )
-    if missing & ctx.culprits:
+    named = set(ctx.conclusion.culprit_ranks)
+    if missing & named:
         return _check(
             "coverage",
             "failed",
-            f"Rank(s) {_fmt(missing & ctx.culprits)} are named culprits, but their logs are missing: nothing is "
+            f"Rank(s) {_fmt(missing & named)} are named culprits, but their logs are missing: nothing is "
             "established about them.",
             ws_ev,
             "Put ranks whose logs are missing in missing_ranks (or suspect_ranks), not in culprit_ranks.",
@@ -241,6 +243,22 @@ def coverage(ctx: RuleContext) -> Check:
             "passed",
             "No worker ever started (no rank wrote a line) and no rank is named: the agents' own lines decide.",
         )
+    if not named and ctx.conclusion.provisional:
+        return _check(
+            "coverage",
+            "passed",
+            "A provisional conclusion: it names no established culprit from what may be a subset of the ranks "
+            f"(ranks seen: {_fmt(w.ranks) or 'none'}; world size {w.world_size or 'unknown'}"
+            + (f", missing {_fmt(missing)}" if missing else "")
+            + ").",
+        )
+    if w.world_size is None and causal_model(ctx.ev).complete:
+        return _check(
+            "coverage",
+            "passed",
+            f"No line states the world size, but the ranks seen run from 0 to {max(w.ranks)} without a gap and no "
+            "line names another rank: every rank's log appears to be there.",
+        )
     if w.world_size is None:
         return _check(
             "coverage",
@@ -283,6 +301,8 @@ def straggler_consistency(ctx: RuleContext) -> Check:
     roots = root_stragglers(ctx)
     absent = nccl.ranks_without_state
     singled = roots | absent
+    if ctx.conclusion.provisional:  # from a subset: the ranks the table can only suspect are what it points at
+        singled |= {r for g in nccl.groups for r in g.suspect_ranks}
     culprits = ctx.culprits
     cites = [_row_cite(r) for r in nccl.rows if r.rank in (culprits | roots)][:MAX_EVIDENCE]
     table = (
@@ -742,6 +762,9 @@ def noise(ctx: RuleContext) -> Check:
                 [h.cite() for h in resets[:4]] + ev,
                 "Resets that succeed on retry are not a root cause: look for what actually stopped.",
             )
+        ok, why, cites = launcher_supports(ctx)
+        if ok:
+            return _check("noise", "passed", f"No storage error is cited; the stall itself is shown: {why}", cites)
         return _check(
             "noise",
             "failed",
@@ -1110,12 +1133,12 @@ def _state(states: dict[int, RankState], r: int) -> str:
 def _cat_time_limit(ctx: RuleContext) -> Check:
     rule = "category_specific:time_limit"
     w = ctx.ev.worker
-    cancels = [h for h in w.hits("slurm_cancel") if "TIME LIMIT" in h.text]
+    cancels = [h for h in w.hits("slurm_cancel") if "CANCELLED AT" in h.text and "NODE FAILURE" not in h.text]
     if not cancels:
         return _check(
             rule,
             "failed",
-            "No 'CANCELLED ... DUE TO TIME LIMIT' line in any rank's log.",
+            "No 'CANCELLED AT ...' line of the scheduler's own (time limit, preemption, requeue) in any rank's log.",
             next_step="Find the process killer (grep_all_ranks tier 1).",
         )
     at = cancels[0].when
@@ -1154,7 +1177,7 @@ def _cat_time_limit(ctx: RuleContext) -> Check:
     return _check(
         rule,
         "passed",
-        f"SLURM cancelled the job DUE TO TIME LIMIT at {_t(at)} and nothing failed before.",
+        f"SLURM cancelled the job at {_t(at)} ({cut(cancels[0].text, 120)!r}) and nothing failed before.",
         [cancels[0].cite()],
     )
 
@@ -1259,6 +1282,19 @@ def _cat_node_failure(ctx: RuleContext) -> Check:
 
 def _cat_rank_crash(ctx: RuleContext) -> Check:
     rule = "category_specific:rank_crash"
+    fates = causal_model(ctx.ev).fates
+    stalled = [r for r in sorted(ctx.culprits) if (f := fates.get(r)) and (p := f.primary) and p.kind == "stall"]
+    if ctx.culprits and len(stalled) == len(ctx.culprits):
+        p0 = fates[stalled[0]].primary
+        assert p0 is not None
+        return _check(
+            rule,
+            "failed",
+            f"Rank(s) {_fmt(stalled)} stalled before the others began to wait: {p0.what}. Its error came only after "
+            "(when the stalled read gave up): a stall, not a crash.",
+            [p0.line.cite()] + ([p0.later.cite()] if p0.later is not None else []),
+            "Conclude data_loading_stall for the rank.",
+        )
     check = _needs_line_on_culprits(ctx, "rank_crash", "Python exception")
     if check.status != "passed":
         ok, why, ev = launcher_supports(ctx)
@@ -1285,6 +1321,8 @@ def _cat_storage(ctx: RuleContext) -> Check:
     if ctx.category == "data_loading_stall":
         states = rank_states(ctx.ev)
         dead = sorted(r for r in culprits if _state(states, r) in ("crashed", "watchdog_killed"))
+        if dead and launcher_supports(ctx)[0]:
+            dead = []  # it stalled first; the error that killed it came only after the others had begun to wait
         if dead:
             st = states[dead[0]]
             return _check(
@@ -1321,6 +1359,9 @@ def _cat_storage(ctx: RuleContext) -> Check:
             [s.evidence for s in ais.spikes],
             "Find the culprit rank's data-loading lines.",
         )
+    ok, why, cites = launcher_supports(ctx)
+    if ok and ctx.category == "data_loading_stall":
+        return _check(rule, "passed", f"No data-loading error is logged, but the stall is shown: {why}", cites)
     return _check(
         rule,
         "failed",
@@ -1380,7 +1421,25 @@ def _cat_fabric(ctx: RuleContext) -> Check:
     )
 
 
+def _cat_launch(ctx: RuleContext) -> Check:
+    """The job never started training (no worker wrote a line) and the launcher says why: its store's port taken,
+    the rendezvous unreachable or timed out."""
+    rule = f"category_specific:{ctx.category}"
+    ok, why, ev = launcher_supports(ctx)
+    if ok:
+        return _check(rule, "passed", f"{why}.", ev)
+    return _check(
+        rule,
+        "failed",
+        f"{ctx.category} needs a job whose workers never started and a launcher line saying why; "
+        + (f"rank(s) {_fmt(ctx.ev.worker.ranks)} wrote lines." if ctx.ev.worker.ranks else "none was found."),
+        next_step="Find the launcher's error (EADDRINUSE, RendezvousTimeoutError) or diagnose the failure.",
+    )
+
+
 _CATEGORY_RULES: dict[str, Callable[[RuleContext], Check]] = {
+    "address_in_use": _cat_launch,
+    "launch_failure": _cat_launch,
     "cuda_oom": lambda ctx: _needs_line_on_culprits(ctx, "cuda_oom", "CUDA out-of-memory line"),
     "cuda_error": lambda ctx: _needs_line_on_culprits(ctx, "cuda_error", "CUDA error / Xid line"),
     "rank_crash": _cat_rank_crash,
@@ -1400,7 +1459,10 @@ def category_specific(ctx: RuleContext) -> Check:
     with no earlier failure, a clean end with no process killer, and so on."""
     fn = _CATEGORY_RULES.get(ctx.category)
     if fn is None:
-        other = {"collective_mismatch": "rank0_ahead", "incomplete_evidence": "coverage"}[ctx.category]
+        other = {
+            "collective_mismatch": "rank0_ahead",
+            "incomplete_evidence": "coverage",
+        }.get(ctx.category, "rank_fates")
         return _check(
             f"category_specific:{ctx.category}",
             "not_applicable",
@@ -1420,6 +1482,6 @@ RULES: tuple[Rule, ...] = (
     all_daemon_files,
     rank0_ahead,
     category_specific,
-    launcher_fates,
+    rank_fates,
 )
 """Every rule, in the order a person would check."""
