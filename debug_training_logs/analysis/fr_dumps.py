@@ -18,7 +18,6 @@ starts from (:meth:`FlightRecorderFacts.accused`).
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +50,6 @@ __all__ = [
 
 MAX_DUMP_FILES = 4096
 """Dumps read at most (one per rank; a larger job's dumps are sampled by rank order and the rest counted)."""
-_DIGITS_END = re.compile(r"\d+(?:\.json|\.pkl|\.pickle)?$")
 _SIBLING_NAMES = ("fr", "traces", "trace", "flight_recorder", "fr_dumps", "dumps", "nccl_trace")
 
 
@@ -65,22 +63,15 @@ class DumpFile:
 
 
 def _looks_like_dump(path: Path) -> int | None:
-    name = path.name
-    rank = fr.rank_from_name(name)
+    rank = fr.rank_from_name(path.name)
     if rank is not None:
         return rank
-    m = _DIGITS_END.search(name)
-    if not m:
-        return None
     try:
         with open(path, "rb") as fh:
-            head = fh.read(64)
+            head = fh.read(fr.HEAD_BYTES)
     except OSError:
         return None
-    if head[:1] == b"\x80" or (head[:2] == b'{"' and any(k in head for k in (b"entries", b"version", b"pg_", b"comm"))):
-        digits = re.search(r"(\d+)(?:\.json|\.pkl|\.pickle)?$", name)
-        return int(digits.group(1)) if digits else None
-    return None
+    return fr.dump_rank(path.name, head)
 
 
 def _walk(root: Path, shown_base: Path, out: dict[Path, DumpFile]) -> None:
@@ -124,11 +115,14 @@ def gather(logs_dir: str | Path | None, fr_dir: str | Path | None = None) -> Fli
     by_rank: dict[int, fr.Dump] = {}
     refused: list[Refused] = []
     interned: dict[tuple[int, ...], tuple[int, ...]] = {}
+    size = 0
     for f in files[:MAX_DUMP_FILES]:
         try:
             if f.path.stat().st_size > fr.MAX_DUMP_BYTES:
                 raise fr.DumpRefused(f"dump is over the {fr.MAX_DUMP_BYTES}-byte cap")
-            d = fr_match.trim(fr.parse_dump(f.path.read_bytes(), f.rank, f.shown))
+            data = f.path.read_bytes()
+            d = fr_match.trim(fr.parse_dump(data, f.rank, f.shown))
+            size += len(data)
         except fr.DumpRefused as e:
             refused.append(Refused(f.shown, str(e)))
             continue
@@ -148,5 +142,5 @@ def gather(logs_dir: str | Path | None, fr_dir: str | Path | None = None) -> Fli
     versions = sorted({d.version for d in dumps if d.version})
     c = fr_match.compare(dumps)
     return FlightRecorderFacts(
-        dumps, refused, c.groups, versions, len(files), c.world, c.world_evidence, c.no_dump, c.accused
+        dumps, refused, c.groups, versions, len(files), c.world, c.world_evidence, c.no_dump, c.accused, size
     )

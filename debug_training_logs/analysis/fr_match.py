@@ -14,7 +14,9 @@ from it, a member without a dump is reported as such. What is added, for a hang 
 * what the dumps **accuse** (:class:`~debug_training_logs.analysis.fr_types.Accused`).
 
 Completion: an entry is done when its state is ``completed``, when its group's ``pg_status`` (by ``pg_id``, per
-dump) says so, or, for gloo (whose entries stay ``scheduled``), when it is ``retired``.
+dump) says so, or, for gloo (whose entries stay ``scheduled``), when it is ``retired``; and a group's collectives
+complete in order on a rank, so everything up to its highest completed sequence number is done (the ops inside a
+coalesced group are recorded without events and never leave ``scheduled``: the group's last entry completes them).
 
 Memory stays bounded on any number of ranks: :func:`trim` keeps, per dump and group, only the last
 :data:`KEEP_SEQS` collectives and what is still incomplete, and the frames of the entries that may be shown.
@@ -61,6 +63,15 @@ def done(e: fr.Entry, d: fr.Dump) -> bool:
     return e.retired and e.backend in ("gloo", fr.HOOK_BACKEND)
 
 
+def completed_upto(coll: list[fr.Entry], d: fr.Dump) -> int:
+    """The highest sequence number of a group's collectives ``coll`` that completed on ``d``'s rank (-1: none)."""
+    top = max((e.seq for e in coll if done(e, d)), default=-1)
+    st = next((d.pg_status[str(e.pg_id)] for e in coll if str(e.pg_id) in d.pg_status), None)
+    if st is not None and st.last_completed is not None:
+        top = max(top, st.last_completed)
+    return top
+
+
 def trim(d: fr.Dump) -> fr.Dump:
     """``d`` with only what the comparison reads: per group the last :data:`KEEP_SEQS` collectives, everything from
     the first incomplete one on, the last :data:`KEEP_P2P` p2p ops; frames only on incomplete entries and on the
@@ -68,17 +79,19 @@ def trim(d: fr.Dump) -> fr.Dump:
     by_pg: dict[str, list[fr.Entry]] = defaultdict(list)
     for e in d.entries:
         by_pg[e.pg].append(e)
-    last = d.entries[-1].index if d.entries else -1
+    shown = {d.entries[-1].index} if d.entries else set()
     kept: list[fr.Entry] = []
     for entries in by_pg.values():
         coll = [e for e in entries if not e.is_p2p]
         seqs = sorted({e.seq for e in coll})
-        pending = [e.seq for e in coll if not done(e, d)]
-        floor = min([*seqs[-KEEP_SEQS:], *pending]) if seqs else 0
+        upto = completed_upto(coll, d)
+        floor = min([*seqs[-KEEP_SEQS:], upto + 1]) if seqs else 0
         kept += [e for e in coll if e.seq >= floor]
-        kept += [e for e in entries if e.is_p2p][-KEEP_P2P:]
+        p2p = [e for e in entries if e.is_p2p][-KEEP_P2P:]
+        kept += p2p
+        shown |= {e.index for e in coll if e.seq > upto} | {e.index for e in p2p if not done(e, d)}
     kept.sort(key=lambda e: e.index)
-    slim = [e if e.index == last or not done(e, d) else dataclasses.replace(e, frames=()) for e in kept]
+    slim = [e if e.index in shown else dataclasses.replace(e, frames=()) for e in kept]
     return dataclasses.replace(d, entries=slim)
 
 
@@ -185,11 +198,19 @@ def _frames(e: fr.Entry) -> list[str]:
     return [f"{f.name} ({f.filename}:{f.line})" for f in e.frames[:FRAMES_SHOWN]]
 
 
-def entry_text(e: fr.Entry) -> str:
-    """One line for an entry: op, seq, sizes, dtypes, state, group."""
+def entry_text(e: fr.Entry, d: fr.Dump) -> str:
+    """One line for an entry of ``d``: op, seq, sizes, dtypes, state (completed when it is done, whatever the state
+    gloo left), group."""
     dt = ",".join(sorted(set(e.input_dtypes))) or "?"
     seq = f"p2p seq {e.p2p_seq}" if e.is_p2p else f"seq {e.seq}"
-    return f"{e.op} {seq} in={e.input_sizes} {dt} {e.state} (PG {e.pg} {e.pg_desc})".strip()
+    same = [x for x in d.entries if x.pg == e.pg and not x.is_p2p]
+    finished = done(e, d) if e.is_p2p else e.seq <= completed_upto(same, d)
+    state = "completed" if finished else e.state
+    return f"{e.op} {seq} in={e.input_sizes} {dt} {state} (PG {e.pg} {e.pg_desc})".strip()
+
+
+def _cite(rank: int, d: fr.Dump, e: fr.Entry) -> Cited:
+    return Cited(rank, d.file, e.index + 1, entry_text(e, d), e.time_created_ns)
 
 
 def _group(g: _Group, members: list[int], known: bool, by_rank: dict[int, fr.Dump]) -> GroupFacts:
@@ -204,15 +225,15 @@ def _group(g: _Group, members: list[int], known: bool, by_rank: dict[int, fr.Dum
         coll = sorted(g.entries.get(r, []), key=lambda e: (e.seq, e.index))
         for e in coll:
             per_seq[e.seq].setdefault(r, []).append(e)
-        pending = [e for e in coll if not done(e, d)]
+        upto = completed_upto(coll, d)
+        pending = [e for e in coll if e.seq > upto]
         pending_p2p = [e for e in g.p2p.get(r, []) if not done(e, d)]
         st = next((d.pg_status[str(e.pg_id)] for e in coll if str(e.pg_id) in d.pg_status), None)
-        completed = [e.seq for e in coll if done(e, d)]
         facts.states[r] = RankState(
             rank=r,
             last_scheduled=coll[-1].seq if coll else None,
             last_started=st.last_started if st is not None and st.last_started not in (None, -1) else None,
-            last_completed=max(completed) if completed else (st.last_completed if st is not None else None),
+            last_completed=upto if upto >= 0 else None,
             last_op=coll[-1].op if coll else None,
             file=d.file,
             waiting_since_ns=min((_created(e) for e in pending + pending_p2p), default=None),
@@ -225,7 +246,7 @@ def _group(g: _Group, members: list[int], known: bool, by_rank: dict[int, fr.Dum
         facts.mismatches = [mm]
         for r in mm.odd:
             e = per_seq[mm.seq][r][0]
-            facts.cited[r] = Cited(r, by_rank[r].file, e.index, entry_text(e))
+            facts.cited[r] = _cite(r, by_rank[r], e)
     if not first_incomplete:
         return facts
     n = min(first_incomplete.values())
@@ -247,6 +268,9 @@ def _group(g: _Group, members: list[int], known: bool, by_rank: dict[int, fr.Dum
         stalled_ns=min(created) if created else None,
         frames=_frames(first) if first is not None else [],
     )
+    if first is not None:
+        r0 = next(r for r, es in at.items() if es[0] is first)
+        facts.stuck.cited = _cite(r0, by_rank[r0], first)
     started = any(es[0].state == "started" for es in at.values())
     for r in members:
         s = facts.states.get(r)
@@ -263,10 +287,10 @@ def _group(g: _Group, members: list[int], known: bool, by_rank: dict[int, fr.Dum
         mine = g.entries.get(r) or []
         cite = max(mine, key=lambda e: e.index) if mine else (d.entries[-1] if d.entries else None)
         if cite is not None:
-            facts.cited[r] = Cited(r, d.file, cite.index, entry_text(cite))
+            facts.cited[r] = _cite(r, d, cite)
         if d.entries:
             last = d.entries[-1]
-            facts.last_calls[r] = [f"last call: {entry_text(last)}", *_frames(last)]
+            facts.last_calls[r] = [f"last call: {entry_text(last, d)}", *_frames(last)]
     return facts
 
 

@@ -40,9 +40,11 @@ class Cited:
     rank: int
     file: str
     index: int
-    """Position of the entry in the dump's ``entries`` (oldest first)."""
+    """1-based position of the entry in the dump's ``entries`` (oldest first): what ``file:line`` cites."""
     text: str
     """One line: ``all_reduce seq 7 in=[[8]] Float scheduled (PG 5 TENSOR_MODEL_PARALLEL_GROUP)``."""
+    time_ns: int | None = None
+    """The entry's ``time_created_ns``."""
 
 
 @dataclass
@@ -89,7 +91,9 @@ class StuckCollective:
     stalled_ns: int | None
     """When the first member entered it (earliest ``time_created_ns`` of the joiners' entries)."""
     frames: list[str] = field(default_factory=list)
-    """The Python stack that scheduled it (one joiner's entry)."""
+    """The Python stack that scheduled it (the first joiner's entry)."""
+    cited: Cited | None = None
+    """The first joiner's entry for it."""
 
 
 @dataclass
@@ -183,6 +187,7 @@ class FlightRecorderFacts:
     no_dump: list[int] = field(default_factory=list)
     """Ranks of ``world`` without a dump."""
     accused_ranks: Accused = field(default_factory=lambda: Accused(frozenset(), frozenset(), "none"))
+    bytes_read: int = 0
 
     def accused(self) -> Accused:
         """(culprits, suspects, how): the ranks the dumps name, see :class:`Accused`."""

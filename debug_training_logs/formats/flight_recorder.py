@@ -481,6 +481,27 @@ def rank_from_name(name: str, prefix: str | None = None) -> int | None:
     return None
 
 
+_DUMP_KEYS: Final = (b'"entries"', b'"version"', b'"pg_config"', b'"pg_status"', b'"comm_lib_version"', b'"nccl_')
+HEAD_BYTES: Final = 64
+"""How much of a file :func:`looks_like_dump` needs."""
+
+
+def dump_rank(name: str, head: bytes) -> int | None:
+    """The global rank of a file that is a flight-recorder dump, else None: a default prefix (``nccl_trace_rank_3``),
+    or any name ending in a rank (``_dump_12``, ``rank0.json``) whose first :data:`HEAD_BYTES` bytes start a pickle
+    (``0x80``) or a JSON dump (``{"`` and one of a dump's keys)."""
+    rank = rank_from_name(name)
+    if rank is not None:
+        return rank
+    m = _RANK_SUFFIX.search(name)
+    if m is None:
+        return None
+    text = head.lstrip()
+    if head[:1] == b"\x80" or (text[:2] == b'{"' and any(k in text for k in _DUMP_KEYS)):
+        return int(m.group(1))
+    return None
+
+
 def parse_dump(data: bytes, rank: int, file: str = "") -> Dump:
     """Load (safely) and type one dump's bytes."""
     fmt = "pickle" if data[:1] == b"\x80" else "json"
