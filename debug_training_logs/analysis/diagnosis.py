@@ -126,7 +126,17 @@ def conclude(ev: JobEvidence) -> Verdict:
     """The verdict the evidence supports; when it cannot decide, the verdict says so and what to fetch next."""
     symptom = first_symptom(ev)
     ctx = _Ctx(ev, triggers(ev), symptom, ev.nccl.collective_start(), _tail(ev))
-    for decide in (_agent_failure, _incomplete, _node_failure, _clean, _launcher, _crash, _nccl, _time_limit):
+    for decide in (
+        _dumps_only,
+        _agent_failure,
+        _incomplete,
+        _node_failure,
+        _clean,
+        _launcher,
+        _crash,
+        _nccl,
+        _time_limit,
+    ):
         verdict = decide(ctx)
         if verdict is not None:
             return _finish(ctx, verdict)
@@ -317,6 +327,21 @@ def _from_call(ctx: _Ctx, call: LauncherCall) -> Verdict:
         next_steps=call.next_steps,
         details={"decided_by": call.how, **call.details},
     )
+
+
+def _dumps_only(ctx: _Ctx) -> Verdict | None:
+    """Flight-recorder dumps and no worker log: the dumps' own verdict (analysis.fr_verdict.decide)."""
+    from debug_training_logs.analysis import fr_verdict
+
+    f = fr_verdict.decide(ctx.ev)
+    if f is None:
+        return None
+    # an entry without a time is derived: nothing reads its "line" back as a log line
+    chain = [KeyEvent(s.what, s.file, s.index, s.text, s.ranks, s.time, derived=s.time is None) for s in f.chain]
+    return _verdict(
+        f.category, f.culprits, ctx, f.explanation, chain, f.confidence, nodes=[], next_steps=f.next_steps,
+        suspect_ranks=f.suspects, missing_ranks=f.no_dump, details=f.details,
+    )  # fmt: skip
 
 
 def _agent_failure(ctx: _Ctx) -> Verdict | None:
