@@ -111,10 +111,13 @@ class _Group:
 def _collect(dumps: list[fr.Dump]) -> list[_Group]:
     """Every group some dump recorded, identified by name and members (each rank's own ``pg_config``)."""
     groups: dict[tuple[str, tuple[int, ...] | None], _Group] = {}
+    ordered: dict[int, tuple[int, ...]] = {}  # id of a (shared) member tuple -> sorted, computed once
     for d in dumps:
         for e in d.entries:
             members = d.pg_ranks.get(e.pg)
-            key = (e.pg, tuple(sorted(members)) if members is not None else None)
+            if members is not None and id(members) not in ordered:
+                ordered[id(members)] = tuple(sorted(members))
+            key = (e.pg, ordered[id(members)] if members is not None else None)
             g = groups.get(key)
             if g is None:
                 g = groups[key] = _Group(e.pg, e.pg_desc or d.pg_desc.get(e.pg, ""), key[1])
@@ -137,7 +140,8 @@ def _collect(dumps: list[fr.Dump]) -> list[_Group]:
 def world_of(dumps: list[fr.Dump]) -> tuple[list[int], str]:
     """Every rank of the job as far as the dumps tell, and from what."""
     ranks = {d.rank for d in dumps}
-    listed = {r for d in dumps for m in d.pg_ranks.values() for r in m}
+    distinct = {id(m): m for d in dumps for m in d.pg_ranks.values()}  # shared tuples: each group once
+    listed = {r for m in distinct.values() for r in m}
     default = next((m for d in dumps for n, m in d.pg_ranks.items() if d.pg_desc.get(n) == "default_pg"), None)
     if default is not None:
         return sorted(set(default) | ranks | listed), f"default_pg's members in the dumps' pg_config ({len(default)})"

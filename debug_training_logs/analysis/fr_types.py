@@ -19,10 +19,26 @@ Words used throughout:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from debug_training_logs.formats import flight_recorder as fr
 from debug_training_logs.ranges import format_ranges
+
+RANKS_CHARS = 120
+"""A rank set longer than this as a range string is cut (its count is given)."""
+
+
+def short_ranges(ranks: Iterable[int], limit: int = RANKS_CHARS) -> str:
+    """A range string cut at ``limit`` characters with the count when longer (a strided DP group of 5,000 ranks);
+    formats only the first ranks, so it costs the same for any size."""
+    ordered = sorted(set(ranks))
+    text = format_ranges(ordered[: limit // 2 + 1])
+    if len(text) <= limit and len(ordered) <= limit // 2 + 1:
+        return text
+    if len(text) > limit:
+        text = text[:limit].rsplit(",", 1)[0]
+    return f"{text},… ({len(ordered)} ranks)"
 
 
 @dataclass(frozen=True)
@@ -155,7 +171,7 @@ class GroupFacts:
 
     def label(self) -> str:
         """``PG 5 (TENSOR_MODEL_PARALLEL_GROUP, ranks 8-9)``."""
-        return f"PG {self.pg} ({self.desc or 'no desc'}, ranks {format_ranges(self.ranks) or '?'})"
+        return f"PG {self.pg} ({self.desc or 'no desc'}, ranks {short_ranges(self.ranks, 60) or '?'})"
 
 
 @dataclass(frozen=True)

@@ -26,203 +26,32 @@ group's membership); gloo never moves an entry past ``scheduled`` (``retired`` m
 as soon as it is issued (its entries are dropped where the backend recorded the same group itself).
 
 A dump is **untrusted**: it may come from anywhere a user points us, and a pickle can run code. It is never given
-to :mod:`pickle`'s unpickler. :func:`load_pickle` interprets the opcodes itself (decoded by
-:func:`pickletools.genops`, which executes nothing) and admits only plain containers and scalars (dict, list,
-tuple, str, bytes, int, float, bool, None); any opcode that names a class or calls something (``GLOBAL``,
-``STACK_GLOBAL``, ``REDUCE``, ``BUILD``, ``INST``, ``OBJ``, ``NEWOBJ``, persistent ids, extension codes) is refused,
-and so are oversized files, deep nesting and shared references that would expand beyond :data:`MAX_VALUES`.
+to :mod:`pickle`'s unpickler: :mod:`~debug_training_logs.formats.safe_pickle` interprets the opcodes itself and
+admits plain data only.
 """
 
 from __future__ import annotations
 
-import json
-import pickletools
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-MAX_DUMP_BYTES: Final = 64 * 1024 * 1024
-"""A dump larger than this is refused (torch's default ring buffer of 2,000 entries pickles to a few MB)."""
-MAX_VALUES: Final = 2_000_000
-"""Total scalars and containers a dump may expand to (counting every reference of a shared value)."""
-MAX_DEPTH: Final = 64
-"""Nesting depth a dump may have (a real one nests 5 deep: dict > list > entry > frames > frame)."""
+from debug_training_logs.formats.safe_pickle import (
+    MAX_DEPTH,
+    MAX_DUMP_BYTES,
+    MAX_VALUES,
+    DumpRefused,
+    load_json,
+    load_pickle,
+)
+
+__all__ = ["MAX_DEPTH", "MAX_DUMP_BYTES", "MAX_VALUES", "DumpRefused", "load_json", "load_pickle"]
 
 DEFAULT_PREFIXES: Final = ("comm_lib_trace_rank_", "nccl_trace_rank_")
 """File-name prefixes torch writes by default (then the global rank): current, then before the rename."""
 PREFIX_ENV_VARS: Final = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 """Environment variables whose value is the dump path prefix (the current name, then the older one)."""
-
-
-class DumpRefused(ValueError):
-    """The file is not a dump we read safely: the message says why (hostile opcode, size, shape)."""
-
-
-# Opcodes that build plain data. Everything else (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ,
-# NEWOBJ_EX, PERSID, BINPERSID, EXT1/2/4, sets, byte arrays, out-of-band buffers) is refused.
-_PUSH_NONE = {"NONE"}
-_PUSH_BOOL = {"NEWTRUE": True, "NEWFALSE": False}
-_PUSH_ARG = {
-    "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
-    "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8",
-    "BINBYTES", "SHORT_BINBYTES", "BINBYTES8",
-}  # fmt: skip
-_IGNORED = {"PROTO", "FRAME"}
-
-
-class _Mark:
-    pass
-
-
-_MARK = _Mark()
-
-
-def _pop_mark(stack: list[Any]) -> list[Any]:
-    for i in range(len(stack) - 1, -1, -1):
-        if stack[i] is _MARK:
-            items = stack[i + 1 :]
-            del stack[i:]
-            return items
-    raise DumpRefused("malformed pickle: no MARK for a MARK-consuming opcode")
-
-
-def _set_items(d: Any, items: list[Any]) -> None:
-    if not isinstance(d, dict) or len(items) % 2:
-        raise DumpRefused("malformed pickle: SETITEMS on a non-dict or with an odd item count")
-    for k, v in zip(items[::2], items[1::2], strict=True):
-        try:
-            d[k] = v
-        except TypeError as e:  # an unhashable key (a list as a dict key)
-            raise DumpRefused(f"malformed pickle: unhashable dict key ({e})") from e
-
-
-def _memo_key(arg: Any) -> int:
-    if not isinstance(arg, int):
-        raise DumpRefused("malformed pickle: a memo slot that is not a number")
-    return arg
-
-
-def load_pickle(data: bytes) -> Any:
-    """The value a pickle encodes, admitting plain containers and scalars only; :class:`DumpRefused` otherwise."""
-    if len(data) > MAX_DUMP_BYTES:
-        raise DumpRefused(f"dump is {len(data)} bytes, over the {MAX_DUMP_BYTES}-byte cap")
-    stack: list[Any] = []
-    memo: dict[int, Any] = {}
-    try:
-        for op, arg, _pos in pickletools.genops(data):
-            name = op.name
-            if name in _IGNORED:
-                continue
-            if name in _PUSH_NONE:
-                stack.append(None)
-            elif name in _PUSH_BOOL:
-                stack.append(_PUSH_BOOL[name])
-            elif name in _PUSH_ARG:
-                if name == "INT" and arg in (True, False):  # protocol 0 booleans are INT 01/00
-                    stack.append(bool(arg))
-                else:
-                    stack.append(arg)
-            elif name == "MARK":
-                stack.append(_MARK)
-            elif name == "EMPTY_DICT":
-                stack.append({})
-            elif name == "EMPTY_LIST":
-                stack.append([])
-            elif name == "EMPTY_TUPLE":
-                stack.append(())
-            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-                n = int(name[-1])
-                if len(stack) < n:
-                    raise DumpRefused("malformed pickle: stack underflow")
-                t = tuple(stack[-n:])
-                del stack[-n:]
-                stack.append(t)
-            elif name == "TUPLE":
-                stack.append(tuple(_pop_mark(stack)))
-            elif name == "LIST":
-                stack.append(_pop_mark(stack))
-            elif name == "DICT":
-                d: dict[Any, Any] = {}
-                _set_items(d, _pop_mark(stack))
-                stack.append(d)
-            elif name == "APPEND":
-                v = stack.pop()
-                if not isinstance(stack[-1], list):
-                    raise DumpRefused("malformed pickle: APPEND to a non-list")
-                stack[-1].append(v)
-            elif name == "APPENDS":
-                items = _pop_mark(stack)
-                if not isinstance(stack[-1], list):
-                    raise DumpRefused("malformed pickle: APPENDS to a non-list")
-                stack[-1].extend(items)
-            elif name == "SETITEM":
-                v = stack.pop()
-                k = stack.pop()
-                _set_items(stack[-1], [k, v])
-            elif name == "SETITEMS":
-                items = _pop_mark(stack)
-                _set_items(stack[-1], items)
-            elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-                memo[_memo_key(arg)] = stack[-1]
-            elif name == "MEMOIZE":
-                memo[len(memo)] = stack[-1]
-            elif name in ("GET", "BINGET", "LONG_BINGET"):
-                key = _memo_key(arg)
-                if key not in memo:
-                    raise DumpRefused("malformed pickle: GET of an unknown memo slot")
-                stack.append(memo[key])
-            elif name == "POP":
-                stack.pop()
-            elif name == "POP_MARK":
-                _pop_mark(stack)
-            elif name == "DUP":
-                stack.append(stack[-1])
-            elif name == "STOP":
-                if len(stack) != 1:
-                    raise DumpRefused(f"malformed pickle: STOP with a stack of {len(stack)}")
-                return _bounded_copy(stack[0])
-            else:
-                raise DumpRefused(
-                    f"refused: the pickle uses opcode {name}, which can name a class or call code; a flight-recorder "
-                    "dump holds plain data only, so this file is not one (or was tampered with)"
-                )
-    except DumpRefused:
-        raise
-    except (ValueError, IndexError, TypeError) as e:  # genops on garbage, stack underflow
-        raise DumpRefused(f"not a readable pickle: {e}") from e
-    raise DumpRefused("malformed pickle: no STOP opcode (truncated file?)")
-
-
-def _bounded_copy(value: Any) -> Any:
-    """A fresh tree of ``value`` (shared references expanded), refused past :data:`MAX_VALUES` or :data:`MAX_DEPTH`."""
-    budget = [MAX_VALUES]
-
-    def copy(v: Any, depth: int) -> Any:
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise DumpRefused(f"dump expands to more than {MAX_VALUES} values (shared references?)")
-        if depth > MAX_DEPTH:
-            raise DumpRefused(f"dump nests deeper than {MAX_DEPTH} levels (a cycle?)")
-        if isinstance(v, dict):
-            return {copy(k, depth + 1): copy(x, depth + 1) for k, x in v.items()}
-        if isinstance(v, list):
-            return [copy(x, depth + 1) for x in v]
-        if isinstance(v, tuple):
-            return tuple(copy(x, depth + 1) for x in v)
-        return v
-
-    return copy(value, 0)
-
-
-def load_json(data: bytes) -> Any:
-    """A JSON dump (``_dump_fr_trace_json``), size-capped and depth-checked like a pickle."""
-    if len(data) > MAX_DUMP_BYTES:
-        raise DumpRefused(f"dump is {len(data)} bytes, over the {MAX_DUMP_BYTES}-byte cap")
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError) as e:
-        raise DumpRefused(f"not readable JSON: {e}") from e
-    return _bounded_copy(value)
 
 
 def load_dump_bytes(data: bytes) -> Any:
@@ -403,9 +232,16 @@ def _without_hook_duplicates(entries: list[Entry]) -> tuple[list[Entry], int]:
     return kept, len(entries) - len(kept)
 
 
+@functools.lru_cache(maxsize=4096)
+def _ranks_text(v: str) -> tuple[int, ...]:
+    """A group's ranks from ``pg_config``'s string, parsed once for all the dumps that list the same group (each of
+    a 10,000-rank job's dumps lists the world)."""
+    return tuple(int(x) for x in _RANKS.findall(v[: 12 * MAX_GROUP_RANKS])[:MAX_GROUP_RANKS])
+
+
 def _ranks(v: Any) -> tuple[int, ...] | None:
     if isinstance(v, str):
-        return tuple(int(x) for x in _RANKS.findall(v[: 12 * MAX_GROUP_RANKS])[:MAX_GROUP_RANKS])
+        return _ranks_text(v)
     if isinstance(v, list):
         return tuple(x for x in v[:MAX_GROUP_RANKS] if isinstance(x, int) and not isinstance(x, bool))
     return None

@@ -4,7 +4,7 @@ waits for beside the NCCL table's log rows.
 
 The table reads like torch's own analyzer (PG, desc, op, sizes, dtype, missing ranks) and adds what it does not say:
 which group stalled first, and which missing ranks are already stuck elsewhere. Every list is bounded (a 10,000-rank
-job has thousands of groups): rank sets are range strings cut at :data:`RANKS_CHARS`.
+job has thousands of groups): rank sets are range strings cut at ``fr_types.RANKS_CHARS``.
 """
 
 from __future__ import annotations
@@ -14,25 +14,16 @@ from typing import TYPE_CHECKING
 
 from pydantic import ConfigDict, Field
 
+from debug_training_logs.analysis.fr_types import short_ranges
 from debug_training_logs.models import Model
-from debug_training_logs.ranges import format_ranges
 
 if TYPE_CHECKING:
     from debug_training_logs.analysis.fr_types import FlightRecorderFacts, GroupFacts
 
-GROUPS_SHOWN = 16
+GROUPS_SHOWN = 12
 """Stuck groups listed (stalled first); the rest are counted."""
-EXPLAINED_SHOWN = 4
-RANKS_CHARS = 120
-"""A rank set longer than this as a range string is cut (its count is given)."""
-
-
-def short_ranges(ranks: list[int] | set[int] | frozenset[int]) -> str:
-    """A range string, cut at :data:`RANKS_CHARS` with the count when longer (a strided DP group of 5,000 ranks)."""
-    text = format_ranges(ranks)
-    if len(text) <= RANKS_CHARS:
-        return text
-    return f"{text[:RANKS_CHARS].rsplit(',', 1)[0]},… ({len(ranks)} ranks)"
+EXPLAINED_SHOWN = 3
+"""Distinct places a group's missing ranks already wait in, listed per group."""
 
 
 def utc(ns: int | None) -> str | None:
@@ -66,9 +57,10 @@ class FrGroupRow(Model):
     mismatch: str | None = Field(default=None, description="Op/size/dtype mismatch: seq, field, odd ranks, majority.")
     waits_for: str = Field(description="The ranks it waits for that nothing else explains (range string).")
     explained: list[str] = Field(
-        default_factory=list, description="Missing ranks already stuck in another group before this one stalled."
+        default_factory=list,
+        description="Missing ranks already stuck in another group before this one stalled: 'ranks where they wait'.",
     )
-    explained_more: int = 0
+    explained_more: int = Field(default=0, description="More such places, not listed.")
     evidence: list[str] = Field(
         default_factory=list, description="For the ranks it waits for: 'file entry N: what the entry says'."
     )
@@ -113,12 +105,15 @@ def _row(g: GroupFacts) -> FrGroupRow:
     mm = g.mismatches[0] if g.mismatches else None
     odd = ", ".join(f"{r}: {v}" for r, v in list(mm.odd.items())[:4]) if mm else ""
     waits = g.roots
+    by_where: dict[str, list[int]] = {}
+    for r, why in g.explained.items():
+        by_where.setdefault(why, []).append(r)
     return FrGroupRow(
         order=g.order,
         pg=g.pg,
         desc=g.desc,
         size=len(g.ranks),
-        ranks=short_ranges(g.ranks),
+        ranks=short_ranges(g.ranks, 60),
         seq=s.seq if s else None,
         op=s.op if s else None,
         input_sizes=str(s.input_sizes) if s else None,
@@ -132,8 +127,8 @@ def _row(g: GroupFacts) -> FrGroupRow:
         ahead=short_ranges(g.ahead),
         mismatch=f"seq {mm.seq} {mm.field}: rank(s) {odd} vs {mm.majority or 'no majority'}" if mm else None,
         waits_for=short_ranges(waits),
-        explained=[f"rank {r} {why}" for r, why in list(g.explained.items())[:EXPLAINED_SHOWN]],
-        explained_more=max(0, len(g.explained) - EXPLAINED_SHOWN),
+        explained=[f"{short_ranges(rs, 60)} {why}" for why, rs in list(by_where.items())[:EXPLAINED_SHOWN]],
+        explained_more=max(0, len(by_where) - EXPLAINED_SHOWN),
         evidence=[f"{c.file} entry {c.index}: {c.text}" for r in waits[:3] if (c := g.cited.get(r))],
         last_calls=[f"rank {r} {' < '.join(g.last_calls[r][:4])}" for r in waits[:2] if r in g.last_calls],
     )
