@@ -7,7 +7,7 @@ known default prefix, or when it ends in a rank number and starts like a pickle 
 ``_dump_12``, ``nccl_trace_rank_3``, ``rank0.json``. Each is read by
 :mod:`~debug_training_logs.formats.flight_recorder` (never the standard unpickler); a refused file is reported
 with the reason, never silently dropped. A rank with two dumps (``rank0.pkl`` and ``rank0.json``) is read once: the
-one with more entries, the other reported.
+one with more entries (on a tie the pickle, which has the stack frames), the other reported.
 
 What the comparison says (:mod:`~debug_training_logs.analysis.fr_match`, types in
 :mod:`~debug_training_logs.analysis.fr_types`): per process group the collective it is stuck in, who never joined
@@ -48,8 +48,8 @@ __all__ = [
     "gather",
 ]
 
-MAX_DUMP_FILES = 4096
-"""Dumps read at most (one per rank; a larger job's dumps are sampled by rank order and the rest counted)."""
+MAX_DUMP_FILES = 65_536
+"""Dump files read at most (one per rank: every rank of a 65,536-rank job); the files past it are reported."""
 _SIBLING_NAMES = ("fr", "traces", "trace", "flight_recorder", "fr_dumps", "dumps", "nccl_trace")
 
 
@@ -133,11 +133,17 @@ def gather(logs_dir: str | Path | None, fr_dir: str | Path | None = None) -> Fli
         d.pg_ranks = {k: interned.setdefault(v, v) for k, v in d.pg_ranks.items()}
         other = by_rank.get(d.rank)
         if other is not None:
-            keep, drop = (d, other) if d.entries_total > other.entries_total else (other, d)
+            # the fuller one; on a tie the pickle (JSON dumps carry no stack frames)
+            rank_of = {"pickle": 1, "json": 0}
+            better = (d.entries_total, rank_of.get(d.fmt, 0)) > (other.entries_total, rank_of.get(other.fmt, 0))
+            keep, drop = (d, other) if better else (other, d)
             by_rank[d.rank] = keep
             refused.append(Refused(drop.file, f"a second dump of rank {d.rank} ({keep.file} was read)"))
             continue
         by_rank[d.rank] = d
+    if len(files) > MAX_DUMP_FILES:
+        rest = files[MAX_DUMP_FILES:]
+        refused.append(Refused(rest[0].shown, f"{len(rest)} more dump file(s) not read (over {MAX_DUMP_FILES})"))
     dumps = [by_rank[r] for r in sorted(by_rank)]
     versions = sorted({d.version for d in dumps if d.version})
     c = fr_match.compare(dumps)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 GROUPS_SHOWN = 12
 """Stuck groups listed (stalled first); the rest are counted."""
+REFUSED_SHOWN = 20
 EXPLAINED_SHOWN = 3
 """Distinct places a group's missing ranks already wait in, listed per group."""
 
@@ -160,7 +161,8 @@ def summarize(facts: FlightRecorderFacts) -> FlightRecorderSummary:
     return FlightRecorderSummary(
         dumps=len(facts.dumps),
         versions=facts.versions,
-        refused=[f"{x.file}: {x.reason}" for x in facts.refused],
+        refused=[f"{x.file}: {x.reason}" for x in facts.refused[:REFUSED_SHOWN]]
+        + ([f"… {len(facts.refused) - REFUSED_SHOWN} more"] if len(facts.refused) > REFUSED_SHOWN else []),
         world_size=len(facts.world) or None,
         world_evidence=facts.world_evidence,
         no_dump_ranks=short_ranges(facts.no_dump),
