@@ -141,8 +141,8 @@ def finding(fr: FlightRecorderFacts) -> DumpFinding:
     acc = fr.accused()
     stuck = [g for g in fr.stuck_groups if g.stuck is not None]
     roots = [g for g in fr.stuck_groups if g.roots]
-    seen = f"{len(fr.dumps)} dump(s) of a {len(fr.world)}-rank world ({fr.world_evidence})"
-    missing = f"; rank(s) {_fmt(fr.no_dump)} wrote no dump" if fr.no_dump else ""
+    seen = f"The flight-recorder dumps ({len(fr.dumps)} dump(s) of a {len(fr.world)}-rank world ({fr.world_evidence})"
+    seen += f"; rank(s) {_fmt(fr.no_dump)} wrote no dump)" if fr.no_dump else ")"
     later = [g for g in stuck if not g.roots]
     consequence = (
         f" {len(later)} other group(s) stalled behind them: their missing ranks already waited elsewhere "
@@ -150,7 +150,6 @@ def finding(fr: FlightRecorderFacts) -> DumpFinding:
         if later and later[0].explained
         else ""
     )
-    details: dict[str, object] = {"decided_by": "flight_recorder", "how": acc.how, "groups": list(acc.groups)}
     steps = [
         f"Read the log of rank(s) {_fmt(acc.culprits | acc.suspects)} around the time their last collective was "
         "enqueued: the dumps show where a rank stopped enqueuing, not why (a data loader, a held GIL, a crash). Next "
@@ -161,80 +160,52 @@ def finding(fr: FlightRecorderFacts) -> DumpFinding:
             f"Find out why rank(s) {_fmt(fr.no_dump)} wrote no dump (a crashed or killed process writes none): their "
             "logs and the node's kernel log (dmesg -T)."
         )
+    category, confidence, chain = "nccl_timeout_unattributed", "low", _chain(fr, roots)
     if acc.how == "mismatch":
         g = next(g for g in roots if g.mismatches)
         m = g.mismatches[0]
         odd = "; ".join(f"rank {r}: {v}" for r, v in list(m.odd.items())[:4])
-        return DumpFinding(
-            "collective_mismatch",
-            sorted(acc.culprits),
-            sorted(acc.suspects),
-            fr.no_dump,
-            "high" if acc.culprits else "medium",
-            f"The flight-recorder dumps ({seen}{missing}) show the ranks of {g.label()} scheduling different "
-            f"collectives at seq {m.seq} ({m.field}: {odd}; the others {m.majority or 'disagree among themselves'}): "
-            "the collective can never complete, every member waits until its timeout." + consequence,
-            _chain(fr, roots),
-            [MISMATCH_STEP, *steps],
-            details,
+        category, steps = "collective_mismatch", [MISMATCH_STEP, *steps]
+        confidence = "high" if acc.culprits else "medium"
+        why = (
+            f"{seen} show the ranks of {g.label()} scheduling different collectives at seq {m.seq} ({m.field}: {odd}; "
+            f"the others {m.majority or 'disagree among themselves'}): the collective can never complete, every "
+            f"member waits until its timeout.{consequence}"
         )
-    last = _last_calls(roots, acc.culprits | acc.suspects)
-    if acc.culprits or acc.suspects:
-        first = roots[0] if roots else None
-        where = f" {_stuck_text(first)} stalled first" if first is not None else ""
+    elif acc.culprits or acc.suspects:
+        where = f" {_stuck_text(roots[0])} stalled first" if roots else ""
         named = (
             f"rank(s) {_fmt(acc.culprits)} never joined the collective their group waits in and wait in no earlier "
             "one: the hang starts there"
-            if acc.culprits
-            else ""
         )
         sus = {
             "no_dump": f"rank(s) {_fmt(acc.suspects)} wrote no dump and their group waits for them",
             "cycle": f"every missing rank waits elsewhere (a cycle); the group that stalled first waits for "
             f"rank(s) {_fmt(acc.suspects)}",
         }.get(acc.how, f"rank(s) {_fmt(acc.suspects)} may be the cause (a member of their group wrote no dump)")
-        who = "; ".join(x for x in (named, sus if acc.suspects else "") if x)
-        return DumpFinding(
-            "nccl_timeout_unattributed",
-            sorted(acc.culprits),
-            sorted(acc.suspects),
-            fr.no_dump,
-            "medium" if acc.culprits else "low",
-            f"The flight-recorder dumps ({seen}{missing}) show {len(stuck)} process group(s) stuck;{where}. {who}."
-            + consequence
-            + last
-            + " No worker log was read, so nothing says why (the hang is attributed to the rank, not to a cause).",
-            _chain(fr, roots),
-            steps,
-            details,
+        who = "; ".join(x for x, present in ((named, acc.culprits), (sus, acc.suspects)) if present)
+        confidence = "medium" if acc.culprits else "low"
+        why = (
+            f"{seen} show {len(stuck)} process group(s) stuck;{where}. {who}.{consequence}"
+            f"{_last_calls(roots, acc.culprits | acc.suspects)} No worker log was read, so nothing says why (the hang "
+            "is attributed to the rank, not to a cause)."
         )
-    if stuck:
-        g = stuck[0]
-        return DumpFinding(
-            "nccl_timeout_unattributed",
-            [],
-            [],
-            fr.no_dump,
-            "low",
-            f"The flight-recorder dumps ({seen}{missing}) show {len(stuck)} process group(s) stuck, and every member "
-            f"entered the collective each waits in: {_stuck_text(g)} stalled first with all of its members in it and "
-            "none completing. No rank is missing: a fabric or GPU fault inside the group, which the dumps cannot "
-            "name.",
-            _chain(fr, stuck[:1]),
-            [ALL_JOINED_STEP],
-            details,
+    elif stuck:
+        chain, steps = _chain(fr, stuck[:1]), [ALL_JOINED_STEP]
+        why = (
+            f"{seen} show {len(stuck)} process group(s) stuck, and every member entered the collective each waits in: "
+            f"{_stuck_text(stuck[0])} stalled first with all of its members in it and none completing. No rank is "
+            "missing: a fabric or GPU fault inside the group, which the dumps cannot name."
         )
+    else:
+        category, chain, steps = "incomplete_evidence", [], [NOTHING_STUCK_STEP]
+        why = (
+            f"{seen} show no stuck collective and no mismatch: every recorded collective completed. Without the "
+            "worker logs nothing shows a failure."
+        )
+    details: dict[str, object] = {"decided_by": "flight_recorder", "how": acc.how, "groups": list(acc.groups)}
     return DumpFinding(
-        "incomplete_evidence",
-        [],
-        [],
-        fr.no_dump,
-        "low",
-        f"The flight-recorder dumps ({seen}{missing}) show no stuck collective and no mismatch: every recorded "
-        "collective completed. Without the worker logs nothing shows a failure.",
-        [],
-        [NOTHING_STUCK_STEP],
-        details,
+        category, sorted(acc.culprits), sorted(acc.suspects), fr.no_dump, confidence, why, chain, steps, details
     )
 
 
