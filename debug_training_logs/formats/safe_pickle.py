@@ -8,7 +8,8 @@ codes) is refused, and so are oversized files, integers longer than :data:`MAX_I
 references that would expand beyond :data:`MAX_VALUES`.
 
 Two interpreters, one allow-list: :func:`_load_binary` walks the bytes of a binary pickle (protocol 2 and later,
-what torch writes) directly, several times faster than decoding each opcode through :func:`pickletools.genops`;
+what torch writes) directly, two to three times faster than decoding each opcode through :func:`pickletools.genops`
+(a 2,000-entry dump of 830 kB: 0.46 s against 1.2 s on the shared 2-core dev machine);
 :func:`_load_ops` (genops) reads everything else, and takes over when a binary pickle uses a text opcode of
 protocols 0/1. Both refuse the same opcodes (``tests/test_flight_recorder.py`` checks they agree).
 """
