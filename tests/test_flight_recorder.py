@@ -14,6 +14,7 @@ import pytest
 
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.formats import flight_recorder as fr
+from debug_training_logs.formats import safe_pickle
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "real_torch"
 
@@ -88,7 +89,7 @@ def test_reference_bomb_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(1, 31):
         ops.append(b"0](h" + bytes([i - 1]) + b"h" + bytes([i - 1]) + b"eq" + bytes([i]))  # POP, then a new level
     ops.append(b".")
-    monkeypatch.setattr(fr, "MAX_VALUES", 100_000)  # the real cap behaves the same, only slower to reach
+    monkeypatch.setattr(safe_pickle, "MAX_VALUES", 100_000)  # the real cap behaves the same, only slower to reach
     with pytest.raises(fr.DumpRefused, match="expands to more than"):
         fr.load_pickle(b"".join(ops))
 
@@ -99,7 +100,7 @@ def test_deep_nesting_and_size_cap_and_damage_are_refused(monkeypatch: pytest.Mo
         deep = [deep]
     with pytest.raises(fr.DumpRefused, match="nests deeper"):
         fr.load_pickle(pickle.dumps(deep, protocol=2))
-    monkeypatch.setattr(fr, "MAX_DUMP_BYTES", 100)
+    monkeypatch.setattr(safe_pickle, "MAX_DUMP_BYTES", 100)
     with pytest.raises(fr.DumpRefused, match="cap"):
         fr.load_pickle(pickle.dumps(list(range(1000)), protocol=2))
     monkeypatch.undo()

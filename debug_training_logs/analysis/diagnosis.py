@@ -128,7 +128,7 @@ def conclude(ev: JobEvidence) -> Verdict:
     """The verdict the evidence supports; when it cannot decide, the verdict says so and what to fetch next."""
     symptom = first_symptom(ev)
     ctx = _Ctx(ev, triggers(ev), symptom, ev.nccl.collective_start(), _tail(ev))
-    for decide in (_agent_failure, _node_failure, _clean, _causal, _nccl, _time_limit):
+    for decide in (_dumps_only, _agent_failure, _node_failure, _clean, _causal, _nccl, _time_limit):
         verdict = decide(ctx)
         if verdict is not None:
             return _finish(ctx, _with_coverage(ctx, verdict))
@@ -250,6 +250,8 @@ _NO_RANK_CATEGORIES = ("no_failure", "time_limit", "address_in_use", "launch_fai
 def _with_coverage(ctx: _Ctx, v: Verdict) -> Verdict:
     """The verdict as sure as the coverage lets it be: on a subset of the ranks its culprits become suspects (a
     hidden rank may hold an earlier failure), its confidence drops, and it says what to fetch; the shape stays."""
+    if v.details.get("dumps_only"):
+        return v  # the dumps' own coverage (every group's members) decided culprits and suspects
     gap = _coverage_gap(ctx)
     v.missing_ranks = sorted(ctx.w.missing_ranks)
     if gap is None:
@@ -360,6 +362,21 @@ def _from_call(ctx: _Ctx, call: LauncherCall) -> Verdict:
         next_steps=call.next_steps,
         details={"decided_by": call.how, **call.details},
     )
+
+
+def _dumps_only(ctx: _Ctx) -> Verdict | None:
+    """Flight-recorder dumps and no worker log: the dumps' own verdict (analysis.fr_verdict.decide)."""
+    from debug_training_logs.analysis import fr_verdict
+
+    f = fr_verdict.decide(ctx.ev)
+    if f is None:
+        return None
+    # an entry without a time is derived: nothing reads its "line" back as a log line
+    chain = [KeyEvent(s.what, s.file, s.index, s.text, s.ranks, s.time, derived=s.time is None) for s in f.chain]
+    return _verdict(
+        f.category, f.culprits, ctx, f.explanation, chain, f.confidence, nodes=[], next_steps=f.next_steps,
+        suspect_ranks=f.suspects, missing_ranks=f.no_dump, details={**f.details, "dumps_only": True},
+    )  # fmt: skip
 
 
 def _agent_failure(ctx: _Ctx) -> Verdict | None:

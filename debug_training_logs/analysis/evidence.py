@@ -1718,6 +1718,11 @@ class JobEvidence:
 
     @property
     def coverage(self) -> Coverage:
+        from debug_training_logs.analysis import fr_verdict
+
+        if fr_verdict.dumps_alone(self):  # dumps and no worker log: the dumps' world and ranks
+            assert self.flight_recorder is not None
+            return fr_verdict.dump_coverage(self.flight_recorder, self.worker.coverage)
         return self.worker.coverage
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.formats.flight_recorder import HEAD_BYTES, dump_rank
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -205,6 +206,11 @@ def discover(root: str | os.PathLike[str], *, include_archives: bool = False) ->
                 continue
             try:
                 comp = sniff_compression(full)
+                if comp == "none" and (name[-1:].isdigit() or lower.endswith((".json", ".pkl", ".pickle"))):
+                    with open(full, "rb") as fh:  # a dump under another prefix (_dump_12, rank0.json)
+                        if dump_rank(name, fh.read(HEAD_BYTES)) is not None:
+                            skipped.append(Skipped(rel, FR_DUMP_REASON))
+                            continue
             except OSError as exc:
                 skipped.append(Skipped(rel, f"cannot open: {exc.strerror or exc}"))
                 continue

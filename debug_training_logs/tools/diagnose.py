@@ -281,6 +281,14 @@ def _job(ev: JobEvidence) -> JobDetails:
     if ws and nodes and ws % len(nodes) == 0:
         scale += f" ({ws // len(nodes)} per node)"
     logs = f"{cov.files_scanned} worker log file(s), {cov.bytes_scanned:,} bytes"
+    fr = ev.flight_recorder
+    if fr is not None and fr.dumps:
+        from debug_training_logs.analysis.fr_verdict import dumps_alone
+
+        logs = ("no worker log" if dumps_alone(ev) else logs) + (
+            f"; {len(fr.dumps)} flight-recorder dump(s) (format {', '.join(fr.versions) or '?'}), {fr.bytes_read:,} "
+            "bytes"
+        )
     if ev.ais is not None:
         idx = ev.ais.index
         logs += f"; {idx.files_scanned} AIS log file(s) from {len(idx.daemons)} daemon(s), {idx.bytes_scanned:,} bytes"

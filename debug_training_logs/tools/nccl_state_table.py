@@ -30,6 +30,7 @@ from debug_training_logs.tools._cache import cached
 from debug_training_logs.tools.attempt_choice import choose
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.budget import Cut
+from debug_training_logs.tools.fr_view import FlightRecorderSummary
 from debug_training_logs.tools.params import WorldSize
 from debug_training_logs.tools.registry import ToolSpec
 
@@ -216,19 +217,6 @@ class UnattributedTimeout(_Model):
     )
     count: int
     evidence: _Evidence
-
-
-class FlightRecorderSummary(_Model):
-    """The flight-recorder dumps: read, refused, and what they single out."""
-
-    dumps: int = Field(description="Dumps read (one per rank).")
-    versions: list[str] = Field(description="Dump format versions ('2.10' for torch 2.13).")
-    refused: list[str] = Field(description="'file: reason' for each dump not read (hostile, over the cap, damaged).")
-    never_joined: list[int] = Field(
-        description="Ranks whose last scheduled collective is below the one others wait in."
-    )
-    mismatched: list[int] = Field(description="Ranks that scheduled a different op/size/dtype at the same seq.")
-    detail: list[str] = Field(description="Per process group, what the dumps show (waiting seq and op, frames).")
 
 
 class NcclStateTable(_Model):
@@ -441,54 +429,46 @@ def add_dump_rows(
     wanted: set[int] | None = None,
     first_page: bool = True,
 ) -> None:
-    """Rows from the flight-recorder dumps (``source='dump'``, on the first page, only ``wanted`` ranks when given)
-    and their summary, beside the log rows."""
+    """The dumps' per-PG table and summary, and rows (``source='dump'``, on the first page, only ``wanted`` ranks
+    when given) of the ranks each stuck group waits for, stalled-first, beside the log rows. With no NCCL line in the
+    logs, the dumps' culprits are the straggler ranks."""
+    from debug_training_logs.tools.fr_view import sentence, summarize
+
     rows: list[NcclRow] = []
-    detail: list[str] = []
-    for g in facts.groups:
-        for r, st in sorted(g.states.items()):
-            seq = g.waiting_seq if st.last_scheduled == g.waiting_seq else st.last_scheduled
-            pending = (
-                st.last_scheduled - st.last_completed
-                if st.last_scheduled is not None and st.last_completed is not None
-                else None
+    for g in facts.stuck_groups:
+        for r in g.awaited:
+            st = g.states.get(r)
+            why = (
+                g.explained.get(r)
+                or ("no dump" if r in g.no_dump else "")
+                or ("mismatch" if any(r in m.odd for m in g.mismatches) else "")
+                or "never joined the collective the others wait in"
             )
+            seq = st.last_scheduled if st is not None else None
+            done = st.last_completed if st is not None else None
             rows.append(
                 NcclRow(
-                    rank=r, pg=g.pg, pg_desc=g.desc or None, pg_rank=None, pg_id=None, seq=seq, op_type=st.last_op,
-                    numel_in=None, numel_out=None, timeout_ms=None, ran_for_ms=None, last_enqueued=st.last_scheduled,
-                    last_completed=st.last_completed, pending=pending, signal="none", first_to_dump=False,
-                    dump_signal_from_rank=None, timeout_time=None, timeout_time_utc=None,
-                    timeout_time_year_inferred=False, collective_start_time=None, signal_time=None, file=st.file,
-                    line=None, facts=["never joined the collective the others wait in"] if r in g.never_joined else [],
-                    stale_rank_label=None, signalled_dump=False, source="dump",
+                    rank=r, pg=g.pg, pg_desc=g.desc or None, pg_rank=None, pg_id=None, seq=seq,
+                    op_type=st.last_op if st is not None else None, numel_in=None, numel_out=None, timeout_ms=None,
+                    ran_for_ms=None, last_enqueued=seq, last_completed=done,
+                    pending=seq - done if seq is not None and done is not None else None, signal="none",
+                    first_to_dump=False, dump_signal_from_rank=None, timeout_time=None, timeout_time_utc=None,
+                    timeout_time_year_inferred=False, collective_start_time=None, signal_time=None,
+                    file=st.file if st is not None else "", line=None, facts=[why], stale_rank_label=None,
+                    signalled_dump=False, source="dump",
                 )
             )  # fmt: skip
-        mm = "; ".join(f"seq {m.seq} {m.field}: rank(s) {sorted(m.odd)} vs {m.majority}" for m in g.mismatches[:3])
-        detail.append(
-            f"PG {g.pg} ({g.desc}): waiting in seq {g.waiting_seq} {g.waiting_op or ''} (ranks {g.waiting_ranks}), "
-            f"never joined: {g.never_joined or 'none'}, no dump: {g.no_dump or 'none'}"
-            + (f", mismatches: {mm}" if mm else "")
-            + (f"; stuck call: {' < '.join(g.stuck_frames[:3])}" if g.stuck_frames else "")
-        )
     rows = [r for r in rows if first_page and (wanted is None or r.rank in wanted)]
     room = max(0, limit - len(table.rows))
     table.rows.extend(rows[:room])
     table.rows_total += len(rows)
     table.rows_truncated += len(rows) - min(len(rows), room)
-    named, how = facts.culprits
-    table.flight_recorder = FlightRecorderSummary(
-        dumps=len(facts.dumps),
-        versions=facts.versions,
-        refused=[f"{x.file}: {x.reason}" for x in facts.refused],
-        never_joined=sorted({r for g in facts.groups for r in g.never_joined}),
-        mismatched=sorted(named) if how == "mismatch" else [],
-        detail=detail,
-    )
-    if named:
-        table.summary += (
-            f" Flight-recorder dumps ({len(facts.dumps)}): rank(s) {sorted(named)} {how.replace('_', ' ')}."
-        )
+    table.flight_recorder = summarize(facts)
+    acc = facts.accused()
+    if not table.process_groups and not table.straggler_ranks and acc.culprits:
+        table.straggler_ranks = sorted(acc.culprits)
+    if facts.dumps:
+        table.summary += sentence(facts)
 
 
 def _parse_ranks(text: str | None) -> set[int] | None:
