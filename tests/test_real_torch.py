@@ -97,7 +97,7 @@ WRONG: dict[str, list[tuple[str, list[int], str]]] = {
     "mismatch_detail": [("collective_mismatch", [0], "the rank whose report names rank 3")],
     "mismatch": [("collective_mismatch", [0], "a rank the dumps show in the majority op")],
     "restart": [("rank_crash", [1], "a victim of attempt 0")],
-    "stall_info": [("data_loading_stall", [2], "a cause no line shows"), ("nccl_timeout_unattributed", [1], "victim")],
+    "stall_info": [("rank_crash", [2], "a stall called a crash"), ("nccl_timeout_unattributed", [1], "victim")],
     "clean": [("rank_crash", [0], "a healthy job's c10d warnings")],
     "clean_info": [("rank_crash", [0], "INFO 'Remote peer closed the connection'")],
     "port_in_use": [("rank_crash", [0], "a rank that never started")],
@@ -120,14 +120,14 @@ def test_wrong_conclusions_are_rejected(name: str, category: str, culprits: list
     assert not v.accepted, (why, v.summary)
 
 
-def test_a_conclusion_the_dumps_contradict_is_rejected_by_launcher_fates() -> None:
+def test_a_conclusion_the_dumps_contradict_is_rejected_by_rank_fates() -> None:
     d = run("stall_fr")
     from debug_training_logs.analysis.evidence import gather_evidence
     from debug_training_logs.verify.engine import verify_with_evidence
 
     logs = (ROOT / "stall_fr" / "logs").resolve()
     v = verify_with_evidence(_conclusion(d, culprit_ranks=[2]), gather_evidence(logs), logs, None)
-    [fates] = [c for c in v.checks if c.rule == "launcher_fates"]
+    [fates] = [c for c in v.checks if c.rule == "rank_fates"]
     assert fates.status == "failed" and "dumps" in fates.detail
 
 

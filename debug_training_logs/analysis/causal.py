@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis.evidence import (
     CLOCK_SLACK,
     Hit,
@@ -147,6 +148,7 @@ def _build(ev: JobEvidence) -> CausalModel:
     fr = ev.flight_recorder
     if fr is not None and fr.dumps:
         named, how = fr.culprits
+        _fr_detours(fr, named, fates)
         if named:
             accs.append(
                 Accusation(
@@ -277,7 +279,13 @@ def _launcher_events(lf: LauncherFacts, fates: dict[int, Fate], w: WorkerEvidenc
 def _detours(lf: LauncherFacts, fates: dict[int, Fate], year: int | None) -> None:
     """Ranks that waited in another collective than the others (their tracebacks' collective calls): the odd ones
     out against a strict majority took a detour (a rank-only collective, a barrier entered alone)."""
-    calls = {r: rf.collective for r, rf in lf.fates.items() if rf.collective is not None and r in fates}
+    # only ranks that timed out waiting: when a peer died, each rank fails in whatever collective it was in (and
+    # ranks of different groups run different collectives at the same time), which says nothing of a detour
+    calls = {
+        r: rf.collective
+        for r, rf in lf.fates.items()
+        if rf.collective is not None and r in fates and rf.comm_kind == "timeout"
+    }
     for r, c in calls.items():
         fates[r].waits_in = fates[r].waits_in or c
     if len(calls) < 2:
@@ -301,6 +309,30 @@ def _detours(lf: LauncherFacts, fates: dict[int, Fate], year: int | None) -> Non
 
 def _same(a: Hit, b: Hit) -> bool:
     return a.file == b.file and a.line == b.line
+
+
+def _fr_detours(fr: fr_dumps.FlightRecorderFacts, named: set[int], fates: dict[int, Fate]) -> None:
+    """A rank the dumps show missing from one group's stuck collective while it waits in another group's own stuck
+    collective did not stall: it skipped the first and went on (a desync, such as a code path only it took)."""
+    deaths = ("oom", "cuda_error", "exception", "nan", "own_signal", "data_error")
+    if any(e.kind in deaths and not e.weak for f in fates.values() for e in f.events):
+        return  # a rank died of its own: the others' dumps show where each was when it did, not a detour
+    groups = fr.stuck_groups
+    for r in sorted(named):
+        f = fates.get(r)
+        if f is None or any(e.primary for e in f.events):
+            continue
+        missing_in = [g for g in groups if r in g.never_joined]
+        waits_in = [g for g in groups if g.stuck is not None and r in g.stuck.joined and r not in g.never_joined]
+        if not missing_in or not waits_in:
+            continue
+        a, b = missing_in[0], waits_in[0]
+        assert a.stuck is not None and b.stuck is not None
+        what = (
+            f"skipped {a.stuck.op} seq {a.stuck.seq} of PG {a.pg} ({a.desc}) and went on to {b.stuck.op} seq "
+            f"{b.stuck.seq} of PG {b.pg} ({b.desc}), where it waits"
+        )
+        f.events.append(RankEvent(r, "detour", what, Hit("fr", "(flight recorder)", 0, what, r, None)))
 
 
 def _exception_name(text: str) -> str:
@@ -655,12 +687,32 @@ def converged(model: CausalModel) -> tuple[set[int], list[Accusation]]:
     top = max(votes.values())
     named = {r for r, v in votes.items() if v == top}
     named = {r for r in named if (f := model.fates.get(r)) is None or f.end != "finished"}
+    # where an accused rank's own failure is in the logs, the accused ranks its logs show only reacting (a timeout,
+    # a lost peer) are its victims, not co-culprits
+    own = {r for r in named if (f := model.fates.get(r)) is not None and (p := f.primary) is not None and not p.weak}
+    if own:
+        named = {r for r in named if r in own or not ((f := model.fates.get(r)) is not None and f.consequences)}
     return named, [a for a in (formal or model.accusations) if a.accused & named]
 
 
 def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
     firsts = [p for f in model.fates.values() if (p := f.primary) is not None]
     strong = [e for e in firsts if not e.weak]
+    reports = [e for f in model.fates.values() for e in f.events if e.kind == "peer_mismatch"]
+    if reports and not strong:
+        # gloo received a buffer of another size than it expected: the ranks ran different collectives or sizes
+        first = min(reports, key=_order)
+        parties = {e.rank for e in reports if e.rank is not None}
+        fr = ev.flight_recorder
+        named = fr.culprits[0] if fr is not None and fr.dumps else set()
+        why = (
+            f"Rank(s) {_fmt(parties)} received buffers of another size than they expected ({first.line.file}:"
+            f"{first.line.line}): the ranks of a group ran different collectives, sizes or dtypes. The report names "
+            "no side: the rank that received it and its peer(s) are suspects."
+        )
+        f = _finish(model, ev, "collective_mismatch", set(), first, why, [])
+        f.culprits, f.suspects, f.confidence = set(), parties | named, "low"
+        return f
     named, accs = converged(model)
     if named:
         own = sorted((e for e in firsts if e.rank in named and not e.weak), key=_order)
@@ -672,13 +724,7 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
             category = "collective_mismatch"
         else:
             category = _stall(ev, culprits)
-        how = ", ".join(sorted({a.how.replace("_", " ") for a in accs}))
-        why = (
-            f"The logs name rank(s) {_fmt(culprits)} as the failing one(s) ({how}: "
-            f"{accs[0].line.file}:{accs[0].line.line})"
-            + (f", and {_fmt({e.rank for e in own if e.rank is not None})} show it: {root.what}" if root else "")
-            + "."
-        )
+        why = _accused_why(culprits, accs, root)
         return _finish(model, ev, category, culprits, root, why, accs)
     pool = strong or [e for e in firsts if e.weak]
     if pool:
@@ -809,6 +855,34 @@ def _definitive_first(pool: list[RankEvent]) -> RankEvent:
     return first
 
 
+_HOW_WORDS = {
+    "monitored_barrier": "torch's monitoredBarrier names it",
+    "trainer": "the trainer's own error lines name it",
+    "detail_mismatch": "TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprints single it out",
+}
+
+
+def _accused_why(culprits: set[int], accs: list[Accusation], root: RankEvent | None) -> str:
+    """The reasoning of a finding the accusations decide, in the words of whoever accused."""
+    parts = []
+    for how in sorted({a.how for a in accs}):
+        if how.startswith("flight_recorder"):
+            what = how.removeprefix("flight_recorder_").replace("_", " ")
+            parts.append(f"the flight-recorder dumps name it ({what})")
+        else:
+            first = next(a for a in accs if a.how == how)
+            parts.append(f"{_HOW_WORDS.get(how, how)} ({first.line.file}:{first.line.line})")
+    said = "; ".join(parts)
+    if root is None:
+        return f"Rank(s) {_fmt(culprits)}: {said}."
+    agree = (
+        " The flight-recorder dumps agree with its own logs."
+        if any(a.how.startswith("flight_recorder") for a in accs)
+        else ""
+    )
+    return f"Rank(s) {_fmt(culprits)} {root.what} ({said}).{agree}"
+
+
 def _order(e: RankEvent) -> tuple[datetime, int, str, int]:
     return (e.earliest or datetime.max, _KIND_ORDER.get(e.kind, 99), e.line.file, e.line.line)
 
@@ -833,7 +907,24 @@ def _stall(ev: JobEvidence, ranks: set[int]) -> str:
     progress = ev.worker.last_by_rank.get("progress", {})
     if ranks and all(_step_of(progress.get(r)) is not None for r in ranks):
         return "data_loading_stall"
+    if ranks and _between_collectives(ev, ranks):
+        return "data_loading_stall"
     return "nccl_timeout_unattributed"
+
+
+def _between_collectives(ev: JobEvidence, ranks: set[int]) -> bool:
+    """The flight-recorder dumps show the ranks outside any collective: they never joined the one their group waits
+    in and wait in no other (their last recorded work is done), the same place a completed step line shows."""
+    fr = ev.flight_recorder
+    if fr is None or not fr.dumps:
+        return False
+    groups = fr.stuck_groups
+    for r in ranks:
+        if not any(r in g.never_joined for g in groups):
+            return False
+        if any(g.stuck is not None and r in g.stuck.joined and r not in g.never_joined for g in groups):
+            return False
+    return True
 
 
 def _stall_note(ev: JobEvidence, ranks: set[int], category: str) -> str:
@@ -859,7 +950,11 @@ def _finish(
 ) -> Finding:
     victims = [e for f in model.fates.values() if f.rank not in culprits for e in f.consequences[:1] if e is not root]
     victims.sort(key=_order)
-    certainty: Certainty = "established" if model.complete else "provisional"
+    # a rank named for what it did not do (stalled, left, went silent) is only established when the world is known
+    # to be complete: a rank of an unstated world may be as silent in a file nobody has
+    inferred = root is not None and root.kind in INFERRED_KINDS and not accs
+    sure = model.complete and not (inferred and model.world_size is None)
+    certainty: Certainty = "established" if sure else "provisional"
     confidence = "high"
     if root is None or root.kind in ("stall", "early_exit") or (root is not None and root.weak):
         confidence = "medium"
@@ -867,6 +962,8 @@ def _finish(
         confidence = "medium" if culprits else "low"
     if model.world_size is None and certainty == "established":
         confidence = "medium" if confidence == "high" else confidence
+    if root is not None and root.kind in INFERRED_KINDS and accs:
+        confidence = "high"  # what the rank did not do, and the lines that name it, agree
     if certainty == "provisional":
         confidence = "low" if confidence != "high" else "medium"
         return Finding(category, set(), culprits, certainty, root, why, accs, [], victims[:3], confidence)

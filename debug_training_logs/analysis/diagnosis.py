@@ -48,6 +48,7 @@ from debug_training_logs.analysis.evidence import (
 from debug_training_logs.analysis.launcher_decision import LauncherCall, agent_failure
 from debug_training_logs.analysis.launcher_decision import decide as launcher_decide
 from debug_training_logs.analysis.read_back import read_lines
+from debug_training_logs.formats.slurm import scheduler_ended
 from debug_training_logs.formats.timestamps import show
 
 __all__ = ["JobEvidence", "KeyEvent", "Verdict", "conclude", "gather_evidence"]
@@ -254,6 +255,13 @@ def _with_coverage(ctx: _Ctx, v: Verdict) -> Verdict:
         return v  # the dumps' own coverage (every group's members) decided culprits and suspects
     gap = _coverage_gap(ctx)
     v.missing_ranks = sorted(ctx.w.missing_ranks)
+    if gap is None and v.details.get("certainty") == "provisional":
+        gap = (
+            f"No line states the world size: ranks {_fmt(ctx.w.ranks)} were read, and a rank named for what it did not "
+            "do (it stalled, left, went silent) may have company in a file that is not here.",
+            ["State the world size (diagnose --world-size, the launch command's nodes x GPUs) or rerun with "
+             "NCCL_DEBUG=INFO, which logs 'nranks N'."],
+        )  # fmt: skip
     if gap is None:
         return v
     why, steps = gap
@@ -441,7 +449,7 @@ def _causal(ctx: _Ctx) -> Verdict | None:
         f.confidence,
         nodes=ctx.nodes_of(ranks) if ranks else [p.node for p in f.processes if p.node],
         details=details,
-        next_steps=_stall_steps(f.category, root),
+        next_steps=(call.next_steps if told and call is not None else []) + _stall_steps(f.category, root),
         suspect_ranks=sorted(f.suspects),
     )
 
@@ -463,7 +471,7 @@ def _earliest_per_rank(ts: list[Trigger]) -> list[Trigger]:
 def _time_limit_cancel(ctx: _Ctx) -> Hit | None:
     """The scheduler's cancellation of the job for its own reasons (a time limit, a preemption or requeue, an
     operator's scancel): not a node failure, whose own branch decides."""
-    cancels = [h for h in ctx.w.hits("slurm_cancel") if "CANCELLED AT" in h.text and "NODE FAILURE" not in h.text]
+    cancels = [h for h in ctx.w.hits("slurm_cancel") if scheduler_ended(h.text)]
     return cancels[0] if cancels else None
 
 
@@ -584,8 +592,8 @@ def _nccl(ctx: _Ctx) -> Verdict | None:
     if not nccl.timed_out:
         return None
     stragglers = _root_stragglers(nccl)
-    ahead = any(g.classification == "root_ahead" for g in nccl.groups)
-    if ctx.w.world_size is not None and ctx.w.missing_ranks and not stragglers and not ahead:
+    root_ahead = any(g.classification == "root_ahead" for g in nccl.groups)
+    if ctx.w.world_size is not None and ctx.w.missing_ranks and not stragglers and not root_ahead:
         return None  # every present rank only waited: the cause is in the missing ranks' logs (incomplete evidence)
     limit = ctx.symptom.time if ctx.symptom is not None else None
     if stragglers:

@@ -446,6 +446,12 @@ def _accuse(groups: list[GroupFacts], world: list[int], by_rank: dict[int, fr.Du
     if not culprits and not suspects:
         stuck = [g for g in groups if g.stuck is not None]
         waiting = next((g for g in stuck if g.awaited), None)
+        no_dump = frozenset(r for r in world if r not in by_rank)
+        if waiting is not None and no_dump:
+            # the dumped ranks all wait on one another: nothing among them starts the hang, so it starts at the
+            # ranks that left no dump (a rank holding the GIL cannot write one; a group's member the gloo records
+            # cannot show is one of them)
+            return Accused(frozenset(), no_dump, "no_dump", (waiting.label(),))
         if waiting is not None:  # every missing rank waits elsewhere: a cycle; the group that stalled first decides
             return Accused(frozenset(), frozenset(waiting.awaited), "cycle", (waiting.label(),))
         return Accused(frozenset(), frozenset(), "all_joined" if stuck else "none", tuple(g.label() for g in stuck[:1]))

@@ -508,7 +508,7 @@ def parse_lines(
                 rank = dm.first.rank
         if rank is not None:
             g = gloo.parse_line(text)
-            if not (isinstance(g, gloo.CollectiveMismatch) or (isinstance(g, gloo.GlooError) and g.victim)):
+            if not isinstance(g, gloo.CollectiveMismatch | gloo.GlooError):
                 g = None
                 own = bool(_EXC_LINE.search(text)) and not text.rstrip().endswith("Traceback (most recent call last):")
                 own = own and not _VICTIM_EXCEPTIONS.search(text)
@@ -607,16 +607,18 @@ def _facts(
                 continue
             if g is not None and isinstance(g, gloo.GlooError) and g.victim and fate(rank).collective is None:
                 fate(rank).collective = collective_call(frames.get(rank, []))
-            if g is not None:  # a gloo mismatch or a victim's error (parse_lines keeps no other)
+            if g is not None:  # a DETAIL mismatch report or a gloo transport error (parse_lines keeps no other)
                 if isinstance(g, gloo.CollectiveMismatch):
                     mismatches.append((rank, g, _ev(rel, no, text)))
                     fate(rank).mismatch = g
                     continue
-                if isinstance(g, gloo.GlooError) and g.victim:
+                if isinstance(g, gloo.GlooError):
                     rf = fate(rank)
                     if len(rf.errors) < MAX_ERRORS_PER_RANK:
                         rf.errors.append(_ev(rel, no, text))
-                    if rf.comm_error is None or (g.kind == "timeout" and not rf.timed_out):
+                    # a size mismatch the rank received says most of what went wrong: it wins over a closed peer
+                    better = (g.kind == "timeout" and not rf.timed_out) or g.kind == "size_mismatch"
+                    if rf.comm_error is None or (better and rf.comm_kind != "size_mismatch"):
                         rf.comm_error, rf.comm_kind = _ev(rel, no, text), g.kind
                     rf.timed_out = rf.timed_out or g.kind == "timeout"
                     continue

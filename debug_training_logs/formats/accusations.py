@@ -7,7 +7,8 @@ it is a consequence, and it points at the accused. What is read, and why:
 * ``Rank 1 failed to pass monitoredBarrier in 30000 ms`` / ``Ranks 1, 3 failed to pass monitoredBarrier`` (gloo's
   ``monitored_barrier``, raised on rank 0): the named ranks never reached the barrier.
 * A trainer's own words in an error line: ``non-finite loss on rank(s) [1]``, ``check rank 0's log``, ``rank 3 is not
-  responding``: the trainer found out (after an all-reduce of a flag, a heartbeat) which rank went wrong.
+  responding``, ``waiting for rank 5``: the trainer found out (after an all-reduce of a flag, a heartbeat) which rank
+  went wrong. Not ``by rank N`` / ``from rank N``: who requested a dump or sent an error is a messenger.
 * Never an accusation: the PG-local ``[Rank N]`` / ``[PG x Rank N]`` prefixes of ProcessGroupNCCL lines (the writer
   itself), ``Received a dump signal ... from rank N`` (that rank only timed out first: a victim), a ChildFailedError
   table's ``rank : N (local_rank: L)``, the store barrier's ``on rank N, for key`` (the writer), a DETAIL mismatch
@@ -28,7 +29,7 @@ NEEDLES: Final[tuple[str, ...]] = ("failed to pass monitoredBarrier",)
 
 REGEX: Final = (
     r"failed to pass monitoredBarrier"
-    r"|(?i:(?:\bon|\bfrom|\bby|\bof|\bcheck|\bfor|\bat) ranks?(?:\(s\))? ?[:=#]? ?[\[(]? ?\d)"
+    r"|(?i:(?:\bon|\bof|\bcheck|\bfor|\bat) ranks?(?:\(s\))? ?[:=#]? ?[\[(]? ?\d)"
     r"|(?i:\branks? ?[\[(]? ?\d+(?: ?, ?\d+)*[\])]?(?:'s| (?:failed|crashed|died|hung|hangs|is stuck|is hanging|did not"
     r"|didn't|has not|hasn't|is not responding|stopped|exited|timed out|was killed|produced|returned|reported|went)))"
 )
@@ -50,7 +51,7 @@ _MONITORED = re.compile(r"\bRanks? (?P<ranks>\d+(?:\s*,\s*\d+)*) failed to pass 
 _RANKS = r"(?P<ranks>\d+(?:\s*(?:,|and)\s*\d+)*)"
 _TRAINER = (
     re.compile(
-        r"\b(?:on|from|by|of|check|for|at)\s+ranks?(?:\(s\))?\s*[:=#]?\s*[\[(]?\s*" + _RANKS + r"\s*[\])]?",
+        r"\b(?:on|of|check|for|at)\s+ranks?(?:\(s\))?\s*[:=#]?\s*[\[(]?\s*" + _RANKS + r"\s*[\])]?",
         re.IGNORECASE,
     ),
     re.compile(r"\branks?\s*[\[(]?\s*" + _RANKS + r"\s*[\])]?'s\b", re.IGNORECASE),

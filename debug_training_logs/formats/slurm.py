@@ -21,6 +21,21 @@ _CANCEL = re.compile(
     r"\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<host>\S+) CANCELLED AT (?P<at>\S+)"
     r"(?: DUE (?:TO|to) (?P<reason>.+?))? \*\*\*"
 )
+SCHEDULER_REASONS = ("TIME LIMIT", "PREEMPTION", "JOB REQUEUE")
+"""Reasons the scheduler ends a job on its own account (not a node's or a task's failure); a cancel line without
+``DUE TO`` is an operator's ``scancel``."""
+
+
+def scheduler_ended(line: str) -> bool:
+    """True for a slurmstepd cancel line the scheduler wrote for its own reasons (:data:`SCHEDULER_REASONS`, or no
+    reason: an operator's scancel), not because a node or a task failed."""
+    m = _CANCEL.search(line)
+    if m is None:
+        return False
+    reason = m.group("reason")
+    return reason is None or any(reason.startswith(r) for r in SCHEDULER_REASONS)
+
+
 REQUEUE_REASONS = ("JOB REQUEUE", "PREEMPTION", "NODE FAILURE")
 """Reasons after which SLURM may run the job again (a requeue, preemption in REQUEUE mode, a node failure with
 ``--requeue``); a time limit, a task failure or a signal end the job."""

@@ -14,7 +14,7 @@ from datetime import datetime
 from itertools import pairwise
 
 from debug_training_logs.analysis.alignment import to_ais_clock
-from debug_training_logs.analysis.causal import causal_model
+from debug_training_logs.analysis.causal import INFERRED_KINDS, causal_model
 from debug_training_logs.analysis.evidence import (
     AIS_LOOKBACK,
     PER_STEP_COLLECTIVES,
@@ -34,6 +34,7 @@ from debug_training_logs.analysis.evidence import (
     rank_states,
     refine_times,
 )
+from debug_training_logs.formats.slurm import scheduler_ended
 from debug_training_logs.formats.timestamps import show
 from debug_training_logs.models import Evidence
 from debug_training_logs.ranges import format_ranges
@@ -168,7 +169,7 @@ def established_conclusion(ctx: RuleContext, *, cautious_ok_for_fabric: bool = F
     if not cautious_ok_for_fabric:
         if fabric_evidence(ev)[0]:
             return "the fabric pattern is shown (every rank inside the collective, positive fabric evidence)"
-        cancels = [h for h in ev.worker.hits("slurm_cancel") if "CANCELLED AT" in h.text]
+        cancels = [h for h in ev.worker.hits("slurm_cancel") if scheduler_ended(h.text) or "NODE FAILURE" in h.text]
         if cancels and not ev.nccl.timed_out:
             return f"SLURM cancelled the job ({cancels[0].file}:{cancels[0].line})"
     return None
@@ -252,7 +253,26 @@ def coverage(ctx: RuleContext) -> Check:
             + (f", missing {_fmt(missing)}" if missing else "")
             + ").",
         )
-    if w.world_size is None and causal_model(ctx.ev).complete:
+    model = causal_model(ctx.ev)
+    inferred = sorted(
+        r
+        for r in named
+        if (f := model.fates.get(r)) is not None
+        and (p := f.primary) is not None
+        and p.kind in INFERRED_KINDS
+        and not any(r in a.accused for a in model.accusations)
+    )
+    if w.world_size is None and model.complete and inferred:
+        return _check(
+            "coverage",
+            "failed",
+            f"Rank(s) {_fmt(inferred)} are named for what they did not do (they stalled, left or went silent), and no "
+            f"line states the world size: a rank of the job whose log is not here could be as silent (ranks seen: "
+            f"{_fmt(w.ranks)}).",
+            next_step="State the world size (world_size in the conclusion, from the launch command), or name them "
+            "as suspect_ranks with provisional: true.",
+        )
+    if w.world_size is None and model.complete:
         return _check(
             "coverage",
             "passed",
@@ -1133,12 +1153,13 @@ def _state(states: dict[int, RankState], r: int) -> str:
 def _cat_time_limit(ctx: RuleContext) -> Check:
     rule = "category_specific:time_limit"
     w = ctx.ev.worker
-    cancels = [h for h in w.hits("slurm_cancel") if "CANCELLED AT" in h.text and "NODE FAILURE" not in h.text]
+    cancels = [h for h in w.hits("slurm_cancel") if scheduler_ended(h.text)]
     if not cancels:
         return _check(
             rule,
             "failed",
-            "No 'CANCELLED AT ...' line of the scheduler's own (time limit, preemption, requeue) in any rank's log.",
+            "No 'CANCELLED ... DUE TO TIME LIMIT' (or preemption, requeue, an operator's scancel) line in any rank's "
+            "log.",
             next_step="Find the process killer (grep_all_ranks tier 1).",
         )
     at = cancels[0].when
