@@ -41,7 +41,11 @@ def nan_reported_by_every_rank() -> Incident:
     at = T0 + timedelta(seconds=42)
     for r in (0, 2, 3, 1):
         inc.log(r, f"{at:%Y-%m-%d %H:%M:%S},{100 + r:03d} ERROR trainer: non-finite loss on rank(s) [1] at step 41", at)
-        inc.traceback(r, [("/workspace/train.py", 77, "main", "check_finite(loss)")], "RuntimeError: non-finite loss on rank(s) [1]")
+        inc.traceback(
+            r,
+            [("/workspace/train.py", 77, "main", "check_finite(loss)")],
+            "RuntimeError: non-finite loss on rank(s) [1]",
+        )
     return inc
 
 
@@ -243,8 +247,11 @@ def test_the_agents_teardown_ends_an_attempt_it_does_not_open_one(tmp_path: Path
     world_line(inc)
     inc.steps_all({0: 30, 1: 30}, T0 + timedelta(seconds=1))
     inc.traceback(1, [("/workspace/train.py", 50, "main", "x = batch['y']")], "KeyError: 'y'")
-    inc.log(None, "E0314 09:01:00.000000 900 torch/distributed/elastic/multiprocessing/api.py:869] failed "
-            "(exitcode: 1) local_rank: 1 (pid: 1001) of binary: /usr/bin/python")
+    inc.log(
+        None,
+        "E0314 09:01:00.000000 900 torch/distributed/elastic/multiprocessing/api.py:869] failed "
+        "(exitcode: 1) local_rank: 1 (pid: 1001) of binary: /usr/bin/python",
+    )
     inc.log(None, AGENT.format(s=0) + "Sending process 1000 closing signal SIGTERM")
     inc.traceback(0, BACKWARD, "KeyboardInterrupt")
     inc.info(0, "step 31/500 | loss 1.9690", T0 + timedelta(seconds=60))

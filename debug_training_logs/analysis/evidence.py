@@ -1039,11 +1039,6 @@ def scan_worker_logs(logs_dir: Path, keep: LineKeep | None = None) -> JobScan:
     return scan_consumers(logs_dir, [c])[c.key]
 
 
-def gather_worker_evidence(logs_dir: Path) -> WorkerEvidence:
-    """Scan every worker log under ``logs_dir`` once and assemble the evidence."""
-    return worker_evidence_from_scan(scan_worker_logs(logs_dir))
-
-
 FileItems = tuple[Any, Any, Any, Any]
 """One file's evidence items the fold reads: (digest, raw tallies when there is no digest, clock facts, series); all
 None for a file whose sink found nothing."""
@@ -1384,10 +1379,6 @@ def _file_ends(
 
 def _order_key(h: Hit) -> tuple[datetime, str, int]:
     return (h.time or h.after or h.before or datetime.max, h.file, h.line)  # (Hit.when, inline: sorts call it often)
-
-
-def _before(h: Hit, other: Hit | None) -> bool:
-    return other is None or _order_key(h) < _order_key(other)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

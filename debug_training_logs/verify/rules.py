@@ -29,7 +29,6 @@ from debug_training_logs.analysis.evidence import (
     job_finished,
     killers,
     node_failure_facts,
-    order_by_bounds,
     precedes_symptom,
     rank_states,
     refine_times,
@@ -1043,19 +1042,6 @@ def rank0_ahead(ctx: RuleContext) -> Check:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # category-specific
-
-
-def _before_symptom(ctx: RuleContext, h: Hit) -> bool | None:
-    """True/False when ``h`` is provably before/after the first symptom (with slack), None when undecidable."""
-    return order_by_bounds(h, ctx.symptom_time)
-
-
-def _first_of_kind(ctx: RuleContext, kind: str) -> dict[int, Hit]:
-    out: dict[int, Hit] = {}
-    for t in ctx.trig:
-        if t.category == kind and t.hit.rank is not None:
-            out.setdefault(t.hit.rank, t.hit)
-    return out
 
 
 def _needs_line_on_culprits(ctx: RuleContext, kind: str, what: str) -> Check:
