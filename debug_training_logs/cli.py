@@ -498,6 +498,8 @@ def _analyze_with_html(ns: argparse.Namespace) -> BaseModel:
         getattr(ns, "attempt", None),
         getattr(ns, "fr_dir", None),
         getattr(ns, "world_size", None),
+        job_id=getattr(ns, "job_id", None),
+        history=getattr(ns, "history", True),
     )
     _write_html(target, page)
     print(f"HTML report: {target} ({len(page.encode()):,} bytes)", file=sys.stderr)

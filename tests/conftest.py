@@ -23,6 +23,15 @@ def _fresh_scan_cache() -> None:
     set_default_companions(())
 
 
+@pytest.fixture(autouse=True)
+def history_file(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test records its diagnoses in a history of its own, in a temp dir apart from any logs (never the user's
+    state directory); servers and CLIs the test starts inherit it through the environment."""
+    path = tmp_path_factory.mktemp("history") / "history.sqlite"
+    monkeypatch.setenv("DEBUG_TRAINING_LOGS_HISTORY", str(path))
+    return path
+
+
 @pytest.fixture
 def counted_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many worker files each job scan read (one entry per scan started)."""
