@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import itertools
+import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.postgres_server import PostgresServer
 
 
 @pytest.fixture
@@ -30,6 +36,24 @@ def history_file(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     path = tmp_path_factory.mktemp("history") / "history.sqlite"
     monkeypatch.setenv("DEBUG_TRAINING_LOGS_HISTORY", str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server on 127.0.0.1 (``tests/postgres_server.py``), started once for the session."""
+    from tests.postgres_server import running_postgres
+
+    with running_postgres() as server:
+        yield server
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: PostgresServer) -> str:
+    """The DSN (with the password) of a new, empty database on :func:`postgres_server`."""
+    return postgres_server.create_database(f"history_{os.getpid()}_{next(_databases)}")
 
 
 @pytest.fixture

@@ -53,7 +53,7 @@ def location(value: str | None = None) -> Location:
     if re.match(r"postgres(?:ql)?://", raw, re.IGNORECASE):
         return Location("postgres", raw)
     if raw.lower().startswith("sqlite:///"):
-        raw = raw[len("sqlite://") :]
+        raw = raw[len("sqlite:///") :]  # sqlite:///relative.sqlite, sqlite:////absolute.sqlite
     return Location("sqlite", str(Path(raw).expanduser()))
 
 
