@@ -101,7 +101,7 @@ def test_the_repeat_offender_table(history: tuple[Location, dict[str, Diagnosis]
     store = open_store(where)
     assert store is not None
     try:
-        offenders, total = queries.repeat_offenders(store, last=50, min_failures=2)
+        offenders, total = queries.repeat_offenders(store, queries.window(store, 50), min_failures=2, jobs_per=8)
     finally:
         store.close()
     assert total == 2
@@ -127,8 +127,9 @@ def test_recurring_signatures_and_categories(history: tuple[Location, dict[str, 
     store = open_store(where)
     assert store is not None
     try:
-        sigs, total = queries.recurring_signatures(store, last=50, min_failures=2)
-        weekly = queries.categories_over_time(store, last=50, period="week")
+        win = queries.window(store, 50)
+        sigs, total = queries.recurring_signatures(store, win, min_failures=2)
+        weekly, periods = queries.categories_over_time(store, win, period="week")
     finally:
         store.close()
     assert total == 3
@@ -139,16 +140,21 @@ def test_recurring_signatures_and_categories(history: tuple[Location, dict[str, 
     ]
     oom = next(s for s in sigs if s.category == "cuda_oom")
     assert oom.event.startswith("[rank<r>]: torch.OutOfMemoryError: CUDA out of memory.") and oom.nodes == ["gpu-a01"]
-    assert [(c.period, c.category, c.failures) for c in weekly] == [
-        ("2026-W48", "rank_crash", 4),
-        ("2026-W48", "collective_mismatch", 1),
-        ("2026-W21", "rank_crash", 4),
-        ("2026-W21", "cuda_oom", 3),
-        ("2026-W21", "cuda_error", 2),
-        ("2026-W21", "data_loading_stall", 2),
-        ("2026-W21", "gpu_fabric", 1),
-        ("2026-W21", "node_failure", 1),
-        ("2026-W21", "watchdog_hang", 1),
+    assert periods == 2 and [(c.period, c.failures, c.categories) for c in weekly] == [
+        ("2026-W48", 5, {"rank_crash": 4, "collective_mismatch": 1}),
+        (
+            "2026-W21",
+            14,
+            {
+                "rank_crash": 4,
+                "cuda_oom": 3,
+                "cuda_error": 2,
+                "data_loading_stall": 2,
+                "gpu_fabric": 1,
+                "node_failure": 1,
+                "watchdog_hang": 1,
+            },
+        ),
     ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -26,11 +27,10 @@ from debug_training_logs.history.types import (
 
 Period = Literal["day", "week", "month"]
 
-_RECENT = "WITH recent AS (SELECT * FROM jobs WHERE category <> ? ORDER BY failed_at DESC, id DESC LIMIT ?) "
 _REF_COLUMNS = "j.slurm_job_id, j.attempt, j.logs_dir, j.failed_at, j.category, j.culprit_ranks"
 
 
-def _ref(row: Sequence[Any], role: str | None = None) -> JobRef:
+def _ref(row: Sequence[Any], role: str | None = None, *, with_dir: bool = True) -> JobRef:
     slurm_job_id, attempt, logs_dir, failed_at, category, culprit_ranks = row[:6]
     return JobRef(
         job=job_label(slurm_job_id, attempt, logs_dir),
@@ -38,12 +38,44 @@ def _ref(row: Sequence[Any], role: str | None = None) -> JobRef:
         category=category,
         role=role,
         culprit_ranks=culprit_ranks,
-        logs_dir=logs_dir,
+        logs_dir=logs_dir if with_dir else "",
     )
 
 
 def _marks(n: int) -> str:
     return ", ".join("?" for _ in range(n))
+
+
+@dataclass(frozen=True, repr=False)
+class Window:
+    """The last ``last`` failures, as a range of the ``jobs_by_time`` index: every failure at or after ``(failed_at,
+    id)`` (None: fewer failures than ``last``, so all of them). Found once; each query then filters by it."""
+
+    size: int
+    failed_at: str | None
+    id: int | None
+
+    def where(self, alias: str = "j") -> tuple[str, tuple[Any, ...]]:
+        """The SQL condition (and its parameters) that selects the window's failures of ``alias``."""
+        cond = f"{alias}.category <> ?"
+        if self.failed_at is None:
+            return cond, (NO_FAILURE,)
+        return (
+            f"{cond} AND ({alias}.failed_at > ? OR ({alias}.failed_at = ? AND {alias}.id >= ?))",
+            (NO_FAILURE, self.failed_at, self.failed_at, self.id),
+        )
+
+
+def window(store: Store, last: int) -> Window:
+    """The last ``last`` failures (fewer when fewer were recorded)."""
+    edge = store.rows(
+        "SELECT failed_at, id FROM jobs WHERE category <> ? ORDER BY failed_at DESC, id DESC LIMIT 1 OFFSET ?",
+        (NO_FAILURE, last - 1),
+    )
+    if edge:
+        return Window(last, edge[0][0], int(edge[0][1]))
+    n = int(store.rows("SELECT COUNT(*) FROM jobs WHERE category <> ?", (NO_FAILURE,))[0][0] or 0)
+    return Window(n, None, None)
 
 
 def totals(store: Store) -> tuple[int, int]:
@@ -52,105 +84,104 @@ def totals(store: Store) -> tuple[int, int]:
     return int(rows[0][0] or 0), int(rows[0][1] or 0)
 
 
-def window_size(store: Store, last: int) -> int:
-    """How many failures the last-``last`` window really holds (fewer when fewer were recorded)."""
-    rows = store.rows(_RECENT + "SELECT COUNT(*) FROM recent", (NO_FAILURE, last))
-    return int(rows[0][0] or 0)
-
-
 def repeat_offenders(
-    store: Store, *, last: int, min_failures: int, offset: int = 0, limit: int = 20, jobs_per: int = 8
+    store: Store, win: Window, *, min_failures: int, offset: int = 0, limit: int = 10, jobs_per: int = 5
 ) -> tuple[list[Offender], int]:
-    """Nodes and daemons implicated in at least ``min_failures`` of the last ``last`` failures, most often first:
-    (the page from ``offset``, how many there are in all)."""
-    of_last = window_size(store, last)
+    """Nodes and daemons implicated in at least ``min_failures`` of the window's failures, most often first: (the
+    page from ``offset``, how many there are in all)."""
+    cond, params = win.where()
     groups = store.rows(
-        _RECENT + "SELECT i.kind, i.name, COUNT(*), SUM(CASE WHEN i.role = 'culprit' THEN 1 ELSE 0 END), "
-        "MIN(r.failed_at), MAX(r.failed_at) FROM implicated i JOIN recent r ON r.id = i.job_id "
-        "GROUP BY i.kind, i.name HAVING COUNT(*) >= ? "
-        "ORDER BY COUNT(*) DESC, MAX(r.failed_at) DESC, i.kind, i.name",
-        (NO_FAILURE, last, min_failures),
+        "SELECT i.kind, i.name, COUNT(*), SUM(CASE WHEN i.role = 'culprit' THEN 1 ELSE 0 END), "
+        f"MIN(j.failed_at), MAX(j.failed_at) FROM implicated i JOIN jobs j ON j.id = i.job_id WHERE {cond} "
+        "GROUP BY i.kind, i.name HAVING COUNT(*) >= ? ORDER BY COUNT(*) DESC, MAX(j.failed_at) DESC, i.kind, i.name",
+        (*params, min_failures),
     )
     page = groups[offset : offset + limit]
     if not page:
         return [], len(groups)
     names = sorted({g[1] for g in page})
-    detail = store.rows(
-        _RECENT + f"SELECT i.kind, i.name, i.role, {_REF_COLUMNS} FROM implicated i JOIN recent j ON j.id = i.job_id "
-        f"WHERE i.name IN ({_marks(len(names))}) ORDER BY j.failed_at DESC, j.id DESC",
-        (NO_FAILURE, last, *names),
-    )
+    among = f"{cond} AND i.name IN ({_marks(len(names))})"
+    categories: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    for kind, name, category, n in store.rows(
+        f"SELECT i.kind, i.name, j.category, COUNT(*) FROM implicated i JOIN jobs j ON j.id = i.job_id WHERE {among} "
+        "GROUP BY i.kind, i.name, j.category ORDER BY COUNT(*) DESC, j.category",
+        (*params, *names),
+    ):
+        categories[(kind, name)][category] = int(n)
     jobs: dict[tuple[str, str], list[JobRef]] = defaultdict(list)
-    categories: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-    for row in detail:
-        key = (row[0], row[1])
-        jobs[key].append(_ref(row[3:], role=row[2]))
-        categories[key][row[7]] += 1
-    out = []
-    for kind, name, n, culprit, first, latest in page:
-        refs = jobs[(kind, name)]
-        out.append(
-            Offender(
-                kind=kind,
-                name=name,
-                failures=int(n),
-                of_last=of_last,
-                as_culprit=int(culprit or 0),
-                categories=dict(categories[(kind, name)].most_common()),
-                first_seen=first,
-                last_seen=latest,
-                jobs=refs[:jobs_per],
-                jobs_truncated=max(0, len(refs) - jobs_per),
-            )
+    for row in store.rows(
+        f"SELECT kind, name, role, slurm_job_id, attempt, logs_dir, failed_at, category, culprit_ranks FROM ("
+        f"SELECT i.kind, i.name, i.role, {_REF_COLUMNS}, j.id, ROW_NUMBER() OVER (PARTITION BY i.kind, i.name "
+        f"ORDER BY j.failed_at DESC, j.id DESC) AS nth FROM implicated i JOIN jobs j ON j.id = i.job_id "
+        f"WHERE {among}) ranked WHERE nth <= ? ORDER BY failed_at DESC, id DESC",
+        (*params, *names, jobs_per),
+    ):
+        jobs[(row[0], row[1])].append(_ref(row[3:], role=row[2], with_dir=False))
+    out = [
+        Offender(
+            kind=kind,
+            name=name,
+            failures=int(n),
+            of_last=win.size,
+            as_culprit=int(culprit or 0),
+            categories=categories[(kind, name)],
+            first_seen=first,
+            last_seen=latest,
+            jobs=jobs[(kind, name)],
+            jobs_truncated=max(0, int(n) - len(jobs[(kind, name)])),
         )
+        for kind, name, n, culprit, first, latest in page
+    ]
     return out, len(groups)
 
 
 def recurring_signatures(
-    store: Store, *, last: int, min_failures: int, offset: int = 0, limit: int = 20, jobs_per: int = 8
+    store: Store, win: Window, *, min_failures: int, offset: int = 0, limit: int = 10, jobs_per: int = 5
 ) -> tuple[list[RecurringSignature], int]:
-    """Failure signatures seen in at least ``min_failures`` of the last ``last`` failures, most frequent first."""
+    """Failure signatures seen in at least ``min_failures`` of the window's failures, most frequent first."""
+    cond, params = win.where()
     groups = store.rows(
-        _RECENT + "SELECT signature, MIN(category), MIN(signature_event), COUNT(*), MIN(failed_at), MAX(failed_at) "
-        "FROM recent GROUP BY signature HAVING COUNT(*) >= ? ORDER BY COUNT(*) DESC, MAX(failed_at) DESC, signature",
-        (NO_FAILURE, last, min_failures),
+        "SELECT j.signature, MIN(j.category), MIN(j.signature_event), COUNT(*), MIN(j.failed_at), MAX(j.failed_at) "
+        f"FROM jobs j WHERE {cond} GROUP BY j.signature HAVING COUNT(*) >= ? "
+        "ORDER BY COUNT(*) DESC, MAX(j.failed_at) DESC, j.signature",
+        (*params, min_failures),
     )
     page = groups[offset : offset + limit]
     if not page:
         return [], len(groups)
     sigs = [g[0] for g in page]
-    detail = store.rows(
-        _RECENT + f"SELECT j.signature, j.id, {_REF_COLUMNS} FROM recent j WHERE j.signature IN ({_marks(len(sigs))}) "
-        "ORDER BY j.failed_at DESC, j.id DESC",
-        (NO_FAILURE, last, *sigs),
-    )
-    nodes = store.rows(
-        _RECENT + "SELECT j.signature, i.name FROM implicated i JOIN recent j ON j.id = i.job_id "
-        f"WHERE j.signature IN ({_marks(len(sigs))})",
-        (NO_FAILURE, last, *sigs),
-    )
+    among = f"{cond} AND j.signature IN ({_marks(len(sigs))})"
     jobs: dict[str, list[JobRef]] = defaultdict(list)
-    for row in detail:
-        jobs[row[0]].append(_ref(row[2:]))
-    where: dict[str, Counter[str]] = defaultdict(Counter)
-    for sig, name in nodes:
-        where[sig][name] += 1
-    out = []
-    for sig, category, event, n, first, latest in page:
-        refs = jobs[sig]
-        out.append(
-            RecurringSignature(
-                signature=sig,
-                category=category,
-                event=event,
-                failures=int(n),
-                first_seen=first,
-                last_seen=latest,
-                nodes=[name for name, _ in where[sig].most_common(8)],
-                jobs=refs[:jobs_per],
-                jobs_truncated=max(0, len(refs) - jobs_per),
-            )
+    for row in store.rows(
+        "SELECT signature, slurm_job_id, attempt, logs_dir, failed_at, category, culprit_ranks FROM ("
+        f"SELECT j.signature, {_REF_COLUMNS}, j.id, ROW_NUMBER() OVER (PARTITION BY j.signature "
+        f"ORDER BY j.failed_at DESC, j.id DESC) AS nth FROM jobs j WHERE {among}) ranked "
+        "WHERE nth <= ? ORDER BY failed_at DESC, id DESC",
+        (*params, *sigs, jobs_per),
+    ):
+        jobs[row[0]].append(_ref(row[1:], with_dir=False))
+    where: dict[str, list[str]] = defaultdict(list)
+    for sig, name, _n in store.rows(
+        f"SELECT j.signature, i.name, COUNT(*) FROM implicated i JOIN jobs j ON j.id = i.job_id WHERE {among} "
+        "GROUP BY j.signature, i.name ORDER BY COUNT(*) DESC, i.name",
+        (*params, *sigs),
+    ):
+        if len(where[sig]) < 8:
+            where[sig].append(name)
+    out = [
+        RecurringSignature(
+            signature=sig,
+            category=category,
+            event=event,
+            failures=int(n),
+            first_seen=first,
+            last_seen=latest,
+            nodes=where[sig],
+            jobs=jobs[sig],
+            jobs_truncated=max(0, int(n) - len(jobs[sig])),
         )
+        for sig, category, event, n, first, latest in page
+    ]
     return out, len(groups)
 
 
@@ -167,13 +198,24 @@ def period_of(failed_at: str, period: Period) -> str:
     return f"{year}-W{week:02d}"
 
 
-def categories_over_time(store: Store, *, last: int, period: Period) -> list[CategoryCount]:
-    """Failures per category per period among the last ``last`` failures, newest period first."""
-    rows = store.rows(_RECENT + "SELECT failed_at, category FROM recent", (NO_FAILURE, last))
-    counts = Counter((period_of(t, period), c) for t, c in rows)
-    ordered = sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]), reverse=False)
-    ordered.sort(key=lambda kv: kv[0][0], reverse=True)  # newest period first, each by count (stable)
-    return [CategoryCount(period=p, category=c, failures=n) for (p, c), n in ordered]
+def categories_over_time(
+    store: Store, win: Window, *, period: Period, offset: int = 0, limit: int = 10
+) -> tuple[list[CategoryCount], int]:
+    """Failures per category in each period of the window, newest period first: (the page of periods from
+    ``offset``, how many periods in all)."""
+    cond, params = win.where()
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    for failed_at, category, n in store.rows(
+        f"SELECT SUBSTR(j.failed_at, 1, 10), j.category, COUNT(*) FROM jobs j WHERE {cond} "
+        "GROUP BY SUBSTR(j.failed_at, 1, 10), j.category",
+        params,
+    ):
+        counts[period_of(failed_at, period)][category] += int(n)
+    periods = sorted(counts, reverse=True)
+    return [
+        CategoryCount(period=p, failures=sum(counts[p].values()), categories=dict(counts[p].most_common()))
+        for p in periods[offset : offset + limit]
+    ], len(periods)
 
 
 def involvement(store: Store, kind: Kind, name: str, *, offset: int = 0, limit: int = 20) -> tuple[list[JobRef], int]:

@@ -82,9 +82,22 @@ def latest_version(migrations: Sequence[Migration] | None = None) -> int:
     return max((m.version for m in (MIGRATIONS if migrations is None else migrations)), default=0)
 
 
+def current_version(db: Backend) -> int | None:
+    """The version ``db`` is at (0: none applied), or None when it has no ``schema_version`` table (or cannot say:
+    :func:`migrate` then finds out why)."""
+    try:
+        rows = db.run("SELECT MAX(version) FROM schema_version")
+    except Exception:
+        return None
+    return int(rows[0][0]) if rows and rows[0][0] is not None else 0
+
+
 def migrate(db: Backend, migrations: Sequence[Migration] | None = None) -> int:
-    """Apply the migrations ``db`` lacks, in order; returns its version afterwards."""
+    """Apply the migrations ``db`` lacks, in order; returns its version afterwards. A history already at the latest
+    version costs one query (no transaction, no lock)."""
     todo = sorted(MIGRATIONS if migrations is None else migrations, key=lambda m: m.version)
+    if current_version(db) == latest_version(todo):
+        return latest_version(todo)
     with db.transaction():
         if db.dialect == "postgres":
             db.run("SELECT pg_advisory_xact_lock(?)", (ADVISORY_LOCK,))

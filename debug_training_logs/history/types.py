@@ -72,7 +72,7 @@ class JobRef(Model):
     category: str
     role: str | None = Field(default=None, description="How the node/daemon asked about was implicated in it.")
     culprit_ranks: str = Field(default="", description="Its culprit ranks (range string).")
-    logs_dir: str = ""
+    logs_dir: str = Field(default="", description="Its logs directory (in a node's, daemon's or signature's job list).")
 
 
 class Offender(Model):
@@ -86,7 +86,7 @@ class Offender(Model):
     categories: dict[str, int] = Field(description="Failures per category.")
     first_seen: str
     last_seen: str
-    jobs: list[JobRef] = Field(description="Its failures, newest first.")
+    jobs: list[JobRef] = Field(description="Its latest failures, newest first (job_history(node=...) lists all).")
     jobs_truncated: int = 0
 
 
@@ -100,16 +100,16 @@ class RecurringSignature(Model):
     first_seen: str
     last_seen: str
     nodes: list[str] = Field(description="Nodes and daemons implicated in these failures (most often first).")
-    jobs: list[JobRef] = Field(description="The failures with this signature, newest first.")
+    jobs: list[JobRef] = Field(description="Its latest failures, newest first (job_history(signature=...): all).")
     jobs_truncated: int = 0
 
 
 class CategoryCount(Model):
-    """Failures of one category in one period."""
+    """The failures of one period, per category."""
 
     period: str = Field(description="2026-W21 (ISO week), 2026-05-21 (day) or 2026-05 (month).")
-    category: str
     failures: int
+    categories: dict[str, int] = Field(description="Failures per category in the period, most first.")
 
 
 class SeenBefore(Model):

@@ -34,8 +34,9 @@ class JobHistory(Model):
     )
     recurring_signatures_truncated: int = 0
     categories: list[CategoryCount] = Field(
-        default_factory=list, description="Failures per category per period in the window, newest period first."
+        default_factory=list, description="The window's failures per period and category, newest period first."
     )
+    categories_truncated: int = 0
     jobs: list[JobRef] = Field(
         default_factory=list,
         description="With node, daemon or signature: every recorded job it was part of, newest first (paged).",
@@ -69,8 +70,12 @@ def job_history(
     period: Annotated[
         Literal["day", "week", "month"], Field(description="The period of the failures-per-category table.")
     ] = "week",
-    offset: Annotated[int, Field(ge=0, description="Skip this many rows of the paged list (see next_offset).")] = 0,
-    limit: Annotated[int, Field(ge=1, le=500, description="At most this many rows of the paged list.")] = 20,
+    offset: Annotated[
+        int, Field(ge=0, description="Skip this many rows of each table, or of the job list (see next_offset).")
+    ] = 0,
+    limit: Annotated[
+        int, Field(ge=1, le=500, description="At most this many rows of each table, or of the job list.")
+    ] = 10,
 ) -> JobHistory:
     """What earlier diagnoses say, from the job history every diagnose records (SQLite in the user's state
     directory, or the team's PostgreSQL in DEBUG_TRAINING_LOGS_HISTORY).
@@ -106,28 +111,25 @@ def job_history(
         asked: tuple[Kind, str] | None = ("node", node) if node else ("daemon", daemon) if daemon else None
         if asked is not None or signature:
             return _jobs_of(store, shown, jobs_recorded, failures, asked, signature, offset, limit)
-        window = queries.window_size(store, last)
-        offenders, n_off = queries.repeat_offenders(
-            store, last=last, min_failures=min_failures, offset=offset, limit=limit
-        )
-        sigs, n_sig = queries.recurring_signatures(
-            store, last=last, min_failures=min_failures, offset=offset, limit=limit
-        )
-        categories = queries.categories_over_time(store, last=last, period=period)
+        win = queries.window(store, last)
+        offenders, n_off = queries.repeat_offenders(store, win, min_failures=min_failures, offset=offset, limit=limit)
+        sigs, n_sig = queries.recurring_signatures(store, win, min_failures=min_failures, offset=offset, limit=limit)
+        categories, n_periods = queries.categories_over_time(store, win, period=period, offset=offset, limit=limit)
     finally:
         store.close()
-    more = max(n_off, n_sig) > offset + limit
+    more = max(n_off, n_sig, n_periods) > offset + limit
     return JobHistory(
-        summary=_summary(jobs_recorded, failures, window, min_failures, offenders, n_off, sigs, n_sig),
+        summary=_summary(jobs_recorded, failures, win.size, min_failures, offenders, n_off, sigs, n_sig),
         store=shown,
         jobs_recorded=jobs_recorded,
         failures_recorded=failures,
-        window=window,
+        window=win.size,
         repeat_offenders=offenders,
         repeat_offenders_truncated=max(0, n_off - offset - len(offenders)),
         recurring_signatures=sigs,
         recurring_signatures_truncated=max(0, n_sig - offset - len(sigs)),
         categories=categories,
+        categories_truncated=max(0, n_periods - offset - len(categories)),
         next_offset=offset + limit if more else None,
     )
 
@@ -199,10 +201,13 @@ def _summary(
     return head + off + sig
 
 
+_PAGED = ("jobs", "repeat_offenders", "recurring_signatures", "categories")
+
+
 def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:
     """A shortened table: its next page; a shortened job list inside an offender: that node's (daemon's) own jobs."""
     args = {k: v for k, v in cut.arguments.items()}
-    if cut.field in ("jobs", "repeat_offenders", "recurring_signatures"):
+    if cut.field in _PAGED:
         nxt = {**args, "offset": int(args.get("offset", 0)) + cut.shown, "limit": max(1, cut.shown)}
         return nxt, f"{cut.total - cut.shown} more {cut.field} rows: page on with offset={nxt['offset']}."
     if cut.field.startswith("repeat_offenders[") and cut.field.endswith("].jobs"):
@@ -219,7 +224,7 @@ def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:
 
 def _amend(data: dict[str, Any], cut: Cut) -> None:
     """The paged list was shortened: the next page starts after what is shown."""
-    if cut.field in ("jobs", "repeat_offenders", "recurring_signatures"):
+    if cut.field in _PAGED:
         data["next_offset"] = int(cut.arguments.get("offset", 0)) + cut.shown
 
 
@@ -239,8 +244,9 @@ def render_history(h: JobHistory) -> str:
         for s in h.recurring_signatures:
             lines.append(f"  {s.failures:>4}x {s.category} [{s.signature}] on {', '.join(s.nodes) or '-'}: {s.event}")
     if h.categories:
-        lines += ["", "Failures per category:"]
-        lines += [f"  {c.period:10} {c.category:28} {c.failures}" for c in h.categories]
+        lines += ["", "Failures per period and category:"]
+        for c in h.categories:
+            lines.append(f"  {c.period:10} {c.failures:>5}  " + ", ".join(f"{k} {n}" for k, n in c.categories.items()))
     if h.jobs:
         lines += ["", "Jobs:"]
         for j in h.jobs:
