@@ -26,6 +26,8 @@ from debug_training_logs.history.types import (
 )
 
 Period = Literal["day", "week", "month"]
+NODES_OF_LATEST = 50
+"""A recurring signature's nodes are counted over its latest this many failures."""
 
 _REF_COLUMNS = "j.slurm_job_id, j.attempt, j.logs_dir, j.failed_at, j.category, j.culprit_ranks"
 
@@ -65,6 +67,16 @@ class Window:
             (NO_FAILURE, self.failed_at, self.failed_at, self.id),
         )
 
+    def where_implicated(self, alias: str = "i") -> tuple[str, tuple[Any, ...]]:
+        """:meth:`where` on ``implicated``'s own copy of the job's time and outcome (no join)."""
+        cond = f"{alias}.failed = 1"
+        if self.failed_at is None:
+            return cond, ()
+        return (
+            f"{cond} AND ({alias}.failed_at > ? OR ({alias}.failed_at = ? AND {alias}.job_id >= ?))",
+            (self.failed_at, self.failed_at, self.id),
+        )
+
 
 def window(store: Store, last: int) -> Window:
     """The last ``last`` failures (fewer when fewer were recorded)."""
@@ -89,17 +101,18 @@ def repeat_offenders(
 ) -> tuple[list[Offender], int]:
     """Nodes and daemons implicated in at least ``min_failures`` of the window's failures, most often first: (the
     page from ``offset``, how many there are in all)."""
-    cond, params = win.where()
+    icond, iparams = win.where_implicated()
     groups = store.rows(
         "SELECT i.kind, i.name, COUNT(*), SUM(CASE WHEN i.role = 'culprit' THEN 1 ELSE 0 END), "
-        f"MIN(j.failed_at), MAX(j.failed_at) FROM implicated i JOIN jobs j ON j.id = i.job_id WHERE {cond} "
-        "GROUP BY i.kind, i.name HAVING COUNT(*) >= ? ORDER BY COUNT(*) DESC, MAX(j.failed_at) DESC, i.kind, i.name",
-        (*params, min_failures),
+        f"MIN(i.failed_at), MAX(i.failed_at) FROM implicated i WHERE {icond} "
+        "GROUP BY i.kind, i.name HAVING COUNT(*) >= ? ORDER BY COUNT(*) DESC, MAX(i.failed_at) DESC, i.kind, i.name",
+        (*iparams, min_failures),
     )
     page = groups[offset : offset + limit]
     if not page:
         return [], len(groups)
     names = sorted({g[1] for g in page})
+    cond, params = win.where()
     among = f"{cond} AND i.name IN ({_marks(len(names))})"
     categories: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
     for kind, name, category, n in store.rows(
@@ -110,11 +123,11 @@ def repeat_offenders(
         categories[(kind, name)][category] = int(n)
     jobs: dict[tuple[str, str], list[JobRef]] = defaultdict(list)
     for row in store.rows(
-        f"SELECT kind, name, role, slurm_job_id, attempt, logs_dir, failed_at, category, culprit_ranks FROM ("
-        f"SELECT i.kind, i.name, i.role, {_REF_COLUMNS}, j.id, ROW_NUMBER() OVER (PARTITION BY i.kind, i.name "
-        f"ORDER BY j.failed_at DESC, j.id DESC) AS nth FROM implicated i JOIN jobs j ON j.id = i.job_id "
-        f"WHERE {among}) ranked WHERE nth <= ? ORDER BY failed_at DESC, id DESC",
-        (*params, *names, jobs_per),
+        f"SELECT r.kind, r.name, r.role, {_REF_COLUMNS} FROM (SELECT i.kind, i.name, i.role, i.job_id, "
+        "ROW_NUMBER() OVER (PARTITION BY i.kind, i.name ORDER BY i.failed_at DESC, i.job_id DESC) AS nth "
+        f"FROM implicated i WHERE {icond} AND i.name IN ({_marks(len(names))})) r JOIN jobs j ON j.id = r.job_id "
+        "WHERE r.nth <= ? ORDER BY j.failed_at DESC, j.id DESC",
+        (*iparams, *names, jobs_per),
     ):
         jobs[(row[0], row[1])].append(_ref(row[3:], role=row[2], with_dir=False))
     out = [
@@ -162,9 +175,11 @@ def recurring_signatures(
         jobs[row[0]].append(_ref(row[1:], with_dir=False))
     where: dict[str, list[str]] = defaultdict(list)
     for sig, name, _n in store.rows(
-        f"SELECT j.signature, i.name, COUNT(*) FROM implicated i JOIN jobs j ON j.id = i.job_id WHERE {among} "
-        "GROUP BY j.signature, i.name ORDER BY COUNT(*) DESC, i.name",
-        (*params, *sigs),
+        "SELECT r.signature, i.name, COUNT(*) FROM (SELECT j.id, j.signature, ROW_NUMBER() OVER (PARTITION BY "
+        f"j.signature ORDER BY j.failed_at DESC, j.id DESC) AS nth FROM jobs j WHERE {among}) r "
+        "JOIN implicated i ON i.job_id = r.id WHERE r.nth <= ? GROUP BY r.signature, i.name "
+        "ORDER BY COUNT(*) DESC, i.name",
+        (*params, *sigs, NODES_OF_LATEST),
     ):
         if len(where[sig]) < 8:
             where[sig].append(name)

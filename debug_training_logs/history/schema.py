@@ -58,17 +58,21 @@ MIGRATIONS: tuple[Migration, ...] = (
                 signature_event TEXT NOT NULL,
                 summary TEXT NOT NULL
             )""",
+            # failed_at and failed repeat the job's (the window of the last N failures is then read from this table
+            # alone: the repeat-offender count of 10,000 jobs joins nothing)
             """CREATE TABLE implicated (
                 job_id BIGINT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
                 kind TEXT NOT NULL,
                 name TEXT NOT NULL,
                 role TEXT NOT NULL,
                 ranks TEXT NOT NULL,
+                failed_at TEXT NOT NULL,
+                failed INTEGER NOT NULL,
                 PRIMARY KEY (job_id, kind, name)
             )""",
             "CREATE INDEX jobs_by_time ON jobs (failed_at, id)",
-            "CREATE INDEX jobs_by_signature ON jobs (signature, failed_at)",
-            "CREATE INDEX implicated_by_name ON implicated (kind, name, job_id)",
+            "CREATE INDEX jobs_by_signature ON jobs (signature, failed_at, id)",
+            "CREATE INDEX implicated_by_name ON implicated (name, kind, failed_at, job_id)",
         ),
     ),
 )

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.history import schema
 from debug_training_logs.history.location import ENV, Location, location, redact
-from debug_training_logs.history.types import JobRecord
+from debug_training_logs.history.types import NO_FAILURE, JobRecord
 
 SQLITE_BUSY_SECONDS = 5.0
 """How long a write waits for another process's lock on a SQLite history before giving up (and saying so)."""
@@ -167,8 +167,9 @@ class Store:
             self.db.run("DELETE FROM implicated WHERE job_id = ?", (job_id,))
             for i in rec.implicated:
                 self.db.run(
-                    "INSERT INTO implicated (job_id, kind, name, role, ranks) VALUES (?, ?, ?, ?, ?)",
-                    (job_id, i.kind, i.name, i.role, i.ranks),
+                    "INSERT INTO implicated (job_id, kind, name, role, ranks, failed_at, failed) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (job_id, i.kind, i.name, i.role, i.ranks, rec.failed_at, int(rec.category != NO_FAILURE)),
                 )
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:

@@ -99,7 +99,9 @@ class RecurringSignature(Model):
     failures: int
     first_seen: str
     last_seen: str
-    nodes: list[str] = Field(description="Nodes and daemons implicated in these failures (most often first).")
+    nodes: list[str] = Field(
+        description="Nodes and daemons implicated in its latest (up to 50) failures, most often first."
+    )
     jobs: list[JobRef] = Field(description="Its latest failures, newest first (job_history(signature=...): all).")
     jobs_truncated: int = 0
 
