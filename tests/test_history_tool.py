@@ -32,6 +32,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def fill(where: Location, jobs: int, node: str = "gpu-r07-n075") -> None:
     store = open_store(where)
     assert store is not None
+    store.db.run("PRAGMA synchronous = OFF")  # a test's file: no need to wait for the disk after each job
     try:
         for i in range(jobs):
             store.record(
@@ -120,3 +121,51 @@ def test_the_history_is_never_written_into_a_log_directory(tmp_path: Path, monke
     d = diagnose(str(logs))
     assert d.history is not None and d.history.recorded is False and "inside the log directory" in str(d.history.error)
     assert sorted(p.name for p in logs.iterdir()) == ["error-777-0.out", "error-777-1.out"]
+
+
+@pytest.mark.anyio
+async def test_every_answer_on_a_teams_history_fits_the_default_budget(
+    history_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A team's history after months: 3,000 jobs on 2,000 nodes, a dozen of them bad, 13 categories (the
+    benchmark's generator; bench/history.py times 10,000)."""
+    from mcp import Client
+
+    from debug_training_logs.server.app import create_server
+    from debug_training_logs.tools.budget import DEFAULT_MAX_TOKENS, chars_for, compact_json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from history import synthetic  # the benchmark's generator (bench/history.py)
+
+    store = open_store(Location("sqlite", str(history_file)))
+    assert store is not None
+    store.db.run("PRAGMA synchronous = OFF")
+    try:
+        for rec in synthetic(3_000):
+            store.record(rec)
+        bad = store.rows("SELECT name FROM implicated GROUP BY name ORDER BY COUNT(*) DESC LIMIT 1")[0][0]
+        sig = store.rows("SELECT signature FROM jobs GROUP BY signature ORDER BY COUNT(*) DESC LIMIT 1")[0][0]
+    finally:
+        store.close()
+    calls: list[dict[str, object]] = [
+        {},
+        {"last": 10_000},
+        {"last": 10_000, "period": "day", "min_failures": 1, "limit": 500},
+        {"node": bad, "limit": 500},
+        {"daemon": "ais-target-3"},
+        {"signature": sig, "limit": 500},
+    ]
+    answers = []
+    async with Client(create_server([FIXTURES]), raise_exceptions=True) as client:
+        for args in calls:
+            res = await client.call_tool("job_history", args)
+            assert res.is_error is False and res.structured_content is not None, res.content
+            data = res.structured_content
+            assert len(compact_json(data)) <= chars_for(DEFAULT_MAX_TOKENS), args
+            assert len(res.content[0].text) <= chars_for(DEFAULT_MAX_TOKENS), args  # type: ignore[union-attr]
+            for omission in data["budget"]["omitted"]:
+                assert omission["shown"] < omission["total"] and omission["how"], args
+            answers.append(data)
+    overview = answers[1]
+    assert overview["jobs_recorded"] == 3_000 and overview["window"] == overview["failures_recorded"]
+    assert overview["repeat_offenders"][0]["name"] == bad and overview["repeat_offenders_truncated"] > 0
