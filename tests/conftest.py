@@ -29,6 +29,15 @@ def _fresh_scan_cache() -> None:
     set_default_companions(())
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """What module- and session-scoped fixtures record into (a server a whole module shares starts before any test's
+    own history is set): a history of the session's, never the user's state directory."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DEBUG_TRAINING_LOGS_HISTORY", str(tmp_path_factory.mktemp("session-history") / "history.sqlite"))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def history_file(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Each test records its diagnoses in a history of its own, in a temp dir apart from any logs (never the user's
