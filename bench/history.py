@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import get_args
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -34,22 +35,9 @@ from debug_training_logs.history.location import Location  # noqa: E402
 from debug_training_logs.history.record import job_key, signature  # noqa: E402
 from debug_training_logs.history.store import open_store  # noqa: E402
 from debug_training_logs.history.types import Implicated, JobRecord  # noqa: E402
+from debug_training_logs.verify.models import Category  # noqa: E402
 
-CATEGORIES = (
-    "data_loading_stall",
-    "storage_errors",
-    "gpu_fabric",
-    "cuda_oom",
-    "cuda_error",
-    "rank_crash",
-    "collective_mismatch",
-    "time_limit",
-    "node_failure",
-    "watchdog_hang",
-    "incomplete_evidence",
-    "nccl_timeout_unattributed",
-    "no_failure",
-)
+CATEGORIES = get_args(Category)
 
 
 def synthetic(n: int, seed: int = 7) -> Iterator[JobRecord]:
