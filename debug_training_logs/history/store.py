@@ -54,6 +54,12 @@ class SqliteBackend:
     dialect: Literal["sqlite", "postgres"] = "sqlite"
 
     def __init__(self, path: Path) -> None:
+        if sqlite3.sqlite_version_info < MIN_SQLITE:
+            raise HistoryError(
+                f"This Python's SQLite library is {sqlite3.sqlite_version}; the history needs "
+                f"{'.'.join(map(str, MIN_SQLITE))} or newer. Use a newer Python, point {ENV} at a PostgreSQL DSN, or "
+                "set it to 'off'."
+            )
         # autocommit (isolation_level None): transactions are opened explicitly, BEGIN IMMEDIATE for writers
         self.conn = sqlite3.connect(path, timeout=SQLITE_BUSY_SECONDS, isolation_level=None)
         self.conn.execute("PRAGMA foreign_keys = ON")
@@ -82,12 +88,10 @@ class PostgresBackend:
         import psycopg
 
         self.conn = psycopg.connect(
-            dsn,
-            autocommit=True,
-            connect_timeout=PG_CONNECT_SECONDS,
-            options=f"-c statement_timeout={PG_STATEMENT_MS}",
-            application_name="debug-training-logs",
+            dsn, autocommit=True, connect_timeout=PG_CONNECT_SECONDS, application_name="debug-training-logs"
         )
+        # a SET, not a startup option: connection poolers (pgbouncer) refuse unknown startup parameters
+        self.conn.execute(f"SET statement_timeout = {int(PG_STATEMENT_MS)}")
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         assert "%" not in sql, "no literal % in SQL text: psycopg reads it as a placeholder"
@@ -124,10 +128,11 @@ _JOB_COLUMNS = (
 )
 _UPSERT = (
     f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) VALUES ({', '.join('?' for _ in _JOB_COLUMNS)}) "
-    "ON CONFLICT (job_key) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _JOB_COLUMNS if c != "job_key")
-    + " RETURNING id"
+    "ON CONFLICT (job_key) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _JOB_COLUMNS if c != "job_key")
 )
+MIN_SQLITE = (3, 25, 0)
+"""The SQLite library the history needs: upserts (3.24) and window functions (3.25). (No ``RETURNING``, 3.35: the
+Python of an older distribution links the system's SQLite, e.g. 3.31 on Ubuntu 20.04.)"""
 
 
 class Store:
@@ -163,7 +168,8 @@ class Store:
             rec.summary,
         )
         with self.guarded("record this diagnosis in"), self.db.transaction():
-            job_id = self.db.run(_UPSERT, values)[0][0]
+            self.db.run(_UPSERT, values)
+            job_id = self.db.run("SELECT id FROM jobs WHERE job_key = ?", (rec.key,))[0][0]
             self.db.run("DELETE FROM implicated WHERE job_id = ?", (job_id,))
             for i in rec.implicated:
                 self.db.run(
