@@ -228,7 +228,11 @@ def categories_over_time(
         counts[period_of(failed_at, period)][category] += int(n)
     periods = sorted(counts, reverse=True)
     return [
-        CategoryCount(period=p, failures=sum(counts[p].values()), categories=dict(counts[p].most_common()))
+        CategoryCount(
+            period=p,
+            failures=sum(counts[p].values()),
+            categories=dict(sorted(counts[p].items(), key=lambda kv: (-kv[1], kv[0]))),
+        )
         for p in periods[offset : offset + limit]
     ], len(periods)
 
