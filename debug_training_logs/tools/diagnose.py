@@ -492,6 +492,8 @@ def diagnose(
     table, the numbered root-cause chain, key files, recommendations (storage side, client side, training config,
     evidence to collect) and the verification. When the evidence cannot decide (missing ranks, a timeout nothing
     attributes), the verdict says so (incomplete_evidence / nccl_timeout_unattributed) and what to fetch next.
+    Each diagnosis is recorded in the job history (job_history); its history field says whether this job's culprit
+    node, AIS daemon or failure signature failed before.
     """
     if not html_report:
         logs_root = input_dir(logs_dir)
