@@ -48,6 +48,7 @@ SHORT_HELP = {
     "align": "The offset between worker and AIS clocks, verified by two methods or not.",
     "timeline": "One chronological list of key events from every source.",
     "verify": "Accept or reject a conclusion, rule by rule, from the logs themselves.",
+    "history": "Earlier diagnoses: repeat-offender nodes and daemons, recurring failures, a node's or daemon's jobs.",
 }
 """One complete sentence per command for ``--help``'s list (a docstring's first line is cut mid-sentence)."""
 
@@ -498,6 +499,8 @@ def _analyze_with_html(ns: argparse.Namespace) -> BaseModel:
         getattr(ns, "attempt", None),
         getattr(ns, "fr_dir", None),
         getattr(ns, "world_size", None),
+        job_id=getattr(ns, "job_id", None),
+        history=getattr(ns, "history", True),
     )
     _write_html(target, page)
     print(f"HTML report: {target} ({len(page.encode()):,} bytes)", file=sys.stderr)

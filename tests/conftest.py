@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import itertools
+import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.postgres_server import PostgresServer
 
 
 @pytest.fixture
@@ -21,6 +27,42 @@ def _fresh_scan_cache() -> None:
 
     CACHE.clear()
     set_default_companions(())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """What module- and session-scoped fixtures record into (a server a whole module shares starts before any test's
+    own history is set): a history of the session's, never the user's state directory."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DEBUG_TRAINING_LOGS_HISTORY", str(tmp_path_factory.mktemp("session-history") / "history.sqlite"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def history_file(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test records its diagnoses in a history of its own, in a temp dir apart from any logs (never the user's
+    state directory); servers and CLIs the test starts inherit it through the environment."""
+    path = tmp_path_factory.mktemp("history") / "history.sqlite"
+    monkeypatch.setenv("DEBUG_TRAINING_LOGS_HISTORY", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server on 127.0.0.1 (``tests/postgres_server.py``), started once for the session."""
+    from tests.postgres_server import running_postgres
+
+    with running_postgres() as server:
+        yield server
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: PostgresServer) -> str:
+    """The DSN (with the password) of a new, empty database on :func:`postgres_server`."""
+    return postgres_server.create_database(f"history_{os.getpid()}_{next(_databases)}")
 
 
 @pytest.fixture

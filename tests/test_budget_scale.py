@@ -88,6 +88,8 @@ def _calls(job: Job, endpoint: str) -> list[tuple[str, dict[str, Any]]]:
         ("align_timezones", {"logs_dir": logs, "ais_dir": ais}),
         ("timeline", {"logs_dir": logs, "ais_dir": ais, "limit": 500}),
         ("diagnose", {"logs_dir": logs, "ais_dir": ais}),
+        ("job_history", {}),  # diagnose just recorded this job (the history at 10,000 jobs: test_history_tool)
+        ("job_history", {"daemon": "ais-target-2"}),
     ]
 
 

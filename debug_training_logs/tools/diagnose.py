@@ -23,6 +23,7 @@ from debug_training_logs.analysis.evidence import (
     rank_states,
 )
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, show
+from debug_training_logs.history.types import HistoryNote
 from debug_training_logs.models import Coverage, Model, build_deferred
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
@@ -171,6 +172,12 @@ class Diagnosis(Model):
         description="With html_report=true: the URI of the HTML report (a text/html resource this server serves; "
         "the result also carries it as a resource link). A person opens it in a browser; do not read it into a "
         "model's context.",
+    )
+    history: HistoryNote | None = Field(
+        default=None,
+        description="What the job history says: whether this diagnosis was recorded, and when this job's culprit "
+        "node, AIS daemon or failure signature was seen in earlier failures ('third time in 14 days'), with the "
+        "action that suggests. Null when the history is off.",
     )
 
 
@@ -367,11 +374,14 @@ def _weaker(v: Verdict, category: str, suspects: list[int], missing: list[int]) 
     )
 
 
-def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> Diagnosis:
+def build_diagnosis(
+    ev: JobEvidence, logs_root: Path, ais_root: Path | None, *, history: bool = False, job_id: str | None = None
+) -> Diagnosis:
     """Verdict, its verification and the report pieces from gathered evidence (no further scan of the logs).
 
     diagnose never presents a verdict its own verifier rejects: when it does, the strongest weaker verdict that
-    passes is presented (:func:`fallbacks`) and ``verdict.blocked`` says what blocked the stronger one."""
+    passes is presented (:func:`fallbacks`) and ``verdict.blocked`` says what blocked the stronger one. With
+    ``history``, the diagnosis is recorded in the job history and says what it shares with earlier failures."""
     from debug_training_logs.analysis.diagnosis import conclude
     from debug_training_logs.analysis.recommendations import recommend
 
@@ -407,7 +417,7 @@ def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> 
     v.blocked = blocked if v is not first else []
     utc_offset = _utc_offset(ev)
     entries = [_entry(e, utc_offset) for e in v.timeline]
-    return Diagnosis(
+    d = Diagnosis(
         summary=_summary(v, verification) + _attempt_note(ev),
         job=_job(ev),
         verdict=VerdictModel(
@@ -464,6 +474,13 @@ def build_diagnosis(ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> 
         attempts=summaries(ev.attempts) if ev.attempts is not None and ev.attempts.count > 1 else [],
         attempt=ev.attempt,
     )
+    if history:
+        from debug_training_logs.tools.diagnosis_history import remember
+
+        remember(d, ev, v.chain, job_id=job_id)
+        if d.history is not None and d.history.action:  # a node or a failure that keeps coming back
+            d.verdict.action = f"{d.history.action} {d.verdict.action}"
+    return d
 
 
 def diagnose(
@@ -495,6 +512,21 @@ def diagnose(
             "server's memory, nothing is written to disk."
         ),
     ] = False,
+    job_id: Annotated[
+        str | None,
+        Field(
+            description="The SLURM job id when the log file names do not carry it (the epilog passes $SLURM_JOB_ID); "
+            "it names the job in the history."
+        ),
+    ] = None,
+    history: Annotated[
+        bool,
+        Field(
+            description="Record this diagnosis in the job history (re-analysing a job updates its record) and say "
+            "whether its culprit node, AIS daemon or failure signature was seen in earlier failures; false leaves "
+            "the history untouched."
+        ),
+    ] = True,
 ) -> Diagnosis:
     """Find the root cause of a failed distributed training job, the whole protocol deterministically: job overview,
     tiered search of every rank's log, the NCCL state table (who never entered the collective), AIS counter deltas
@@ -505,15 +537,18 @@ def diagnose(
     table, the numbered root-cause chain, key files, recommendations (storage side, client side, training config,
     evidence to collect) and the verification. When the evidence cannot decide (missing ranks, a timeout nothing
     attributes), the verdict says so (incomplete_evidence / nccl_timeout_unattributed) and what to fetch next.
+    Each diagnosis is recorded in the job history (job_history); its history field says whether this job's culprit
+    node, AIS daemon or failure signature failed before.
     """
     if not html_report:
         logs_root = input_dir(logs_dir)
         ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
         fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-        return build_diagnosis(_evidence(logs_root, ais_root, fr_root, attempt, world_size), logs_root, ais_root)
+        ev = _evidence(logs_root, ais_root, fr_root, attempt, world_size)
+        return build_diagnosis(ev, logs_root, ais_root, history=history, job_id=job_id)
     from debug_training_logs.printers import store
 
-    d, page = diagnose_with_html(logs_dir, ais_dir, attempt, fr_dir, world_size)
+    d, page = diagnose_with_html(logs_dir, ais_dir, attempt, fr_dir, world_size, job_id=job_id, history=history)
     d.html_report_uri = store.keep(page)
     return d
 
@@ -555,6 +590,9 @@ def diagnose_with_html(
     attempt: int | None = None,
     fr_dir: str | None = None,
     world_size: int | None = None,
+    *,
+    job_id: str | None = None,
+    history: bool = True,
 ) -> tuple[Diagnosis, str]:
     """:func:`diagnose` plus the HTML report of the same evidence (one scan for both)."""
     logs_root = input_dir(logs_dir)
@@ -564,7 +602,7 @@ def diagnose_with_html(
     from debug_training_logs.printers.html import render_html
     from debug_training_logs.printers.report_data import build_report_data
 
-    d = build_diagnosis(ev, logs_root, ais_root)
+    d = build_diagnosis(ev, logs_root, ais_root, history=history, job_id=job_id)
     source = str(logs_root) + (f" + {ais_root}" if ais_root is not None else "")
     return d, render_html(build_report_data(d, ev), source)
 
@@ -612,6 +650,14 @@ def _attempts_cell(d: Diagnosis) -> str:
     return _cell("; ".join(parts), 600)
 
 
+def _history_lines(d: Diagnosis) -> list[str]:
+    h = d.history
+    if h is None or not (h.note or h.action or h.error):
+        return []
+    text = f"not recorded ({h.error})" if h.error else " ".join(x for x in (h.note, h.action) if x)
+    return [f"**History:** {_cell(text, 600)}", ""]
+
+
 def render_report(d: Diagnosis) -> str:
     """The report an on-call engineer can forward as is."""
     v = d.verdict
@@ -639,6 +685,7 @@ def render_report(d: Diagnosis) -> str:
         ),
         "**Rank states:** " + ("; ".join(f"{g.state} {g.ranks}" for g in d.rank_states) or "none"),
         "",
+        *_history_lines(d),
         "## Job Details",
         "",
         "| | |",

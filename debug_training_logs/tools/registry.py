@@ -33,6 +33,7 @@ CLI_NAMES: dict[str, str] = {
     "timeline": "timeline",
     "diagnose": "diagnose",
     "verify_conclusion": "verify",
+    "job_history": "history",
 }
 """Light metadata: tool name (= its module in ``tools/``) -> CLI subcommand, in the order an agent should meet them.
 
