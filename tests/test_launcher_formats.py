@@ -97,6 +97,8 @@ def test_unrelated_lines_are_not_launcher_events() -> None:
         "[default0]:[rank0]:     dist.all_reduce(p.grad)",
         "exitcode is not a field here: failed to do the thing",
         "Rendezvous is fine",
+        # a trainer's own start-up line ending in the restart count is not the agent's rendezvous result
+        "2026-12-07 01:55:15.661 | INFO | train:run:276 - [rank1] init rank=1 world_size=16 restart_count=0",
     ]:
         assert torchrun.parse_line(line) is None
 

@@ -75,7 +75,9 @@ def ref_time(line: str) -> WallTime | None:
     return None
 
 
-_STATED = re.compile(r"\"rank\": ?(\d+)\b|\[rank(?: |: ?)(\d+)(?:/\d+)?\]")
+_STATED = re.compile(
+    r"\"rank\": ?(\d+)\b|\[rank(?: |: ?)(\d+)(?:/\d+)?\]|\[RANK (\d+)\]|(?:^|[\s|\]])rank=(\d+) \||^\s*rank ?(\d+) ?[|:] "
+)
 _LOCAL = re.compile(r"^\[[A-Za-z_][\w.\-]*?(\d+)\]:")
 
 
@@ -91,7 +93,7 @@ def ref_rank(text: str) -> tuple[int | None, str]:
         return int(r.group("rank")), "ray"
     st = _STATED.search(text)
     if st:
-        return int(st.group(1) or st.group(2)), "stated_rank"
+        return int(next(g for g in st.groups() if g is not None)), "stated_rank"
     s = SRUN_LABEL.match(text)
     if s:
         return int(s.group("task")), "srun_label"
@@ -351,7 +353,7 @@ def _fuzz_lines(seed: int, n: int) -> list[str]:
         "a", "x[rank9] ", "99999999999999999999", "2026-11-23 10:22:33", "2026/11/23T10:22:3", ".123456", ".12345",
         "[13:00:01<12:03:04", "W1123 10:22:33.123456 77 ", "[E1123 10:22:33.123456789 ", "█", "▎", "٣", "𝟘", "\u00a0",
         "\u2003", "\u0085", "2٠26-11-23 10:22:33", "20٢6-11-23 10:2٣:33", "[rank=3]", "(Worker pid=12, ip=1.2.3.4) ",
-        "\x1b[36m", "\x1b[", "\x1b[1;2?m", "\x1b[9",
+        "\x1b[36m", "\x1b[", "\x1b[1;2?m", "\x1b[9", "rank", "rank=", "[RANK ", " | ", "| ", "rank 4: ",
     )  # fmt: skip
     return ["".join(rng.choice(parts) for _ in range(rng.randint(0, 12))) for _ in range(n)]
 
@@ -373,6 +375,9 @@ def test_helper_rank_and_step_equal_the_regexes_on_fuzzed_lines(seed: int) -> No
                 or '"rank"' in text
                 or "[rank " in text
                 or "[rank:" in text
+                or "[RANK " in text
+                or "rank=" in text
+                or text.lstrip().startswith("rank")
             ), repr(line)
             continue
         answered += 1

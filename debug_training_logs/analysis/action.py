@@ -38,7 +38,8 @@ ACTIONS: dict[str, str] = {
     " then restart; restart as is only if the storage incident is over.",
     "storage_errors": "Fix the storage side first (the failing target or bucket), then restart.",
     "node_failure": "Restart without {nodes}.",
-    "gpu_fabric": "Restart without {nodes} and have the fabric checked (ibstat, NCCL_DEBUG=INFO).",
+    "gpu_fabric": "Have the fabric of {nodes} checked (ibstat, ibdev2netdev, nccl-tests between them) and restart "
+    "without the node whose port or adapter is down.",
     "watchdog_hang": "Restart without {nodes}; if it recurs elsewhere, collect stack dumps (py-spy) of the hung rank.",
     "nccl_timeout_unattributed": "Collect what is missing, then restart: stack dumps of the hung ranks while they "
     "hang (py-spy dump), the flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1) and "

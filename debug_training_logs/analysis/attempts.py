@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from debug_training_logs.analysis.launcher import AgentFacts, LauncherFacts, file_agent, parse_lines
 from debug_training_logs.analysis.launcher import gather as gather_launcher
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.formats.progress import step_number
 from debug_training_logs.formats.timestamps import parse_wall_time
 from debug_training_logs.logs.discovery import LogFile, discover
 from debug_training_logs.logs.scan import Checkpoints, FileScan, lines_at
@@ -180,8 +181,13 @@ def _stop_candidates(agents: Iterable[AgentFacts]) -> dict[str, list[tuple[int, 
     out: dict[str, list[tuple[int, str, str]]] = {}
     for a in agents:
         cands: list[tuple[int, str, str]] = []
-        for no, n in a.restart_counts[1:]:  # every rendezvous after the first starts a new round of workers
-            cands.append((no - 1, f"a new rendezvous (restart_count={n})", ""))
+        # a rendezvous round with a higher restart count starts a new round of workers (a worker's own start-up line
+        # that repeats the count it was given is not a round)
+        seen = a.restart_counts[0][1] if a.restart_counts else 0
+        for no, n in a.restart_counts[1:]:
+            if n > seen:
+                cands.append((no - 1, f"a new rendezvous (restart_count={n})", ""))
+                seen = n
         for e in a.restarts:
             cands.append((e.line, "the agent restarts the worker group", e.text))
         for no, w in a.worker_failed:
@@ -268,9 +274,6 @@ def split(
     return Attempts(attempts, boundaries, dir_attempt, method)
 
 
-_STEP = re.compile(r"(?:\bstep|\biter(?:ation)?|global_step)[\s=:]*(\d+)", re.IGNORECASE)
-
-
 def _worker_lines(lines: list[str]) -> list[str]:
     return [
         t
@@ -297,8 +300,8 @@ def _workers_start_over(before: list[str], after: list[str], stop: datetime | No
     mine = _worker_lines(after)
     if any(_FRESH_START.search(t) for t in mine):
         return True
-    steps_after = [int(m.group(1)) for t in mine if (m := _STEP.search(t))]
-    steps_before = [int(m.group(1)) for t in _worker_lines(before) if (m := _STEP.search(t))]
+    steps_after = [n for t in mine if (n := step_number(t)) is not None]
+    steps_before = [n for t in _worker_lines(before) if (n := step_number(t)) is not None]
     if steps_after and steps_before and min(steps_after) < max(steps_before) - 1:
         return True
     for t in mine:
@@ -362,8 +365,12 @@ def _file_boundaries(
             # end of this attempt, not a new one
             stop = next((t for n in range(b, 0, -1) if n in text and (t := _time(text[n])) is not None), None)
             workers = not shared and _workers_start_over(before, after, stop)
+            # a launcher started anew (an agent PID not seen before the stop, with its start-up banner): the job was
+            # run again into the file (a retry loop around torchrun, a resubmission appending to the same log)
+            known = {p for t in before if (p := _pid_of(t)) is not None} | ({pid} if pid else set())
+            relaunched = any(_FRESH_START.search(t) and (p := _pid_of(t)) is not None and p not in known for t in after)
             # a decision to restart is not an attempt until workers run again (a closed rendezvous ends the job)
-            ran_again = started or workers
+            ran_again = started or workers or relaunched
         if ran_again:
             times = [t for n in range(b, 0, -1) if n in text and (t := _time(text[n])) is not None][:1]
             found.append(Boundary(rel, b, len(found), times[0] if times else None, why, cut(text.get(b, ""))))
@@ -411,6 +418,10 @@ def _number_by_time(boundaries: dict[str, list[Boundary]]) -> None:
         boundaries[rel] = sorted(keep.values(), key=lambda x: x.line)
 
 
+TABLE_AFTER_STOP = 60
+"""Lines after an agent's stop within which its ChildFailedError table is that attempt's (the agent's traceback)."""
+
+
 def _outcomes(
     attempts: list[Attempt], lf: LauncherFacts, boundaries: dict[str, list[Boundary]], dir_attempt: dict[str, int]
 ) -> None:
@@ -422,7 +433,9 @@ def _outcomes(
         for no, _ in a.worker_failed
         if not any(b.line >= no for b in boundaries.get(a.file, []))
     ]
-    tables = bool(lf.tables)
+    # a failure table of an earlier attempt (before a boundary of its file, or printed just after the stop that
+    # ended it: the agent's ChildFailedError follows its last 'failed (exitcode...' line) says nothing of the last
+    tables = any(not any(b.line >= t.line - TABLE_AFTER_STOP for b in boundaries.get(rel, [])) for rel, t in lf.tables)
     if succeeded and not failed_at_end:
         last.outcome = "succeeded"
         last.evidence.append(succeeded[-1])

@@ -23,20 +23,18 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from debug_training_logs.analysis.evidence import CLOCK_SLACK, Hit, JobEvidence, data_hits, job_finished
-from debug_training_logs.analysis.fate_events import (
-    INFERRED_KINDS,
-    causal_model,
-    collective_start,
-    hit_of,
-    step_of,
-)
+from debug_training_logs.analysis.fate_events import INFERRED_KINDS, causal_model, hit_of
 from debug_training_logs.analysis.fates import (
     Accusation,
     CausalModel,
     Certainty,
+    Fate,
     Finding,
     RankEvent,
 )
+from debug_training_logs.analysis.silent_fates import collective_start, step_of
+from debug_training_logs.formats import nccl
+from debug_training_logs.formats.storage import is_storage_failure
 from debug_training_logs.ranges import format_ranges
 
 TIE_WINDOW = timedelta(seconds=5)
@@ -64,6 +62,15 @@ KIND_CATEGORY = {
     "node_lost": "node_failure",
 }
 """The failure shape a culprit's primary event shows (a stall's depends on where the rank stopped: :func:`_stall`)."""
+
+
+def category_of(e: RankEvent) -> str:
+    """The failure shape of a primary event: :data:`KIND_CATEGORY`, except that an error of the storage service (a
+    5xx, retries given up, a read timeout, a missing object) that ended the rank is a storage error."""
+    if e.kind in ("exception", "data_error") and is_storage_failure(e.line.text):
+        return "storage_errors"
+    return KIND_CATEGORY.get(e.kind, "rank_crash")
+
 
 _KIND_ORDER = {
     k: i
@@ -116,7 +123,23 @@ def converged(model: CausalModel) -> tuple[set[int], list[Accusation]]:
     own = {r for r in named if (f := model.fates.get(r)) is not None and (p := f.primary) is not None and not p.weak}
     if own:
         named = {r for r in named if r in own or not ((f := model.fates.get(r)) is not None and f.consequences)}
+    elif named and all(_lost_a_peer(model.fates.get(r)) for r in named) and _failed_on_own(model, named):
+        # the accused ranks lost a peer process themselves, and another rank failed on its own: they never got
+        # further because they waited on that one (in a group the accusing lines cannot see)
+        return set(), []
     return named, [a for a in (formal or model.accusations) if a.accused & named]
+
+
+def _lost_a_peer(f: Fate | None) -> bool:
+    return f is not None and any(e.kind == "peer_closed" for e in f.events)
+
+
+def _failed_on_own(model: CausalModel, besides: set[int]) -> bool:
+    return any(
+        (p := f.primary) is not None and not p.weak and p.kind != "stall"
+        for r, f in model.fates.items()
+        if r not in besides
+    )
 
 
 def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
@@ -143,23 +166,38 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
         root = own[0] if own else None
         culprits = set(named)
         if root is not None and root.kind != "stall":
-            category = KIND_CATEGORY[root.kind]
+            category = category_of(root)
         elif any(a.how == "detail_mismatch" or a.how == "flight_recorder_mismatch" for a in accs):
             category = "collective_mismatch"
         else:
             category = _stall(ev, culprits)
         why = _accused_why(culprits, accs, root)
         return _finish(model, ev, category, culprits, root, why, accs)
+    lf = ev.launcher
+    # DETAIL reported a desync, no fingerprint is the odd one out and no rank failed on its own: the exits that follow
+    # (a weak 'exited with code 1') are the report's
+    if lf is not None and lf.mismatches and not strong:
+        r0, m, e = lf.mismatches[0]
+        line = hit_of(e.file, e.line, e.text, r0, ev.worker.year)
+        what = f"ranks ran different collectives at sequence {m.first.seq} ({', '.join(m.differs_in) or 'op'})"
+        why = (
+            f"TORCH_DISTRIBUTED_DEBUG=DETAIL reports that {what} ({e.file}:{e.line}); no rank's fingerprint differs "
+            "from a majority, so the reports single out no rank (a data- or rank-dependent branch in code every rank "
+            "runs is the usual cause)."
+        )
+        return _finish(model, ev, "collective_mismatch", set(), RankEvent(r0, "report", what, line), why, [])
+    if not strong and not ev.nccl.timed_out and (fabric := _link_failure(model, ev)) is not None:
+        return fabric
     pool = strong or [e for e in firsts if e.weak]
     if pool:
         pool.sort(key=_order)
         first = _definitive_first(pool)
-        cat = KIND_CATEGORY.get(first.kind)
+        cat = category_of(first) if first.kind in KIND_CATEGORY else None
         group = [e for e in pool if _same_failure(e, first)]
         culprits = {e.rank for e in group if e.rank is not None}
         category = cat if cat is not None else _stall(ev, culprits)
         present = {r for r, f in model.fates.items() if f.end != "absent"}
-        if _before_training(model) and first.kind in ("exception", "own_signal") and len(culprits) > 1:
+        if _before_training(model, ev) and first.kind in ("exception", "own_signal") and len(culprits) > 1:
             every = "Every rank" if culprits >= present else "Several ranks"
             why = (
                 f"{every} ({_fmt(culprits)}) failed the same way before any training progress: {first.what} "
@@ -167,16 +205,18 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
                 "problem the ranks share, not one rank's fault."
             )
             return _finish(model, ev, "launch_failure", set(), first, why, [])
-        at = f"{first.line.file}:{first.line.line}" if first.line.line else "its last progress line"
+        at = f" ({first.line.file}:{first.line.line})" if first.line.line else ""
         if first.kind == "stall":
-            why = f"Rank(s) {_fmt(culprits)} {first.what} ({at})." + _stall_note(ev, culprits, category)
+            why = f"Rank(s) {_fmt(culprits)} {first.what}{at}." + _stall_note(ev, culprits, category)
+        elif first.kind in INFERRED_KINDS:
+            why = f"Rank(s) {_fmt(culprits)} {first.what}{at}."
         else:
-            why = f"Rank(s) {_fmt(culprits)} failed first on their own: {first.what} ({at})."
+            why = f"Rank(s) {_fmt(culprits)} failed first on their own: {first.what}{at}."
         return _finish(model, ev, category, culprits, first, why, [])
     if model.processes:
         first = min(model.processes, key=_order)
         if (
-            _before_training(model)
+            _before_training(model, ev)
             and len({e.what.split(" failed")[-1] for e in model.processes}) == 1
             and (len(model.processes) > 1 and first.kind == "exception")
         ):
@@ -185,33 +225,68 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
                 f"{first.line.file}:{first.line.line}): a launch or configuration problem, not one rank's fault."
             )
             return _finish(model, ev, "launch_failure", set(), first, why, [])
-        procs = [e.process for e in model.processes if e.process is not None]
-        category = KIND_CATEGORY.get(first.kind, "rank_crash")
+        procs = list({q.words(): q for e in model.processes if (q := e.process) is not None}.values())
+        category = category_of(first)
         at = f"{first.line.file}:{first.line.line}"
         why = (
-            f"The launcher reports {first.what} ({at}); no line maps that process to a global rank."
+            (
+                f"{_upper_first(first.process.words())} failed: {first.what} ({at}); no line maps that process to a "
+                "global rank."
+                if first.process.gpu is not None
+                else f"The launcher reports {first.what} ({at}); no line maps that process to a global rank."
+            )
             if first.process is not None
             else f"A process failed on its own: {first.what} ({at}); no line says which rank wrote it."
         )
+        # a process known by its rank in the watchdog's group: the rank to suspect (the global one in the default
+        # group, which an old torch's line does not name)
+        pg_ranks = {
+            q.pg_rank for e in model.processes if e.kind == first.kind and (q := e.process) and q.pg_rank is not None
+        }
+        if pg_ranks:
+            why += (
+                f" The watchdog's lines name rank(s) {_fmt(pg_ranks)} of their process group (the global rank(s) "
+                "when that group is the default one): suspects."
+            )
         f = _finish(model, ev, category, set(), first, why, [])
         f.processes = procs
+        f.suspects = set(pg_ranks) if f.certainty == "provisional" else set()
         return f
-    lf = ev.launcher
-    if lf is not None and lf.mismatches:  # DETAIL reported a desync, and no fingerprint is the odd one out
-        r0, m, e = lf.mismatches[0]
-        line = hit_of(e.file, e.line, e.text, r0, ev.worker.year)
-        what = f"ranks ran different collectives at sequence {m.first.seq} ({', '.join(m.differs_in) or 'op'})"
-        why = (
-            f"TORCH_DISTRIBUTED_DEBUG=DETAIL reports that {what} ({e.file}:{e.line}); no rank's fingerprint differs "
-            "from a majority, so no single rank is the odd one out (the desync comes from code every rank runs)."
-        )
-        return _finish(model, ev, "collective_mismatch", set(), RankEvent(r0, "report", what, line), why, [])
     return _only_consequences(model, ev)
 
 
-def _before_training(model: CausalModel) -> bool:
-    """No rank logged any training progress: the job failed before its first step."""
-    return all(f.last_progress is None for f in model.fates.values())
+def _link_failure(model: CausalModel, ev: JobEvidence) -> Finding | None:
+    """NCCL's transport failed on a link (InfiniBand completion errors, failed verbs calls) and no rank failed on its
+    own: the fabric, on the nodes that logged it. (A peer that died could leave the same errors on the others: on a
+    subset of the ranks the finding stays provisional.)"""
+    links = [(h, le) for h in ev.worker.hits("net_error") if (le := nccl.link_error(h.text)) is not None]
+    if not links:
+        return None
+    # NCCL's own line (its host prefix) over the copy a torch error message quotes ('Last error: NET/IB ...')
+    h, first = min(links, key=lambda x: (x[1].host is None, x[0].earliest or datetime.max, x[0].file, x[0].line))
+    hosts = sorted({le.host for _, le in links if le.host is not None})
+    peers = sorted({le.peer for _, le in links if le.peer is not None})
+    on = f" on {', '.join(hosts[:6])}" if hosts else ""
+    toward = f" toward peer(s) {', '.join(peers[:6])}" if peers else ""
+    what = f"NCCL's transport failed ({first.what}){on}"
+    why = (
+        f"NCCL logged {len(links)} link failure(s){on}{toward} ({h.file}:{h.line}), and no rank failed on its own "
+        "before them: the network fabric between the nodes, not a rank (a port down, a cable, an adapter's "
+        "configuration). The ranks' NCCL errors are its consequences."
+    )
+    f = _finish(model, ev, "gpu_fabric", set(), RankEvent(h.rank, "link_error", what, h), why, [])
+    f.nodes = hosts
+    return f
+
+
+def _upper_first(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _before_training(model: CausalModel, ev: JobEvidence) -> bool:
+    """No rank logged any training progress (no progress line at all, a rank's or one no rank prefix names): the job
+    failed before its first step."""
+    return all(f.last_progress is None for f in model.fates.values()) and not ev.worker.hits("progress")
 
 
 def _only_consequences(model: CausalModel, ev: JobEvidence) -> Finding | None:

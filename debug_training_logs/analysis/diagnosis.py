@@ -253,6 +253,8 @@ def _with_coverage(ctx: _Ctx, v: Verdict) -> Verdict:
     hidden rank may hold an earlier failure), its confidence drops, and it says what to fetch; the shape stays."""
     if v.details.get("dumps_only"):
         return v  # the dumps' own coverage (every group's members) decided culprits and suspects
+    if v.category in ("address_in_use", "launch_failure") and not ctx.w.worker_ranks():
+        return v  # no worker started: no rank has a log to miss
     gap = _coverage_gap(ctx)
     v.missing_ranks = sorted(ctx.w.missing_ranks)
     if gap is None and v.details.get("certainty") == "provisional":
@@ -389,7 +391,7 @@ def _dumps_only(ctx: _Ctx) -> Verdict | None:
 
 def _agent_failure(ctx: _Ctx) -> Verdict | None:
     """No worker ever ran and a torchrun agent says why (its store's port taken, the rendezvous unreachable)."""
-    call = agent_failure(ctx.ev.launcher, set(ctx.w.ranks))
+    call = agent_failure(ctx.ev.launcher, ctx.w.worker_ranks())
     return _from_call(ctx, call) if call is not None else None
 
 
@@ -447,7 +449,7 @@ def _causal(ctx: _Ctx) -> Verdict | None:
         expl,
         chain + ctx.tail,
         f.confidence,
-        nodes=ctx.nodes_of(ranks) if ranks else [p.node for p in f.processes if p.node],
+        nodes=ctx.nodes_of(ranks) if ranks else [p.node for p in f.processes if p.node] or f.nodes,
         details=details,
         next_steps=(call.next_steps if told and call is not None else []) + _stall_steps(f.category, root),
         suspect_ranks=sorted(f.suspects),

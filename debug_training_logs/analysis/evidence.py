@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import re
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
@@ -90,11 +90,14 @@ from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR, TimeBou
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import accusations
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats.progress import step_number
+from debug_training_logs.formats.python_text import is_source_line
+from debug_training_logs.formats.storage import DATA_LOADER_WRAPPER, STORAGE_FAILURE
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
 from debug_training_logs.frozen import fast_positional
 from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs import fields as native_fields
-from debug_training_logs.logs.attribution import rank_or_local, strip_ansi
+from debug_training_logs.logs.attribution import rank_or_local, strip_ansi, strip_rank_prefix
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import (
     FileScan,
@@ -136,7 +139,12 @@ def _same_as_grep(name: str, grep_name: str) -> Signal:
 
 SIGNALS: tuple[Signal, ...] = (
     # Tier 1: process killers.
-    Signal("cuda_oom", r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", "GPU memory exhausted"),
+    Signal(
+        "cuda_oom",
+        r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure 'out of memory'"
+        r"|Failed to CUDA (?:calloc|malloc)",
+        "GPU memory exhausted (PyTorch's allocator, cuBLAS, NCCL's own buffers)",
+    ),
     Signal(
         "cuda_error",
         r"CUDA error: |AcceleratorError|an illegal memory access was encountered|invalid device ordinal"
@@ -169,8 +177,8 @@ SIGNALS: tuple[Signal, ...] = (
         "data_error",
         r"AISBatchLoaderError|Batch stream truncated|[Ff]allback failed|Falling back to (?:sequential|direct)"
         r"|returned empty content|cuts due to per-object fetch failures|Timeout while fetching batch"
-        r"|Failed to fetch object|DataLoader worker \(pid",
-        "a data-loading error (AIS batch loader, Lhotse, DataLoader)",
+        r"|Failed to fetch object|DataLoader worker \(pid|" + STORAGE_FAILURE.pattern,
+        "a data-loading error (AIS batch loader, Lhotse, DataLoader) or the storage failing a read for good",
     ),
     Signal(
         "conn_reset",
@@ -944,6 +952,8 @@ class WorkerEvidence:
     """Per signal: (the tally list, its length then, :meth:`latest_start`)."""
     _rank_files: tuple[int, dict[int, list[str]]] | None = field(default=None, init=False, repr=False, compare=False)
     """(number of files indexed, rank -> its files in file order)."""
+    _steps: tuple[int, list[datetime], list[int]] | None = field(default=None, init=False, repr=False, compare=False)
+    """(progress hits indexed, their start times sorted, the distinct steps from each on): :meth:`steps_after`."""
 
     @property
     def coverage(self) -> Coverage:
@@ -960,6 +970,14 @@ class WorkerEvidence:
     @property
     def ranks(self) -> set[int]:
         return self.job.inventory.ranks
+
+    def worker_ranks(self) -> set[int]:
+        """The ranks with a sign that their worker ran: every rank the logs name, except those known only from a
+        file's name (``slurm-<job>_<N>.out``) when no training progress is logged (the launcher's own output)."""
+        files = self.job.inventory.files
+        if self.tallies.get("progress"):
+            return set(self.ranks)
+        return {r for f in files if f.rank_source != "file name" for r in f.ranks}
 
     def hits(self, signal: str, rank: int | None = None) -> list[Hit]:
         """Kept hits of ``signal`` (optionally of one rank), in time order."""
@@ -985,6 +1003,23 @@ class WorkerEvidence:
                 max((t for t in (h.earliest for h in hs) if t is not None), default=None),
             )
         return known[2]
+
+    def steps_after(self, when: datetime) -> int:
+        """How many distinct training steps the timed progress lines report after ``when`` (any rank)."""
+        hs = self.tallies.get("progress", [])
+        if self._steps is None or self._steps[0] != len(hs):
+            timed = sorted(
+                (h.earliest, n) for h in hs if h.earliest is not None and (n := step_number(h.text)) is not None
+            )
+            seen: set[int] = set()
+            suffix = [0] * len(timed)
+            for i in range(len(timed) - 1, -1, -1):
+                seen.add(timed[i][1])
+                suffix[i] = len(seen)
+            self._steps = (len(hs), [t for t, _ in timed], suffix)
+        _n, times, suffix = self._steps
+        i = bisect_right(times, when)
+        return suffix[i] if i < len(suffix) else 0
 
     def files_of_rank(self, rank: int) -> list[str]:
         files = self.job.inventory.files
@@ -1939,6 +1974,8 @@ treated as simultaneous."""
 
 CONSEQUENCE_MARKERS: tuple[str, ...] = (
     "ChildFailedError",
+    "ProcessRaisedException",
+    "ProcessExitedException",
     "DistBackendError",
     "Watchdog caught",
     "watchdog thread terminated",
@@ -2036,14 +2073,6 @@ def is_warning(text: str) -> bool:
     return _WARNING_LEVEL.search(own) is not None or _RETRY_LINE.search(own) is not None
 
 
-def strip_rank_prefix(text: str) -> str:
-    """``text`` without its leading srun ``N:`` label, Ray actor prefix and ``[rankN]:`` (what the process wrote)."""
-    return _LEAD_PREFIX.sub("", text, count=1)
-
-
-_LEAD_PREFIX = re.compile(r"^(?:\s*\d+: )?(?:\([^()]*pid=\d+[^()]*\)\s*)?(?:\[rank\d+\]:\s*)?")
-
-
 def is_consequence(text: str) -> bool:
     """True for an exception line caused by another failure (watchdog abort, torchrun summary, peer NCCL error)."""
     return any(m in text for m in CONSEQUENCE_MARKERS)
@@ -2079,7 +2108,8 @@ def _triggers(ev: JobEvidence) -> list[Trigger]:
         if signal == "exception":  # a rank's first and last own exceptions (not a consequence, not a warning)
             own: dict[int, list[Hit]] = defaultdict(list)
             for h in w.hits(signal):
-                if h.rank is not None and not is_consequence(h.text) and not is_warning(h.text):
+                line = h.text
+                if h.rank is not None and not (is_consequence(line) or is_warning(line) or is_source_line(line)):
                     own[h.rank].append(h)
             firsts += [(signal, h) for hs in own.values() for h in {hs[0], hs[-1]}]
         firsts += [(signal, h) for h in w.hits(signal) if h.rank is None][:20]
@@ -2090,26 +2120,39 @@ def _triggers(ev: JobEvidence) -> list[Trigger]:
         t = trigger_of(signal, h)
         if t is not None:
             out.append(t)
+    first = ev.nccl.first_timeout()
+    timed_out_at = first.timeout_time if first is not None else None
     for e in ev.nccl.other_events:
         if isinstance(e.event, tn.HeartbeatKill) and e.rank is not None:
+            if timed_out_at is not None and e.time is not None and e.time > timed_out_at + CLOCK_SLACK:
+                continue  # the watchdog stuck while dumping or aborting after a collective timed out: a consequence
             h = Hit("heartbeat", e.file, e.line, e.text, e.rank, e.time)
             out.append(Trigger("watchdog_hang", h, "the NCCL watchdog thread hung (heartbeat monitor)"))
     return sorted(out, key=lambda t: (t.hit.earliest or datetime.max, t.hit.file, t.hit.line))
+
+
+_CUDA_WHAT = re.compile(
+    r"CUDA error: ([^.\n]+)|(Xid[^,]*,[^,]*)|(GPU has fallen off the bus)|(uncorrectable ECC error)"
+    r"|Unable to determine the device handle for (GPU\s*[\w:.]*\w)"
+)
+"""The few words a CUDA/GPU failure line gives: the CUDA error, the Xid, or the GPU the driver lost."""
 
 
 def trigger_of(signal: str, h: Hit) -> Trigger | None:
     """The candidate root-cause event a line of ``signal`` is (its kind and a few words), None for a consequence or
     a warning."""
     text = h.text
-    if signal == "exception" and is_consequence(text):
-        return None
+    if signal == "exception" and (is_consequence(text) or is_source_line(text) or DATA_LOADER_WRAPPER.search(text)):
+        return None  # (a DataLoader's re-raise: the worker's original exception follows it)
     if signal in ("exception", "cuda_oom", "data_error") and is_warning(text):
         return None  # logged at warning level or retried: handled, the process went on
     if signal in ("cuda_oom",) or _matches("cuda_oom", text):
         return Trigger("cuda_oom", h, "CUDA out of memory")
     if signal in ("cuda_error", "xid") or _matches("cuda_error", text):
-        m = re.search(r"CUDA error: ([^.\n]+)|(Xid[^,]*,[^,]*)", text)
-        what = (m.group(1) or m.group(2)) if m else "CUDA error"
+        m = _CUDA_WHAT.search(text)
+        what = next((g for g in m.groups() if g), "CUDA error") if m else "CUDA error"
+        if m is not None and m.group(5):
+            what = f"{m.group(5)} lost (the driver cannot reach it)"
         return Trigger("cuda_error", h, what.strip())
     if signal == "data_error" or _matches("data_error", text) or _matches("retry_exhausted", text):
         m = _EXC_NAME.search(text) if _matches("exception", text) else None
@@ -2352,9 +2395,24 @@ def handled(w: WorkerEvidence, t: Trigger) -> bool:
     for end in w.hits("clean_end"):
         if (end.file == h.file and end.line > h.line) or _after(end, h, CLOCK_SLACK):
             return True
+    if _steps_later_in_file(w, h) >= 2:
+        return True
     # some progress line after it (``_after`` of each): the latest-starting one is, when any is
     latest = w.latest_start("progress")
-    return latest is not None and h.latest is not None and latest > h.latest + HANDLED_AFTER
+    if latest is not None and h.latest is not None and latest > h.latest + HANDLED_AFTER:
+        return True
+    # or two steps completed after it: the second needs every rank alive (one more step line may be a rank's that
+    # had not yet reached the collective the dead rank left)
+    return h.latest is not None and w.steps_after(h.latest + CLOCK_SLACK) >= 2
+
+
+def _steps_later_in_file(w: WorkerEvidence, h: Hit) -> int:
+    """How many distinct training steps the file of ``h`` reports after it (with no time to go by): synchronous
+    training completes a second step only with every rank alive, so two show the error ended no rank."""
+    steps = {
+        n for p in w.hits("progress") if p.file == h.file and p.line > h.line and (n := step_number(p.text)) is not None
+    }
+    return len(steps)
 
 
 def _close(a: Hit, b: Hit) -> bool:

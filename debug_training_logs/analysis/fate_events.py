@@ -22,7 +22,6 @@ from datetime import datetime, timedelta
 
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis.evidence import (
-    CLOCK_SLACK,
     Hit,
     JobEvidence,
     Trigger,
@@ -42,10 +41,15 @@ from debug_training_logs.analysis.fates import (
     Process,
     RankEvent,
 )
-from debug_training_logs.analysis.inventory import FileInventory
 from debug_training_logs.analysis.launcher import LauncherFacts, mismatch_culprits
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
-from debug_training_logs.formats import accusations, gloo, torchrun
+from debug_training_logs.analysis.silent_fates import (
+    late_errors,
+    silent_fates,
+    stuck_after_error,
+)
+from debug_training_logs.formats import accusations, gloo, nccl, torchrun
+from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import parse_wall_time, with_year
 from debug_training_logs.ranges import format_ranges
 
@@ -57,7 +61,6 @@ of its own failure."""
 MAX_UNRANKED = 64
 """Failures on lines of no known rank kept in the model (a node's repeated Xid lines need not all be held)."""
 
-_STEP = re.compile(r"(?:\bstep|\biter(?:ation)?|global_step)[\s=:]*(\d+)", re.IGNORECASE)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Building
@@ -119,9 +122,9 @@ def _build(ev: JobEvidence) -> CausalModel:
         if f is not None and a.by not in a.accused and not any(e.line.line == a.line.line for e in f.events):
             f.events.append(RankEvent(a.by, "report", f"reports rank(s) {_fmt(a.accused)} failed", a.line, a.accused))
     processes = _unmapped_processes(lf, fates, year) if lf is not None else []
-    _silent_fates(ev, fates)
-    _late_errors(ev, fates)
-    _stuck_after_error(fates)
+    silent_fates(ev, fates)
+    late_errors(ev, fates)
+    stuck_after_error(fates)
     for f in fates.values():
         if f.end == "finished":  # the run ended normally for it: what it logged before, it survived
             f.events = [e for e in f.events if not e.primary]
@@ -147,7 +150,10 @@ def _build(ev: JobEvidence) -> CausalModel:
     unranked = [
         _primary_of(t)
         for t in triggers(ev)
-        if t.hit.rank is None and (t.hit.file, t.hit.line) not in reports and torchrun.benign(t.hit.text) is None
+        if t.hit.rank is None
+        and (t.hit.file, t.hit.line) not in reports
+        and torchrun.benign(t.hit.text) is None
+        and not handled(w, t)
     ]
     processes += [e for e in unranked if e.kind in UNRANKED_KINDS][:MAX_UNRANKED]
     files = w.job.inventory.files
@@ -175,7 +181,13 @@ def _primary_of(t: Trigger) -> RankEvent:
     }.get(t.category)
     if kind is None:
         kind = "nan" if t.what == "NaN/Inf loss" else "launch" if "address already in use" in t.what else "exception"
-    return RankEvent(t.hit.rank, kind, t.what, t.hit)  # type: ignore[arg-type]
+    # an NCCL line names its process (host:pid:tid [GPU]) when no rank prefix does
+    at = nccl.process_of(t.hit.text) if t.hit.rank is None else None
+    process = Process(at[0], None, at[1], None, gpu=at[2]) if at is not None else None
+    pg = tn.parse_pg_prefix(t.hit.text) if t.hit.rank is None and at is None else None
+    if pg is not None and pg.style == "rank":  # torch <= 2.2's '[Rank N]': the rank in the watchdog's group
+        process = Process(None, None, None, None, pg_rank=pg.pg_rank)
+    return RankEvent(t.hit.rank, kind, t.what, t.hit, process=process)  # type: ignore[arg-type]
 
 
 def hit_of(file: str, line: int, text: str, rank: int | None, year: int | None) -> Hit:
@@ -215,7 +227,8 @@ def _launcher_events(lf: LauncherFacts, fates: dict[int, Fate], w: WorkerEvidenc
             continue
         if rf.exitcode is not None and f.exit_code is None:
             f.exit_code, f.signal = rf.exitcode, rf.signal
-        own_abort = rf.signal == "SIGABRT" and r not in watched and rf.comm_error is None
+        # (a rank whose log is missing may have had a watchdog that aborted it: no own abort is shown)
+        own_abort = rf.signal == "SIGABRT" and r in w.ranks and r not in watched and rf.comm_error is None
         negative = rf.exitcode is not None and rf.exitcode < 0
         if negative and (rf.signal in OWN_SIGNALS or own_abort) and rf.exit_evidence is not None:
             e = rf.exit_evidence
@@ -350,220 +363,6 @@ def _nccl_events(ev: JobEvidence, fates: dict[int, Fate]) -> None:
                 )
 
 
-def step_of(h: Hit | None) -> int | None:
-    if h is None:
-        return None
-    m = _STEP.search(h.text)
-    return int(m.group(1)) if m else None
-
-
-def _silent_fates(ev: JobEvidence, fates: dict[int, Fate]) -> None:
-    """Give the ranks that left the story silently the primary event their fate implies: a stall (they never entered
-    the collective the others waited in) or an early exit (they ended without an error while the others waited)."""
-    waited = [f for f in fates.values() if any(e.kind in ("peer_timeout", "peer_closed", "report") for e in f.events)]
-    if not waited:
-        return
-    n = ev.nccl
-    lf = ev.launcher
-    stalled: set[int] = set()
-    if n.timed_out:
-        stalled |= n.job_stragglers
-    if lf is not None:
-        named, how = lf.culprits(set(ev.worker.ranks))
-        if how == "straggler":
-            stalled |= named
-    stalled |= {r for r, f in fates.items() if f.end == "stuck"}
-    finished_clean = ev.worker.last_by_rank.get("clean_end", {})
-    lost = _lost_nodes(ev, fates, waited) if lf is not None else {}
-    for r, f in fates.items():
-        if f.end == "absent" or any(e.primary for e in f.events) or f in waited:
-            continue
-        quiet = not any(e.kind in ("peer_timeout", "peer_closed", "peer_mismatch", "report") for e in f.events)
-        if not quiet:
-            continue
-        if r in lost:
-            line = lost[r]
-            f.events.append(
-                RankEvent(r, "node_lost", "its whole node went silent at once, no error", line, when=line.time)
-            )
-            f.end, f.why = "unknown", "its node's log stops with no error and no launcher report: the node died"
-            continue
-        own_end = finished_clean.get(r)
-        # it left: its own end line, or an exit code 0, or its launcher reported its node's failed workers and
-        # stopped the ones still running without it among either (it had already exited, cleanly)
-        gone = f.exit_code == 0 or (lf is not None and _exited_before_teardown(lf, ev, r))
-        left = f.stopped_by is None and f.exit_code in (None, 0) and (own_end is not None or gone)
-        files = ev.worker.files_of_rank(r)
-        end_line = own_end or f.last_progress or (ev.worker.file_end.get(files[0]) if files else None)
-        if left and r not in stalled and end_line is not None:
-            line = end_line
-            f.events.append(
-                RankEvent(
-                    r, "early_exit", "left the job without an error while the others waited", line, when=line.earliest
-                )
-            )
-            f.end, f.why = "exited_early", "ended without an error while its peers still waited for it"
-            continue
-        if r in stalled:
-            line = f.last_progress or end_line or Hit("state", "", 0, "", r, None)
-            f.events.append(
-                RankEvent(
-                    r,
-                    "stall",
-                    "never entered the collective the others waited in",
-                    line,
-                    when=f.last_progress.earliest if f.last_progress is not None else None,
-                )
-            )
-            if f.end in ("unknown", "stopped"):
-                f.end, f.why = "stuck", "alive but outside the collective the others waited in (it never timed out)"
-
-
-_IO_FAILURE = re.compile(
-    r"[Tt]imed? ?out|Timeout|ConnectionError|Connection reset|IOError|OSError|BrokenPipe|EOFError|[Rr]ead error"
-    r"|No such file|Input/output error|socket|SSL"
-)
-"""An own error of the kind a hung read ends in (a timeout, a dropped connection, an I/O error)."""
-
-
-def collective_start(ev: JobEvidence, fates: dict[int, Fate]) -> datetime | None:
-    """When the others began to wait: the NCCL table's stuck collective start, else the earliest gloo timeout minus
-    how long it waited."""
-    start = ev.nccl.collective_start()
-    if start is not None:
-        return start
-    starts = []
-    for f in fates.values():
-        for e in f.events:
-            if e.kind != "peer_timeout" or e.line.earliest is None:
-                continue
-            g = gloo.parse_line(e.line.text)
-            ms = g.timeout_ms if isinstance(g, gloo.GlooError) else None
-            if ms is not None:
-                starts.append(e.line.earliest - timedelta(milliseconds=ms))
-    return min(starts) if starts else None
-
-
-def _late_errors(ev: JobEvidence, fates: dict[int, Fate]) -> None:
-    """A rank whose read hung and failed only after the others had begun to wait was stalled from its last
-    progress: its error is when the stall ended, not when it began (its primary event is the stall). The others
-    began to wait when the stuck collective started, or (no timeout to date it) after their own last progress."""
-    known = collective_start(ev, fates)
-    for f in fates.values():
-        p = f.primary
-        last = f.last_progress
-        if p is None or last is None or last.latest is None or p.earliest is None:
-            continue
-        start = known
-        if start is None:
-            others = [g.last_progress.latest for g in fates.values() if g is not f and g.last_progress is not None]
-            start = max((t for t in others if t is not None), default=None)
-        if start is None:
-            continue
-        io = p.kind == "data_error" or (p.kind == "exception" and _IO_FAILURE.search(p.line.text) is not None)
-        if not io:
-            continue
-        by_time = p.earliest > start + CLOCK_SLACK and last.latest <= start + CLOCK_SLACK
-        if not by_time and not _after_others_waited(f, p, fates):
-            continue
-        step = step_of(last)
-        f.events.remove(p)
-        f.events.append(
-            RankEvent(
-                f.rank,
-                "stall",
-                f"stopped after its last progress{f' (step {step})' if step is not None else ''}; its read failed "
-                f"only later ({p.what}, {p.line.file}:{p.line.line})",
-                last,
-                when=last.earliest,
-                later=p.line,
-            )
-        )
-
-
-def _lost_nodes(ev: JobEvidence, fates: dict[int, Fate], waited: list[Fate]) -> dict[int, Hit]:
-    """Ranks of a node that died whole: every rank of one node's files went quiet (no error, no consequence, not
-    stopped), its launcher reported nothing (no failed worker, no teardown, no table) while the other nodes' agents
-    did, and its log ends before the others reacted. Each rank -> the node's last timed line."""
-    lf = ev.launcher
-    assert lf is not None
-    w = ev.worker
-    files = w.job.inventory.files
-    reported = {a.file for a in lf.agents if a.worker_failed or a.teardowns} | {rel for rel, _t in lf.tables}
-    if not reported:
-        return {}
-    reporting_nodes = {f.node for f in files if f.rel in reported and f.node is not None}
-    first_reaction = min((e.line.earliest for f in waited for e in f.events if e.line.earliest), default=None)
-    # a node: its named files together, else one file holding several ranks (a node's combined log); a file of one
-    # rank with no node name cannot be told from a silent rank
-    by_node: dict[str, list[FileInventory]] = {}
-    for f_inv in files:
-        key = f_inv.node if f_inv.node is not None else f_inv.rel if len(f_inv.ranks) > 1 else None
-        if key is not None:
-            by_node.setdefault(key, []).append(f_inv)
-    out: dict[int, Hit] = {}
-    for node, node_files in by_node.items():
-        ranks = {r for f in node_files for r in f.ranks}
-        if node in reporting_nodes or any(f.rel in reported for f in node_files) or not ranks:
-            continue
-        if any(fates[r].events for r in ranks if r in fates):
-            continue
-        ends = [e for f in node_files if (e := w.file_end.get(f.rel)) is not None and e.time is not None]
-        if not ends:
-            continue
-        end = max(ends, key=lambda e: e.time or datetime.min)
-        if first_reaction is not None and end.time is not None and end.time > first_reaction:
-            continue
-        for r in ranks:
-            out[r] = end
-    return out
-
-
-def _exited_before_teardown(lf: LauncherFacts, ev: JobEvidence, rank: int) -> bool:
-    """Its node's launcher reported the workers that failed and SIGTERMed those still running, and this rank is
-    among neither: it had exited before, with code 0 (torchrun's table lists every worker that did not)."""
-    files = set(ev.worker.files_of_rank(rank))
-    tables = [t for rel, t in lf.tables if rel in files]
-    if not tables:
-        return False
-    listed = {f.rank for t in tables for f in t.failures}
-    tabled_pids = {f.pid for t in tables for f in t.failures}
-    unaccounted = {p for a in lf.agents if a.file in files for p in a.sigterm_pids} - tabled_pids
-    # a SIGTERMed worker no table names may be this rank (a table cut off, or another node's agent in one file)
-    return bool(listed) and rank not in listed and not unaccounted
-
-
-def _stuck_after_error(fates: dict[int, Fate]) -> None:
-    """A rank whose error did not end it (it stayed alive, outside the collective the others waited in, or nothing
-    says it died: no exception reached the top, no exit code) while the others waited stalled on it: a data loader
-    that raised and then hung, a read that failed and was never retried."""
-    waited = any(e.kind in ("peer_timeout", "peer_closed") for f in fates.values() for e in f.events)
-    for f in fates.values():
-        p = f.primary
-        # (a SIGABRT or SIGTERM ended it from outside: the watchdog's abort, its agent's teardown)
-        alive = f.end == "stuck" or (f.end == "unknown" and f.exit_code in (None, -6, -15) and waited)
-        if not alive or p is None or p.kind not in ("data_error", "exception"):
-            continue
-        f.events.remove(p)
-        f.events.append(RankEvent(f.rank, "stall", f"stalled after {p.what} (it stayed alive)", p.line, when=p.when))
-
-
-def _after_others_waited(f: Fate, p: RankEvent, fates: dict[int, Fate]) -> bool:
-    """By the order of one file's lines (what was written first): other ranks reported waiting for a peer before
-    ``p``, and ``f``'s last progress line came before their reports."""
-    last = f.last_progress
-    if last is None or last.file != p.line.file:
-        return False
-    waits = [
-        e.line.line
-        for g in fates.values()
-        if g is not f
-        for e in g.events
-        if e.kind in ("peer_timeout", "peer_closed") and e.line.file == p.line.file and e.line.line < p.line.line
-    ]
-    return bool(waits) and last.line < min(waits)
-
-
 def _unmapped_processes(lf: LauncherFacts, fates: dict[int, Fate], year: int | None) -> list[RankEvent]:
     """Launcher lines about a worker with no global rank (``failed (exitcode: 1) local_rank: 3 (pid: P)`` with no
     table or rank prefix to map it): the process, in the launcher's words."""
@@ -602,6 +401,15 @@ def _unmapped_processes(lf: LauncherFacts, fates: dict[int, Fate], year: int | N
             out.append(
                 RankEvent(None, "own_signal" if code is not None and code < 0 else "exception", what, h, process=p)
             )
+        for e, wx in a.worker_exits:  # DeepSpeed's launcher names a local rank
+            if wx.local_rank is None or wx.exitcode in (0, -15):
+                continue
+            p = Process(a.node, wx.local_rank, None, wx.exitcode)
+            sig = f" ({wx.signal})" if wx.signal else ""
+            hx = hit_of(e.file, e.line, e.text, None, year)
+            kind = "own_signal" if wx.exitcode < 0 else "exception"
+            what = f"{p.words()} exited with code {wx.exitcode}{sig}"
+            out.append(RankEvent(None, kind, what, hx, process=p))  # type: ignore[arg-type]
     return out
 
 

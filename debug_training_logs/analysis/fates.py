@@ -58,7 +58,14 @@ PrimaryKind = Literal[
     "node_lost",
 ]
 ConsequenceKind = Literal[
-    "peer_timeout", "peer_closed", "peer_mismatch", "watchdog_abort", "agent_stop", "scheduler_stop", "report"
+    "peer_timeout",
+    "peer_closed",
+    "peer_mismatch",
+    "watchdog_abort",
+    "agent_stop",
+    "scheduler_stop",
+    "report",
+    "link_error",
 ]
 EventKind = PrimaryKind | ConsequenceKind
 
@@ -83,15 +90,26 @@ class Process:
     """A worker process known only by its node, local rank and pid (a launcher line with no global rank)."""
 
     node: str | None
-    local_rank: int
+    local_rank: int | None
     pid: int | None
     exit_code: int | None
+    gpu: int | None = None
+    """The CUDA device it ran on (NCCL's ``host:pid:tid [dev]`` prefix), when that is what the line says."""
+    pg_rank: int | None = None
+    """Its rank in the process group whose watchdog wrote the line (torch <= 2.2's ``[Rank N]``, no PG named): the
+    global rank when the group is the default one, which the line does not say."""
 
     def words(self) -> str:
         """``local rank 3 on node gpu-7 (pid 1234)`` as a person says it."""
         where = f" on node {self.node}" if self.node else ""
         pid = f" (pid {self.pid})" if self.pid is not None else ""
-        return f"local rank {self.local_rank}{where}{pid}"
+        if self.local_rank is not None:
+            who = f"local rank {self.local_rank}"
+        elif self.gpu is not None:
+            who = f"the process on GPU {self.gpu}"
+        else:
+            who = f"rank {self.pg_rank} of its process group"
+        return f"{who}{where}{pid}"
 
 
 @dataclass(frozen=True, repr=False, eq=False)
@@ -199,6 +217,8 @@ class Finding:
     victims: list[RankEvent] = field(default_factory=list)
     """A few consequences on other ranks (the symptoms), for the chain."""
     confidence: str = "high"
+    nodes: list[str] = field(default_factory=list)
+    """Nodes the finding names when it blames no rank (the hosts whose links failed)."""
 
 
 @dataclass(repr=False, eq=False)

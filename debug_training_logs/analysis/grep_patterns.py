@@ -65,8 +65,10 @@ DEFAULT_PATTERNS: tuple[GrepPattern, ...] = (
     GrepPattern(
         "gpu_xid_ecc",
         1,
-        r"NVRM: Xid|\bXid\b|ECC error|uncorrectable ECC|GPU has fallen off the bus",
-        "A GPU hardware fault reported by the driver (Xid) or memory ECC errors: suspect the node.",
+        r"NVRM: Xid|\bXid\b|ECC error|uncorrectable ECC|GPU has fallen off the bus"
+        r"|Unable to determine the device handle for GPU",
+        "A GPU hardware fault reported by the driver (Xid), memory ECC errors, or a GPU the driver lost (nvidia-smi "
+        "cannot reach it): suspect the node.",
     ),
     GrepPattern(
         "watchdog_hang",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from bisect import bisect_left
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -19,15 +20,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from debug_training_logs import meanwhile
 from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
+from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
 from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs.attribution import (
     LOCAL_PREFIX,
     NCCL_INIT_RANK,
     RAY_PREFIX,
+    SRUN_LABEL,
     file_name_node,
     file_name_rank,
-    line_rank,
+    log_dir_local_rank,
     strip_ansi,
 )
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
@@ -73,7 +76,7 @@ MARKERS: tuple[Marker, ...] = (
     ),
     Marker(
         "world_size_kv",
-        r"(?:^|[^\w])(?:world_size|world size|World size|World Size|WORLD_SIZE)(?:\s*[=:]\s*| \.+ )\d+",
+        r"(?:^|[^\w])(?:world_size|world size|World size|World Size|WORLD_SIZE)(?:\s*[=:]\s*| \.+ | (?:of )?)\d+\b",
         "a line stating the world size (not torchrun's group_world_size/local_world_size: nodes, ranks per node)",
         cap=None,
     ),
@@ -98,7 +101,8 @@ MARKERS: tuple[Marker, ...] = (
     ),
     Marker(
         "rank_statement",
-        r"\[rank\d+\]:|\"rank\": ?\d|\[rank:? \d|\brank[ =:]\d+ of \d|\b(?:RANK|global_rank|global rank)[ =:]+\d",
+        r"\[rank\d+\]:|\"rank\": ?\d|\[rank:? \d|\brank[ =:]\d+ of \d|\b(?:RANK|global_rank|global rank)[ =:]+\d"
+        r"|\brank=\d+ \||\brank=\d+ [^\n]{0,80}\bworld_size=\d|^\s*rank ?\d+ ?[|:] |" + tn.DEFAULT_PG_RANK.pattern,
         "a line stating the writer's global rank (a torch prefix, a trainer's format): names the file's ranks and, "
         "beside torchrun's --tee prefix, maps its local ranks to global ones",
         cap=RANK_STATEMENTS_PER_FILE,
@@ -139,14 +143,15 @@ _CHILD_HOST = re.compile(r"^\s*host\s+: (?P<host>\S+)")
 _SRUN_HOST = re.compile(r"srun: error: (?P<host>[\w.\-\[\],]+): task")
 _MEMBER = re.compile(r"GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<m>\d+)/(?P<n>\d+)")
 _WS_KV = re.compile(
-    r"(?:^|[^\w])(?:world_size|world size|World size|World Size|WORLD_SIZE)(?:\s*[=:]\s*| \.+ )(?P<n>\d+)"
+    r"(?:^|[^\w])(?:world_size|world size|World size|World Size|WORLD_SIZE)(?:\s*[=:]\s*| \.+ | (?:of )?)(?P<n>\d+)\b"
 )
 _WS_LAUNCHER = re.compile(r"global_world_sizes=\[(?P<g>\d+)|SLURM_(?:NTASKS|NPROCS)=(?P<s>\d+)")
 _PG_INIT_SIZE = re.compile(r"ProcessGroupNCCL initialization options: .*?\bsize: (?P<n>\d+)")
 _DEFAULT_PG = re.compile(r"\[PG (?:ID 0 PG GUID 0\b|0 \(default_pg\) |0 )|\(default_pg\)")
 MAX_CREDIBLE_WORLD = 1 << 20
 """A stated world size above this is not credible (a hostile or garbled line): it is ignored and said so."""
-_CHILD_RANK = re.compile(r"rank\s+: (?P<rank>\d+) \(local_rank: \d+\)")
+_CHILD_RANK = re.compile(r"\brank\s*:? ?(?P<rank>\d+) \(local_rank: \d+\)")
+"""A failure table's ``rank   : 2 (local_rank: 2)`` (a paste may run it together: ``rank2 (local_rank: 2)``)."""
 _NCCL_VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+[\w.+\-]*)")
 _TORCH_VERSION = re.compile(r"(?:torch|Torch|PyTorch)(?: version|_version|==)[=: ]*v?(?P<v>2\.\d+(?:\.\d+)?)")
 
@@ -185,11 +190,14 @@ class FileFacts:
 
 _STATED = re.compile(
     r"\[rank(?P<p>\d+)\]:|\"rank\": ?(?P<j>\d+)\b|\[rank:? (?P<b>\d+)(?:/\d+)?\]|\brank[ =:](?P<o>\d+) of (?P<n>\d+)\b"
-    r"|\b(?:RANK|global_rank|global rank)[ =:]+(?P<g>\d+)\b"
+    r"|\b(?:RANK|global_rank|global rank)[ =:]+(?P<g>\d+)\b|(?:^|[\s|\]])rank=(?P<q>\d+) \|"
+    r"|\brank=(?P<k>\d+) [^\n]{0,80}\bworld_size=\d|^\s*rank ?(?P<l>\d+) ?[|:] |" + tn.DEFAULT_PG_RANK.pattern
 )
 
 
-_RANK_OF_WORLD = re.compile(r"\brank[ =:]\d+ of (?P<n>\d+)\b|\[rank \d+/(?P<m>\d+)\]")
+_RANK_OF_WORLD = re.compile(
+    r"\brank[ =:]\d+ of (?P<n>\d+)\b|\[rank \d+/(?P<m>\d+)\]|\brank=\d+ [^\n]{0,80}\bworld_size=(?P<w>\d+)\b"
+)
 """A rank stated with the world it belongs to (``rank 3 of 16``, ``[rank 3/16]``): the world size."""
 
 
@@ -198,13 +206,13 @@ def _rank_statement(f: FileFacts, text: str, line_no: int) -> None:
     m = _STATED.search(text)
     if m is None:
         return
-    g = int(next(v for v in m.group("p", "j", "b", "o", "g") if v is not None))
+    g = int(next(v for v in m.group("p", "j", "b", "o", "g", "q", "k", "l", "r") if v is not None))
     if g > MAX_CREDIBLE_WORLD:
         return
     f.stated_ranks.add(g)
     w = _RANK_OF_WORLD.search(text)
     if w is not None and len(f.world_claims) < MAX_EXAMPLES:
-        f.world_claims.append((int(w.group("n") or w.group("m")), "stated", line_no, text[:300]))
+        f.world_claims.append((int(w.group("n") or w.group("m") or w.group("w")), "stated", line_no, text[:300]))
     lp = LOCAL_PREFIX.match(text)
     if lp is not None:
         local = int(lp.group(1))
@@ -679,10 +687,20 @@ _BASE = "inventory"
 """Cache key of a file's own facts (lines, ranks, head, tail, problem, inventory markers)."""
 
 COVERAGE_MARKERS: frozenset[str] = frozenset(
-    {"nccl_init", "lightning_member", "world_size_kv", "world_size_launcher", "default_pg_size", "child_failed", "ray"}
+    {
+        "nccl_init",
+        "lightning_member",
+        "world_size_kv",
+        "world_size_launcher",
+        "default_pg_size",
+        "child_failed",
+        "ray",
+        "rank_statement",
+    }
 )
 """The markers a job's coverage comes from: each file's global ranks (Ray ``[rank=N]`` prefixes, Lightning
-``GLOBAL_RANK``, the world communicator's NCCL init lines, the torchrun failure table) and the world size with its
+``GLOBAL_RANK``, the world communicator's NCCL init lines, the torchrun failure table, the ranks a trainer or the
+default PG's prefix states) and the world size with its
 evidence. An inventory scanned with only these has the same files, ranks, world size and evidence, missing ranks,
 line counts, year hint and start/end as the full one (the rest comes from the scan engine: ``[rankN]:`` prefixes,
 each file's head and tail); its ``markers``, ``marker_examples``, ``nodes`` (and each file's ``node``) and versions
@@ -1100,14 +1118,16 @@ class _RankSources(NamedTuple):
     stated: set[int]
     nccl_ranks: dict[int, int]
     srun: set[int]
-    """``srun --label`` task ids of the head and tail (only read when no other source names a rank; only computed
-    when none of the sources but NCCL's does)."""
+    """``srun --label`` task ids of the head and tail, kept when they are the ranks (no Ray or Lightning ranks, and
+    every rank a ``[rankN]:`` prefix or the trainer states is among them: one task per rank)."""
 
     @staticmethod
     def of(scan: FileScan, facts: FileFacts) -> _RankSources:
         prefixes, ray, lightning = set(scan.ranks), set(facts.ray_ranks), set(facts.member_ranks)
         stated = set(facts.stated_ranks) - prefixes
-        srun = set() if prefixes or ray or lightning or stated else _srun_labels(scan.head + scan.tail)
+        srun = set() if ray or lightning else _srun_labels(scan.head + scan.tail)
+        if not (prefixes | stated) <= srun:
+            srun = set()  # the labels are not the ranks the lines state (one task per node: node ids)
         return _RankSources(scan.file.rel, prefixes, ray, lightning, stated, facts.nccl_ranks, srun)
 
 
@@ -1122,7 +1142,7 @@ def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]
         found["NCCL init 'rank R nranks N' of the world communicator"] = {
             r for r, n in src.nccl_ranks.items() if n == world_size
         }
-    if not any(found.values()):
+    if src.srun:  # (kept only when what the lines state of their ranks agrees with them)
         found["srun --label task ids"] = src.srun
     ranks = set().union(*found.values())
     if ranks:
@@ -1133,13 +1153,35 @@ def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]
     return set(), "none"
 
 
+def _log_dir_ranks(rels: list[str], ranks: dict[str, set[int]]) -> Callable[[str, int, int | None], int | None]:
+    """The global rank of a local rank's directory in torchrun's ``--log-dir`` tree: the rank a sibling file of the
+    same process states (its stderr's ``[rankN]:``), else the local rank itself when the attempt's directory holds
+    every rank of the world (one agent: local ranks are global ranks)."""
+    stated: dict[tuple[str, int], set[int]] = defaultdict(set)
+    locals_of: dict[str, set[int]] = defaultdict(set)
+    for rel in rels:
+        d = log_dir_local_rank(rel)
+        if d is not None:
+            locals_of[d[0]].add(d[1])
+            stated[d] |= ranks.get(rel, set())
+
+    def rank(attempt: str, local: int, world: int | None) -> int | None:
+        own = stated.get((attempt, local), set())
+        if len(own) == 1:
+            return next(iter(own))
+        whole = world is not None and locals_of[attempt] == set(range(world))
+        return local if whole and not own else None
+
+    return rank
+
+
 def _srun_labels(lines: list[str]) -> set[int]:
     tasks: set[int] = set()
     labelled = 0
     for ln in lines:
-        r = line_rank(ln)
-        if r.source == "srun_label" and r.rank is not None:
-            tasks.add(r.rank)
+        m = SRUN_LABEL.match(strip_ansi(ln))  # (the label, whatever prefix follows it: '5: [rank5]: ...')
+        if m is not None:
+            tasks.add(int(m.group("task")))
             labelled += 1
     return tasks if lines and labelled >= max(3, len(lines) // 2) else set()
 
@@ -1380,10 +1422,14 @@ def _build_inventory(
     all_ranks: set[int] = set()
     hosts: set[str] = set()
     launchers = [bool(d.markers.get("launcher_line")) for d in shares]
+    by_dir = _log_dir_ranks([src.rel for src in sources], {s.rel: _ranks_of(s, world_size)[0] for s in sources})
     for (lf, n_lines, problem, f), src, last_timed, local, launcher in zip(
         per_file, sources, lasts, local_maps, launchers, strict=True
     ):
         ranks, source = _ranks_of(src, world_size)
+        in_tree = log_dir_local_rank(lf.rel) if not ranks else None
+        if in_tree is not None and (g := by_dir(*in_tree, world_size)) is not None:
+            ranks, source = {g}, "torchrun --log-dir tree"
         if f.child_failed_ranks - ranks:
             # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
             # (a rank that hung and was SIGTERMed may have no [rankN]: line of its own)

@@ -46,7 +46,8 @@ from debug_training_logs.analysis.inventory import (
     scan_job,
 )
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
-from debug_training_logs.formats import gloo, slurm, torchrun
+from debug_training_logs.formats import gloo, launchers, slurm, torchrun
+from debug_training_logs.formats.python_text import is_source_line
 from debug_training_logs.logs.attribution import file_name_rank, rank_of_line, strip_ansi
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan import SinkFactory
@@ -78,6 +79,7 @@ _FRAME_REGEX = r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+, 
 PATTERNS: tuple[str, ...] = (
     *(re.escape(n) for n in torchrun.NEEDLES),
     *(re.escape(n) for n in gloo.NEEDLES),
+    *(re.escape(n) for n in launchers.NEEDLES),
     *(re.escape(n) for n in _TABLE_LITERALS),
     _EXCEPTION,
     _FRAME_REGEX,
@@ -102,6 +104,8 @@ _GLOBAL_RANK = re.compile(r"\[rank(\d+)\]:")
 _INLINE_RANK = re.compile(r"\[rank(\d+)\] ")
 _LOCAL_PREFIX = re.compile(r"^\[(?:default|\w+)(\d+)\]:")
 _EXC_LINE = re.compile(_EXCEPTION)
+_LAUNCHER_FRAME = re.compile(r'File "[^"]*(?:/bin/torchrun|torch/distributed/(?:run|launch)\.py)"')
+"""The first frame of the launcher's own traceback (torchrun's main, ``python -m torch.distributed.run``)."""
 _AGENT_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) torch/distributed/")
 # Exceptions that are a communication symptom (raised because a peer died, hung or disagreed), not a cause.
 _VICTIM_EXCEPTIONS = re.compile(
@@ -219,6 +223,8 @@ class AgentFacts:
     worker_failed: list[tuple[int, torchrun.WorkerFailed]] = field(default_factory=list)
     teardowns: list[int] = field(default_factory=list)
     requeues: list[tuple[int, slurm.SlurmCancel]] = field(default_factory=list)
+    worker_exits: list[tuple[Evidence, launchers.WorkerExit]] = field(default_factory=list)
+    """(line, exit): another launcher's report of workers that ended (mp.spawn, srun, DeepSpeed)."""
     sigterm_pids: set[int] = field(default_factory=set)
     """Worker PIDs the agent SIGTERMed (``Sending process P closing signal SIGTERM``)."""
     local_to_global: dict[int, int] = field(default_factory=dict)
@@ -239,6 +245,8 @@ class LauncherFacts:
     agents: list[AgentFacts]
     tables: list[tuple[str, torchrun.ChildFailedTable]]
     mismatches: list[tuple[int, gloo.CollectiveMismatch, Evidence]]
+    unranked_size_mismatches: list[Evidence]
+    """gloo size-mismatch aborts no line names the rank of (``terminate called ... what(): ... op.preamble``)."""
     benign: dict[str, int]
     files: int
     truncated_lines: int
@@ -470,6 +478,7 @@ _AGENT_EVENTS = (
     torchrun.StoreUnreachable,
     torchrun.GroupState,
     slurm.SlurmCancel,
+    launchers.WorkerExit,
 )
 """The torchrun (and SLURM cancel) events :func:`_facts` reads (any other parse of a line is dropped)."""
 
@@ -494,27 +503,46 @@ def parse_lines(
             local_to_global[f.local_rank] = f.rank
     per_line: list[tuple[int, int | None, Any, int | None, Any, bool]] = []
     file_rank = file_name_rank(rel) if rel is not None else None
+    quoted: int | None = None  # mp.spawn quotes process N's traceback: its lines are rank N's
+    agent_tb = False  # inside the launcher's own traceback (torchrun's frames): no worker's lines
     for k, (_no, text) in enumerate(lines):
+        if (sh := launchers.SPAWN_ERROR_HEADER.match(text)) is not None:
+            quoted = int(sh.group("p"))
+            continue
+        agent_line = agent_tb
+        if text.startswith("Traceback (most recent call last)"):
+            agent_tb = agent_line = k + 1 < len(lines) and _LAUNCHER_FRAME.search(lines[k + 1][1]) is not None
+        elif agent_tb and not text.startswith((" ", "\t")):
+            agent_tb = False  # its exception line ends it: the agent's (its events are read below), no rank's
         pm = _AGENT_LINE.match(text)
         ev: object = torchrun.parse_line(text)
         if ev is None:
             ev = slurm.parse_cancel(text)
-        rank = _rank_of(text, local_to_global, file_rank)
+        if ev is None:
+            ev = launchers.parse_line(text)
+        rank = None if agent_line else _rank_of(text, local_to_global, file_rank)
+        if rank is None and quoted is not None:
+            rank = quoted
+            if not text.startswith((" ", "\t", "Traceback")):  # the exception line ends the quoted traceback
+                quoted = None
         g: Any = None
         own = False
         if rank is None and "Detected mismatch" in text:  # a pasted DETAIL report: its fingerprint names the rank
             dm = gloo.parse_line(text)
             if isinstance(dm, gloo.CollectiveMismatch):
                 rank = dm.first.rank
-        if rank is not None:
+        if rank is None and "op.preamble" in text:  # an abort's message no rank prefix names: the aborted rank's
+            g = gloo.parse_line(text)
+            g = g if isinstance(g, gloo.GlooError) and g.kind == "size_mismatch" else None
+        elif rank is not None:
             g = gloo.parse_line(text)
             if not isinstance(g, gloo.CollectiveMismatch | gloo.GlooError):
                 g = None
                 own = bool(_EXC_LINE.search(text)) and not text.rstrip().endswith("Traceback (most recent call last):")
-                own = own and not _VICTIM_EXCEPTIONS.search(text)
+                own = own and not _VICTIM_EXCEPTIONS.search(text) and not is_source_line(text)
         pid = int(pm.group(1)) if pm else None
         event = ev if isinstance(ev, _AGENT_EVENTS) else None
-        if pid is not None or event is not None or rank is not None or _JOB_START_RX.search(text):
+        if pid is not None or event is not None or rank is not None or g is not None or _JOB_START_RX.search(text):
             per_line.append((k, pid, event, rank, g, own))
     return local_to_global, per_line
 
@@ -551,6 +579,8 @@ def _agent(
             agent.listen_failures.append(_ev(rel, no, text))
         elif isinstance(ev, torchrun.StoreUnreachable) and len(agent.unreachable) < 8:
             agent.unreachable.append((ev.host, _ev(rel, no, text)))
+        elif isinstance(ev, launchers.WorkerExit):
+            agent.worker_exits.append((_ev(rel, no, text), ev))
         elif isinstance(ev, slurm.SlurmCancel):
             if ev.may_requeue:
                 agent.requeues.append((no, ev))
@@ -560,6 +590,29 @@ def _agent(
     return agent, torn_pids
 
 
+def _other_launchers(agents: list[AgentFacts], tables: list[tuple[str, torchrun.ChildFailedTable]], fate: Any) -> None:
+    """Workers' exits as mp.spawn, srun or DeepSpeed report them, for the ranks no torchrun table names. srun's task
+    ids are ranks only when srun started each worker itself: with torchrun agents in the job they are nodes."""
+    torchrun_agents = bool(tables) or any(a.pids or a.teardowns or a.worker_failed for a in agents)
+    for a in agents:
+        for e, wx in a.worker_exits:
+            if wx.per_task and torchrun_agents:
+                continue
+            for r in sorted(wx.ranks):
+                rf = fate(r)
+                if rf.exitcode is None:
+                    rf.exitcode, rf.signal, rf.exit_evidence = wx.exitcode, wx.signal, e
+                    rf.torn_down = wx.exitcode == -15
+
+
+def _owner_of_abort(unranked: list[Evidence], fates: dict[int, RankFate]) -> None:
+    """A gloo size-mismatch abort no line names the rank of belongs to the one rank that died of SIGABRT with no
+    error of its own (gloo's enforce throws in a thread: ``terminate called``, then the abort)."""
+    aborted = [rf for rf in fates.values() if rf.signal == "SIGABRT" and rf.comm_error is None]
+    if unranked and len(aborted) == 1:
+        aborted[0].comm_error, aborted[0].comm_kind = unranked[0], "size_mismatch"
+
+
 def _facts(
     items: Iterable[tuple[str, Any, set[int]]], n_files: int, local_maps: dict[str, dict[int, int]] | None = None
 ) -> LauncherFacts:
@@ -567,6 +620,7 @@ def _facts(
     agents: list[AgentFacts] = []
     tables: list[tuple[str, torchrun.ChildFailedTable]] = []
     mismatches: list[tuple[int, gloo.CollectiveMismatch, Evidence]] = []
+    unranked: list[Evidence] = []
     benign: Counter[str] = Counter()
     truncated = 0
     inline: dict[str, set[int]] = {}
@@ -596,6 +650,8 @@ def _facts(
         for k, _pid, _event, line_rank, g, own in per_line:
             rank = file_local.get(-line_rank - 1) if line_rank is not None and line_rank < 0 else line_rank
             if rank is None:
+                if g is not None and len(unranked) < MAX_ERRORS_PER_RANK:
+                    unranked.append(_ev(rel, *lines[k]))
                 continue
             no, text = lines[k]
             if "Traceback (most recent call last)" in text:
@@ -648,11 +704,14 @@ def _facts(
                         rf.exit_evidence = _ev(rel, no, text)
                     elif f.exit_line in text_at:
                         rf.exit_evidence = _ev(rel, f.exit_line, text_at[f.exit_line])
+    _other_launchers(agents, tables, fate)
+    _owner_of_abort(unranked, fates)
     return LauncherFacts(
         fates=dict(sorted(fates.items())),
         agents=agents,
         tables=tables,
         mismatches=mismatches,
+        unranked_size_mismatches=unranked,
         benign=dict(benign),
         files=n_files,
         truncated_lines=truncated,

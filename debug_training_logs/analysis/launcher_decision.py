@@ -108,14 +108,21 @@ def decide(
             if (e := lf.fates[r].exit_evidence) is not None
         ]
         note, _ = _fr_note(fr, own)
-        oom = " the signal the kernel OOM killer sends" if "SIGKILL" in sig else ""
+        oom = " (the signal the kernel OOM killer sends)" if "SIGKILL" in sig else ""
+        torn = {r for r, f in lf.fates.items() if f.torn_down and r not in own}
+        lost = {r for r, f in lf.fates.items() if f.comm_error is not None and r not in own}
+        after = [
+            *([f"their agents SIGTERMed rank(s) {_fmt(torn)} (exit -15)"] if torn else []),
+            *([f"rank(s) {_fmt(lost)} lost their gloo peer"] if lost else []),
+        ]
         return LauncherCall(
             "rank_crash",
             own,
             "signal",
             f"Rank(s) {_fmt(own)} were killed by {sig}{oom}, not by their agent (no traceback, exit "
-            f"{', '.join(str(lf.fates[r].exitcode) for r in sorted(own))}). The agents then SIGTERMed the ranks still "
-            "running (exit -15) and the ranks on other nodes lost their gloo peer: consequences." + note,
+            f"{', '.join(str(lf.fates[r].exitcode) for r in sorted(own))})."
+            + (f" Then {' and '.join(after)}: consequences." if after else "")
+            + note,
             ev + _victims(lf, own),
             next_steps=[
                 "Check the node's kernel log for the OOM killer (dmesg -T | grep -i 'killed process') and the job's "
@@ -229,9 +236,9 @@ def _straggler(
 def agent_failure(lf: LauncherFacts | None, ranks_seen: set[int]) -> LauncherCall | None:
     """No worker ever ran (no rank wrote a line) and an agent says why: its store could not listen (the port is
     taken), or the rendezvous could not be reached / closed / timed out."""
-    if lf is None or ranks_seen or lf.fates:
+    if lf is None or ranks_seen:
         return None
-    listen = [(a, e) for a in lf.agents for e in a.listen_failures]
+    listen = [(a, e) for a in lf.agents for e in a.listen_failures]  # (a worker's own store too: mp.spawn's rank 0)
     if listen:
         a, e = listen[0]
         port = e.text
@@ -239,9 +246,9 @@ def agent_failure(lf: LauncherFacts | None, ranks_seen: set[int]) -> LauncherCal
             "address_in_use",
             set(),
             "port_in_use",
-            f"The torchrun agent on {a.node or a.file} could not start its TCPStore: the rendezvous port is already in "
-            "use (EADDRINUSE). No worker ever started, so no rank is to blame: another process holds the port (a "
-            "previous job's agent, a second job on the node).",
+            f"The rendezvous TCPStore (torchrun's agent, or the rank that hosts it) in {a.node or a.file} could not "
+            "listen: the port is already in use (EADDRINUSE). No worker ever started training, so no rank is to "
+            "blame: another process holds the port (a previous job's agent, a second job on the node).",
             [("the agent's store cannot listen on the rendezvous port", e)],
             nodes=[a.node] if a.node else None,
             next_steps=[
@@ -251,24 +258,39 @@ def agent_failure(lf: LauncherFacts | None, ranks_seen: set[int]) -> LauncherCal
             details={"port": True},
         )
     rdzv = [(a, e) for a in lf.agents for e in a.rendezvous_errors]
-    if rdzv:
-        a, e = rdzv[-1]
-        hosts = sorted({h for ag in lf.agents for h, _ in ag.unreachable})
-        reach = [(f"the agent cannot reach the store on {h}", ev) for ag in lf.agents for h, ev in ag.unreachable[:1]]
+    unreachable = [(a, h, e) for a in lf.agents for h, e in a.unreachable]
+    if (rdzv or unreachable) and not lf.fates:
+        a, e = rdzv[-1] if rdzv else (unreachable[0][0], unreachable[0][2])
+        hosts = sorted({h for _a, h, _e in unreachable})
+        reach = [(f"the agent cannot reach the store on {h}", ev) for _a, h, ev in unreachable[:1]]
+        local = [h for h in hosts if h in _LOCAL_HOSTS]
+        why = (
+            f"; an agent dialled {local[0]}: the rendezvous endpoint names the local machine, so on every node but "
+            "the master the agent looked for the store on itself (a single-node --master-addr reused for several "
+            "nodes)"
+            if local and len({ag.file for ag in lf.agents if ag.pids or ag.rendezvous_errors or ag.unreachable}) > 1
+            else (
+                f"; it could not reach {', '.join(hosts)}. The rendezvous host's agent never answered: that node (or "
+                "its agent) is the one to look at; the logs of the agent that did start only show it waiting"
+                if hosts
+                else ""
+            )
+        )
         return LauncherCall(
             "launch_failure",
             set(),
             "rendezvous",
-            f"No worker ever started: the torchrun agent in {a.file} failed to rendezvous ({e.text[:160]})"
-            + (f"; it could not reach {', '.join(hosts)}" if hosts else "")
-            + ". The rendezvous host's agent never answered: that node (or its agent) is the one to look at; the "
-            "logs of the agent that did start only show it waiting.",
+            f"No worker ever started: the torchrun agent in {a.file} failed to rendezvous ({e.text[:160]}){why}.",
             [*reach, ("the agent gives up on the rendezvous", e)],
             "medium",
-            nodes=hosts,
+            nodes=[h for h in hosts if h not in _LOCAL_HOSTS],
             next_steps=[
                 "Check that every node started its torchrun (the rendezvous endpoint's node first) and that the "
-                "endpoint host:port is reachable from the others."
+                "endpoint host:port is the master's routable address, reachable from the others."
             ],
         )
     return None
+
+
+_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+"""Addresses that name the machine itself: an endpoint no other node can reach."""

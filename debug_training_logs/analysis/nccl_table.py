@@ -1193,7 +1193,8 @@ class FilePrep:
             rank = h.rank
             w = e.timeout
             if rank is None:
-                rank = single
+                # (``what():  [PG ID 0 PG GUID 0(default_pg) Rank 7] ...`` is rank 7's, no ``[rank7]:`` before it)
+                rank = single if single is not None else tn.default_pg_rank(h.text)
                 if rank is None:
                     self.unranked.append(e)
                     continue

@@ -691,6 +691,20 @@ def pg_prefix_before(text: str, pos: int, start: int = 0) -> PGPrefix | None:
 _FIRST_SEEN: dict[str, PGPrefix | None] = {}
 
 
+DEFAULT_PG_RANK: Final = re.compile(
+    r"\[PG (?:ID 0 PG GUID 0(?:\(default_pg\))?|0(?: \(default_pg\))?) Rank (?P<r>\d+)\]"
+)
+"""The default PG's prefix (uid/name 0: created first; ``default_pg``): its rank is the global rank of the process that
+wrote the line, whether or not a ``[rankN]:`` precedes it (2.3 ``[PG 0 Rank 5]``, 2.4 ``[PG 0 (default_pg) Rank 5]``,
+2.5+ ``[PG ID 0 PG GUID 0(default_pg) Rank 5]``)."""
+
+
+def default_pg_rank(text: str) -> int | None:
+    """The global rank a line's default-PG prefix states (:data:`DEFAULT_PG_RANK`), else None."""
+    m = DEFAULT_PG_RANK.search(text) if "[PG " in text else None
+    return int(m.group("r")) if m else None
+
+
 def parse_pg_prefix(text: str) -> PGPrefix | None:
     """The first PG prefix in ``text`` (``[PG ID 0 PG GUID 0(default_pg) Rank 6]`` ...), or None (kept per short
     ``text``, as in :func:`pg_prefix_before`)."""

@@ -50,6 +50,7 @@ NEEDLES: Final[tuple[str, ...]] = (
     "failed to listen on any local network address",
     "while trying to connect to (",
     "failed to connect/validate to host ",
+    "clients joined",
 )
 """Literals that select candidate lines (named data)."""
 
@@ -174,7 +175,7 @@ class GroupState:
 @dataclass(frozen=True, repr=False)
 class RendezvousError:
     """A rendezvous failure (``RendezvousConnectionError``, ``RendezvousTimeoutError``, ``RendezvousClosedError``,
-    ...) and its message."""
+    ..., the static rendezvous store's ``DistStoreError: ... 1/2 clients joined``) and its message."""
 
     kind: str
     message: str
@@ -210,7 +211,9 @@ LauncherEvent = (
 _FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
 _SENDING = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG[A-Z]+)")
 _RESTART = re.compile(r"Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left; will restart worker group")
-_RESTART_COUNT = re.compile(r"(?:^|\]|\s)restart_count=(?P<n>\d+)\s*$")
+_RESTART_COUNT = re.compile(r"(?:^|\]:?|^\s*[\w.\-]+:)\s*restart_count=(?P<n>\d+)\s*$")
+"""The field alone on its line of the agent's result block (after the glog header), not a trainer's own line that
+ends in ``restart_count=0``."""
 _GROUP = re.compile(
     r"\] (?:\[\w+\] )?(?P<s>Starting worker group|Stopping worker group|worker group successfully finished)"
     r"|(?P<fin>Local worker group finished \(WorkerState\.(?P<state>SUCCEEDED|FAILED)\))"
@@ -219,6 +222,10 @@ _RDZV_ERR = re.compile(
     r"(?:torch\.distributed\.elastic\.rendezvous\.api\.)?(?P<kind>Rendezvous(?:Connection|Timeout|Closed|State|Graceful"
     r"Exit)?Error)(?::\s*(?P<msg>.*))?$"
 )
+_CLIENTS = re.compile(
+    r"(?P<kind>DistStoreError): (?P<msg>Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined)"
+)
+"""The static rendezvous' store (on the master) gave up waiting for the other nodes' agents."""
 _UNREACHABLE = re.compile(
     r"while trying to connect to \((?P<host>[^,()\s]+), (?P<port>\d+)\)"
     r"|failed to connect/validate to host (?P<host2>[^\s:]+):(?P<port2>\d+)"
@@ -260,6 +267,8 @@ def parse_line(line: str) -> LauncherEvent | None:
                           "succeeded")  # fmt: skip
     if "Rendezvous" in line and "Error" in line and (m := _RDZV_ERR.search(line)):
         return RendezvousError(m.group("kind"), (m.group("msg") or "").strip())
+    if "clients joined" in line and (m := _CLIENTS.search(line)):
+        return RendezvousError(m.group("kind"), m.group("msg"))
     if (m := _LISTEN.search(line)) and (m.group("port") or m.group("port2")):
         name = m.group("name") or _ERRNO_NAMES.get(m.group("errno"), f"errno {m.group('errno')}")
         return StoreListenFailed(int(m.group("port") or m.group("port2")), name)
@@ -314,7 +323,12 @@ _TABLE_START = "ChildFailedError"
 _ENTRY_FIELD = re.compile(r"^(?P<prefix>.*?)\s\s(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<v>.*)$")
 _FAILED_HEADER = re.compile(r"\s*(?P<what>\S+) FAILED\s*$")
 """The entrypoint line after a table's prefix: ``train.py FAILED``."""
-_ROOT = "Root Cause (first observed failure):"
+_ROOT = "Root Cause (first observed failure)"
+_FLAT_ENTRY = re.compile(
+    r"\brank\s*:?\s*(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)\s*exitcode\s*:?\s*(?P<code>-?\d+)"
+    r" \(pid: (?P<pid>\d+)\)"
+)
+"""An entry whose fields a paste ran together on one line (``rank2 (local_rank: 2)exitcode: -9 (pid: 48213)...``)."""
 _RANK_FIELD = re.compile(r"(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
 _EXIT_FIELD = re.compile(r"(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s+\((?P<sig>SIG\w+)\))?")
 _SIGNAL_TB = re.compile(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\) received by PID (?P<pid>\d+)")
@@ -364,6 +378,26 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
                 in_root[p] = True
             continue
         f = _ENTRY_FIELD.match(text)
+        if not f and "(local_rank: " in text and (flat := _FLAT_ENTRY.search(text)) is not None:
+            p = text[: flat.start()].strip()
+            table = open_.get(p)
+            if table is not None:
+                code = int(flat.group("code"))
+                sig = _SIGNAL_TB.search(text)
+                table.failures.append(
+                    ChildFailure(
+                        int(flat.group("rank")),
+                        int(flat.group("local")),
+                        code,
+                        int(flat.group("pid")),
+                        sig.group("sig") if sig else signal_name(code),
+                        root_cause=in_root[p],
+                        line=no,
+                        exit_line=no,
+                    )
+                )
+                current[p] = None
+            continue
         if not f:
             if _RULE.search(text):
                 p = _RULE.sub("", text).strip()

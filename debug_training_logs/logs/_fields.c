@@ -218,15 +218,19 @@ static int local_prefix(const Text *t, long long *rank) {
 
 /* 1 and *rank, or 0 (None), or -1 (defer). A Ray prefix can only give a rank through ``[rank=N]``: a line with
  * ``pid=`` and that is left to the per-line path, as is a line that may state its rank in a trainer's own format
- * (``"rank": N``, ``[rank N/M]``, ``[rank: N]``). */
+ * (``"rank": N``, ``[rank N/M]``, ``[rank: N]``, ``[RANK N]``, ``rank=N |``, a line opening with ``rank``). */
 static int line_rank(const Text *t, long long *rank) {
     int r = rank_tag(t, ':', rank);
     if (r != 0) return r;
     r = rank_tag(t, ' ', rank);
     if (r != 0) return r;
     if (find_lit(t, 0, "pid=", 4) >= 0 && find_lit(t, 0, "[rank=", 6) >= 0) return -1;
-    if (find_lit(t, 0, "\"rank\"", 6) >= 0 || find_lit(t, 0, "[rank ", 6) >= 0 || find_lit(t, 0, "[rank:", 6) >= 0)
+    if (find_lit(t, 0, "\"rank\"", 6) >= 0 || find_lit(t, 0, "[rank ", 6) >= 0 || find_lit(t, 0, "[rank:", 6) >= 0 ||
+        find_lit(t, 0, "[RANK ", 6) >= 0 || find_lit(t, 0, "rank=", 5) >= 0)
         return -1;
+    Py_ssize_t lead = 0;
+    while (lead < t->n && is_space(at(t, lead))) lead++;
+    if (find_lit(t, lead, "rank", 4) == lead) return -1; /* a ``rankN| `` / ``rank N: `` label opening the line */
     r = local_prefix(t, rank);
     if (r != 0) return r;
     return srun_label(t, rank);

@@ -29,7 +29,12 @@ RAY_PREFIX = re.compile(
 )
 # A trainer's own formats that state the writer's rank: a JSON log record's ``"rank": N``, ``[rank N/M]``, Lightning's
 # ``[rank: N]`` prefix.
-STATED_RANK = re.compile(r"\"rank\": ?(\d+)\b|\[rank(?: |: ?)(\d+)(?:/\d+)?\]")
+STATED_RANK = re.compile(
+    r"\"rank\": ?(\d+)\b|\[rank(?: |: ?)(\d+)(?:/\d+)?\]|\[RANK (\d+)\]|(?:^|[\s|\]])rank=(\d+) \|"
+    r"|^\s*rank ?(\d+) ?[|:] "
+)
+"""A trainer's own statement of its rank: JSON ``"rank": N``, ``[rank N/M]``, ``[rank: N]``, ``[RANK N]``, a
+``rank=N |`` label field and a ``rankN| ``/``rank N: `` label opening the line."""
 # torchrun --tee's ``[default3]:`` / ``[trainer3]:`` prefix: the LOCAL rank (the file's map makes it global).
 LOCAL_PREFIX = re.compile(r"^\[[A-Za-z_][\w.\-]*?(\d+)\]:")
 TORCHRUN_PREFIX = re.compile(r"^\[(?P<host>[A-Za-z0-9][\w.\-]*):(?P<local>\d+)\]:")
@@ -40,6 +45,8 @@ FILE_RANK_PATTERNS = (
     re.compile(r"(?:^|[^a-z])rank[-_.]?(?P<rank>\d+)(?:[^0-9]|$)", re.IGNORECASE),
     re.compile(r"(?:^|/)slurm-\d+_(?P<rank>\d+)\.(?:out|err|log)$"),
 )
+TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_(?P<attempt>\d+)/(?P<local>\d+)/(?:stdout|stderr|error)\.(?:log|json)$")
+"""torchrun's ``--log-dir`` tree (``<run_id>/attempt_<n>/<local rank>/stdout.log``): the directory is the local rank."""
 FILE_NODE_PATTERNS = (
     # error-<JOBID>-<N>.out / output-%j-%n.out: per-node (or per-task) files; N is taken as the node index.
     re.compile(r"(?:^|/)(?:error|output|out|err|log|slurm)[-_]\d+[-_](?P<node>\d+)\.(?:out|err|log|txt)$"),
@@ -92,10 +99,17 @@ def rank_and_source_plain(text: str) -> tuple[int | None, str]:
         r = RAY_PREFIX.search(text)
         if r and r.group("rank") is not None:
             return int(r.group("rank")), "ray"
-    if '"rank"' in text or "[rank " in text or "[rank:" in text:
+    if (
+        '"rank"' in text
+        or "[rank " in text
+        or "[rank:" in text
+        or "[RANK " in text
+        or "rank=" in text
+        or text.lstrip().startswith("rank")
+    ):
         st = STATED_RANK.search(text)
         if st:
-            return int(st.group(1) or st.group(2)), "stated_rank"
+            return int(next(g for g in st.groups() if g is not None)), "stated_rank"
     s = SRUN_LABEL.match(text)
     if s:
         return int(s.group("task")), "srun_label"
@@ -128,3 +142,19 @@ def file_name_node(rel: str) -> str | None:
         if m:
             return m.group("node")
     return None
+
+
+_LEAD_PREFIX = re.compile(r"^(?:\s*\d+: )?(?:\([^()]*pid=\d+[^()]*\)\s*)?(?:\[rank\d+\]:\s*)?")
+
+
+def strip_rank_prefix(text: str) -> str:
+    """``text`` without its leading srun ``N:`` label, Ray actor prefix and ``[rankN]:`` (what the process wrote)."""
+    return _LEAD_PREFIX.sub("", text, count=1)
+
+
+def log_dir_local_rank(rel: str) -> tuple[str, int] | None:
+    """(the attempt's directory, the local rank) of a file in torchrun's ``--log-dir`` tree, else None."""
+    m = TORCHRUN_LOG_DIR.search(rel)
+    if m is None:
+        return None
+    return rel[: m.start("local")].rstrip("/"), int(m.group("local"))

@@ -70,6 +70,7 @@ import threading
 import time
 import traceback
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
@@ -2100,17 +2101,24 @@ def _plain_tail_start(lf: LogFile, dense: _Dense, ranks: set[str], mapped: mmap.
 
 
 def _shown_part(line: bytes, ids: list[int], m: _Matcher) -> bytes:
-    """What a sink sees of a hit line longer than :data:`MAX_LINE_CHARS`: the first ``\\r`` record that matches
-    (a progress bar redrawn for hours holds the error as one of its records), else the line's head."""
+    """What a sink sees of a hit line longer than :data:`MAX_LINE_CHARS`: the ``\\r`` record that says the most (a
+    progress bar redrawn for hours holds the error as one of its records, or glued after its last redraw), else the
+    line's head. A record scores each pattern it matches by how rare that pattern is among the records (the bar's
+    own pattern matches every redraw, the error one record); the first of the best wins."""
     if b"\r" in line:
-        checks = [m.verify[i] for i in ids if i in m.verify]
-        singles = [single for i, _multi, single in m.fallback if i in ids]
-        for record in line.split(b"\r"):
+        checks = [(i, m.verify[i]) for i in ids if i in m.verify]
+        singles = [(i, single) for i, _multi, single in m.fallback if i in ids]
+        records = line.split(b"\r")
+        matched: list[set[int]] = []
+        for record in records:
             n = len(record)
-            if any(rx.Match(_UNANCHORED, record, 0, n)[0][0] >= 0 for rx in checks) or any(
-                _run_fallback(rx, functools.partial(_search, rx, record)) is not None for rx in singles
-            ):
-                return record[:MAX_LINE_CHARS]
+            got = {i for i, rx in checks if rx.Match(_UNANCHORED, record, 0, n)[0][0] >= 0}
+            got |= {i for i, rx in singles if _run_fallback(rx, functools.partial(_search, rx, record)) is not None}
+            matched.append(got)
+        counts = Counter(i for got in matched for i in got)
+        if counts:
+            best = max(range(len(records)), key=lambda k: (sum(1 / counts[i] for i in matched[k]), -k))
+            return records[best][:MAX_LINE_CHARS]
     return line[:MAX_LINE_CHARS]
 
 

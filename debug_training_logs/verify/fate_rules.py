@@ -53,7 +53,8 @@ def rank_fates(ctx: RuleContext) -> Check:
     finding = decide(model, ev)
     culprits = ctx.culprits
     fr = ev.flight_recorder
-    if fr is not None and fr.dumps and culprits:
+    # (dumps whose named ranks the causal model explains, waiting on a rank that failed on its own, deny nothing)
+    if fr is not None and fr.dumps and culprits and converged(model)[0] & fr.culprits[0]:
         why = fr.contradicts(culprits)
         if why is not None:
             return _check(

@@ -48,13 +48,14 @@ def supports(ctx: RuleContext) -> tuple[bool, str, list[Evidence]]:
             ev = [e for r in sorted(sig) if (e := lf.fates[r].exit_evidence) is not None]
             return True, f"rank(s) {_fmt(sig)} were killed by {lf.fates[min(sig)].signal} (torchrun's table)", ev
         return False, "", []
-    if cat == "address_in_use" and not culprits and not ctx.ev.worker.ranks:
+    ran = ctx.ev.worker.worker_ranks()
+    if cat == "address_in_use" and not culprits and not ran:
         ev = [e for a in lf.agents for e in a.listen_failures]
         if ev:
             return True, "no worker started: the agent's store could not listen (port in use)", ev
         return False, "", []
-    if cat == "launch_failure" and not culprits and not ctx.ev.worker.ranks and not lf.fates:
-        ev = [e for a in lf.agents for e in a.rendezvous_errors]
+    if cat == "launch_failure" and not culprits and not ran and not lf.fates:
+        ev = [e for a in lf.agents for e in a.rendezvous_errors] + [e for a in lf.agents for _h, e in a.unreachable[:1]]
         if ev:
             return True, "no worker started: the agent could not rendezvous with the other node(s)", ev
         return False, "", []

@@ -237,7 +237,7 @@ def coverage(ctx: RuleContext) -> Check:
             ws_ev,
             "Name the category the evidence supports (run diagnose).",
         )
-    if w.world_size is None and not ctx.culprits and not w.ranks and launcher_supports(ctx)[0]:
+    if not ctx.culprits and not w.worker_ranks() and launcher_supports(ctx)[0]:
         return _check(
             "coverage",
             "passed",
@@ -600,6 +600,17 @@ def causality(ctx: RuleContext) -> Check:
             f"{what} at {_t(limit)}, and the line precedes the first timeout at {_t(sym)}.",
             ev,
         )
+    fate = causal_model(ctx.ev).fates.get(rank) if rank is not None else None
+    lost = fate.primary if fate is not None else None
+    if lost is not None and lost.kind == "node_lost" and root.file == lost.line.file and root.line == lost.line.line:
+        return _check(
+            "causality",
+            "passed",
+            f"{root.where} has no time of its own, but it is the last line of rank {rank}'s node, which went silent "
+            "with no error and no reaction to the failure the other nodes reported, its launcher included: it went "
+            f"down before they reacted (the first symptom at {_t(sym)}).",
+            ev,
+        )
     return _check(
         "causality",
         "undecided",
@@ -746,6 +757,25 @@ def noise(ctx: RuleContext) -> Check:
                     "passed",
                     f"The cited reset {first.where} was retried until the retries ran out ({ev[0].file}:{ev[0].line}).",
                     [first.cite(), *ev],
+                )
+            fate = causal_model(ctx.ev).fates.get(first.rank) if first.rank is not None else None
+            p = fate.primary if fate is not None else None
+            if (
+                fate is not None
+                and fate.end == "crashed"
+                and p is not None
+                and (p.line.file, p.line.line)
+                == (
+                    first.file,
+                    first.line,
+                )
+            ):
+                return _check(
+                    "noise",
+                    "passed",
+                    f"The cited reset {first.where} was not retried away: it is the exception that reached the top of "
+                    f"rank {first.rank}'s traceback and ended it ({fate.why}).",
+                    [first.cite()],
                 )
             return _check(
                 "noise",
@@ -1048,6 +1078,12 @@ def _needs_line_on_culprits(ctx: RuleContext, kind: str, what: str) -> Check:
     """Every culprit crashed (its state), of a failure of ``kind`` that did not come after the first symptom, and no
     other rank plainly failed before it. ``rank_crash`` takes any crash (a crash is a crash whatever raised it)."""
     rule = f"category_specific:{ctx.category}"
+    if not ctx.culprits or ctx.conclusion.provisional:
+        # a process no line maps to a rank (an NCCL line's host:pid [GPU], an old torch's PG rank): the causal
+        # model's finding, suspects at most
+        ok, why, ev = launcher_supports(ctx)
+        if ok:
+            return _check(rule, "passed", f"No rank is established: {why}.", ev)
     if not ctx.culprits:
         return _check(
             rule,
@@ -1439,7 +1475,7 @@ def _cat_launch(ctx: RuleContext) -> Check:
         rule,
         "failed",
         f"{ctx.category} needs a job whose workers never started and a launcher line saying why; "
-        + (f"rank(s) {_fmt(ctx.ev.worker.ranks)} wrote lines." if ctx.ev.worker.ranks else "none was found."),
+        + (f"rank(s) {_fmt(ran)} wrote lines." if (ran := ctx.ev.worker.worker_ranks()) else "none was found."),
         next_step="Find the launcher's error (EADDRINUSE, RendezvousTimeoutError) or diagnose the failure.",
     )
 
