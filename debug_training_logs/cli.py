@@ -501,6 +501,7 @@ def _analyze_with_html(ns: argparse.Namespace) -> BaseModel:
         getattr(ns, "world_size", None),
         job_id=getattr(ns, "job_id", None),
         history=getattr(ns, "history", True),
+        hang_dir=getattr(ns, "hang_dir", None),
     )
     _write_html(target, page)
     print(f"HTML report: {target} ({len(page.encode()):,} bytes)", file=sys.stderr)

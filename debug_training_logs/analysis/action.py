@@ -36,6 +36,10 @@ ACTIONS: dict[str, str] = {
     "split, or a join context).",
     "data_loading_stall": "Stop and fix the data path of {ranks} (storage reachability, loader timeouts, num_workers),"
     " then restart; restart as is only if the storage incident is over.",
+    "checkpoint_stall": "Stop and fix the checkpoint path of {ranks} (the filesystem or object store it writes to: "
+    "reachable, not full, not hung), then restart from the last good checkpoint.",
+    "rank_stuck": "Stop and fix what {ranks} is stuck in (see its stack: a lock, a sleep, a loop or a computation "
+    "the other ranks do not run), then restart.",
     "storage_errors": "Fix the storage side first (the failing target or bucket), then restart.",
     "node_failure": "Restart without {nodes}.",
     "gpu_fabric": "Have the fabric of {nodes} checked (ibstat, ibdev2netdev, nccl-tests between them) and restart "

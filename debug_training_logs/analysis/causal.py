@@ -60,6 +60,10 @@ KIND_CATEGORY = {
     "launch": "rank_crash",
     "watchdog_hang": "watchdog_hang",
     "node_lost": "node_failure",
+    "stuck_data": "data_loading_stall",
+    "stuck_checkpoint": "checkpoint_stall",
+    "stuck": "rank_stuck",
+    "gone": "rank_crash",
 }
 """The failure shape a culprit's primary event shows (a stall's depends on where the rank stopped: :func:`_stall`)."""
 
@@ -86,6 +90,10 @@ _KIND_ORDER = {
             "launch",
             "detour",
             "early_exit",
+            "gone",
+            "stuck_checkpoint",
+            "stuck_data",
+            "stuck",
             "stall",
         )
     )
@@ -164,6 +172,17 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
     if named:
         own = sorted((e for e in firsts if e.rank in named and not e.weak), key=_order)
         root = own[0] if own else None
+        if any(a.how == "stack_dump" for a in accs) and (root is None or root.kind in ("stall", "early_exit")):
+            # the stacks say where the rank is stuck: that, not when its log went quiet, is the failure's shape
+            root = next(
+                (
+                    e
+                    for f in model.fates.values()
+                    for e in f.events
+                    if e.line.signal == "stack_dump" and e.rank in named and e.primary
+                ),
+                root,
+            )
         culprits = set(named)
         if root is not None and root.kind != "stall":
             category = category_of(root)
@@ -172,7 +191,12 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
         else:
             category = _stall(ev, culprits)
         why = _accused_why(culprits, accs, root)
-        return _finish(model, ev, category, culprits, root, why, accs)
+        found = _finish(model, ev, category, culprits, root, why, accs)
+        if root is not None and root.line.signal == "stack_dump" and root.what.startswith("computing"):
+            # on CPU in its own code: a slow step and an endless loop look alike in one dump
+            found.confidence = "medium" if found.confidence == "high" else found.confidence
+            found.why += " One dump cannot tell a slow step from an endless one: a second dump a minute later tells."
+        return found
     lf = ev.launcher
     # DETAIL reported a desync, no fingerprint is the odd one out and no rank failed on its own: the exits that follow
     # (a weak 'exited with code 1') are the report's
@@ -233,6 +257,9 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
                 f"{_upper_first(first.process.words())} failed: {first.what} ({at}); no line maps that process to a "
                 "global rank."
                 if first.process.gpu is not None
+                else f"The stacks show {first.process.words()} {first.what} ({at}); no line maps that process to a "
+                "global rank."
+                if first.line.signal in ("stack_dump", "telemetry")
                 else f"The launcher reports {first.what} ({at}); no line maps that process to a global rank."
             )
             if first.process is not None
@@ -252,7 +279,32 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
         f.processes = procs
         f.suspects = set(pg_ranks) if f.certainty == "provisional" else set()
         return f
-    return _only_consequences(model, ev)
+    return _only_consequences(model, ev) or _hang_in_one_collective(model, ev)
+
+
+def _hang_in_one_collective(model: CausalModel, ev: JobEvidence) -> Finding | None:
+    """The stacks show every dumped rank waiting in the same collective and none outside it: a hang no dumped rank
+    explains. The ranks the logs know but nobody dumped are where the others' peer may be: suspects."""
+    hang = ev.hang
+    if hang is None or not hang.waiting or hang.stuck or hang.detours:
+        return None
+    dumped = hang.dumped_ranks
+    known = set(model.seen) | (set(range(model.world_size)) if model.world_size is not None else set())
+    undumped = known - dumped
+    p = hang.waiting[0]
+    line = Hit("stack_dump", p.file, p.state.line_no, p.state.text, p.rank, None)
+    what = f"every dumped rank waits in {hang.waits_in}"
+    why = f"The stacks show that {what} ({p.cite()}) and no dumped rank is anywhere else"
+    if undumped and dumped:
+        why += f"; rank(s) {_fmt(undumped)} were not dumped: the rank they wait for is among them (suspects)."
+    elif not dumped:
+        why += "; no dump says which rank it is, so no rank is singled out."
+    else:
+        why += ": a hang that no rank's stack explains (the fabric, or a peer outside these processes)."
+    f = _finish(model, ev, "nccl_timeout_unattributed", set(), RankEvent(p.rank, "peer_timeout", what, line), why, [])
+    f.culprits, f.suspects = set(), undumped if dumped else set()
+    f.confidence = "low"
+    return f
 
 
 def _link_failure(model: CausalModel, ev: JobEvidence) -> Finding | None:
@@ -353,6 +405,8 @@ _HOW_WORDS = {
     "monitored_barrier": "torch's monitoredBarrier names it",
     "trainer": "the trainer's own error lines name it",
     "detail_mismatch": "TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprints single it out",
+    "stack_dump": "its stack dump, taken while the job hung",
+    "nccl_ras": "NCCL RAS reports it behind the others",
 }
 
 

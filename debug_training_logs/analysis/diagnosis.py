@@ -219,7 +219,7 @@ def _coverage_gap(ctx: _Ctx) -> tuple[str, list[str]] | None:
     w = ctx.w
     if causal_model(ctx.ev).complete:
         return None
-    missing = w.missing_ranks
+    missing = ctx.ev.missing_ranks
     if not w.job.inventory.files:
         why = "No log file was found under the directory (nothing to diagnose)."
         steps = ["Point logs_dir at the directory holding every node's stderr/stdout files (error-<JOBID>-<N>.out)."]
@@ -256,7 +256,7 @@ def _with_coverage(ctx: _Ctx, v: Verdict) -> Verdict:
     if v.category in ("address_in_use", "launch_failure") and not ctx.w.worker_ranks():
         return v  # no worker started: no rank has a log to miss
     gap = _coverage_gap(ctx)
-    v.missing_ranks = sorted(ctx.w.missing_ranks)
+    v.missing_ranks = sorted(ctx.ev.missing_ranks)
     if gap is None and v.details.get("certainty") == "provisional":
         gap = (
             f"No line states the world size: ranks {_fmt(ctx.w.ranks)} were read, and a rank named for what it did not "
@@ -432,7 +432,9 @@ def _causal(ctx: _Ctx) -> Verdict | None:
         chain += [KeyEvent(what, e.file, e.line, e.text, set(call.culprits)) for what, e in call.evidence]
         details.update(call.details)
     for a in f.accusations[:2]:
-        if a.line.line > 0:
+        if a.line.line > 0 and not (
+            root is not None and (a.line.file, a.line.line) == (root.line.file, root.line.line)
+        ):
             by = f"rank {a.by}" if a.by is not None else "a line"
             named = f"{by} names rank(s) {_fmt(a.accused)} ({a.how.replace('_', ' ')})"
             chain.append(hit_event(a.line, named, a.accused))

@@ -109,7 +109,7 @@ if TYPE_CHECKING:  # the result models import pydantic, which the scan never nee
     from debug_training_logs.models import Coverage, Evidence
 
 if TYPE_CHECKING:  # the AIS and dump modules are imported where those are read: the worker scan's sinks need none
-    from debug_training_logs.analysis import fr_dumps
+    from debug_training_logs.analysis import fr_dumps, hang_facts
     from debug_training_logs.analysis.ais_deltas import (
         AisCollection,
         GetStop,
@@ -1718,6 +1718,17 @@ class JobEvidence:
     """The attempt this evidence covers (None: the job had one attempt, or the whole logs were read)."""
     given_world_size: int | None = None
     """The world size the caller gave (it replaced what the logs say in the coverage), or None."""
+    hang: hang_facts.HangFacts | None = None
+    """What was collected during a live hang (stack dumps, NCCL RAS, node telemetry), None when nothing was."""
+
+    @property
+    def missing_ranks(self) -> set[int]:
+        """Ranks of the world nothing was read of: no log file, and no stack dump saw them either (a rank whose
+        stack was dumped during the hang is known where it stood, whichever file its log lines went to)."""
+        missing = self.worker.missing_ranks
+        if self.hang is not None and missing:
+            return set(missing) - self.hang.dumped_ranks
+        return set(missing)
 
     def launcher_events(self) -> list[LauncherEvent]:
         """The launcher's per-rank exits as :func:`rank_states` reads them (from :attr:`launcher`'s fates)."""
@@ -1758,6 +1769,7 @@ def gather_evidence(
     fr_dir: Path | None = None,
     attempt: int | None = None,
     world_size: int | None = None,
+    hang_dir: Path | None = None,
 ) -> JobEvidence:
     """The evidence of a job: one scan of the worker logs (the evidence patterns and the launcher's together), the
     NCCL table, and one pass over the AIS logs if given.
@@ -1836,6 +1848,9 @@ def gather_evidence(
     ev.attempts = split
     ev.attempt = chosen if split.count > 1 else None
     ev.given_world_size = world_size
+    from debug_training_logs.analysis.hang_facts import of_job  # the stack and telemetry readers: only now
+
+    ev.hang = of_job(jobs[ec.key], hang_dir)
     return ev
 
 
@@ -2476,8 +2491,23 @@ def rank_states(ev: JobEvidence) -> dict[int, RankState]:
     cached = ev.cache.get("rank_states")
     if cached is None:
         cached = ev.cache["rank_states"] = _rank_states(ev)
+        if ev.hang is not None:
+            _hang_states(ev.hang, cached)
     states: dict[int, RankState] = cached
     return states
+
+
+def _hang_states(hang: hang_facts.HangFacts, states: dict[int, RankState]) -> None:
+    """Where the stack dumps saw a rank whose logs say nothing of its end: stuck outside the collective, or waiting
+    in it."""
+    for group, state in ((hang.stuck, "stuck"), (hang.detours, "stuck"), (hang.waiting, "waiting")):
+        for p in group:
+            if p.rank is None or p.state.kind == "gone":
+                continue
+            st = states.get(p.rank)
+            if st is None or st.state in ("unknown", "absent"):
+                line = Hit("stack_dump", p.file, p.state.line_no, p.state.text, p.rank, None)
+                states[p.rank] = RankState(p.rank, state, f"{p.state.words()} (stack dump)", line)
 
 
 def _rank_states(ev: JobEvidence) -> dict[int, RankState]:

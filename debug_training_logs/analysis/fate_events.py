@@ -122,6 +122,13 @@ def _build(ev: JobEvidence) -> CausalModel:
         if f is not None and a.by not in a.accused and not any(e.line.line == a.line.line for e in f.events):
             f.events.append(RankEvent(a.by, "report", f"reports rank(s) {_fmt(a.accused)} failed", a.line, a.accused))
     processes = _unmapped_processes(lf, fates, year) if lf is not None else []
+    hang_accs: list[Accusation] = []
+    hang_processes: list[RankEvent] = []
+    if ev.hang is not None:  # what was collected during a live hang (its readers are imported only then)
+        from debug_training_logs.analysis.hang_events import hang_events
+
+        hang_accs, hang_processes = hang_events(ev.hang, fates)
+    processes += hang_processes
     silent_fates(ev, fates)
     late_errors(ev, fates)
     stuck_after_error(fates)
@@ -146,6 +153,7 @@ def _build(ev: JobEvidence) -> CausalModel:
                     None, frozenset(named), f"flight_recorder_{how}", Hit("fr", "(flight recorder)", 0, how, None, None)
                 )
             )
+    accs += hang_accs
     # a failure on a line no rank is known for (a pasted traceback, a node's Xid line): the process, not a rank
     unranked = [
         _primary_of(t)
@@ -162,8 +170,8 @@ def _build(ev: JobEvidence) -> CausalModel:
         accusations=accs,
         processes=processes,
         world_size=w.world_size,
-        missing=set(w.missing_ranks),
-        seen=set(w.ranks),
+        missing=ev.missing_ranks,
+        seen=set(w.ranks) | (ev.hang.dumped_ranks if ev.hang is not None else set()),
         job_layout=len(files) > 1 or any(f.launcher_lines for f in files),
     )
 

@@ -56,6 +56,10 @@ PrimaryKind = Literal[
     "launch",
     "watchdog_hang",
     "node_lost",
+    "stuck_data",
+    "stuck_checkpoint",
+    "stuck",
+    "gone",
 ]
 ConsequenceKind = Literal[
     "peer_timeout",
@@ -66,6 +70,7 @@ ConsequenceKind = Literal[
     "scheduler_stop",
     "report",
     "link_error",
+    "peer_wait",
 ]
 EventKind = PrimaryKind | ConsequenceKind
 
@@ -82,6 +87,10 @@ PRIMARY_KINDS: tuple[str, ...] = (
     "launch",
     "watchdog_hang",
     "node_lost",
+    "stuck_data",
+    "stuck_checkpoint",
+    "stuck",
+    "gone",
 )
 
 
@@ -107,8 +116,10 @@ class Process:
             who = f"local rank {self.local_rank}"
         elif self.gpu is not None:
             who = f"the process on GPU {self.gpu}"
-        else:
+        elif self.pg_rank is not None:
             who = f"rank {self.pg_rank} of its process group"
+        else:
+            who = "a worker process"
         return f"{who}{where}{pid}"
 
 

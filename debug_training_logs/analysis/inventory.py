@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from debug_training_logs import meanwhile
+from debug_training_logs.analysis import hang_files
 from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
@@ -459,6 +460,8 @@ class FileInventory:
     """torchrun --tee local rank -> global rank for this file's ``[defaultL]:`` lines (see FileFacts.local_map)."""
     launcher_lines: bool = False
     """A torchrun agent writes here too: an unprefixed line may be the agent's, not the file's one rank's."""
+    artifact: str | None = None
+    """Not a log: something collected during a hang (``py-spy``, ``kernel log``...; read by the hang analysis)."""
 
 
 @dataclass(repr=False, eq=False)
@@ -1120,9 +1123,15 @@ class _RankSources(NamedTuple):
     srun: set[int]
     """``srun --label`` task ids of the head and tail, kept when they are the ranks (no Ray or Lightning ranks, and
     every rank a ``[rankN]:`` prefix or the trainer states is among them: one task per rank)."""
+    artifact: str | None = None
+    """What the file is when it is no log but something collected during a hang (a ``py-spy`` dump, a kernel log):
+    it holds no rank's log, whatever its name or its lines say."""
 
     @staticmethod
     def of(scan: FileScan, facts: FileFacts) -> _RankSources:
+        artifact = hang_files.kind_of("\n".join(scan.head))
+        if artifact is not None:
+            return _RankSources(scan.file.rel, set(), set(), set(), set(), {}, set(), artifact)
         prefixes, ray, lightning = set(scan.ranks), set(facts.ray_ranks), set(facts.member_ranks)
         stated = set(facts.stated_ranks) - prefixes
         srun = set() if ray or lightning else _srun_labels(scan.head + scan.tail)
@@ -1132,6 +1141,8 @@ class _RankSources(NamedTuple):
 
 
 def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]:
+    if src.artifact is not None:
+        return set(), f"none: {src.artifact} output, not a log"
     found: dict[str, set[int]] = {
         "[rankN]: prefixes": src.prefixes,
         "Ray [rank=N] prefixes": src.ray,
@@ -1452,6 +1463,7 @@ def _build_inventory(
                 src.prefixes,
                 local,
                 launcher,
+                src.artifact,
             )
         )
         hosts |= f.hosts | f.launcher_hosts

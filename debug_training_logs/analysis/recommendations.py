@@ -65,6 +65,8 @@ _NCCL_HANG = (
     "collective_mismatch",
     "nccl_timeout_unattributed",
     "watchdog_hang",
+    "checkpoint_stall",
+    "rank_stuck",
 )
 
 RECOMMENDATIONS: tuple[Recommendation, ...] = (
@@ -227,6 +229,33 @@ RECOMMENDATIONS: tuple[Recommendation, ...] = (
         "TORCH_NCCL_ENABLE_MONITORING deliberately.",
         "a rank's heartbeat monitor killed the process",
         lambda f: f.category == "watchdog_hang",
+    ),
+    Recommendation(
+        "checkpoint_stall",
+        "operations",
+        "Check the checkpoint target of the stuck rank (the filesystem or object store its torch.save writes to: "
+        "mounted, writable, not full, no hung NFS/Lustre client; `df`, `mount`, the node's dmesg), and write "
+        "checkpoints with a timeout (an async checkpointer, or torch.distributed.checkpoint with a deadline).",
+        "a stack dump shows a rank stuck in checkpoint I/O while the others wait",
+        lambda f: f.category == "checkpoint_stall",
+    ),
+    Recommendation(
+        "rank_stuck",
+        "client",
+        "Look at the stuck rank's stack: a lock or an event nobody sets, a sleep, or a loop only that rank runs "
+        "(a rank-dependent branch) keeps it out of the collective; take a second dump a minute later to tell a slow "
+        "step from an endless one.",
+        "a stack dump shows a rank outside the collective, neither loading data nor checkpointing",
+        lambda f: f.category == "rank_stuck",
+    ),
+    Recommendation(
+        "py_spy_dumps",
+        "evidence",
+        "While a job hangs, dump every rank's stack before killing it (`py-spy dump --pid <pid>` for each worker on "
+        "each node, e.g. through `srun --overlap`, with `nvidia-smi -q` and `dmesg -T` of the node) and pass that "
+        "directory as hang_dir: the stacks show the rank outside the collective and what it waits on.",
+        "the ranks hung or timed out and no stack dump was given",
+        lambda f: f.ev.hang is None and f.category in ("nccl_timeout_unattributed", "data_loading_stall"),
     ),
     # --- evidence for next time ---
     Recommendation(

@@ -29,7 +29,7 @@ from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.evidence_cache import job_evidence
-from debug_training_logs.tools.params import WorldSize
+from debug_training_logs.tools.params import HangDir, WorldSize
 from debug_training_logs.tools.registry import ToolSpec
 from debug_training_logs.verify import Conclusion, Verification, verify_with_evidence
 from debug_training_logs.verify.models import Category, ChainStep, CitedEvent
@@ -273,6 +273,7 @@ def to_conclusion(v: Verdict, logs_dir: str, ais_dir: str | None, ev: JobEvidenc
         provisional=bool(v.details.get("provisional")),
         attempt=ev.attempt if ev is not None else None,
         world_size=ev.given_world_size if ev is not None else None,
+        hang_dir=ev.hang.hang_dir if ev is not None and ev.hang is not None else None,
     )
 
 
@@ -296,6 +297,8 @@ def _job(ev: JobEvidence) -> JobDetails:
             f"; {len(fr.dumps)} flight-recorder dump(s) (format {', '.join(fr.versions) or '?'}), {fr.bytes_read:,} "
             "bytes"
         )
+    if ev.hang is not None:
+        logs += "; " + ev.hang.describe()
     if ev.ais is not None:
         idx = ev.ais.index
         logs += f"; {idx.files_scanned} AIS log file(s) from {len(idx.daemons)} daemon(s), {idx.bytes_scanned:,} bytes"
@@ -504,6 +507,7 @@ def diagnose(
         ),
     ] = None,
     world_size: WorldSize = None,
+    hang_dir: HangDir = None,
     html_report: Annotated[
         bool,
         Field(
@@ -544,11 +548,14 @@ def diagnose(
         logs_root = input_dir(logs_dir)
         ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
         fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-        ev = _evidence(logs_root, ais_root, fr_root, attempt, world_size)
+        hang_root = input_dir(hang_dir, "hang directory") if hang_dir else None
+        ev = _evidence(logs_root, ais_root, fr_root, attempt, world_size, hang_root=hang_root)
         return build_diagnosis(ev, logs_root, ais_root, history=history, job_id=job_id)
     from debug_training_logs.printers import store
 
-    d, page = diagnose_with_html(logs_dir, ais_dir, attempt, fr_dir, world_size, job_id=job_id, history=history)
+    d, page = diagnose_with_html(
+        logs_dir, ais_dir, attempt, fr_dir, world_size, job_id=job_id, history=history, hang_dir=hang_dir
+    )
     d.html_report_uri = store.keep(page)
     return d
 
@@ -560,12 +567,13 @@ def _evidence(
     attempt: int | None,
     world_size: int | None,
     html: bool = False,
+    hang_root: Path | None = None,
 ) -> JobEvidence:
     """The job's evidence (:func:`job_evidence`); the modules only the answer needs (the verdict, recommendations,
     the overview, with ``html`` the HTML printer) are imported and their models built while its scan's workers read
     (:mod:`~debug_training_logs.meanwhile`), not before the scan starts."""
     with meanwhile.queued(_import_html_modules if html else _import_answer_modules):
-        return job_evidence(logs_root, ais_root, fr_root, attempt, world_size)
+        return job_evidence(logs_root, ais_root, fr_root, attempt, world_size, hang_root)
 
 
 def _import_answer_modules() -> None:
@@ -593,12 +601,14 @@ def diagnose_with_html(
     *,
     job_id: str | None = None,
     history: bool = True,
+    hang_dir: str | None = None,
 ) -> tuple[Diagnosis, str]:
     """:func:`diagnose` plus the HTML report of the same evidence (one scan for both)."""
     logs_root = input_dir(logs_dir)
     ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
     fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-    ev = _evidence(logs_root, ais_root, fr_root, attempt, world_size, html=True)
+    hang_root = input_dir(hang_dir, "hang directory") if hang_dir else None
+    ev = _evidence(logs_root, ais_root, fr_root, attempt, world_size, html=True, hang_root=hang_root)
     from debug_training_logs.printers.html import render_html
     from debug_training_logs.printers.report_data import build_report_data
 
@@ -624,6 +634,8 @@ _TITLES = {
     "time_limit": "SLURM time limit",
     "node_failure": "Node failure",
     "watchdog_hang": "NCCL watchdog hang",
+    "checkpoint_stall": "A rank stuck in checkpoint I/O",
+    "rank_stuck": "A rank stuck outside the collective",
     "no_failure": "No failure",
     "incomplete_evidence": "Evidence incomplete",
     "nccl_timeout_unattributed": "NCCL timeout, cause not attributable",

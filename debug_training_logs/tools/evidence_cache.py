@@ -35,18 +35,32 @@ def job_evidence(
     fr_root: Path | None = None,
     attempt: int | None = None,
     world_size: int | None = None,
+    hang_root: Path | None = None,
 ) -> JobEvidence:
     """:func:`~debug_training_logs.analysis.evidence.gather_evidence`, or the evidence an earlier call of this
     process gathered from the same unchanged files with the same arguments (the evidence is never changed by its
     readers, apart from the derived results it caches for them)."""
     if not MEMO.keep_results:  # one command (the CLI): nothing is kept, so no key is needed (it walks the files)
-        return gather_evidence(logs_root, ais_root, fr_root, attempt, world_size)
+        return gather_evidence(logs_root, ais_root, fr_root, attempt, world_size, hang_root)
     extra = (
+        _hang_key(logs_root, hang_root),
         files_key(ais_root, archives=True) if ais_root is not None else None,
         _dumps_key(logs_root, fr_root),
         attempt,
         world_size,
     )
     return cached(
-        "evidence", logs_root, extra, lambda: gather_evidence(logs_root, ais_root, fr_root, attempt, world_size)
+        "evidence",
+        logs_root,
+        extra,
+        lambda: gather_evidence(logs_root, ais_root, fr_root, attempt, world_size, hang_root),
     )
+
+
+def _hang_key(logs_root: Path, hang_root: Path | None) -> tuple[Hashable, ...]:
+    """The files of the hang directory and of the logs' hang-artifact siblings (the logs' own are in their key)."""
+    from debug_training_logs.analysis.hang_files import SIBLING_NAMES
+
+    dirs = [hang_root] if hang_root is not None else []
+    dirs += [s for n in SIBLING_NAMES if (s := logs_root.parent / n).is_dir() and s != logs_root]
+    return tuple(files_key(d) for d in dirs)

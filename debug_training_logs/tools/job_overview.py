@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
@@ -20,6 +20,10 @@ from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.budget import Cut
+from debug_training_logs.tools.params import HangDir
+
+if TYPE_CHECKING:
+    from debug_training_logs.analysis.hang_facts import HangFacts, ProcessState
 from debug_training_logs.tools.registry import ToolSpec
 
 # Which torch versions each message family proves (worker_log_formats.md §1.9).
@@ -86,6 +90,25 @@ class TimeAt(Model):
     text: str
 
 
+class StackGroup(Model):
+    """Dumped processes in the same state (the same call, at the same place)."""
+
+    state: str = Field(description="Where they were: 'waiting in all_reduce at train.py:69', 'stuck in data loading'.")
+    ranks: str = Field(description="Their global ranks as ranges ('' when no line ties them to a rank).")
+    processes: int
+    example: str = Field(description="One of them, file:line of its dump.")
+
+
+class HangArtifacts(Model):
+    """What was collected during a live hang (py-spy dumps, NCCL RAS, nvidia-smi, kernel logs) and what it shows."""
+
+    files: str = Field(description="The artifact files read, by kind, and any problem reading them.")
+    stacks: list[StackGroup] = Field(description="Dumped worker processes grouped by state, the odd ones first.")
+    stacks_truncated: int = Field(default=0, description="Groups not listed (by `limit`).")
+    gpu_failures: list[str] = Field(default_factory=list, description="Broken GPUs of this job, file:line and rank.")
+    notes: list[str] = Field(default_factory=list, description="What was set aside, and why.")
+
+
 class JobOverview(Model):
     """What the logs say about the job: read this first, then search (grep_all_ranks) and compare ranks (nccl)."""
 
@@ -124,6 +147,10 @@ class JobOverview(Model):
         default_factory=dict,
         description="Lines every healthy torch job writes that read like failures (c10d IPv6 fallbacks, store peers "
         "closing, the OMP banner), by name and count: not failures.",
+    )
+    hang_artifacts: HangArtifacts | None = Field(
+        default=None,
+        description="What was collected during a live hang (in/next to logs_dir or in hang_dir), when anything was.",
     )
 
 
@@ -256,6 +283,7 @@ def job_overview(
     ],
     limit: Annotated[int, Field(ge=1, le=10000, description="At most this many files (and nodes) listed.")] = 20,
     offset: Annotated[int, Field(ge=0, description="List files from this index on (to page through them).")] = 0,
+    hang_dir: HangDir = None,
 ) -> JobOverview:
     """Inventory of a training job's log directory: files, nodes, which global ranks each file holds, the world size
     and the line that proves it, missing ranks, framework (NeMo/Megatron/Lightning/Ray/PyTorch), torch version hints
@@ -285,7 +313,40 @@ def job_overview(
     if split.count > 1:
         each = "; ".join(f"{a.index} {a.outcome}" for a in split.attempts[:6])
         overview.summary += f" {split.count} attempts ({split.method}): {each}."
+    from debug_training_logs.analysis.hang_facts import of_job  # the stack and telemetry readers: only now
+
+    hang = of_job(job, input_dir(hang_dir, "hang directory") if hang_dir else None)
+    if hang is not None:
+        overview.hang_artifacts = _hang_view(hang, limit)
+        overview.summary += f" Hang artifacts: {hang.describe()}."
     return overview
+
+
+def _hang_view(hang: HangFacts, limit: int) -> HangArtifacts:
+    groups: dict[str, list[ProcessState]] = defaultdict(list)
+    for p in hang.processes:
+        groups[p.state.words()].append(p)
+    rows = sorted(groups.items(), key=lambda kv: (len(kv[1]), kv[0]))  # the odd ones first
+    stacks = [
+        StackGroup(
+            state=state,
+            ranks=format_ranges({p.rank for p in ps if p.rank is not None}),
+            processes=len(ps),
+            example=ps[0].cite(),
+        )
+        for state, ps in rows[:limit]
+    ]
+    broken = [
+        f"{g.file}:{g.line_no}: {g.what}" + (f" (rank {g.rank}, by {g.mapped_by})" if g.rank is not None else "")
+        for g in hang.gpu_failures[:limit]
+    ]
+    return HangArtifacts(
+        files=hang.describe(),
+        stacks=stacks,
+        stacks_truncated=max(0, len(rows) - limit),
+        gpu_failures=broken,
+        notes=hang.notes[:limit],
+    )
 
 
 def _follow_up(cut: Cut) -> tuple[dict[str, Any], str] | None:

@@ -16,3 +16,13 @@ WorldSize = Annotated[
     ),
 ]
 """A caller-given world size (``nccl_state_table``, ``diagnose``)."""
+
+HangDir = Annotated[
+    str | None,
+    Field(
+        description="Directory of what was collected during a live hang, when it is not in or next to logs_dir: "
+        "py-spy dumps of the ranks (one file per rank or concatenated; --native, --locals, --json), NCCL RAS client "
+        "output, nvidia-smi (-q) and dmesg/journal captures of the nodes. Files are recognised by their content."
+    ),
+]
+"""Where the hang artifacts are (``diagnose``, ``job_overview``)."""

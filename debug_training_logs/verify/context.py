@@ -6,7 +6,7 @@ their times come from the files, never from the conclusion.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -43,7 +43,8 @@ class Cited:
     """The cited text (chain steps cite no text)."""
     claimed_time: str | None
     source: str | None
-    """``worker`` (under logs_dir), ``ais`` (under ais_dir) or None (found in neither)."""
+    """``worker`` (under logs_dir), ``ais`` (under ais_dir), ``hang`` (a hang artifact beside the logs) or None
+    (found in none)."""
     actual: LineAt | None = None
     daemon: str | None = None
     """For AIS lines: the daemon that wrote the file."""
@@ -158,7 +159,17 @@ def build_context(c: Conclusion, ev: JobEvidence, logs_root: Path, ais_root: Pat
             worker_wanted.setdefault(x.file, set()).add(x.line)
         elif x.source == "ais":
             ais_wanted.setdefault(x.file, set()).add(x.line)
+    hang = {a.rel: a.path for a in ev.hang.files} if ev.hang is not None else {}
+    for x in cited:
+        if x.source is None and x.file in hang:
+            x.source = "hang"
     worker_lines = read_lines(logs_root, worker_wanted, ev.worker.year) if worker_wanted else {}
+    for x in cited:
+        if x.source == "hang":
+            path = hang[x.file]
+            got = read_lines(path.parent, {path.name: {x.line}}, None).get((path.name, x.line))
+            if got is not None:
+                x.actual = replace(got, file=x.file)
     ais_lines = read_ais_lines(ais_root, ais_wanted) if ais_root is not None and ais_wanted else {}
     alignment = ev.ais.alignment if ev.ais is not None else None
     for x in cited:

@@ -20,7 +20,10 @@ def verify(conclusion: Conclusion) -> Verification:
     policy)."""
     logs_root = input_dir(conclusion.logs_dir)
     ais_root = input_dir(conclusion.ais_dir, "AIS logs directory") if conclusion.ais_dir else None
-    ev = job_evidence(logs_root, ais_root, attempt=conclusion.attempt, world_size=conclusion.world_size)
+    hang_root = input_dir(conclusion.hang_dir, "hang directory") if conclusion.hang_dir else None
+    ev = job_evidence(
+        logs_root, ais_root, attempt=conclusion.attempt, world_size=conclusion.world_size, hang_root=hang_root
+    )
     return verify_with_evidence(conclusion, ev, logs_root, ais_root)
 
 

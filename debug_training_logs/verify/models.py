@@ -24,6 +24,8 @@ Category = Literal[
     "time_limit",
     "node_failure",
     "watchdog_hang",
+    "checkpoint_stall",
+    "rank_stuck",
     "address_in_use",
     "launch_failure",
     "no_failure",
@@ -58,6 +60,11 @@ class Conclusion(Model):
 
     logs_dir: str = Field(description="Directory with every rank's worker logs.")
     ais_dir: str | None = Field(default=None, description="Directory with the AIStore daemon logs, when used.")
+    hang_dir: str | None = Field(
+        default=None,
+        description="Directory of what was collected during a live hang (py-spy dumps, NCCL RAS, nvidia-smi, dmesg), "
+        "when it is not in or next to logs_dir: the conclusion is checked against those stacks too.",
+    )
     category: Category = Field(description="The root-cause category.")
     culprit_ranks: list[int] = Field(
         default_factory=list,

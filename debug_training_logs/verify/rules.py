@@ -41,12 +41,23 @@ from debug_training_logs.textcut import cut
 from debug_training_logs.verify.context import MAX_EVIDENCE, SLACK, Cited, RuleContext
 from debug_training_logs.verify.fate_rules import rank_fates
 from debug_training_logs.verify.fate_rules import shown as launcher_supports
+from debug_training_logs.verify.hang_rules import hang_shows, node_telemetry, stack_category, stack_dumps
 from debug_training_logs.verify.models import Check, CheckStatus
 
 Rule = Callable[[RuleContext], Check]
 
 STRAGGLER_CATEGORIES = frozenset(
-    {"data_loading_stall", "storage_errors", "rank_crash", "cuda_oom", "cuda_error", "watchdog_hang", "node_failure"}
+    {
+        "data_loading_stall",
+        "storage_errors",
+        "rank_crash",
+        "cuda_oom",
+        "cuda_error",
+        "watchdog_hang",
+        "node_failure",
+        "checkpoint_stall",
+        "rank_stuck",
+    }
 )
 """Categories whose culprits failed or stalled while the other ranks waited for them."""
 STORAGE_CATEGORIES = frozenset({"data_loading_stall", "storage_errors"})
@@ -182,7 +193,7 @@ def coverage(ctx: RuleContext) -> Check:
     """Every expected rank was read (world size known, none missing), or the conclusion says the evidence is
     incomplete and names the missing ranks."""
     w = ctx.ev.worker
-    missing = w.missing_ranks
+    missing = ctx.ev.missing_ranks
     cov = ctx.ev.coverage
     ws_ev = [Evidence(file="(coverage)", line=1, text=cut(cov.world_size_evidence))]
     claimed_missing = set(ctx.conclusion.missing_ranks)
@@ -1091,6 +1102,8 @@ def _needs_line_on_culprits(ctx: RuleContext, kind: str, what: str) -> Check:
             f"{ctx.category} needs the rank(s) with the {what}; none is named.",
             next_step="Name the culprit ranks.",
         )
+    if (shown := hang_shows(ctx, kind)) is not None:
+        return shown
     states = rank_states(ctx.ev)
     fatal = crash_triggers(ctx.ev)
     kinds = {"rank_crash", "data", "cuda_oom", "cuda_error"} if kind == "rank_crash" else {kind}
@@ -1494,7 +1507,30 @@ _CATEGORY_RULES: dict[str, Callable[[RuleContext], Check]] = {
     "storage_errors": _cat_storage,
     "nccl_timeout_unattributed": _cat_unattributed,
     "gpu_fabric": _cat_fabric,
+    "early_exit": lambda ctx: _cat_early_exit(ctx),
+    "checkpoint_stall": lambda ctx: stack_category(ctx, "checkpoint"),
+    "rank_stuck": lambda ctx: stack_category(ctx, "sleeping", "lock", "compute", "blocked"),
 }
+
+
+def _cat_early_exit(ctx: RuleContext) -> Check:
+    """A rank that left early left without an error: one its own lines or its launcher show crashed or killed did
+    not."""
+    from debug_training_logs.analysis.causal import causal_model
+
+    rule = f"category_specific:{ctx.category}"
+    fates = causal_model(ctx.ev).fates
+    died = [f for r in sorted(ctx.culprits) if (f := fates.get(r)) is not None and f.end in ("crashed", "killed")]
+    if died:
+        f = died[0]
+        return _check(
+            rule,
+            "failed",
+            f"Rank {f.rank} did not leave quietly: it {f.end} ({f.why}).",
+            [f.primary.line.cite()] if f.primary is not None and f.primary.line.line > 0 else [],
+            "Conclude what ended it (rank_crash, cuda_error, ...).",
+        )
+    return _check(rule, "not_applicable", "early_exit is judged by the rank_fates rule.")
 
 
 def category_specific(ctx: RuleContext) -> Check:
@@ -1526,5 +1562,7 @@ RULES: tuple[Rule, ...] = (
     rank0_ahead,
     category_specific,
     rank_fates,
+    stack_dumps,
+    node_telemetry,
 )
 """Every rule, in the order a person would check."""
