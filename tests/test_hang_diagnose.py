@@ -230,3 +230,76 @@ def test_a_stuck_process_no_line_ties_to_a_rank_is_named_as_a_process(tmp_path: 
     stuck_pid = next(p.stem for p in (job / "hang").glob("*.txt") if "read_shard" in p.read_text())
     text = d.verdict.explanation
     assert "data loading" in text and stuck_pid in text, text
+
+
+def _spawned(pid: int, parent: int, frames: list[str]) -> str:
+    head = (
+        f"Process {pid}: /opt/venv/bin/python -c from multiprocessing.spawn import spawn_main; "
+        f"spawn_main(tracker_fd=4, pipe_handle={pid % 97}) --multiprocessing-fork\n"
+        "Python v3.11.9 (/usr/bin/python3.11)\n"
+        f"Parent Process {parent}: /opt/venv/bin/python finetune.py\n\n"
+        f'Thread {pid} (idle): "MainThread"\n'
+    )
+    tail = [
+        "_wrap (torch/multiprocessing/spawn.py:87)",
+        "BaseProcess.run (multiprocessing/process.py:108)",
+        "spawn_main (multiprocessing/spawn.py:122)",
+        "<module> (<string>:1)",
+    ]
+    return head + "".join(f"    {f}\n" for f in [*frames, *tail]) + "\n"
+
+
+def test_mp_spawn_workers_are_ranks_and_their_parent_is_the_launcher(tmp_path: Path) -> None:
+    """``mp.spawn``: every worker has the launcher's ``_wrap`` frame below its training code; the parent waits in
+    ``ProcessContext.join``. The trainer's own lines tie pids to ranks with a rank column (``| r2 |``) and state the
+    world (``world=4``)."""
+    logs, hang = tmp_path / "logs", tmp_path / "hang"
+    logs.mkdir()
+    hang.mkdir()
+    pids = {0: 7301, 1: 7302, 2: 7303, 3: 7304}
+    lines = [f"04:10:0{r} | r{r} | pid {pid} joining the process group (world=4)" for r, pid in pids.items()]
+    lines += [f"04:10:1{r} | r{r} | step 10 loss 0.{r}1" for r in pids]
+    (logs / "train.out").write_text("\n".join(lines) + "\n")
+    parent = (
+        "Process 7300: /opt/venv/bin/python finetune.py\nPython v3.11.9 (/usr/bin/python3.11)\n\n"
+        'Thread 7300 (idle): "MainThread"\n'
+        "    wait (multiprocessing/connection.py:947)\n"
+        "    ProcessContext.join (torch/multiprocessing/spawn.py:146)\n"
+        "    start_processes (torch/multiprocessing/spawn.py:238)\n"
+        "    main (finetune.py:120)\n    <module> (finetune.py:124)\n\n"
+    )
+    waiting = ["all_reduce (torch/distributed/distributed_c10d.py:2501)", "train_step (finetune.py:77)"]
+    stuck = ["HTTPResponse.read (http/client.py:466)", "fetch_shard (finetune.py:31)", "train_step (finetune.py:70)"]
+    text = parent + "".join(_spawned(pid, 7300, stuck if r == 2 else waiting) for r, pid in pids.items())
+    (hang / "all.txt").write_text(text)
+    d = diagnose(str(logs), history=False)
+    assert (d.verdict.category, d.verdict.culprit_ranks) == ("data_loading_stall", [2]), d.verdict.explanation
+    assert "fetch_shard" in d.verdict.explanation or "http" in d.verdict.explanation
+    assert d.verification.accepted
+
+
+def test_the_cli_takes_a_hang_dir_and_verify_reads_it_again(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    job = _copy("hang_loader_read", tmp_path)
+    elsewhere = tmp_path / "collected"
+    shutil.move(str(job / "hang"), str(elsewhere))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "debug_training_logs", *args], capture_output=True, text=True, timeout=120
+        )
+
+    p = cli("analyze", str(job / "logs"), "--hang-dir", str(elsewhere), "--json", "--no-history")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert (d["verdict"]["category"], d["verdict"]["culprit_ranks"]) == ("data_loading_stall", [1])
+    assert d["conclusion"]["hang_dir"] == str(elsewhere)
+    conclusion = tmp_path / "c.json"
+    conclusion.write_text(json.dumps({**d["conclusion"], "culprit_ranks": [3]}))
+    p = cli("verify", str(conclusion), "--json")
+    assert json.loads(p.stdout)["accepted"] is False
+    p = cli("overview", str(job / "logs"), "--hang-dir", str(elsewhere), "--json")
+    stacks = json.loads(p.stdout)["hang_artifacts"]["stacks"]
+    assert stacks[0]["ranks"] == "1" and "data loading" in stacks[0]["state"]

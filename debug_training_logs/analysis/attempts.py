@@ -301,9 +301,10 @@ def _workers_start_over(before: list[str], after: list[str], stop: datetime | No
     if any(_FRESH_START.search(t) for t in mine):
         return True
     steps_after = [n for t in mine if (n := step_number(t)) is not None]
-    steps_before = [n for t in _worker_lines(before) if (n := step_number(t)) is not None]
-    if steps_after and steps_before and min(steps_after) < max(steps_before) - 1:
-        return True
+    if steps_after:  # (the lines before are read only then: a window of them per stop, in every file)
+        steps_before = [n for t in _worker_lines(before) if (n := step_number(t)) is not None]
+        if steps_before and min(steps_after) < max(steps_before) - 1:
+            return True
     for t in mine:
         body = _WORKER_PREFIX.sub("", t, count=1)
         if _DYING.search(body) or body.startswith(("  ", "\t")):  # (a traceback's frames and code are indented)

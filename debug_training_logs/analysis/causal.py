@@ -282,11 +282,19 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
     return _only_consequences(model, ev) or _hang_in_one_collective(model, ev)
 
 
+def _all_finished(model: CausalModel) -> bool:
+    return bool(model.fates) and all(f.end == "finished" for f in model.fates.values())
+
+
 def _hang_in_one_collective(model: CausalModel, ev: JobEvidence) -> Finding | None:
     """The stacks show every dumped rank waiting in the same collective and none outside it: a hang no dumped rank
     explains. The ranks the logs know but nobody dumped are where the others' peer may be: suspects."""
     hang = ev.hang
-    if hang is None or not hang.waiting or hang.stuck or hang.detours:
+    if hang is None or hang.stuck or hang.detours:
+        return None
+    # ranks in backward may be computing: only a real wait in a collective (or the rendezvous) shows a hang; and a
+    # job whose logs show every rank finishing was merely dumped while it ran
+    if not any(p.state.kind != "backward" for p in hang.waiting) or _all_finished(model):
         return None
     dumped = hang.dumped_ranks
     known = set(model.seen) | (set(range(model.world_size)) if model.world_size is not None else set())

@@ -301,8 +301,8 @@ def _incomplete(ctx: _Ctx) -> Verdict | None:
         "low",
         nodes=[],
         next_steps=steps,
-        missing_ranks=sorted(ctx.w.missing_ranks),
-        suspect_ranks=sorted(behind - set(ctx.w.missing_ranks)),
+        missing_ranks=sorted(ctx.ev.missing_ranks),
+        suspect_ranks=sorted(behind - ctx.ev.missing_ranks),
     )
 
 
@@ -597,7 +597,7 @@ def _nccl(ctx: _Ctx) -> Verdict | None:
         return None
     stragglers = _root_stragglers(nccl)
     root_ahead = any(g.classification == "root_ahead" for g in nccl.groups)
-    if ctx.w.world_size is not None and ctx.w.missing_ranks and not stragglers and not root_ahead:
+    if ctx.w.world_size is not None and ctx.ev.missing_ranks and not stragglers and not root_ahead:
         return None  # every present rank only waited: the cause is in the missing ranks' logs (incomplete evidence)
     limit = ctx.symptom.time if ctx.symptom is not None else None
     if stragglers:

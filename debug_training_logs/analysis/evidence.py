@@ -175,9 +175,11 @@ SIGNALS: tuple[Signal, ...] = (
     # Tier 3: data loading and storage.
     Signal(
         "data_error",
-        r"AISBatchLoaderError|Batch stream truncated|[Ff]allback failed|Falling back to (?:sequential|direct)"
+        # (at most 32 literal branches in all: more and the scan's prefilter cannot take the pattern, which then
+        # costs a DFA pass over every byte; STORAGE_FAILURE has AISBatchLoaderError and Failed to fetch object)
+        r"Batch stream truncated|[Ff]allback failed|Falling back to (?:sequential|direct)"
         r"|returned empty content|cuts due to per-object fetch failures|Timeout while fetching batch"
-        r"|Failed to fetch object|DataLoader worker \(pid|" + STORAGE_FAILURE.pattern,
+        r"|DataLoader worker \(pid|" + STORAGE_FAILURE.pattern,
         "a data-loading error (AIS batch loader, Lhotse, DataLoader) or the storage failing a read for good",
     ),
     Signal(

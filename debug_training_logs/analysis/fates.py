@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
 from debug_training_logs.analysis.evidence import Hit
 
@@ -74,24 +74,7 @@ ConsequenceKind = Literal[
 ]
 EventKind = PrimaryKind | ConsequenceKind
 
-PRIMARY_KINDS: tuple[str, ...] = (
-    "oom",
-    "cuda_error",
-    "exception",
-    "nan",
-    "own_signal",
-    "early_exit",
-    "detour",
-    "stall",
-    "data_error",
-    "launch",
-    "watchdog_hang",
-    "node_lost",
-    "stuck_data",
-    "stuck_checkpoint",
-    "stuck",
-    "gone",
-)
+PRIMARY_KINDS: tuple[str, ...] = get_args(PrimaryKind)
 
 
 @dataclass(frozen=True, repr=False, eq=False)

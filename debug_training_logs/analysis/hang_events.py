@@ -65,8 +65,7 @@ def hang_events(hang: HangFacts, fates: dict[int, Fate]) -> tuple[list[Accusatio
     for p in hang.detours:
         if p.rank is None:
             continue
-        what = f"in {p.state.what}" + (f" at {p.state.call_site}" if p.state.call_site else "")
-        what += f" while the others wait in {hang.waits_in}"
+        what = f"{p.state.words()}, while the others wait in {hang.waits_in}"
         f = fates.setdefault(p.rank, Fate(p.rank, "waiting", ""))
         f.events.append(RankEvent(p.rank, "detour", what, _hit(p)))
         accused.append(p)

@@ -49,6 +49,8 @@ _LAUNCHER_FRAME: Final = re.compile(
     r"torch/distributed/run\.py|deepspeed/launcher/|accelerate/commands/launch\.py|lightning/fabric/strategies/launchers/"
 )
 """A frame of a launcher waiting for its workers (torchrun's agent, ``mp.spawn``'s parent): not a rank."""
+_WAITING_ROOM: Final = re.compile(r"^(?:<frozen |multiprocessing/|threading\.py|selectors\.py|subprocess\.py|time\.py)")
+"""The standard library a launcher waits in (its own frame is the first above these)."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -238,10 +240,15 @@ def _processes(
 
 
 def _is_launcher(p: py_spy.ProcessStacks) -> bool:
+    """torchrun's agent, ``mp.spawn``'s parent, a DeepSpeed launcher: waiting for its workers in launcher code (a
+    worker of ``mp.spawn`` has the launcher's ``_wrap`` frame too, far below the training code it runs)."""
     if p.command and _AGENT.search(p.command):
         return True
     t = p.main_thread()
-    return t is not None and any(_LAUNCHER_FRAME.search(f.file or "") for f in t.frames)
+    if t is None:
+        return False
+    inner = next((f for f in t.frames if not f.native and f.file and not _WAITING_ROOM.search(f.file)), None)
+    return inner is not None and _LAUNCHER_FRAME.search(inner.file or "") is not None
 
 
 def _rank_of(

@@ -81,18 +81,38 @@ class Found:
     notes: list[str] = field(default_factory=list)
 
 
-_CHEAP: Final = re.compile(
-    r"^(?:\S{1,80}: )?(?:Process \d|Thread |Error: )|\"thread_id\"|py-spy|NVSMI|NVIDIA-SMI|NVRM|\bXid\b|Job summary|"
-    r"compiled with CUDA|communicators|PEER_|device handle|No devices were found",
-    re.MULTILINE,
+_WORDS: Final = (
+    '"thread_id"',
+    "py-spy",
+    "py_spy::",
+    "Check that the process is running",
+    "NVSMI",
+    "NVIDIA-SMI",
+    "NVRM",
+    "Xid",
+    "Job summary",
+    "compiled with CUDA",
+    "communicators",
+    "PEER_",
+    "device handle",
+    "No devices were found",
 )
-"""What every artifact's head has one of: anything else is a log, told apart without reading it further."""
+"""Words one of which an artifact's head has (besides a py-spy ``Process N:``/``Thread`` line): anything else is a
+log, told apart by substring tests alone (a torch log's "Process group watchdog" is not a dump's header)."""
+
+
+def _may_be_artifact(head: str) -> bool:
+    if any(w in head for w in _WORDS):
+        return True
+    return any(f"{sep}{w}" in head for w in ("Process ", "Thread ") for sep in ("\n", ": ")) or head.startswith(
+        ("Process ", "Thread ")
+    )
 
 
 def kind_of(head: str) -> str | None:
     """Which hang artifact a file's first few KB show, None for anything else (a log). A kernel log counts when its
     head has GPU lines (``NVRM``); one without them says nothing of the GPUs."""
-    if _CHEAP.search(head) is None:
+    if not _may_be_artifact(head):
         return None
     from debug_training_logs.formats import nccl_ras, node_telemetry, py_spy
 

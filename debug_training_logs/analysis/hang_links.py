@@ -27,8 +27,11 @@ MAX_LOG_BYTES_SEARCHED: Final = 2 << 30
 
 _PID_LABEL: Final = r"(?:[Pp][Ii][Dd]\)?[ =:#]*|\(pid: |\b[Pp]rocess[ =:]+|:)"
 _LINE_RANK: Final = re.compile(
-    r"(?:\bglobal[_ ]rank|\brank)\s*[=:]?\s*\[?(?P<rank>\d{1,6})\b|\[rank(?P<prefix>\d{1,6})\]", re.I
+    r"(?:\bglobal[_ ]rank|\brank)\s*[=:]?\s*\[?(?P<rank>\d{1,6})\b|\[rank(?P<prefix>\d{1,6})\]"
+    r"|(?:^|[|\[])\s*r(?P<short>\d{1,6})\s*[|\]]",
+    re.I,
 )
+"""``rank 3``, ``global_rank=3``, ``[rank3]``, and a trainer's rank column ``| r3 |`` / ``[r3]``."""
 _TABLE_RANK: Final = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d{1,6})\b")
 _NCCL_PREFIX: Final = re.compile(r"(?:^|\s)(?P<host>[A-Za-z0-9][\w.\-]*):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
 _BUS_ID: Final = re.compile(
@@ -127,7 +130,7 @@ def _rank_in(text: str, chunk: bytes, at: int, own: set[int], nccl: re.Match[str
     the torchrun failure table's entry just above it, else the line's file's one rank."""
     m = _LINE_RANK.search(text[nccl.end() :] if nccl else text)
     if m is not None and "local" not in text[max(0, m.start() - 6) : m.start()].lower():
-        return int(m.group("rank") or m.group("prefix"))
+        return int(m.group("rank") or m.group("prefix") or m.group("short"))
     above = chunk[max(0, at - 600) : at].decode("utf-8", "replace").splitlines()[-4:]
     for line in reversed(above):
         if (t := _TABLE_RANK.match(line)) is not None:

@@ -84,6 +84,35 @@ def gpu_failures(
         rank, how = (hit[0], f"the GPU's bus id {s.pci} ({hit[1]})") if hit else (None, "")
         out.append(GpuFailure(rank, s.host, s.pci, what, rel, s.line_no, "", None, how))
     out.sort(key=lambda f: (f.time or datetime.max, f.file, f.line_no))
+    return _one_per_gpu(out)
+
+
+def _one_per_gpu(failures: list[GpuFailure]) -> list[GpuFailure]:
+    """One failure per GPU: the driver's Xid, which says what broke (``79: GPU has fallen off the bus``), over the
+    lines around it (the PCIe AER report that came with it, the repeated "fallen off the bus"); the others are
+    mentioned."""
+    by_gpu: dict[tuple[str | None, str | None, int | None], list[GpuFailure]] = {}
+    for f in failures:
+        by_gpu.setdefault((f.host, f.pci, f.rank if f.pci is None else None), []).append(f)
+    out = []
+    for group in by_gpu.values():
+        lead = next((f for f in group if f.what.startswith("Xid")), group[0])
+        others = sorted({f.what for f in group if f is not lead and f.what not in lead.what})
+        what = lead.what + (f" (with: {'; '.join(others[:2])})" if others else "")
+        out.append(
+            GpuFailure(
+                lead.rank if lead.rank is not None else next((f.rank for f in group if f.rank is not None), None),
+                lead.host,
+                lead.pci,
+                what,
+                lead.file,
+                lead.line_no,
+                lead.text,
+                lead.time,
+                lead.mapped_by or next((f.mapped_by for f in group if f.mapped_by), ""),
+            )
+        )
+    out.sort(key=lambda f: (f.time or datetime.max, f.file, f.line_no))
     return out
 
 

@@ -77,7 +77,8 @@ MARKERS: tuple[Marker, ...] = (
     ),
     Marker(
         "world_size_kv",
-        r"(?:^|[^\w])(?:world_size|world size|World size|World Size|WORLD_SIZE)(?:\s*[=:]\s*| \.+ | (?:of )?)\d+\b",
+        r"(?:^|[^\w])(?:world_size|world size|World size|World Size|WORLD_SIZE)(?:\s*[=:]\s*| \.+ | (?:of )?)\d+\b"
+        r"|(?:^|[(\s,;])world ?[=:] ?\d+\b",
         "a line stating the world size (not torchrun's group_world_size/local_world_size: nodes, ranks per node)",
         cap=None,
     ),
@@ -102,8 +103,9 @@ MARKERS: tuple[Marker, ...] = (
     ),
     Marker(
         "rank_statement",
-        r"\[rank\d+\]:|\"rank\": ?\d|\[rank:? \d|\brank[ =:]\d+ of \d|\b(?:RANK|global_rank|global rank)[ =:]+\d"
-        r"|\brank=\d+ \||\brank=\d+ [^\n]{0,80}\bworld_size=\d|^\s*rank ?\d+ ?[|:] |" + tn.DEFAULT_PG_RANK.pattern,
+        r"\[default\d+\]:\[rank\d+\]:|\"rank\": ?\d|\[rank \d|\[rank: \d|\brank[ =:]\d+ of \d"
+        r"|\b(?:RANK|global_rank|global rank)[ =:]+\d|\brank=\d+ \||\brank=\d+ [^\n]{0,80}\bworld_size=\d|"
+        + tn.DEFAULT_PG_RANK.pattern,
         "a line stating the writer's global rank (a torch prefix, a trainer's format): names the file's ranks and, "
         "beside torchrun's --tee prefix, maps its local ranks to global ones",
         cap=RANK_STATEMENTS_PER_FILE,
@@ -145,6 +147,7 @@ _SRUN_HOST = re.compile(r"srun: error: (?P<host>[\w.\-\[\],]+): task")
 _MEMBER = re.compile(r"GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<m>\d+)/(?P<n>\d+)")
 _WS_KV = re.compile(
     r"(?:^|[^\w])(?:world_size|world size|World size|World Size|WORLD_SIZE)(?:\s*[=:]\s*| \.+ | (?:of )?)(?P<n>\d+)\b"
+    r"|(?:^|[(\s,;])world ?[=:] ?(?P<m>\d+)\b"
 )
 _WS_LAUNCHER = re.compile(r"global_world_sizes=\[(?P<g>\d+)|SLURM_(?:NTASKS|NPROCS)=(?P<s>\d+)")
 _PG_INIT_SIZE = re.compile(r"ProcessGroupNCCL initialization options: .*?\bsize: (?P<n>\d+)")
@@ -192,9 +195,12 @@ class FileFacts:
 _STATED = re.compile(
     r"\[rank(?P<p>\d+)\]:|\"rank\": ?(?P<j>\d+)\b|\[rank:? (?P<b>\d+)(?:/\d+)?\]|\brank[ =:](?P<o>\d+) of (?P<n>\d+)\b"
     r"|\b(?:RANK|global_rank|global rank)[ =:]+(?P<g>\d+)\b|(?:^|[\s|\]])rank=(?P<q>\d+) \|"
-    r"|\brank=(?P<k>\d+) [^\n]{0,80}\bworld_size=\d|^\s*rank ?(?P<l>\d+) ?[|:] |" + tn.DEFAULT_PG_RANK.pattern
+    r"|\brank=(?P<k>\d+) [^\n]{0,80}\bworld_size=\d|" + tn.DEFAULT_PG_RANK.pattern
 )
 
+
+_LINE_OPENING_RANK = re.compile(r"^\s*rank ?(\d{1,7}) ?[|:] ")
+"""A trainer's line that opens with its rank (``rank3| loss ...``, ``rank 3: ...``)."""
 
 _RANK_OF_WORLD = re.compile(
     r"\brank[ =:]\d+ of (?P<n>\d+)\b|\[rank \d+/(?P<m>\d+)\]|\brank=\d+ [^\n]{0,80}\bworld_size=(?P<w>\d+)\b"
@@ -207,7 +213,7 @@ def _rank_statement(f: FileFacts, text: str, line_no: int) -> None:
     m = _STATED.search(text)
     if m is None:
         return
-    g = int(next(v for v in m.group("p", "j", "b", "o", "g", "q", "k", "l", "r") if v is not None))
+    g = int(next(v for v in m.group("p", "j", "b", "o", "g", "q", "k", "r") if v is not None))
     if g > MAX_CREDIBLE_WORLD:
         return
     f.stated_ranks.add(g)
@@ -1133,7 +1139,10 @@ class _RankSources(NamedTuple):
         if artifact is not None:
             return _RankSources(scan.file.rel, set(), set(), set(), set(), {}, set(), artifact)
         prefixes, ray, lightning = set(scan.ranks), set(facts.ray_ranks), set(facts.member_ranks)
-        stated = set(facts.stated_ranks) - prefixes
+        # a trainer's line-opening ``rank3| ...`` / ``rank 3: ...``: read from the head and tail (as a marker its
+        # literal, "rank", is on every line of a torch log, and the scan would search every byte for it)
+        opening = {int(m.group(1)) for ln in scan.head + scan.tail if (m := _LINE_OPENING_RANK.match(ln))}
+        stated = (set(facts.stated_ranks) | {r for r in opening if r <= MAX_CREDIBLE_WORLD}) - prefixes
         srun = set() if ray or lightning else _srun_labels(scan.head + scan.tail)
         if not (prefixes | stated) <= srun:
             srun = set()  # the labels are not the ranks the lines state (one task per node: node ids)

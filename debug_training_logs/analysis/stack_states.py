@@ -116,7 +116,12 @@ _READ_NATIVE: Final = re.compile(
 )
 _WRITE_NATIVE: Final = re.compile(r"^(?:__libc_)?(?:write|fsync|fdatasync|pwrite64|sync_file_range)$")
 _POLL_NATIVE: Final = re.compile(r"^(?:__)?(?:poll|ppoll|select|epoll_wait|__GI___poll)$")
-_STDLIB: Final = re.compile(r"^(?:<frozen |threading\.py|queue\.py|selectors\.py|socket\.py|ssl\.py|multiprocessing/)")
+_STDLIB: Final = re.compile(
+    r"^(?:<frozen |(?:threading|queue|selectors|socket|ssl|subprocess|contextlib|functools|shutil|tempfile|pickle|"
+    r"runpy|codecs|io|os|time)\.py$|(?:multiprocessing|urllib|http|email|json|concurrent|asyncio|logging|importlib|"
+    r"encodings|collections)/)"
+)
+"""The standard library (py-spy's short file names): never the trainer's own code."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -133,9 +138,13 @@ class StackState:
     """The dump file's line that shows it (the deciding frame's, else its thread's header)."""
     text: str = ""
     """That line as the file has it."""
+    caller: str | None = None
+    """The function of the trainer's innermost frame (``allreduce_word_embedding_grads``)."""
 
     def words(self) -> str:
         at = f" at {self.call_site}" if self.call_site else ""
+        if self.caller and self.caller != "<module>" and self.caller not in self.what:
+            at += f" (in {self.caller})"
         return {
             "collective": f"waiting in {self.what}{at}",
             "backward": f"in backward (waiting for the gradient all-reduce or computing){at}",
@@ -180,16 +189,19 @@ def state_of(p: ProcessStacks) -> StackState:
             s = thread_state(other)
             if s.kind in ("data_loading", "checkpoint") and "pin_memory" not in (s.frame.file or "" if s.frame else ""):
                 name = f'thread "{other.name}"' if other.name else "another thread"
-                return StackState(s.kind, f"{s.what} in its {name}", main.call_site, s.frame, s.line_no, s.text)
+                what = f"{s.what} in its {name}"
+                return StackState(s.kind, what, main.call_site, s.frame, s.line_no, s.text, main.caller)
     return main
 
 
 def thread_state(t: ThreadStack) -> StackState:
     s = _thread_state(t)
     f = s.frame
+    own = next((g for g in t.frames if _own(g)), None)
+    caller = own.function if own is not None else None
     if f is not None and f.line_no:
-        return StackState(s.kind, s.what, s.call_site, f, f.line_no, f.text)
-    return StackState(s.kind, s.what, s.call_site, f, t.line_no, t.text)
+        return StackState(s.kind, s.what, s.call_site, f, f.line_no, f.text, caller)
+    return StackState(s.kind, s.what, s.call_site, f, t.line_no, t.text, caller)
 
 
 def _thread_state(t: ThreadStack) -> StackState:

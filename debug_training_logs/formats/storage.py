@@ -14,7 +14,7 @@ from typing import Final
 
 STORAGE_FAILURE: Final = re.compile(
     r"HTTP Error 5\d\d|\b5\d\d (?:Server Error|Service Unavailable|Slow Down|Internal Server Error|Bad Gateway"
-    r"|Gateway Time-?out)|status(?: code)?[ =:]+5\d\d\b|\bSlowDown\b|\bServiceUnavailable\b"
+    r"|Gateway Time)|status(?: code)?[ =:]+5\d\d\b|\bSlowDown\b|\bServiceUnavailable\b"
     r"|Max retries exceeded|ReadTimeout|ConnectTimeout|Read timed out|NoSuchKey|NoSuchBucket|HTTP Error 404"
     r"|404 (?:Client Error|Not Found)|AISBatchLoaderError|Failed to fetch object"
 )

@@ -6,6 +6,7 @@ their times come from the files, never from the conclusion.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +25,7 @@ from debug_training_logs.analysis.read_back import LineAt, read_ais_lines, read_
 from debug_training_logs.logs.attribution import line_rank, strip_ansi
 from debug_training_logs.models import Evidence
 from debug_training_logs.textcut import cut
-from debug_training_logs.verify.models import Conclusion
+from debug_training_logs.verify.models import Check, CheckStatus, Conclusion
 
 MAX_EVIDENCE = 8
 """Lines listed per check; more are counted in ``evidence_truncated``."""
@@ -185,3 +186,24 @@ def build_context(c: Conclusion, ev: JobEvidence, logs_root: Path, ais_root: Pat
                 x.earliest = ais_to_worker(alignment, x.actual.earliest)
                 x.latest = ais_to_worker(alignment, x.actual.latest)
     return RuleContext(c, ev, logs_root, ais_root, cited, triggers(ev), first_symptom(ev))
+
+
+def check(
+    rule: str,
+    status: CheckStatus,
+    detail: str,
+    evidence: Iterable[Evidence] = (),
+    next_step: str = "",
+) -> Check:
+    """One rule's result: passed unless failed or undecided, at most :data:`MAX_EVIDENCE` lines cited (the rest
+    counted), and a next step only where something is to be done."""
+    ev = list(evidence)
+    return Check(
+        rule=rule,
+        passed=status in ("passed", "not_applicable"),
+        status=status,
+        detail=detail,
+        evidence=ev[:MAX_EVIDENCE],
+        evidence_truncated=max(0, len(ev) - MAX_EVIDENCE),
+        next_step="" if status in ("passed", "not_applicable") else next_step,
+    )

@@ -8,11 +8,12 @@ rank in ``torch.save``) is rejected.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from debug_training_logs.models import Evidence
 from debug_training_logs.ranges import format_ranges
-from debug_training_logs.verify.context import MAX_EVIDENCE, RuleContext
+from debug_training_logs.verify.context import RuleContext, check
 from debug_training_logs.verify.models import Check, CheckStatus
 
 if TYPE_CHECKING:
@@ -32,17 +33,9 @@ COMPATIBLE: Final[dict[str, frozenset[str]]] = {
 """The categories a culprit's stack state allows."""
 
 
-def _check(status: CheckStatus, detail: str, evidence: list[ProcessState] = (), next_step: str = "") -> Check:  # type: ignore[assignment]
+def _check(status: CheckStatus, detail: str, evidence: Sequence[ProcessState] = (), next_step: str = "") -> Check:
     cites = [Evidence(file=p.file, line=p.state.line_no, text=p.state.text) for p in evidence]
-    return Check(
-        rule=RULE,
-        passed=status in ("passed", "not_applicable"),
-        status=status,
-        detail=detail,
-        evidence=cites[:MAX_EVIDENCE],
-        evidence_truncated=max(0, len(cites) - MAX_EVIDENCE),
-        next_step="" if status in ("passed", "not_applicable") else next_step,
-    )
+    return check(RULE, status, detail, cites, next_step)
 
 
 def _fmt(ranks: set[int]) -> str:
@@ -63,34 +56,27 @@ def node_telemetry(ctx: RuleContext) -> Check:
     hang: HangFacts | None = ctx.ev.hang
     broken = [g for g in (hang.gpu_failures if hang is not None else []) if g.rank is not None]
     if not broken:
-        return Check(
-            rule="node_telemetry",
-            passed=True,
-            status="not_applicable",
-            detail="No broken GPU of this job's ranks in the node telemetry.",
-        )
+        return check("node_telemetry", "not_applicable", "No broken GPU of this job's ranks in the node telemetry.")
     ranks = {g.rank for g in broken if g.rank is not None}
-    cites = [Evidence(file=g.file, line=g.line_no, text=g.text) for g in broken][:MAX_EVIDENCE]
+    cites = [Evidence(file=g.file, line=g.line_no, text=g.text) for g in broken]
     named = ctx.culprits | set(ctx.conclusion.suspect_ranks)
     g = broken[0]
     if ctx.category in ("no_failure", "incomplete_evidence", "nccl_timeout_unattributed", "gpu_fabric") or not (
         named & ranks
     ):
-        return Check(
-            rule="node_telemetry",
-            passed=False,
-            status="failed",
-            detail=f"Rank {g.rank}'s GPU failed ({g.what}, {g.file}:{g.line_no}, tied by {g.mapped_by}); the "
-            f"conclusion ({ctx.category}, culprits {_fmt(ctx.culprits)}) does not name it.",
-            evidence=cites,
-            next_step=f"Name rank(s) {_fmt(ranks)} (cuda_error).",
+        return check(
+            "node_telemetry",
+            "failed",
+            f"Rank {g.rank}'s GPU failed ({g.what}, {g.file}:{g.line_no}, tied by {g.mapped_by}); the conclusion "
+            f"({ctx.category}, culprits {_fmt(ctx.culprits)}) does not name it.",
+            cites,
+            f"Name rank(s) {_fmt(ranks)} (cuda_error).",
         )
-    return Check(
-        rule="node_telemetry",
-        passed=True,
-        status="passed",
-        detail=f"The conclusion names rank(s) {_fmt(named & ranks)}, whose GPU failed ({g.what}).",
-        evidence=cites,
+    return check(
+        "node_telemetry",
+        "passed",
+        f"The conclusion names rank(s) {_fmt(named & ranks)}, whose GPU failed ({g.what}).",
+        cites,
     )
 
 
@@ -168,16 +154,6 @@ def stack_dumps(ctx: RuleContext) -> Check:
     return _check("passed", "Nothing in the stacks contradicts the conclusion.")
 
 
-def _plain(rule: str, status: CheckStatus, detail: str, next_step: str = "") -> Check:
-    return Check(
-        rule=rule,
-        passed=status in ("passed", "not_applicable"),
-        status=status,
-        detail=detail,
-        next_step="" if status in ("passed", "not_applicable") else next_step,
-    )
-
-
 def hang_shows(ctx: RuleContext, kind: str) -> Check | None:
     """What the hang artifacts show of every culprit: its GPU broken (the driver's fatal Xid, nvidia-smi), or its
     process gone when the others were dumped. None when they do not show it for every culprit."""
@@ -188,11 +164,11 @@ def hang_shows(ctx: RuleContext, kind: str) -> Check | None:
     broken = {g.rank: g for g in hang.gpu_failures if g.rank is not None}
     if kind in ("cuda_error", "rank_crash") and ctx.culprits and ctx.culprits <= set(broken):
         g = broken[min(ctx.culprits)]
-        return _plain(rule, "passed", f"Rank {g.rank}'s GPU: {g.what} ({g.file}:{g.line_no}, tied by {g.mapped_by}).")
+        return check(rule, "passed", f"Rank {g.rank}'s GPU: {g.what} ({g.file}:{g.line_no}, tied by {g.mapped_by}).")
     gone = {p.rank: p for p in hang.stuck if p.rank is not None and p.state.kind == "gone"}
     if kind == "rank_crash" and ctx.culprits and ctx.culprits <= set(gone):
         p = gone[min(ctx.culprits)]
-        return _plain(rule, "passed", f"Rank {p.rank}'s process was gone when the others were dumped ({p.cite()}).")
+        return check(rule, "passed", f"Rank {p.rank}'s process was gone when the others were dumped ({p.cite()}).")
     return None
 
 
@@ -202,8 +178,8 @@ def stack_category(ctx: RuleContext, *states: str) -> Check:
     hang = ctx.ev.hang
     shown = [p for p in (hang.stuck if hang is not None else []) if p.rank in ctx.culprits and p.state.kind in states]
     if shown:
-        return _plain(rule, "passed", f"Stack dump: {shown[0].words()} ({shown[0].cite()}).")
-    return _plain(
+        return check(rule, "passed", f"Stack dump: {shown[0].words()} ({shown[0].cite()}).")
+    return check(
         rule,
         "failed",
         f"No stack dump shows rank(s) {_fmt(ctx.culprits)} stuck that way ({ctx.category} rests on the stacks).",

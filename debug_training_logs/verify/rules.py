@@ -39,6 +39,7 @@ from debug_training_logs.models import Evidence
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.textcut import cut
 from debug_training_logs.verify.context import MAX_EVIDENCE, SLACK, Cited, RuleContext
+from debug_training_logs.verify.context import check as _check
 from debug_training_logs.verify.fate_rules import rank_fates
 from debug_training_logs.verify.fate_rules import shown as launcher_supports
 from debug_training_logs.verify.hang_rules import hang_shows, node_telemetry, stack_category, stack_dumps
@@ -74,25 +75,6 @@ _MIN_SUBSTRING = 20
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Small helpers
-
-
-def _check(
-    rule: str,
-    status: CheckStatus,
-    detail: str,
-    evidence: Iterable[Evidence] = (),
-    next_step: str = "",
-) -> Check:
-    ev = list(evidence)
-    return Check(
-        rule=rule,
-        passed=status in ("passed", "not_applicable"),
-        status=status,
-        detail=detail,
-        evidence=ev[:MAX_EVIDENCE],
-        evidence_truncated=max(0, len(ev) - MAX_EVIDENCE),
-        next_step="" if status in ("passed", "not_applicable") else next_step,
-    )
 
 
 def _fmt(ranks: Iterable[int]) -> str:
@@ -286,8 +268,8 @@ def coverage(ctx: RuleContext) -> Check:
         return _check(
             "coverage",
             "passed",
-            f"No line states the world size, but the ranks seen run from 0 to {max(w.ranks)} without a gap and no "
-            "line names another rank: every rank's log appears to be there.",
+            f"No line states the world size, but the ranks seen (in the logs and the stack dumps) run from 0 to "
+            f"{max(model.seen)} without a gap and no line names another rank: every rank appears to be there.",
         )
     if w.world_size is None:
         return _check(
