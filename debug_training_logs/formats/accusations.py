@@ -29,15 +29,17 @@ NEEDLES: Final[tuple[str, ...]] = ("failed to pass monitoredBarrier",)
 
 REGEX: Final = (
     r"failed to pass monitoredBarrier"
-    r"|(?i:on rank|check rank|for rank|at rank)"
-    r"|(?i:of rank)s? ?[\[(]? ?\d+[\])]?(?:[.,;:!)'\]]|$)"
-    r"|(?i:rank)s? ?[\[(]? ?\d+(?: ?, ?\d+)*[\])]?(?:'s|(?i: failed| crashed| died| hung| hangs| is stuck| is hanging"
-    r"| did not| didn't| has not| hasn't| is not responding| stopped| exited| timed out| was killed| produced| returned"
-    r"| reported| went))"
+    r"|on rank|On rank|check rank|Check rank|for rank|at rank"
+    r"|(?:of rank|Of rank)s? ?[\[(]? ?\d+[\])]?(?:[.,;:!)'\]]|$)"
+    r"|(?i:rank)s? ?[\[(]? ?\d+(?: ?, ?\d+)*[\])]?(?:'s | failed| crashed| died| hung| hangs| is stuck| is hanging"
+    r"| did not| didn't| has not| hasn't| is not responding| stopped| exited| timed out| was killed| produced"
+    r"| returned| reported| went)"
 )
 """RE2 syntax, anywhere in a line: the candidates :func:`parse_line` reads (most candidate lines are not accusations;
 the parser decides). Written so that every branch has a literal the scan's prefilter can look for (``on rank``,
-`` died``...): a branch without one sends the whole pattern through a DFA pass over every byte of every file.
+`` died``...), spelt out (a case-folded literal is searched for by the part of it case does not change, as short as
+``f `` or ``'``), at most 32 of them: a pattern without one for every branch, or with more branches, costs a DFA pass
+over every byte of every file. The parser reads the line case-insensitively.
 ``of rank N`` only ends a clause (``... the gradients of rank 3.``): in the middle of one it is a description
 (``worker 0 of rank 0 prefetched 2 batches``), and such lines are frequent."""
 
