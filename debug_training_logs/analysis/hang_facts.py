@@ -176,8 +176,9 @@ def of_job(job: JobScan, hang_dir: Path | None) -> HangFacts | None:
     in ``hang_dir``; None when there is none."""
     inv = job.inventory
     files = job.log_files() if job.files else []
-    inside = [lf for lf, fi in zip(files, inv.files, strict=False) if fi.artifact is not None]
-    logs = [lf for lf, fi in zip(files, inv.files, strict=False) if fi.artifact is None]
+    artifacts = {fi.rel for fi in inv.files if fi.artifact is not None}
+    inside = [lf for lf in files if lf.rel in artifacts]
+    logs = [lf for lf in files if lf.rel not in artifacts]
     facts = gather(
         job.root,
         hang_dir,

@@ -132,7 +132,7 @@ def find(logs_root: Path | None, hang_dir: Path | None, inside: Iterable[LogFile
     out = Found()
     seen: set[Path] = set()
     for lf in inside:
-        _read(lf, out, seen, None, inside=True)
+        _read(lf, out, seen, inside=True)
     roots: list[tuple[Path, Path]] = []
     if hang_dir is not None:
         roots.append((hang_dir, hang_dir.parent))
@@ -148,7 +148,7 @@ def find(logs_root: Path | None, hang_dir: Path | None, inside: Iterable[LogFile
                 out.notes.append(f"only the first {MAX_ARTIFACT_FILES} hang artifacts were read")
                 return out
             shown = _shown(lf.path, shown_base)
-            _read(LogFile(lf.path, shown, lf.size, lf.compression), out, seen, None)
+            _read(LogFile(lf.path, shown, lf.size, lf.compression), out, seen)
     return out
 
 
@@ -159,7 +159,7 @@ def _shown(path: Path, base: Path) -> str:
         return str(path)
 
 
-def _read(lf: LogFile, out: Found, seen: set[Path], kind: str | None, *, inside: bool = False) -> None:
+def _read(lf: LogFile, out: Found, seen: set[Path], *, inside: bool = False) -> None:
     real = lf.path.resolve()
     if real in seen:
         return
@@ -176,7 +176,7 @@ def _read(lf: LogFile, out: Found, seen: set[Path], kind: str | None, *, inside:
             break
     text = b"".join(parts)[:MAX_ARTIFACT_BYTES].decode("utf-8", "replace")
     problem = problems.items.get(lf.rel)
-    kind = kind or kind_of(text[:HEAD_BYTES]) or _kernel_log(text)
+    kind = kind_of(text[:HEAD_BYTES]) or _kernel_log(text)
     if kind is None:
         if problem is not None and not inside:
             out.notes.append(f"{lf.rel}: {problem}")
