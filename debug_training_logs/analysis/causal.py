@@ -32,6 +32,7 @@ from debug_training_logs.analysis.fates import (
     Finding,
     RankEvent,
 )
+from debug_training_logs.analysis.hang_events import stack_hit
 from debug_training_logs.analysis.silent_fates import collective_start, step_of
 from debug_training_logs.formats import nccl
 from debug_training_logs.formats.storage import is_storage_failure
@@ -300,7 +301,7 @@ def _hang_in_one_collective(model: CausalModel, ev: JobEvidence) -> Finding | No
     known = set(model.seen) | (set(range(model.world_size)) if model.world_size is not None else set())
     undumped = known - dumped
     p = hang.waiting[0]
-    line = Hit("stack_dump", p.file, p.state.line_no, p.state.text, p.rank, None)
+    line = stack_hit(p)
     what = f"every dumped rank waits in {hang.waits_in}"
     why = f"The stacks show that {what} ({p.cite()}) and no dumped rank is anywhere else"
     if undumped and dumped:

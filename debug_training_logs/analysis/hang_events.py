@@ -29,7 +29,8 @@ STATE_KIND: Final = {
 """The primary event a stuck rank's state makes (its category: :data:`~.causal.KIND_CATEGORY`)."""
 
 
-def _hit(p: ProcessState) -> Hit:
+def stack_hit(p: ProcessState) -> Hit:
+    """The dump line that shows ``p``'s state, as a cited line of the causal model."""
     return Hit("stack_dump", p.file, p.state.line_no, p.state.text, p.rank, None)
 
 
@@ -45,17 +46,17 @@ def hang_events(hang: HangFacts, fates: dict[int, Fate]) -> tuple[list[Accusatio
         if f.end in ("unknown", "absent"):
             f.end, f.why = "waiting", f"{p.state.words()} ({p.cite()})"
         if hang.stuck or hang.detours:  # it waits for them: a consequence, shown in the chain
-            f.events.append(RankEvent(p.rank, "peer_wait", p.words().split(" ", 2)[-1], _hit(p)))
+            f.events.append(RankEvent(p.rank, "peer_wait", p.words().split(" ", 2)[-1], stack_hit(p)))
     accused: list[ProcessState] = []
     for p in hang.stuck:
         kind = STATE_KIND[p.state.kind]
         what = p.words().split(" ", 2)[-1] if p.rank is not None else p.state.words()
         if hang.waits_in:
             what += f", while the others wait in {hang.waits_in}"
-        event = RankEvent(p.rank, kind, what, _hit(p))  # type: ignore[arg-type]
+        event = RankEvent(p.rank, kind, what, stack_hit(p))  # type: ignore[arg-type]
         if p.rank is None:
             process = Process(p.host, None, p.pid, None)
-            unranked.append(RankEvent(None, kind, what, _hit(p), process=process))  # type: ignore[arg-type]
+            unranked.append(RankEvent(None, kind, what, stack_hit(p), process=process))  # type: ignore[arg-type]
             continue
         f = fates.setdefault(p.rank, Fate(p.rank, "stuck", ""))
         f.events.append(event)
@@ -67,13 +68,13 @@ def hang_events(hang: HangFacts, fates: dict[int, Fate]) -> tuple[list[Accusatio
             continue
         what = f"{p.state.words()}, while the others wait in {hang.waits_in}"
         f = fates.setdefault(p.rank, Fate(p.rank, "waiting", ""))
-        f.events.append(RankEvent(p.rank, "detour", what, _hit(p)))
+        f.events.append(RankEvent(p.rank, "detour", what, stack_hit(p)))
         accused.append(p)
     accs: list[Accusation] = []
     if accused:
         first = accused[0]
         accs.append(
-            Accusation(None, frozenset(p.rank for p in accused if p.rank is not None), "stack_dump", _hit(first))
+            Accusation(None, frozenset(p.rank for p in accused if p.rank is not None), "stack_dump", stack_hit(first))
         )
     for g in hang.gpu_failures:
         line = Hit("telemetry", g.file, g.line_no, g.text, g.rank, g.time)

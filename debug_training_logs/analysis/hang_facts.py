@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final
 from debug_training_logs.analysis import hang_files
 from debug_training_logs.analysis.hang_links import Links, find_links
 from debug_training_logs.analysis.hang_telemetry import GpuFailure, RasAccusation, gpu_failures, ras_accusations
-from debug_training_logs.analysis.stack_states import STUCK_KINDS, WAITING_KINDS, StackState, state_of
+from debug_training_logs.analysis.stack_states import STDLIB, STUCK_KINDS, WAITING_KINDS, StackState, state_of
 from debug_training_logs.formats import py_spy
 from debug_training_logs.formats.timestamps import with_year
 from debug_training_logs.logs.discovery import LogFile
@@ -49,8 +49,6 @@ _LAUNCHER_FRAME: Final = re.compile(
     r"torch/distributed/run\.py|deepspeed/launcher/|accelerate/commands/launch\.py|lightning/fabric/strategies/launchers/"
 )
 """A frame of a launcher waiting for its workers (torchrun's agent, ``mp.spawn``'s parent): not a rank."""
-_WAITING_ROOM: Final = re.compile(r"^(?:<frozen |multiprocessing/|threading\.py|selectors\.py|subprocess\.py|time\.py)")
-"""The standard library a launcher waits in (its own frame is the first above these)."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -211,7 +209,6 @@ def _processes(
     folded = {c.pid for cs in children.values() for c in cs}
     per_file: Counter[str] = Counter(rel for rel, p in dumps if p.pid not in agents and p.pid not in folded)
     seen: dict[tuple[str | None, int | None], ProcessState] = {}
-    out: list[ProcessState] = []
     named = Counter(rel for rel, _ in dumps)
     dumps = [
         (rel, replace(p, pid=int(m.group("pid"))))
@@ -228,16 +225,11 @@ def _processes(
         helpers = tuple(state_of(c) for c in children.get(p.pid or -1, ()))
         key = (host, p.pid) if p.pid is not None else (rel, None)
         prior = seen.get(key)
-        if prior is not None:  # dumped again: the last dump stands; different stacks mean it moves
-            moved = prior.state.what != state.what or prior.state.call_site != state.call_site
-            now = ProcessState(rank, p.pid, host, state, rel, how, helpers, prior.progressing or moved)
-            out[out.index(prior)] = now
-            seen[key] = now
-            continue
-        ps = ProcessState(rank, p.pid, host, state, rel, how, helpers)
-        seen[key] = ps
-        out.append(ps)
-    return out
+        # dumped again: the last dump stands (in the first one's place); different stacks mean it moves
+        moved = prior is not None and (prior.state.what != state.what or prior.state.call_site != state.call_site)
+        progressing = prior is not None and (prior.progressing or moved)
+        seen[key] = ProcessState(rank, p.pid, host, state, rel, how, helpers, progressing)
+    return list(seen.values())
 
 
 def _is_launcher(p: py_spy.ProcessStacks) -> bool:
@@ -248,7 +240,7 @@ def _is_launcher(p: py_spy.ProcessStacks) -> bool:
     t = p.main_thread()
     if t is None:
         return False
-    inner = next((f for f in t.frames if not f.native and f.file and not _WAITING_ROOM.search(f.file)), None)
+    inner = next((f for f in t.frames if not f.native and f.file and not STDLIB.match(f.file)), None)
     return inner is not None and _LAUNCHER_FRAME.search(inner.file or "") is not None
 
 

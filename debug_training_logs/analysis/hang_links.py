@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from debug_training_logs.formats.nccl import PREFIX
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.reader import ReadProblems, iter_chunks
 
@@ -33,7 +34,6 @@ _LINE_RANK: Final = re.compile(
 )
 """``rank 3``, ``global_rank=3``, ``[rank3]``, and a trainer's rank column ``| r3 |`` / ``[r3]``."""
 _TABLE_RANK: Final = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d{1,6})\b")
-_NCCL_PREFIX: Final = re.compile(r"(?:^|\s)(?P<host>[A-Za-z0-9][\w.\-]*):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
 _BUS_ID: Final = re.compile(
     r"\b(?:busId|Bus ?ID|bus_id|busid)\s*[=:]?\s*(?P<bus>[0-9A-Fa-f]{1,8}(?::[0-9A-Fa-f]{2}){0,2}(?:\.[0-7])?)\b"
 )
@@ -109,7 +109,7 @@ def find_links(
                 last = m.start()
                 text = m.group(0).decode("utf-8", "replace")[:2000]
                 where = f"{lf.rel}:{line_no}"
-                nccl = _NCCL_PREFIX.search(text)
+                nccl = PREFIX.search(text)
                 rank = _rank_in(text, chunk, m.start(), own, nccl)
                 if rank is None:
                     continue

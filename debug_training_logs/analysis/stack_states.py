@@ -116,7 +116,7 @@ _READ_NATIVE: Final = re.compile(
 )
 _WRITE_NATIVE: Final = re.compile(r"^(?:__libc_)?(?:write|fsync|fdatasync|pwrite64|sync_file_range)$")
 _POLL_NATIVE: Final = re.compile(r"^(?:__)?(?:poll|ppoll|select|epoll_wait|__GI___poll)$")
-_STDLIB: Final = re.compile(
+STDLIB: Final = re.compile(
     r"^(?:<frozen |(?:threading|queue|selectors|socket|ssl|subprocess|contextlib|functools|shutil|tempfile|pickle|"
     r"runpy|codecs|io|os|time)\.py$|(?:multiprocessing|urllib|http|email|json|concurrent|asyncio|logging|importlib|"
     r"encodings|collections)/)"
@@ -165,7 +165,7 @@ def _own(f: Frame) -> bool:
     """A frame of the trainer's own code (not torch, not the standard library, not native)."""
     if f.native or f.file is None:
         return False
-    return not (_TORCH_FILE.search(f.file) or _STDLIB.match(f.file) or _DATA_FILE.search(f.file))
+    return not (_TORCH_FILE.search(f.file) or STDLIB.match(f.file) or _DATA_FILE.search(f.file))
 
 
 def _short(f: Frame) -> str:

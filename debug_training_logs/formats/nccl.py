@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-_PREFIX: Final = re.compile(r"(?:^|\s)(?P<host>[A-Za-z0-9][\w.\-]*):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
+PREFIX: Final = re.compile(r"(?:^|\s)(?P<host>[A-Za-z0-9][\w.\-]*):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
 _COMPLETION: Final = re.compile(
     r"NET/IB\w* ?: ?Got completion from peer (?P<peer>[^\s<]+)<\d+> with (?:error |status=)(?P<status>\d+)"
 )
@@ -32,17 +32,17 @@ class LinkError:
 
 def process_of(line: str) -> tuple[str, int, int] | None:
     """(host, pid, CUDA device) of an NCCL line's ``host:pid:tid [dev]`` prefix, else None."""
-    m = _PREFIX.search(line)
+    m = PREFIX.search(line)
     return (m.group("host"), int(m.group("pid")), int(m.group("dev"))) if m else None
 
 
 def link_error(line: str) -> LinkError | None:
     """The link failure ``line`` reports, else None."""
     if "NET/IB" in line and (m := _COMPLETION.search(line)):
-        host = _PREFIX.search(line[: m.start()])
+        host = PREFIX.search(line[: m.start()])
         status = m.group("status")
         return LinkError(host.group("host") if host else None, m.group("peer"), f"IB completion error {status}")
     if "ibv_" in line and (v := _VERBS.search(line)):
-        host = _PREFIX.search(line[: v.start()])
+        host = PREFIX.search(line[: v.start()])
         return LinkError(host.group("host") if host else None, None, f"{v.group('call') or v.group('call2')} failed")
     return None
