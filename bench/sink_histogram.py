@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 import zstandard  # noqa: E402
 
-from debug_training_logs import cli, entry, memo  # noqa: E402
+from debug_training_logs import cli, collector, memo  # noqa: E402
 from debug_training_logs.analysis import evidence, inventory, templates  # noqa: E402
 from debug_training_logs.logs import scan  # noqa: E402
 
@@ -235,7 +235,7 @@ def main() -> int:
     if not files:
         print("no file was scanned")
         return 1
-    gc.set_threshold(*entry.GC_THRESHOLDS)
+    gc.set_threshold(*collector.GC_THRESHOLDS)
     if args.pack:
         rounds = [pack_round(PACKED) for _ in range(args.rounds)]
         n = len(PACKED)

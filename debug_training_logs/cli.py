@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError, validate_call
 from pydantic.fields import FieldInfo
 
 from debug_training_logs import __version__, meanwhile, progress
-from debug_training_logs.entry import GC_THRESHOLDS
+from debug_training_logs.collector import GC_THRESHOLDS
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.memo import one_command
 from debug_training_logs.models import build_deferred
@@ -348,8 +348,8 @@ def _write_html(target: Path, page: str) -> None:
 
 @contextmanager
 def _fewer_collections() -> Iterator[None]:
-    """The collector at :data:`~debug_training_logs.entry.GC_THRESHOLDS` within the block (an in-process caller's own
-    thresholds are restored after it)."""
+    """The collector at :data:`~debug_training_logs.collector.GC_THRESHOLDS` within the block (an in-process caller's
+    own thresholds are restored after it)."""
     before = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
     try:

@@ -49,13 +49,13 @@ def _nccl(logs_dir: str) -> None:
     """The NCCL table's scan: the attempts' launcher facts with the table as a companion, of the lean inventory
     (:func:`~debug_training_logs.tools.nccl_state_table.nccl_state_table`,
     :func:`~debug_training_logs.tools.attempt_choice.choose`)."""
-    from debug_training_logs.analysis import launcher
+    from debug_training_logs.analysis import attempts
     from debug_training_logs.analysis.inventory import lean_inventory, start_scan
     from debug_training_logs.analysis.nccl_table import table_consumer
     from debug_training_logs.analysis.scan_cache import together
 
     with lean_inventory(), together(table_consumer()):
-        start_scan(logs_dir, [launcher.consumer()])
+        start_scan(logs_dir, [attempts.launcher_consumer()])
 
 
 def _grep(logs_dir: str) -> None:

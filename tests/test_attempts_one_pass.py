@@ -22,7 +22,7 @@ RESTARTED = [p for p in JOBS if p.parent.name.startswith("restart")]
 
 
 def _whole(logs: Path) -> tuple[launcher.LauncherFacts, attempts.Attempts, object]:
-    c = launcher.consumer()
+    c = attempts.launcher_consumer()
     job = scan_consumers(logs, [c])[c.key]
     facts = launcher.from_job_scan(job)
     return facts, attempts.split(logs, files=[s.file for s in job.files], launcher_facts=facts), job
@@ -38,10 +38,10 @@ def test_an_attempts_facts_filtered_by_line_equal_its_own_scan(logs: Path) -> No
     assert split.count > 1
     for i in range(split.count):
         derived = launcher.for_attempt(job, split.keeper(i))  # type: ignore[arg-type]
-        scanned = launcher.gather(logs, keep=split.keeper(i))
+        scanned = attempts.gather_launcher(logs, keep=split.keeper(i))
         assert derived is not None
         assert derived == scanned, (logs, i)
-    assert launcher.gather(logs) == whole
+    assert attempts.gather_launcher(logs) == whole
 
 
 @pytest.mark.parametrize("logs", JOBS, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
@@ -68,4 +68,4 @@ def test_too_many_hits_to_replay_means_a_scan_of_its_own(monkeypatch: pytest.Mon
 
     ev = gather_evidence(logs)  # falls back to scanning the attempt's launcher lines
     monkeypatch.undo()
-    assert ev.attempt == 0 and ev.launcher == launcher.gather(logs, keep=split.keeper(0))
+    assert ev.attempt == 0 and ev.launcher == attempts.gather_launcher(logs, keep=split.keeper(0))

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from debug_training_logs.analysis import attempts
-from debug_training_logs.tools.diagnose import Diagnosis, diagnose
+from debug_training_logs.tools.diagnose import diagnose
+from debug_training_logs.tools.diagnosis_models import Diagnosis
 from debug_training_logs.verify import verify
 from debug_training_logs.verify.models import Conclusion
 from tests.incidents import (

@@ -157,7 +157,7 @@ def test_the_entry_point_turns_the_collector_off_before_the_command_imports() ->
 def test_serve_turns_the_collector_back_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """A server runs for hours and every tool call leaves garbage: it runs with the collector on, at the thresholds
     the entry point set."""
-    from debug_training_logs import entry
+    from debug_training_logs import collector
     from debug_training_logs.server import app
 
     seen: list[tuple[bool, tuple[int, int, int]]] = []
@@ -165,12 +165,12 @@ def test_serve_turns_the_collector_back_on(monkeypatch: pytest.MonkeyPatch) -> N
     before = gc.get_threshold()
     gc.disable()
     try:
-        gc.set_threshold(*entry.GC_THRESHOLDS)
+        gc.set_threshold(*collector.GC_THRESHOLDS)
         main(["serve"])
     finally:
         gc.enable()
         gc.set_threshold(*before)
-    assert seen == [(True, entry.GC_THRESHOLDS)]
+    assert seen == [(True, collector.GC_THRESHOLDS)]
 
 
 def test_the_console_script_and_python_m_run_the_entry_point() -> None:

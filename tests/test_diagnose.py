@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from debug_training_logs.analysis import ais_index, inventory
-from debug_training_logs.tools.diagnose import Diagnosis, diagnose, render_report
+from debug_training_logs.printers.markdown import render_report
+from debug_training_logs.tools.diagnose import diagnose
+from debug_training_logs.tools.diagnosis_models import Diagnosis
 from debug_training_logs.verify import verify
 from fixtures.failure_scenarios import SCENARIOS
 
@@ -190,7 +192,7 @@ def test_diagnose_degrades_to_the_strongest_verdict_that_passes(monkeypatch: pyt
     presented: the strongest weaker verdict that passes is, and the result says what blocked the stronger one."""
     from debug_training_logs.analysis import diagnosis
     from debug_training_logs.analysis.evidence import gather_evidence
-    from debug_training_logs.tools import diagnose as tool
+    from debug_training_logs.tools import diagnosis_result as tool
 
     logs = FIXTURES / "fabric_old_torch" / "logs"
     ev = gather_evidence(logs)
@@ -231,7 +233,7 @@ def test_diagnose_never_presents_the_overclaim_even_when_nothing_weaker_passes(m
     rejected overclaim."""
     from debug_training_logs.analysis import diagnosis
     from debug_training_logs.analysis.evidence import gather_evidence
-    from debug_training_logs.tools import diagnose as tool
+    from debug_training_logs.tools import diagnosis_result as tool
 
     logs = FIXTURES / "cuda_oom" / "logs"
     ev = gather_evidence(logs)

@@ -29,7 +29,8 @@ from debug_training_logs.history import queries
 from debug_training_logs.history.location import Location
 from debug_training_logs.history.store import open_store
 from debug_training_logs.server.app import create_server
-from debug_training_logs.tools.diagnose import Diagnosis, diagnose
+from debug_training_logs.tools.diagnose import diagnose
+from debug_training_logs.tools.diagnosis_models import Diagnosis
 from debug_training_logs.tools.job_history import job_history
 from tests.postgres_server import PostgresServer
 

@@ -33,7 +33,7 @@ from debug_training_logs.printers.report_data import (
 )
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.server.app import create_server
-from debug_training_logs.tools.diagnose import build_diagnosis
+from debug_training_logs.tools.diagnosis_result import build_diagnosis
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"

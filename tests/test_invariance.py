@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from debug_training_logs.analysis.evidence import JobEvidence, gather_evidence
-from debug_training_logs.tools.diagnose import Diagnosis, build_diagnosis
+from debug_training_logs.tools.diagnosis_models import Diagnosis
+from debug_training_logs.tools.diagnosis_result import build_diagnosis
 from debug_training_logs.verify import Conclusion, verify_with_evidence
 from fixtures.failure_scenarios import STORIES, Story, Variant, write_variant
 

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from debug_training_logs.analysis.inventory import MARKERS
-from debug_training_logs.analysis.scan_cache import standard_consumers
+from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.logs import scan
 from debug_training_logs.logs.discovery import discover
 from debug_training_logs.logs.scan import FileScan, PatternSpec, SinkFactory, scan_files

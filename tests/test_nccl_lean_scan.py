@@ -23,7 +23,8 @@ import pytest
 
 from debug_training_logs.analysis import inventory
 from debug_training_logs.analysis import nccl_table as analysis
-from debug_training_logs.analysis.scan_cache import CACHE, set_default_companions, standard_consumers
+from debug_training_logs.analysis.scan_cache import CACHE, set_default_companions
+from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.tools import job_overview
 from debug_training_logs.tools import nccl_state_table as tool
 from fixtures.worker_gen import JobSpec, generate
@@ -288,12 +289,12 @@ def test_a_full_inventory_serves_the_lean_scan(monkeypatch: pytest.MonkeyPatch, 
     logs = _write(tmp_path)
     lean = tool.nccl_state_table(str(logs)).model_dump(mode="json")
     CACHE.clear()
-    from debug_training_logs.analysis import launcher
+    from debug_training_logs.analysis.attempts import launcher_consumer
     from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
     from debug_training_logs.analysis.scan_cache import together
 
     with together(consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink)):
-        scan_consumers(logs, [launcher.consumer()])  # a full scan of the same consumers (no lean context)
+        scan_consumers(logs, [launcher_consumer()])  # a full scan of the same consumers (no lean context)
     seen = _scanned_markers(monkeypatch)
     again = tool.nccl_state_table(str(logs)).model_dump(mode="json")
     assert seen == [] and again == lean

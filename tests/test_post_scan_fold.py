@@ -284,7 +284,7 @@ def test_attempt_boundaries_found_in_the_workers_equal_a_split_that_reads_back(
     logs: Path, workers: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
-    c = launcher.consumer()
+    c = attempts.launcher_consumer()
     job = scan_consumers(logs, [c])[c.key]
     facts = launcher.from_job_scan(job)
     assert facts.file_boundaries
@@ -323,7 +323,7 @@ def test_launcher_lines_parsed_in_the_workers_give_the_facts_parsed_here(
     logs: Path, workers: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
-    c = launcher.consumer()
+    c = attempts.launcher_consumer()
     job = scan_consumers(logs, [c])[c.key]
     assert all(result_size(job, j) in (0, 7) for j in range(len(job.files)))
     got = launcher.from_job_scan(job)

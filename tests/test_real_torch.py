@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 
-from debug_training_logs.analysis import attempts, launcher
+from debug_training_logs.analysis import attempts
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.tools.diagnose import Diagnosis, diagnose, render_report
+from debug_training_logs.printers.markdown import render_report
+from debug_training_logs.tools.diagnose import diagnose
+from debug_training_logs.tools.diagnosis_models import Diagnosis
 from debug_training_logs.tools.job_overview import job_overview
 from debug_training_logs.tools.nccl_state_table import nccl_state_table
 from debug_training_logs.verify import verify
@@ -198,7 +200,7 @@ def test_single_attempt_jobs_have_one_attempt() -> None:
     [("loader_exception", {3}, "own_error"), ("mismatch_detail", {3}, "mismatch"), ("stall", {2}, "straggler")],
 )
 def test_launcher_fates_from_the_log_dir_layout(name: str, ranks: set[int], how: str) -> None:
-    lf = launcher.gather(ROOT / name / "torchrun_logs")
+    lf = attempts.gather_launcher(ROOT / name / "torchrun_logs")
     assert lf.culprits() == (ranks, how)
 
 

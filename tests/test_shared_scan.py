@@ -12,6 +12,7 @@ import pytest
 from mcp import Client
 
 from debug_training_logs.analysis import scan_cache
+from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.server.app import create_server
 
 pytestmark = pytest.mark.anyio
@@ -30,7 +31,7 @@ async def test_agent_sequence_reads_the_worker_files_once(tmp_path: Path, counte
     shutil.copytree(FIXTURES / "data_stall", job)
     logs, ais = str(job / "logs"), str(job / "ais")
     n_files = len(os.listdir(logs))
-    scan_cache.set_default_companions(scan_cache.standard_consumers())  # what the server process does at start
+    scan_cache.set_default_companions(standard_consumers())  # what the server process does at start
     async with Client(create_server([tmp_path])) as client:  # type: ignore[arg-type]
         ov = await _call(client, "job_overview", {"logs_dir": logs})
         grep = await _call(client, "grep_all_ranks", {"logs_dir": logs})
@@ -95,7 +96,7 @@ async def test_in_the_server_the_attempts_come_from_the_first_scan(tmp_path: Pat
     although each of them splits the job into attempts."""
     shutil.copytree(FIXTURES / "data_stall", tmp_path / "job")
     logs, ais = str(tmp_path / "job" / "logs"), str(tmp_path / "job" / "ais")
-    scan_cache.set_default_companions(scan_cache.standard_consumers())
+    scan_cache.set_default_companions(standard_consumers())
     async with Client(create_server([tmp_path])) as client:  # type: ignore[arg-type]
         await _call(client, "grep_all_ranks", {"logs_dir": logs})
         await _call(client, "nccl_state_table", {"logs_dir": logs})

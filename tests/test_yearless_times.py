@@ -7,7 +7,8 @@ import re
 import shutil
 from pathlib import Path
 
-from debug_training_logs.tools.diagnose import diagnose, render_report
+from debug_training_logs.printers.markdown import render_report
+from debug_training_logs.tools.diagnose import diagnose
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nccl_styles" / "torch-2.7" / "logs"
 FULL_DATE = re.compile(r"\b(19|20)\d\d[-/]\d\d[-/]\d\d")

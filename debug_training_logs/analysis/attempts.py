@@ -34,8 +34,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from debug_training_logs.analysis.launcher import AgentFacts, LauncherFacts, file_agent, parse_lines
-from debug_training_logs.analysis.launcher import gather as gather_launcher
+from debug_training_logs.analysis import launcher
+from debug_training_logs.analysis.inventory import LineKeep, consumer_for, scan_consumers, scan_job
+from debug_training_logs.analysis.launcher import AgentFacts, LauncherFacts, file_agent, from_job_scan, parse_lines
+from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.progress import step_number
 from debug_training_logs.formats.timestamps import parse_wall_time
@@ -387,6 +389,27 @@ def refine_launcher(result: tuple[Any, ...], scan: FileScan) -> tuple[Any, ...]:
     cands = _stop_candidates([file_agent(scan.file.rel, (*result, parsed))]).get(scan.file.rel)
     found = (cands, _file_boundaries(scan.file, cands, scan.checkpoints)) if cands else None
     return (*result, found, parsed)
+
+
+def launcher_consumer() -> Consumer:
+    """The launcher scan as a consumer of the shared job scan (:func:`~debug_training_logs.analysis.inventory.
+    scan_consumers`), refined in the worker that scanned each file (:func:`refine_launcher`): scanned with a tool's
+    own patterns, its facts cost no pass of their own (and a second tool call in one server finds them in the scan
+    cache)."""
+    return consumer_for(launcher.PATTERNS, launcher.sink_factory(), refine=refine_launcher)
+
+
+def gather_launcher(
+    logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: LineKeep | None = None
+) -> LauncherFacts:
+    """:class:`~debug_training_logs.analysis.launcher.LauncherFacts` of every file under ``logs_dir`` from the shared
+    job scan (the scan cache and the companions in force, see :mod:`~debug_training_logs.analysis.scan_cache`);
+    ``keep``: only those lines (one attempt's; prefer :func:`~debug_training_logs.analysis.launcher.for_attempt` on the
+    whole job's scan, which reads nothing)."""
+    if keep is None:
+        me = launcher_consumer()  # the consumer the companions and the attempt split declare: one cache entry for all
+        return from_job_scan(scan_consumers(logs_dir, [me], files=files)[me.key])
+    return from_job_scan(scan_job(logs_dir, launcher.PATTERNS, launcher.sink_factory(), files=files, keep=keep))
 
 
 CLUSTER_GAP_S = 5.0

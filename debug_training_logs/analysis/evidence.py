@@ -1065,7 +1065,7 @@ def evidence_consumer(keep: LineKeep | None = None) -> Consumer:
 
 def job_scan_consumers() -> tuple[Consumer, Consumer]:
     """The consumers of :func:`gather_evidence`'s scan of a job: the evidence's and the launcher facts'."""
-    return evidence_consumer(), launcher_scan.consumer()
+    return evidence_consumer(), attempts_mod.launcher_consumer()
 
 
 def scan_worker_logs(logs_dir: Path, keep: LineKeep | None = None) -> JobScan:
@@ -1844,7 +1844,7 @@ def gather_evidence(
         facts = launcher_scan.for_attempt(jobs[lc.key], keep)
         progress.report(1, 1, f"attempt {chosen} of {split.count}: a second pass keeps only its lines")
         if facts is None:  # more launcher hits in a file than remembered: that attempt's own launcher scan
-            facts = launcher_scan.gather(logs_dir, keep=keep)
+            facts = attempts_mod.gather_launcher(logs_dir, keep=keep)
         job = given_world_size(scan_worker_logs(logs_dir, keep), world_size)
         ev = evidence_from_scan(job, ais_dir, fr_dir, facts, ais_own=own, fr=fr)
     ev.attempts = split
@@ -1885,7 +1885,7 @@ def evidence_from_scan(
         memory_creep=memory_creep(worker.memory_mb),
         launcher=launcher_facts
         if launcher_facts is not None
-        else launcher_scan.gather(job.root, files=job.log_files())
+        else attempts_mod.gather_launcher(job.root, files=job.log_files())
         if job.files
         else None,
         flight_recorder=fr if fr is not None else _dumps(job.root, fr_dir),

@@ -32,20 +32,16 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from debug_training_logs.analysis.inventory import (
     JobScan,
     LineKeep,
-    consumer_for,
     file_result_item,
     result_item,
     result_size,
-    scan_consumers,
-    scan_job,
 )
-from debug_training_logs.analysis.scan_cache import Consumer, FileResult
+from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.formats import gloo, launchers, slurm, torchrun
 from debug_training_logs.formats.python_text import is_source_line
 from debug_training_logs.logs.attribution import file_name_rank, rank_of_line, strip_ansi
@@ -367,25 +363,6 @@ def sink_factory(keep: LineKeep | None = None) -> SinkFactory:
     """The per-file sink of the launcher scan, for a caller's own scan (``scan_job(root, PATTERNS, sink_factory())``
     then :func:`from_job_scan`): the launcher facts ride in a scan the caller runs anyway."""
     return functools.partial(_LineSink, keep=keep)
-
-
-def consumer() -> Consumer:
-    """The launcher scan as a consumer of the shared job scan (:func:`~debug_training_logs.analysis.inventory.
-    scan_consumers`): scanned with a tool's own patterns, its facts cost no pass of their own (and a second tool call
-    in one server finds them in the scan cache)."""
-    from debug_training_logs.analysis.attempts import refine_launcher  # attempts reads this module's facts
-
-    return consumer_for(PATTERNS, sink_factory(), refine=refine_launcher)
-
-
-def gather(logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: LineKeep | None = None) -> LauncherFacts:
-    """:class:`LauncherFacts` of every file under ``logs_dir`` from the shared job scan (the scan cache and the
-    companions in force, see :mod:`~debug_training_logs.analysis.scan_cache`); ``keep``: only those lines (one
-    attempt's; prefer :func:`for_attempt` on the whole job's scan, which reads nothing)."""
-    if keep is None:
-        me = consumer()  # the consumer the companions and the attempt split declare: one cache entry for all
-        return from_job_scan(scan_consumers(logs_dir, [me], files=files)[me.key])
-    return from_job_scan(scan_job(logs_dir, PATTERNS, _LineSink, files=files, keep=keep))
 
 
 EarlyResult = tuple[Any, Any]

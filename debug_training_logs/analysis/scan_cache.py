@@ -135,23 +135,3 @@ def together(*consumers: Consumer) -> Iterator[None]:
         yield
     finally:
         _companions.reset(token)
-
-
-def standard_consumers() -> tuple[Consumer, ...]:
-    """The consumers of the tools an agent calls in a row (grep's defaults, the NCCL table, the clock anchors, the
-    diagnosis evidence, the launcher facts every attempt split reads), as their tools' own scans declare them:
-    scanned together, each later call is a cache hit."""
-    from debug_training_logs.analysis import evidence, launcher
-    from debug_training_logs.analysis.alignment import WORKER_PATTERNS, WorkerClockSink
-    from debug_training_logs.analysis.grep import GrepSink
-    from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
-    from debug_training_logs.analysis.inventory import consumer_for
-    from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, NcclSink
-
-    return (
-        consumer_for([g.regex for g in DEFAULT_PATTERNS], GrepSink),
-        consumer_for(NCCL_PATTERNS, NcclSink),
-        consumer_for(WORKER_PATTERNS, WorkerClockSink),
-        evidence.evidence_consumer(),
-        launcher.consumer(),
-    )

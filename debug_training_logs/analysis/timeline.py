@@ -24,6 +24,7 @@ from debug_training_logs.analysis.grep import GrepAnalysis, TemplateSummary, gre
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
 from debug_training_logs.analysis.nccl_table import NcclTable, nccl_state_table
 from debug_training_logs.analysis.read_back import read_lines
+from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, with_year
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.textcut import cut
@@ -254,7 +255,7 @@ def build_timeline(
 ) -> Timeline:
     """The merged timeline (see module docstring); ``limit`` bounds the events (the least important are cut)."""
     root = Path(logs_dir)
-    with scan_cache.together(*scan_cache.standard_consumers()[:3]):  # grep, NCCL and clock: one read of the files
+    with scan_cache.together(*standard_consumers()[:3]):  # grep, NCCL and clock: one read of the files
         grep = grep_all_ranks(root, limit=200)
         table = nccl_state_table(root)
         worker = scan_worker_clock(root)

@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 
 from debug_training_logs.analysis.ais_deltas import collect
 from debug_training_logs.analysis.evidence import JobEvidence, Series, rank_states
-from debug_training_logs.tools.diagnose import Diagnosis
+from debug_training_logs.tools.diagnosis_models import Diagnosis
 
 STATES: tuple[str, ...] = (
     "straggler",

@@ -25,7 +25,7 @@ def choose(
     (each scanned file's results as they arrive, the ``with_`` consumers' among them), when this call scans."""
 
     def split() -> attempts.Attempts:
-        lc = launcher.consumer()
+        lc = attempts.launcher_consumer()
         with scan_cache.together(*with_):
             job = scan_consumers(logs_root, [lc], on_file=on_file)[lc.key]
         facts = launcher.from_job_scan(job)

@@ -1,9 +1,9 @@
 """Between ``diagnose`` and the history: record a diagnosis and say what it shares with earlier failures.
 
-:func:`remember` is called once, at the end of :func:`~debug_training_logs.tools.diagnose.build_diagnosis` when the
-caller asked for the history (``diagnose`` does by default; ``--no-history`` / ``history=false`` does not). It turns
-the diagnosis into a :class:`~debug_training_logs.history.types.JobRecord` (identity, nodes and daemons implicated,
-signature), records it, asks the history what this job's nodes, daemons and signature were part of in the
+:func:`remember` is called once, at the end of :func:`~debug_training_logs.tools.diagnosis_result.build_diagnosis`
+when the caller asked for the history (``diagnose`` does by default; ``--no-history`` / ``history=false`` does not).
+It turns the diagnosis into a :class:`~debug_training_logs.history.types.JobRecord` (identity, nodes and daemons
+implicated, signature), records it, asks the history what this job's nodes, daemons and signature were part of in the
 :data:`WINDOW_DAYS` before it, and sets ``diagnosis.history`` (the note is also appended to the summary).
 
 It never raises: a history that cannot be opened, read or written leaves ``history.error`` (and a warning on
@@ -35,7 +35,7 @@ from debug_training_logs.ranges import format_ranges
 
 if TYPE_CHECKING:
     from debug_training_logs.analysis.evidence import JobEvidence, KeyEvent
-    from debug_training_logs.tools.diagnose import Diagnosis
+    from debug_training_logs.tools.diagnosis_models import Diagnosis
 
 logger = logging.getLogger(__name__)
 

@@ -295,7 +295,7 @@ def job_overview(
     `file_groups` sums up every file in a few rows; `files` lists the odd ones first, `offset` pages through all.
     """
     root = input_dir(logs_dir)
-    lc = launcher.consumer()  # one scan: inventory and launcher facts (the attempt split's own consumer)
+    lc = attempts.launcher_consumer()  # one scan: inventory and launcher facts (the attempt split's own consumer)
     job = scan_consumers(root, [lc])[lc.key]
     overview = build_overview(job.inventory, job.coverage(), limit, offset)
     facts = launcher.from_job_scan(job)

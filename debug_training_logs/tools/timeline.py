@@ -6,8 +6,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from debug_training_logs.analysis import scan_cache
 from debug_training_logs.analysis.attempts import AttemptFilter
+from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.analysis.timeline import build_timeline
 from debug_training_logs.models import Coverage, Model
 from debug_training_logs.paths import input_dir
@@ -71,7 +71,7 @@ def timeline(
     """
     logs = input_dir(logs_dir)
     ais = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
-    split, chosen = choose(logs, attempt, *scan_cache.standard_consumers()[:3])  # the timeline's scan: one pass
+    split, chosen = choose(logs, attempt, *standard_consumers()[:3])  # the timeline's scan: one pass
     t = build_timeline(logs, ais, limit=limit)
     events = t.events
     summary = t.summary
