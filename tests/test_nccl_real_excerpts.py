@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from debug_training_logs.analysis.nccl_table import nccl_state_table
-from debug_training_logs.verify.rules import text_matches
+from debug_training_logs.verify.citation_rules import text_matches
 from tests.nccl_excerpts import EXCERPTS, Excerpt
 from tests.nccl_render import write_wrapped_at_80
 

@@ -17,8 +17,9 @@ import pytest
 
 from debug_training_logs.analysis.evidence import JobEvidence, gather_evidence
 from debug_training_logs.verify import Conclusion, verify_with_evidence
+from debug_training_logs.verify.citation_rules import text_matches
 from debug_training_logs.verify.models import Check, Verification
-from debug_training_logs.verify.rules import RULES, text_matches
+from debug_training_logs.verify.rules import RULES
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 DATA_STALL = FIXTURES / "data_stall"

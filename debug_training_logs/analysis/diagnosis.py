@@ -11,7 +11,6 @@ Nothing here imports the verifier (``verify`` reads analysis, never the other wa
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,18 +19,9 @@ from typing import Any
 from debug_training_logs.analysis.causal import causal_model
 from debug_training_logs.analysis.causal import decide as causal_decide
 from debug_training_logs.analysis.evidence import (
-    AIS_LOOKBACK,
-    CLOCK_SLACK,
-    PER_STEP_COLLECTIVES,
-    Hit,
     JobEvidence,
     KeyEvent,
-    NcclRow,
-    NcclState,
     Trigger,
-    WorkerEvidence,
-    ais_to_worker,
-    aligned_for,
     counters_known,
     data_hits,
     fabric_evidence,
@@ -46,10 +36,29 @@ from debug_training_logs.analysis.evidence import (
     triggers,
 )
 from debug_training_logs.analysis.launcher_decision import LauncherCall, agent_failure
-from debug_training_logs.analysis.launcher_decision import decide as launcher_decide
-from debug_training_logs.analysis.read_back import read_lines
-from debug_training_logs.formats.slurm import scheduler_ended
-from debug_training_logs.formats.timestamps import show
+from debug_training_logs.analysis.verdict_context import VerdictContext as _Ctx
+from debug_training_logs.analysis.verdict_events import ais_chain as _ais_chain
+from debug_training_logs.analysis.verdict_events import bound_untimed as _bound_untimed
+from debug_training_logs.analysis.verdict_events import dedupe as _dedupe
+from debug_training_logs.analysis.verdict_events import failure_course as _tail
+from debug_training_logs.analysis.verdict_events import key_files as _key_files
+from debug_training_logs.analysis.verdict_events import node_of_hit as _node_of_hit
+from debug_training_logs.analysis.verdict_events import offset_if_used as _offset_if_used
+from debug_training_logs.analysis.verdict_events import straggler_event as _straggler_event
+from debug_training_logs.analysis.verdict_events import timeline_events as _timeline
+from debug_training_logs.analysis.verdict_helpers import consequence_note as _consequence_note
+from debug_training_logs.analysis.verdict_helpers import coverage_gap as _coverage_gap
+from debug_training_logs.analysis.verdict_helpers import earliest_per_rank as _earliest_per_rank
+from debug_training_logs.analysis.verdict_helpers import fmt_ranks as _fmt
+from debug_training_logs.analysis.verdict_helpers import fmt_time as _t
+from debug_training_logs.analysis.verdict_helpers import gap_note as _gap_note
+from debug_training_logs.analysis.verdict_helpers import launcher_call as _launcher_call
+from debug_training_logs.analysis.verdict_helpers import root_stragglers as _root_stragglers
+from debug_training_logs.analysis.verdict_helpers import same_line as _same_line
+from debug_training_logs.analysis.verdict_helpers import short_text as _short
+from debug_training_logs.analysis.verdict_helpers import stall_steps as _stall_steps
+from debug_training_logs.analysis.verdict_helpers import time_limit_cancel as _time_limit_cancel
+from debug_training_logs.analysis.verdict_helpers import what_present_ranks_show as _what_present_ranks_show
 
 __all__ = ["JobEvidence", "KeyEvent", "Verdict", "conclude", "gather_evidence"]
 
@@ -88,43 +97,6 @@ class Verdict:
     """Facts the recommendations key on (``memory_creep``, ``nan``, ``port``, ``resets_retried``...)."""
 
 
-AIS_CHAIN_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "target under resource pressure",
-        ("disk_critical", "resource_pressure_critical", "memory_pressure", "disk_fault"),
-    ),
-    (
-        "inter-target stream breaks",
-        ("shared_dm_broken_pipe", "stream_terminated", "stream_send_error", "shared_dm_rx_failure"),
-    ),
-    ("batch GET loses objects", ("getbatch_out_of_bounds",)),
-    ("batch job aborted, objects dropped, clients cut off", ("shared_dm_xid_not_found", "client_write_failed")),
-)
-"""The original skill's x-get-batch failure mechanism, as stages of named AIS patterns (``formats.ais``)."""
-
-
-@dataclass
-class _Ctx:
-    """What every decision step reads (computed once)."""
-
-    ev: JobEvidence
-    trig: list[Trigger]
-    symptom: KeyEvent | None
-    start: datetime | None
-    tail: list[KeyEvent]
-
-    @property
-    def w(self) -> WorkerEvidence:
-        return self.ev.worker
-
-    @property
-    def nccl(self) -> NcclState:
-        return self.ev.nccl
-
-    def nodes_of(self, ranks: Iterable[int]) -> list[str]:
-        return sorted({n for r in ranks if (n := self.w.node_of_rank(r)) is not None})
-
-
 def conclude(ev: JobEvidence) -> Verdict:
     """The verdict the evidence supports; when it cannot decide, the verdict says so and what to fetch next."""
     symptom = first_symptom(ev)
@@ -160,88 +132,6 @@ def _verdict(
         next_steps=kw.pop("next_steps", []),
         **kw,
     )
-
-
-def _tail(ev: JobEvidence) -> list[KeyEvent]:
-    """The failure's own course: the stuck collective, the first timeout, the teardown, torchrun, SLURM."""
-    out: list[KeyEvent] = []
-    n = ev.nccl
-    row = n.first_timeout()
-    if row is not None and row.collective_start_time is not None:
-        groups: dict[tuple[str, int | None, str | None], list[NcclRow]] = defaultdict(list)
-        for r in n.rows:
-            if (r.pending or 0) > 0 and r.seq is not None:
-                groups[(r.pg, r.seq, r.op_type)].append(r)
-        # rows with no enqueued/completed (torch <= 2.2, timeout lines only) have no group: fall back to the timeouts
-        for r in n.rows if not groups else []:
-            if r.collective_start_time is not None:
-                groups[(r.pg, r.seq, r.op_type)].append(r)
-        ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0][0], kv[0][1] or 0))
-        (pg, seq, op), rows = ordered[0]
-        first = min(rows, key=lambda r: (r.collective_start_time or datetime.max, r.rank))
-        others = "; ".join(f"{_fmt(x.rank for x in rs)} in {o} SeqNum {q} (PG {p})" for (p, q, o), rs in ordered[1:4])
-        out.append(
-            KeyEvent(
-                f"{len(rows)} rank(s) enter {op} SeqNum {seq} (PG {pg}) and wait for the others"
-                + (f" (also waiting: {others})" if others else ""),
-                first.file,
-                first.line,
-                first.text,
-                {r.rank for r in rows},
-                first.collective_start_time,
-                derived=True,
-            )
-        )
-    sym = first_symptom(ev)
-    if sym is not None and row is not None:
-        out.append(sym)
-    downs = ev.worker.hits("taken_down")
-    if downs:
-        ranks = set(ev.worker.counts_by_rank.get("taken_down", {}))
-        out.append(
-            hit_event(downs[0], f"the watchdogs of {len(ranks)} rank(s) take their processes down (SIGABRT)", ranks)
-        )
-    first_timeout = row.timeout_time if row is not None else None
-    for signal, what in (
-        ("child_failed", "torchrun reports the failed workers (ChildFailedError)"),
-        ("slurm_cancel", "SLURM ends the job step"),
-    ):
-        hs = ev.worker.hits(signal)
-        later = [h for h in hs if first_timeout is None or (h.earliest or datetime.max) >= first_timeout]
-        if later or hs:
-            out.append(hit_event((later or hs)[0], what, ranks=()))
-    # The course of the failure in time order (a crashed node's torchrun exit comes long before the timeouts).
-    return sorted(out, key=lambda e: e.sort_time or datetime.max)
-
-
-def _coverage_gap(ctx: _Ctx) -> tuple[str, list[str]] | None:
-    """Why the logs may be a subset of the job's ranks and what to fetch, or None when every rank was read."""
-    w = ctx.w
-    if causal_model(ctx.ev).complete:
-        return None
-    missing = ctx.ev.missing_ranks
-    if not w.job.inventory.files:
-        why = "No log file was found under the directory (nothing to diagnose)."
-        steps = ["Point logs_dir at the directory holding every node's stderr/stdout files (error-<JOBID>-<N>.out)."]
-    elif w.world_size is None:
-        why = (
-            "No line states the world size (NCCL init 'nranks N', Lightning 'MEMBER: m/N', 'world_size=N'), so "
-            f"it cannot be shown that every rank's log was read (ranks seen: {_fmt(w.ranks) or 'none'})."
-        )
-        steps = [
-            "Send every node's log (all error-<JOBID>-<N>.out) and state the world size (diagnose --world-size, or "
-            "rerun with NCCL_DEBUG=INFO, which logs 'nranks N')."
-        ]
-    else:
-        why = (
-            f"Ranks {_fmt(missing)} of the {w.world_size}-rank world have no log file "
-            f"({w.job.inventory.world_size_evidence}): they may hold an earlier failure or the real straggler."
-        )
-        steps = [
-            f"Fetch the log files of ranks {_fmt(missing)} (every error-<JOBID>-<N>.out, e.g. scp "
-            "<cluster>:/path/to/slurm/logs/error-<JOBID>-*.out ./training_logs/) and run again."
-        ]
-    return why, steps
 
 
 _NO_RANK_CATEGORIES = ("no_failure", "time_limit", "address_in_use", "launch_failure", "incomplete_evidence")
@@ -304,19 +194,6 @@ def _incomplete(ctx: _Ctx) -> Verdict | None:
         missing_ranks=sorted(ctx.ev.missing_ranks),
         suspect_ranks=sorted(behind - ctx.ev.missing_ranks),
     )
-
-
-def _what_present_ranks_show(ctx: _Ctx) -> str:
-    parts = []
-    behind = _root_stragglers(ctx.nccl) or {r for g in ctx.nccl.groups for r in g.suspect_ranks}
-    if ctx.nccl.timed_out:
-        classes = ", ".join(sorted({g.classification for g in ctx.nccl.groups}))
-        seen = f"; among them, rank(s) {_fmt(behind)} never entered the collective" if behind else ""
-        parts.append(f"The present ranks show an NCCL timeout ({classes}{seen}).")
-    if ctx.trig:
-        t = ctx.trig[0]
-        parts.append(f"The first error among them: {t.what} on rank {t.hit.rank} ({t.hit.file}:{t.hit.line}).")
-    return " ".join(parts)
 
 
 def _node_failure(ctx: _Ctx) -> Verdict | None:
@@ -461,63 +338,6 @@ def _causal(ctx: _Ctx) -> Verdict | None:
 _CRASH_KINDS = ("oom", "cuda_error", "exception", "nan", "data_error", "watchdog_hang", "launch")
 
 
-def _same_line(a: Hit, b: Hit) -> bool:
-    return a.file == b.file and a.line == b.line
-
-
-def _earliest_per_rank(ts: list[Trigger]) -> list[Trigger]:
-    out: dict[int | None, Trigger] = {}
-    for t in sorted(ts, key=lambda t: (t.hit.earliest or datetime.max, t.hit.file, t.hit.line)):
-        out.setdefault(t.hit.rank, t)
-    return list(out.values())
-
-
-def _time_limit_cancel(ctx: _Ctx) -> Hit | None:
-    """The scheduler's cancellation of the job for its own reasons (a time limit, a preemption or requeue, an
-    operator's scancel): not a node failure, whose own branch decides."""
-    cancels = [h for h in ctx.w.hits("slurm_cancel") if scheduler_ended(h.text)]
-    return cancels[0] if cancels else None
-
-
-def _consequence_note(ctx: _Ctx, category: str, culprits: set[int]) -> str:
-    if category in ("no_failure", "time_limit", "address_in_use", "launch_failure"):
-        return ""
-    waited = [
-        fate.rank
-        for fate in causal_model(ctx.ev).fates.values()
-        if fate.rank not in culprits
-        and any(e.kind in ("peer_timeout", "peer_closed", "agent_stop", "watchdog_abort") for e in fate.events)
-    ]
-    if not waited:
-        return ""
-    return (
-        f" Rank(s) {_fmt(waited)} then timed out waiting, lost their peer or were stopped by their launcher: "
-        "consequences, not causes."
-    )
-
-
-def _stall_steps(category: str, root: Any) -> list[str]:
-    if root is None or getattr(root, "kind", None) != "stall":
-        return []
-    return [
-        "Dump the stuck rank's Python stacks while it hangs (py-spy dump --pid <PID> on its node) and keep the flight "
-        "recorder on (TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE) to confirm where it stopped."
-    ]
-
-
-def _launcher_call(ctx: _Ctx) -> LauncherCall | None:
-    """What the launcher, DETAIL and dump facts alone would say (their explanations and cited lines)."""
-    data = {h.rank for h in data_hits(ctx.ev, set(ctx.w.ranks), None) if h.rank is not None}
-    return launcher_decide(
-        ctx.ev.launcher,
-        ctx.ev.flight_recorder,
-        set(ctx.w.ranks),
-        nccl_timed_out=ctx.nccl.timed_out,
-        slurm_cancelled=bool(ctx.w.hits("slurm_cancel")),
-        data_ranks=data,
-    )
-
-
 def _crash_verdict(ctx: _Ctx, cands: list[Trigger]) -> Verdict:
     """The verdict of ranks that failed on their own (OOM, CUDA error, exception, hung watchdog), first first."""
     nccl = ctx.nccl
@@ -584,11 +404,6 @@ def _crash_verdict(ctx: _Ctx, cands: list[Trigger]) -> Verdict:
         where = f" The exception came from {module}."
     expl = f"{who.capitalize()} failed first: {first.what} ({first.hit.file}:{first.hit.line}).{where}{leak}{after}"
     return _verdict(category, ranks, ctx, expl, head, details=details)
-
-
-def _root_stragglers(nccl: NcclState) -> set[int]:
-    """The ranks at the root of the hang (the table's job-level stragglers that waited in no collective)."""
-    return nccl.job_stragglers
 
 
 def _nccl(ctx: _Ctx) -> Verdict | None:
@@ -741,89 +556,6 @@ def _nccl(ctx: _Ctx) -> Verdict | None:
     )
 
 
-def _gap_note(gap: int | None) -> str:
-    if gap is None:
-        return ""
-    from_steps = gap / PER_STEP_COLLECTIVES
-    if gap % PER_STEP_COLLECTIVES == 0:
-        return (
-            f"The gap equals {int(from_steps)} training step(s) of per-step collectives ({PER_STEP_COLLECTIVES} per "
-            "step: PreemptionCallback broadcast, DDP allreduce, broadcast_buffers): rank 0 ran ahead by whole steps."
-        )
-    return f"The gap is not a whole number of steps ({PER_STEP_COLLECTIVES} per-step collectives each)."
-
-
-def _straggler_event(ctx: _Ctx, ranks: set[int], event: str) -> KeyEvent:
-    rows = [r for r in ctx.nccl.rows if r.rank in ranks]
-    if rows:
-        r = rows[0]
-        return KeyEvent(event, r.file, r.line, r.text, set(ranks), None, None, ctx.start, derived=True)
-    r0 = min(ranks)
-    last = ctx.w.last_by_rank.get("progress", {}).get(r0)
-    if last is not None:
-        return hit_event(last, event, ranks)
-    f = ctx.w.files_of_rank(r0)
-    return KeyEvent(event, f[0] if f else "", 0, "", set(ranks), None, None, ctx.start, derived=True)
-
-
-def _node_of_hit(ctx: _Ctx, h: Hit) -> str | None:
-    m = re.match(r"(?:\[[\d\-: ]+\] )?([A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\]", h.text)
-    if m:
-        return m.group(1)
-    for f in ctx.w.job.inventory.files:
-        if f.rel == h.file:
-            return f.node
-    return None
-
-
-def _ais_chain(ctx: _Ctx) -> list[KeyEvent]:
-    """The AIS side of the chain (the x-get-batch failure mechanism, stage by stage: :data:`AIS_CHAIN_STAGES`) from
-    the lines of the daemons whose error counters spiked, just before the stuck collective started; on the worker
-    clock, so only with a verified alignment."""
-    ais = ctx.ev.ais
-    if ais is None or ctx.start is None:
-        return []
-    al = ais.alignment
-    spiking = {s.daemon for s in ais.spikes}
-    lines = [
-        (n, t)
-        for n in ais.incident_lines()
-        if (not spiking or n.daemon in spiking)
-        and aligned_for(al, n.daemon)
-        and (t := ais_to_worker(al, n.first)) is not None
-        and ctx.start - AIS_LOOKBACK <= t <= ctx.start + CLOCK_SLACK
-    ]
-    out: list[KeyEvent] = []
-    for stage, patterns in AIS_CHAIN_STAGES:
-        found = [(n, t) for n, t in lines if n.pattern in patterns]
-        if not found:
-            continue
-        n, t = found[0]
-        d = ais.daemon(n.daemon)
-        name = d.name if d is not None else n.daemon
-        out.append(
-            KeyEvent(
-                f"AIS {name}: {stage} ({n.meaning})",
-                n.example.file,
-                n.example.line,
-                n.example.text,
-                set(),
-                t,
-                ais_time=n.first,
-                daemon=n.daemon,
-                kind="ais",
-            )
-        )
-    return sorted(out, key=lambda e: e.sort_time or datetime.max)
-
-
-def _offset_if_used(ctx: _Ctx, ais_events: list[KeyEvent]) -> float | None:
-    ais = ctx.ev.ais
-    if ais_events and ais is not None:
-        return ais.alignment.offset_hours
-    return None
-
-
 def _time_limit(ctx: _Ctx) -> Verdict | None:
     cancel = _time_limit_cancel(ctx)
     if cancel is None or ctx.nccl.timed_out:
@@ -915,109 +647,3 @@ def _finish(ctx: _Ctx, v: Verdict) -> Verdict:
         "resets_retried", bool(ctx.w.counts.get("conn_reset")) and not ctx.w.counts.get("retry_exhausted")
     )
     return v
-
-
-def _bound_untimed(w: WorkerEvidence, events: list[KeyEvent]) -> None:
-    """Narrow the bounds of worker lines without a time to their file's nearest timed lines (one read per file)."""
-    wanted: dict[str, set[int]] = defaultdict(set)
-    for e in events:
-        if e.kind == "worker" and e.time is None and e.line > 0 and e.text and not e.derived:
-            wanted[e.file].add(e.line)
-    if not wanted:
-        return
-    found = read_lines(w.root, wanted, w.year)
-    for e in events:
-        at = found.get((e.file, e.line))
-        if e.kind == "worker" and e.time is None and not e.derived and at is not None and at.text is not None:
-            if at.time is not None:  # a line with a time of its own (a launcher's glog header) cited without it
-                e.time = at.time
-                continue
-            if at.after is not None and (e.earliest is None or at.after > e.earliest):
-                e.earliest = at.after
-            if at.before is not None and (e.latest is None or at.before < e.latest):
-                e.latest = at.before
-
-
-def _dedupe(events: list[KeyEvent]) -> list[KeyEvent]:
-    seen: set[tuple[str, int, str]] = set()
-    out = []
-    for e in events:
-        key = (e.file, e.line, e.event)
-        if key not in seen:
-            seen.add(key)
-            out.append(e)
-    return out
-
-
-TIMELINE_CONTEXT = 12
-"""Context events (noise, AIS lines, last progress) added to the chain's events in the timeline table."""
-
-
-def _timeline(ctx: _Ctx, v: Verdict) -> list[KeyEvent]:
-    events = list(v.chain)
-    in_chain = {(e.file, e.line) for e in events}
-    w = ctx.w
-    for h in w.hits("conn_reset")[:1]:
-        resets = w.counts.get("conn_reset", 0)
-        events.append(hit_event(h, f"first of {resets} connection reset(s) (retried)"))
-    for r in v.culprit_ranks[:3]:
-        last = w.last_by_rank.get("progress", {}).get(r)
-        if last is not None:
-            events.append(hit_event(last, f"last progress line of rank {r}"))
-    ais = ctx.ev.ais
-    if ais is not None:
-        al = ais.alignment
-        for n in ais.incident_lines()[:TIMELINE_CONTEXT]:
-            t = ais_to_worker(al, n.first) if aligned_for(al, n.daemon) else None
-            events.append(
-                KeyEvent(
-                    f"AIS {n.daemon}: {n.meaning} (x{n.count})",
-                    n.example.file,
-                    n.example.line,
-                    n.example.text,
-                    set(),
-                    t,
-                    ais_time=n.first,
-                    daemon=n.daemon,
-                    kind="ais",
-                )
-            )
-        for s in ais.spikes[:TIMELINE_CONTEXT]:
-            t = ais_to_worker(al, s.end) if aligned_for(al, s.daemon) else None
-            events.append(
-                KeyEvent(
-                    f"AIS {s.daemon}: {s.counter} +{s.delta} in the interval ending here",
-                    s.evidence.file,
-                    s.evidence.line,
-                    s.evidence.text,
-                    set(),
-                    t,
-                    ais_time=s.end,
-                    daemon=s.daemon,
-                    kind="ais",
-                )
-            )
-    return [e for e in events if e in v.chain or (e.file, e.line) not in in_chain]
-
-
-def _key_files(v: Verdict) -> list[tuple[str, str]]:
-    out: dict[str, str] = {}
-    for e in v.chain:
-        if e.file and e.file not in out:
-            out[e.file] = e.event
-    return list(out.items())
-
-
-def _fmt(ranks: Iterable[int]) -> str:
-    from debug_training_logs.ranges import format_ranges
-
-    return format_ranges(ranks)
-
-
-def _t(t: datetime | None) -> str:
-    return show(t) if t is not None else "an unknown time"
-
-
-def _short(text: str, n: int = 140) -> str:
-    text = re.sub(r"^\[rank\d+\]:\s*", "", text)
-    return text if len(text) <= n else text[: n - 1] + "…"

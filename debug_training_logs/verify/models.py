@@ -1,7 +1,7 @@
 """What a conclusion is and what the verifier answers (contract): :class:`Conclusion`, :class:`Check`,
 :class:`Verification`.
 
-Plain pydantic definitions, no logic: the rules live in :mod:`debug_training_logs.verify.rules`.
+Plain pydantic definitions, no logic: the rules are listed in :mod:`debug_training_logs.verify.rules`.
 """
 
 from __future__ import annotations
