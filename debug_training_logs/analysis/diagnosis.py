@@ -1,4 +1,5 @@
-"""The decision procedure: the verdict drawn from a job's :class:`~debug_training_logs.analysis.evidence.JobEvidence`.
+"""The decision procedure: the verdict drawn from a job's
+:class:`~debug_training_logs.analysis.evidence_types.JobEvidence`.
 
 The original protocol as a deterministic procedure over the evidence model (gathered once by
 :mod:`debug_training_logs.analysis.evidence`, which the verifier reads too): coverage first (a culprit is never named
@@ -19,10 +20,27 @@ from typing import Any
 
 from debug_training_logs.analysis.causal import causal_model
 from debug_training_logs.analysis.causal import decide as causal_decide
-from debug_training_logs.analysis.evidence import (
+from debug_training_logs.analysis.evidence import gather_evidence
+from debug_training_logs.analysis.evidence_ais import ais_to_worker, aligned_for
+from debug_training_logs.analysis.evidence_states import (
+    counters_known,
+    fabric_evidence,
+    job_finished,
+    node_failure_facts,
+    order_by_bounds,
+    rank_states,
+)
+from debug_training_logs.analysis.evidence_triggers import (
     AIS_LOOKBACK,
     CLOCK_SLACK,
     PER_STEP_COLLECTIVES,
+    data_hits,
+    first_symptom,
+    hit_event,
+    refine_times,
+    triggers,
+)
+from debug_training_logs.analysis.evidence_types import (
     Hit,
     JobEvidence,
     KeyEvent,
@@ -30,20 +48,6 @@ from debug_training_logs.analysis.evidence import (
     NcclState,
     Trigger,
     WorkerEvidence,
-    ais_to_worker,
-    aligned_for,
-    counters_known,
-    data_hits,
-    fabric_evidence,
-    first_symptom,
-    gather_evidence,
-    hit_event,
-    job_finished,
-    node_failure_facts,
-    order_by_bounds,
-    rank_states,
-    refine_times,
-    triggers,
 )
 from debug_training_logs.analysis.launcher_decision import LauncherCall, agent_failure
 from debug_training_logs.analysis.launcher_decision import decide as launcher_decide

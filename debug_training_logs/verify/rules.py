@@ -15,24 +15,18 @@ from itertools import pairwise
 
 from debug_training_logs.analysis.alignment import to_ais_clock
 from debug_training_logs.analysis.causal import INFERRED_KINDS, causal_model
-from debug_training_logs.analysis.evidence import (
-    AIS_LOOKBACK,
-    PER_STEP_COLLECTIVES,
-    Hit,
-    NcclRow,
-    RankState,
-    Trigger,
-    aligned_for,
+from debug_training_logs.analysis.evidence_ais import aligned_for
+from debug_training_logs.analysis.evidence_states import (
     crash_triggers,
-    data_hits,
     fabric_evidence,
     job_finished,
     killers,
     node_failure_facts,
     precedes_symptom,
     rank_states,
-    refine_times,
 )
+from debug_training_logs.analysis.evidence_triggers import AIS_LOOKBACK, PER_STEP_COLLECTIVES, data_hits, refine_times
+from debug_training_logs.analysis.evidence_types import Hit, NcclRow, RankState, Trigger
 from debug_training_logs.formats.slurm import scheduler_ended
 from debug_training_logs.formats.timestamps import show
 from debug_training_logs.models import Evidence
