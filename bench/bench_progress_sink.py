@@ -36,10 +36,11 @@ LAYOUTS = {
 
 
 def measure(n: int, rounds: int) -> None:
-    from debug_training_logs.analysis import evidence as ev
+    from debug_training_logs.analysis import evidence_sink as ev
+    from debug_training_logs.analysis.evidence_signals import SIGNAL_NAMES
     from debug_training_logs.logs.discovery import LogFile
 
-    ids = [ev.SIGNAL_NAMES.index("progress")]
+    ids = [SIGNAL_NAMES.index("progress")]
     for name, shape in LAYOUTS.items():
         lines = [shape.format(r=i % 8, i=i // 8, d=i % 10, m=(i // 480) % 60, s=(i // 8) % 60) for i in range(n)]
         best = float("inf")

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 import zstandard  # noqa: E402
 
 from debug_training_logs import cli, collector, memo  # noqa: E402
-from debug_training_logs.analysis import evidence, inventory, templates  # noqa: E402
+from debug_training_logs.analysis import evidence_sink, inventory, templates  # noqa: E402
 from debug_training_logs.logs import scan  # noqa: E402
 
 PACKED: list[tuple[Any, Any]] = []
@@ -108,7 +108,7 @@ def replay(
     # The evidence sink reads its batched progress lines when another signal's hit (or finish) comes: that time is
     # moved from the call it happened in to a row of its own.
     batched = [0]
-    flush = getattr(evidence.EvidenceSink, "_flush", None)
+    flush = getattr(evidence_sink.EvidenceSink, "_flush", None)
 
     def timed_flush(self: Any) -> None:
         hits[BATCHED] += len(self._batch)
@@ -118,12 +118,12 @@ def replay(
         batched[0] += clock() - t0
 
     if flush is not None:
-        setattr(evidence.EvidenceSink, "_flush", timed_flush)  # noqa: B010
+        setattr(evidence_sink.EvidenceSink, "_flush", timed_flush)  # noqa: B010
     try:
         _replay(files, clock, spent, hits, batched)
     finally:
         if flush is not None:
-            setattr(evidence.EvidenceSink, "_flush", flush)  # noqa: B010
+            setattr(evidence_sink.EvidenceSink, "_flush", flush)  # noqa: B010
     return sum(spent.values()) / 1e9, {key: ns / 1e9 for key, ns in spent.items()}, hits
 
 

@@ -137,7 +137,8 @@ def test_the_alignment_from_the_spikes_the_ais_evidence_found_equals_the_one_tha
     daemon's stats intervals): per daemon the same spikes in the same order, so the same error onsets and alignment."""
     from debug_training_logs.analysis import ais_deltas
     from debug_training_logs.analysis.alignment import _ais_error_onsets
-    from debug_training_logs.analysis.evidence import ais_own, gather_evidence
+    from debug_training_logs.analysis.evidence import gather_evidence
+    from debug_training_logs.analysis.evidence_ais import ais_own
 
     own = ais_own(job / "ais")
     again = ais_deltas.collection_spikes(own.collection)

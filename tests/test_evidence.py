@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from debug_training_logs.analysis.evidence import (
-    JobEvidence,
+from debug_training_logs.analysis.evidence import gather_evidence
+from debug_training_logs.analysis.evidence_states import (
     fabric_evidence,
-    gather_evidence,
-    is_warning,
     last_activity,
     precedes_symptom,
     rank_state_groups,
     rank_states,
 )
+from debug_training_logs.analysis.evidence_triggers import is_warning
+from debug_training_logs.analysis.evidence_types import JobEvidence
 from debug_training_logs.ranges import format_ranges
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -119,7 +119,7 @@ def test_data_hits_of_many_ranks_from_one_pass_equal_the_look_up_per_rank(
 ) -> None:
     """``data_hits`` of many ranks filters each signal's hits once; the same hits in the same order as looking each
     rank up, for every rank set a verdict or rule asks (all ranks, some, with duplicates, with and without a bound)."""
-    from debug_training_logs.analysis import evidence as evidence_mod
+    from debug_training_logs.analysis import evidence_triggers as evidence_mod
 
     ev = evidence(name)
     everyone = sorted(ev.worker.ranks)

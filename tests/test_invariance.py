@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from debug_training_logs.analysis.evidence import JobEvidence, gather_evidence
+from debug_training_logs.analysis.evidence import gather_evidence
+from debug_training_logs.analysis.evidence_types import JobEvidence
 from debug_training_logs.tools.diagnosis_models import Diagnosis
 from debug_training_logs.tools.diagnosis_result import build_diagnosis
 from debug_training_logs.verify import Conclusion, verify_with_evidence

@@ -38,16 +38,12 @@ from typing import Any
 import pytest
 import zstandard
 
-from debug_training_logs.analysis import attempts, evidence, launcher
-from debug_training_logs.analysis.evidence import (
-    SIGNALS,
-    WORKER_FALLBACK_YEAR,
-    EvidenceSink,
-    WorkerEvidence,
-    gather_evidence,
-    worker_evidence_from_scan,
-    worker_patterns,
-)
+from debug_training_logs.analysis import attempts, evidence, evidence_nccl, launcher
+from debug_training_logs.analysis.evidence import gather_evidence
+from debug_training_logs.analysis.evidence_signals import SIGNALS
+from debug_training_logs.analysis.evidence_sink import EvidenceSink
+from debug_training_logs.analysis.evidence_types import WorkerEvidence
+from debug_training_logs.analysis.evidence_worker import worker_evidence_from_scan, worker_patterns
 from debug_training_logs.analysis.inventory import (
     LineKeep,
     consumer_for,
@@ -57,6 +53,7 @@ from debug_training_logs.analysis.inventory import (
     scan_consumers,
     scan_job,
 )
+from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR
 from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.formats.timestamps import with_year
 from debug_training_logs.logs import scan
@@ -197,7 +194,7 @@ def test_the_fold_equals_the_in_process_computation(
     logs = _job(name, tmp_path)
     monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
     early_sizes: list[int] = []
-    real_state = evidence.nccl_state
+    real_state = evidence_nccl.nccl_state
 
     def spy(worker: Any, early: Any = None) -> Any:
         early_sizes.append(len(early or {}))

@@ -27,7 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from debug_training_logs.analysis import evidence as ev
+from debug_training_logs.analysis import evidence_sink as ev
+from debug_training_logs.analysis.evidence import gather_evidence
+from debug_training_logs.analysis.evidence_signals import SIGNAL_NAMES
 from debug_training_logs.formats import timestamps
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
 from debug_training_logs.logs import attribution, fields
@@ -127,7 +129,7 @@ class RefSink:
         self._open: list[ev._Raw] = []
 
     def on_hit(self, ids: list[int], line_no: int, line: str) -> None:
-        names = {ev.SIGNAL_NAMES[i] for i in ids}
+        names = {SIGNAL_NAMES[i] for i in ids}
         text = strip_ansi(line)
         wt = ref_time(text)
         out = self.out
@@ -239,7 +241,7 @@ def progress_lines() -> list[str]:
 
 
 def _ids(*names: str) -> list[int]:
-    return sorted(ev.SIGNAL_NAMES.index(n) for n in names)
+    return sorted(SIGNAL_NAMES.index(n) for n in names)
 
 
 def _sequence(seed: int, n: int) -> list[tuple[list[int], int, str]]:
@@ -476,7 +478,7 @@ def _worker_view(logs: Path) -> str:
     from debug_training_logs.analysis.scan_cache import CACHE
 
     CACHE.clear()
-    w = ev.gather_evidence(logs).worker
+    w = gather_evidence(logs).worker
     series = {k: repr(getattr(w, k)) for k in ("step_ms", "memory_mb")}
     return repr((w.tallies, w.counts, w.counts_by_rank, w.first_by_rank, w.last_by_rank, series, w.rank_host))
 

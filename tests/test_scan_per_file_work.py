@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_native_scan import Record
 
-from debug_training_logs.analysis import evidence
+from debug_training_logs.analysis import evidence_sink
 from debug_training_logs.formats.timestamps import WallTime, with_year
 from debug_training_logs.logs import scan
 from debug_training_logs.logs.discovery import discover
@@ -123,7 +123,7 @@ def _series_reference(
     times = array("q")
     for _ln, wt, _v in points:
         t = with_year(wt, None) if wt is not None else None
-        times.append(evidence._NO_TIME if t is None else (t - evidence._EPOCH) // evidence._US)
+        times.append(evidence_sink._NO_TIME if t is None else (t - evidence_sink._EPOCH) // evidence_sink._US)
     return array("q", [p[0] for p in points]), times, array("d", [p[2] for p in points])
 
 
@@ -140,7 +140,7 @@ def test_series_arrays_equal_one_conversion_per_point(seed: int) -> None:
         None,
         WallTime(None, 5, 21, 7, 0, 1),
     ]
-    fh = evidence._FileHits(rel="f")
+    fh = evidence_sink._FileHits(rel="f")
     want: dict[int | None, tuple[array[int], array[int], array[float]] | None] = {}
     for rank in (None, 0, 1, 2):
         pts: list[tuple[int, WallTime | None, float]] = []
@@ -149,9 +149,9 @@ def test_series_arrays_equal_one_conversion_per_point(seed: int) -> None:
             if rnd.random() < 0.3:
                 wt = rnd.choice(times if rnd.random() < 0.1 else times[:4])
             pts.append((k + 1, wt, rnd.random()))
-        fh.step_ms[rank] = evidence._Series(points=pts)
+        fh.step_ms[rank] = evidence_sink._Series(points=pts)
         want[rank] = _series_reference(pts)
-    got = evidence._file_series(fh)
+    got = evidence_sink._file_series(fh)
     arrays, raw = got.arrays.get("step", {}), got.raw.get("step", {})
     for rank, ref in want.items():
         if ref is None:

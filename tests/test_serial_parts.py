@@ -26,7 +26,7 @@ import pytest
 from pydantic import Field
 
 from debug_training_logs import meanwhile
-from debug_training_logs.analysis import evidence, nccl_table
+from debug_training_logs.analysis import evidence, evidence_ais, evidence_worker, nccl_table
 from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
 from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.errors import UserInputError
@@ -234,12 +234,13 @@ def test_the_ais_logs_read_during_the_worker_scan_give_the_same_evidence(
     logs, ais = _logs(name), FIXTURES / name / "ais"
     if not logs.is_dir():
         logs = FIXTURES / name / "logs"
-    arrived, when = _count_reads(monkeypatch, evidence, "ais_own", evidence)
+    arrived, when = _count_reads(monkeypatch, evidence_ais, "ais_own", evidence)
+    monkeypatch.setattr(evidence, "ais_own", evidence_ais.ais_own)  # the same counting reader where the scan reads it
     got = evidence.gather_evidence(logs, ais)
     assert when == [1], "read once, while the worker scan ran, after its first file"
     assert not meanwhile._queue()
     assert got.ais is not None
-    want = evidence.gather_ais_evidence(ais, got.worker, got.nccl)  # read here, after the scan
+    want = evidence_ais.gather_ais_evidence(ais, got.worker, got.nccl)  # read here, after the scan
     assert dataclasses.asdict(got.ais) == dataclasses.asdict(want)
     # a second call finds every worker file in the scan cache: no scan runs, the AIS logs are read after it
     when.clear()
@@ -257,7 +258,8 @@ def test_an_ais_directory_that_fails_fails_as_before(tmp_path: Path, monkeypatch
     def broken(_d: Path) -> Any:
         raise RuntimeError("AIS logs unreadable")
 
-    monkeypatch.setattr(evidence, "ais_own", broken)
+    monkeypatch.setattr(evidence, "ais_own", broken)  # read during the scan
+    monkeypatch.setattr(evidence_ais, "ais_own", broken)  # read after it
     with pytest.raises(RuntimeError, match="AIS logs unreadable"):
         evidence.gather_evidence(_logs("data_stall"), FIXTURES / "data_stall" / "ais")
     assert not meanwhile._queue()
@@ -347,7 +349,7 @@ def test_the_fold_from_items_unpacked_as_files_arrive_equals_the_fold_after_the_
     monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
     logs = _logs(name)
     seen: list[int] = []
-    real_fold = evidence.worker_evidence_from_scan
+    real_fold = evidence_worker.worker_evidence_from_scan
 
     def fold(job: Any, early: Any = None) -> Any:
         seen.append(len(early or {}))

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from debug_training_logs.analysis.evidence import JobEvidence, gather_evidence
+from debug_training_logs.analysis.evidence import gather_evidence
+from debug_training_logs.analysis.evidence_types import JobEvidence
 from debug_training_logs.verify import Conclusion, verify_with_evidence
 from debug_training_logs.verify.citation_rules import text_matches
 from debug_training_logs.verify.models import Check, Verification

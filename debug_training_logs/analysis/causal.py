@@ -22,7 +22,9 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from debug_training_logs.analysis.evidence import CLOCK_SLACK, Hit, JobEvidence, data_hits, job_finished
+from debug_training_logs.analysis.evidence_states import job_finished
+from debug_training_logs.analysis.evidence_triggers import CLOCK_SLACK, data_hits
+from debug_training_logs.analysis.evidence_types import Hit, JobEvidence
 from debug_training_logs.analysis.fate_events import INFERRED_KINDS, causal_model, hit_of
 from debug_training_logs.analysis.fates import (
     Accusation,

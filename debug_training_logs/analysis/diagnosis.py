@@ -1,4 +1,5 @@
-"""The decision procedure: the verdict drawn from a job's :class:`~debug_training_logs.analysis.evidence.JobEvidence`.
+"""The decision procedure: the verdict drawn from a job's
+:class:`~debug_training_logs.analysis.evidence_types.JobEvidence`.
 
 The original protocol as a deterministic procedure over the evidence model (gathered once by
 :mod:`debug_training_logs.analysis.evidence`, which the verifier reads too): coverage first (a culprit is never named
@@ -13,28 +14,21 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from debug_training_logs.analysis.causal import causal_model
 from debug_training_logs.analysis.causal import decide as causal_decide
-from debug_training_logs.analysis.evidence import (
-    JobEvidence,
-    KeyEvent,
-    Trigger,
+from debug_training_logs.analysis.evidence_states import (
     counters_known,
-    data_hits,
     fabric_evidence,
-    first_symptom,
-    gather_evidence,
-    hit_event,
     job_finished,
     node_failure_facts,
     order_by_bounds,
     rank_states,
-    refine_times,
-    triggers,
 )
+from debug_training_logs.analysis.evidence_triggers import data_hits, first_symptom, hit_event, refine_times, triggers
+from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent, Trigger
 from debug_training_logs.analysis.launcher_decision import LauncherCall, agent_failure
 from debug_training_logs.analysis.verdict_context import VerdictContext as _Ctx
 from debug_training_logs.analysis.verdict_events import ais_chain as _ais_chain
@@ -60,13 +54,8 @@ from debug_training_logs.analysis.verdict_helpers import stall_steps as _stall_s
 from debug_training_logs.analysis.verdict_helpers import time_limit_cancel as _time_limit_cancel
 from debug_training_logs.analysis.verdict_helpers import what_present_ranks_show as _what_present_ranks_show
 
-__all__ = ["JobEvidence", "KeyEvent", "Verdict", "conclude", "gather_evidence"]
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Verdict: the protocol as a decision procedure
-
-TIE_WINDOW = timedelta(seconds=5)
-"""Triggers on several ranks within this much of the first are reported together (they failed at the same time)."""
 
 
 @dataclass

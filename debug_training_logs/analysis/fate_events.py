@@ -1,6 +1,6 @@
 """Gathering the causal model: each rank's fate and events, and the accusations between ranks, from a job's evidence.
 
-Built once per :class:`~debug_training_logs.analysis.evidence.JobEvidence` from what the one scan gathered (the
+Built once per :class:`~debug_training_logs.analysis.evidence_types.JobEvidence` from what the one scan gathered (the
 signals, the NCCL table, the launcher/gloo/DETAIL facts, the flight-recorder dumps). Every rank's events are sorted
 into *primary* (it happened to the rank on its own) and *consequence* (a reaction to another rank's failure, with an
 edge to the ranks the line names); a line that names another rank as the failing one (an accusation) is a
@@ -21,18 +21,9 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from debug_training_logs.analysis import fr_dumps
-from debug_training_logs.analysis.evidence import (
-    Hit,
-    JobEvidence,
-    Trigger,
-    WorkerEvidence,
-    crash_triggers,
-    handled,
-    is_consequence,
-    rank_states,
-    trigger_of,
-    triggers,
-)
+from debug_training_logs.analysis.evidence_states import crash_triggers, handled, rank_states
+from debug_training_logs.analysis.evidence_triggers import is_consequence, trigger_of, triggers
+from debug_training_logs.analysis.evidence_types import Hit, JobEvidence, Trigger, WorkerEvidence
 from debug_training_logs.analysis.fates import (
     Accusation,
     CausalModel,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, get_args
 
-from debug_training_logs.analysis.evidence import Hit
+from debug_training_logs.analysis.evidence_types import Hit
 
 FateEnd = Literal[
     "finished",

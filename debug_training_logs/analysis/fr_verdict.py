@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from debug_training_logs.ranges import format_ranges
 
 if TYPE_CHECKING:
-    from debug_training_logs.analysis.evidence import JobEvidence
+    from debug_training_logs.analysis.evidence_types import JobEvidence
     from debug_training_logs.analysis.fr_types import FlightRecorderFacts, GroupFacts
     from debug_training_logs.models import Coverage
 

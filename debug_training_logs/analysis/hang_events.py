@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from debug_training_logs.analysis.evidence import Hit
+from debug_training_logs.analysis.evidence_types import Hit
 from debug_training_logs.analysis.fates import Accusation, Fate, Process, RankEvent
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from debug_training_logs.analysis.diagnosis import Verdict
-from debug_training_logs.analysis.evidence import JobEvidence
+from debug_training_logs.analysis.evidence_types import JobEvidence
 
 AREAS = {
     "storage": "Storage-side",

@@ -7,7 +7,7 @@ Must not be imported by a consumer's own module (it imports them all).
 
 from __future__ import annotations
 
-from debug_training_logs.analysis import attempts, evidence
+from debug_training_logs.analysis import attempts, evidence_worker
 from debug_training_logs.analysis.alignment import WORKER_PATTERNS, WorkerClockSink
 from debug_training_logs.analysis.grep import GrepSink
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
@@ -24,6 +24,6 @@ def standard_consumers() -> tuple[Consumer, ...]:
         consumer_for([g.regex for g in DEFAULT_PATTERNS], GrepSink),
         consumer_for(NCCL_PATTERNS, NcclSink),
         consumer_for(WORKER_PATTERNS, WorkerClockSink),
-        evidence.evidence_consumer(),
+        evidence_worker.evidence_consumer(),
         attempts.launcher_consumer(),
     )

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from debug_training_logs.analysis.evidence import CLOCK_SLACK, Hit, JobEvidence
+from debug_training_logs.analysis.evidence_triggers import CLOCK_SLACK
+from debug_training_logs.analysis.evidence_types import Hit, JobEvidence
 from debug_training_logs.analysis.fates import Fate, RankEvent
 from debug_training_logs.analysis.inventory import FileInventory
 from debug_training_logs.analysis.launcher import LauncherFacts

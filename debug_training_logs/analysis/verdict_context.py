@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from debug_training_logs.analysis.evidence import JobEvidence, KeyEvent, NcclState, Trigger, WorkerEvidence
+from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent, NcclState, Trigger, WorkerEvidence
 
 
 @dataclass

@@ -9,19 +9,9 @@ from collections import defaultdict
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from debug_training_logs.analysis.evidence import (
-    AIS_LOOKBACK,
-    CLOCK_SLACK,
-    Hit,
-    JobEvidence,
-    KeyEvent,
-    NcclRow,
-    WorkerEvidence,
-    ais_to_worker,
-    aligned_for,
-    first_symptom,
-    hit_event,
-)
+from debug_training_logs.analysis.evidence_ais import ais_to_worker, aligned_for
+from debug_training_logs.analysis.evidence_triggers import AIS_LOOKBACK, CLOCK_SLACK, first_symptom, hit_event
+from debug_training_logs.analysis.evidence_types import Hit, JobEvidence, KeyEvent, NcclRow, WorkerEvidence
 from debug_training_logs.analysis.read_back import read_lines
 from debug_training_logs.analysis.verdict_helpers import fmt_ranks as _fmt
 

@@ -10,7 +10,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from debug_training_logs.analysis.causal import causal_model
-from debug_training_logs.analysis.evidence import PER_STEP_COLLECTIVES, Hit, NcclState, Trigger, data_hits
+from debug_training_logs.analysis.evidence_triggers import PER_STEP_COLLECTIVES, data_hits
+from debug_training_logs.analysis.evidence_types import Hit, NcclState, Trigger
 from debug_training_logs.analysis.launcher_decision import LauncherCall
 from debug_training_logs.analysis.launcher_decision import decide as launcher_decide
 from debug_training_logs.formats.slurm import scheduler_ended

@@ -1,6 +1,6 @@
 """What the HTML report shows, taken from a diagnosis and the evidence it rests on (no further scan of the worker logs).
 
-Every rank gets the state the evidence model decides (:func:`analysis.evidence.rank_states`, the same states the
+Every rank gets the state the evidence model decides (:func:`analysis.evidence_states.rank_states`, the same states the
 diagnosis and the verifier read), named for the person reading the grid:
 
 - ``straggler``: the model's ``stuck`` (alive but outside the collective the others wait in) for a rank the verdict
@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from debug_training_logs.analysis.ais_deltas import collect
-from debug_training_logs.analysis.evidence import JobEvidence, Series, rank_states
+from debug_training_logs.analysis.evidence_states import rank_states
+from debug_training_logs.analysis.evidence_types import JobEvidence, Series
 from debug_training_logs.tools.diagnosis_models import Diagnosis
 
 STATES: tuple[str, ...] = (

@@ -16,7 +16,7 @@ from typing import Annotated
 from pydantic import Field
 
 from debug_training_logs import meanwhile
-from debug_training_logs.analysis.evidence import JobEvidence
+from debug_training_logs.analysis.evidence_types import JobEvidence
 from debug_training_logs.models import build_deferred
 from debug_training_logs.paths import input_dir
 from debug_training_logs.printers.markdown import render_report

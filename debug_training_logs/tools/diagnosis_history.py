@@ -34,7 +34,7 @@ from debug_training_logs.history.types import HistoryNote, Implicated, JobRecord
 from debug_training_logs.ranges import format_ranges
 
 if TYPE_CHECKING:
-    from debug_training_logs.analysis.evidence import JobEvidence, KeyEvent
+    from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent
     from debug_training_logs.tools.diagnosis_models import Diagnosis
 
 logger = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def _causal_root(ev: JobEvidence) -> KeyEvent | None:
     """The causal model's own primary event of the finding (the line of the failure that came first), when it cites
     one."""
     from debug_training_logs.analysis.causal import causal_model, decide
-    from debug_training_logs.analysis.evidence import hit_event
+    from debug_training_logs.analysis.evidence_triggers import hit_event
 
     f = decide(causal_model(ev), ev)
     root = f.root if f is not None else None

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from debug_training_logs.analysis.action import action
-from debug_training_logs.analysis.evidence import JobEvidence, KeyEvent, rank_state_groups, rank_states
+from debug_training_logs.analysis.evidence_states import rank_state_groups, rank_states
+from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, show
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import summaries

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from pathlib import Path
 
-from debug_training_logs.analysis.evidence import JobEvidence, gather_evidence
+from debug_training_logs.analysis.evidence import gather_evidence
+from debug_training_logs.analysis.evidence_types import JobEvidence
 from debug_training_logs.memo import MEMO
 from debug_training_logs.tools._cache import cached, files_key
 

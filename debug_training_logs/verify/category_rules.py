@@ -7,11 +7,8 @@ from collections.abc import Callable
 from datetime import datetime
 
 from debug_training_logs.analysis.causal import causal_model
-from debug_training_logs.analysis.evidence import (
-    Hit,
-    RankState,
+from debug_training_logs.analysis.evidence_states import (
     crash_triggers,
-    data_hits,
     fabric_evidence,
     job_finished,
     killers,
@@ -19,6 +16,8 @@ from debug_training_logs.analysis.evidence import (
     precedes_symptom,
     rank_states,
 )
+from debug_training_logs.analysis.evidence_triggers import data_hits
+from debug_training_logs.analysis.evidence_types import Hit, RankState
 from debug_training_logs.formats.slurm import scheduler_ended
 from debug_training_logs.textcut import cut
 from debug_training_logs.verify.context import MAX_EVIDENCE, SLACK, RuleContext

@@ -4,7 +4,8 @@ are the ranks the NCCL table singles out; victims are not the cause), fabric vs 
 from __future__ import annotations
 
 from debug_training_logs.analysis.causal import INFERRED_KINDS, causal_model
-from debug_training_logs.analysis.evidence import PER_STEP_COLLECTIVES, fabric_evidence
+from debug_training_logs.analysis.evidence_states import fabric_evidence
+from debug_training_logs.analysis.evidence_triggers import PER_STEP_COLLECTIVES
 from debug_training_logs.models import Evidence
 from debug_training_logs.textcut import cut
 from debug_training_logs.verify.context import MAX_EVIDENCE, RuleContext

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from debug_training_logs.analysis.evidence import JobEvidence
+from debug_training_logs.analysis.evidence_types import JobEvidence
 from debug_training_logs.analysis.fr_verdict import dumps_alone
 from debug_training_logs.paths import input_dir
 from debug_training_logs.tools.evidence_cache import job_evidence

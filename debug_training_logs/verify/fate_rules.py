@@ -13,7 +13,7 @@ culprit is the one the diagnosis used, read here to reject what the logs contrad
 from __future__ import annotations
 
 from debug_training_logs.analysis.causal import causal_model, converged, decide, explained_by_earlier
-from debug_training_logs.analysis.evidence import Hit
+from debug_training_logs.analysis.evidence_types import Hit
 from debug_training_logs.models import Evidence
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.verify.context import RuleContext

@@ -7,7 +7,10 @@ from datetime import datetime
 from itertools import pairwise
 
 from debug_training_logs.analysis.causal import causal_model
-from debug_training_logs.analysis.evidence import Hit, aligned_for, data_hits, rank_states
+from debug_training_logs.analysis.evidence_ais import aligned_for
+from debug_training_logs.analysis.evidence_states import rank_states
+from debug_training_logs.analysis.evidence_triggers import data_hits
+from debug_training_logs.analysis.evidence_types import Hit
 from debug_training_logs.models import Evidence
 from debug_training_logs.verify.context import SLACK, Cited, RuleContext
 from debug_training_logs.verify.context import check as _check

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from debug_training_logs.analysis.evidence import JobEvidence, KeyEvent
+from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.verify.engine import verify_with_evidence
 from debug_training_logs.verify.models import ChainStep, CitedEvent, Conclusion, Verification

@@ -8,15 +8,9 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
-from debug_training_logs.analysis.evidence import (
-    NcclRow,
-    Trigger,
-    data_hits,
-    fabric_evidence,
-    job_finished,
-    precedes_symptom,
-    rank_states,
-)
+from debug_training_logs.analysis.evidence_states import fabric_evidence, job_finished, precedes_symptom, rank_states
+from debug_training_logs.analysis.evidence_triggers import data_hits
+from debug_training_logs.analysis.evidence_types import NcclRow, Trigger
 from debug_training_logs.formats.slurm import scheduler_ended
 from debug_training_logs.formats.timestamps import show
 from debug_training_logs.models import Evidence

@@ -7,7 +7,8 @@ import re
 
 from debug_training_logs.analysis.alignment import to_ais_clock
 from debug_training_logs.analysis.causal import causal_model
-from debug_training_logs.analysis.evidence import AIS_LOOKBACK, data_hits, killers, refine_times
+from debug_training_logs.analysis.evidence_states import killers
+from debug_training_logs.analysis.evidence_triggers import AIS_LOOKBACK, data_hits, refine_times
 from debug_training_logs.models import Evidence
 from debug_training_logs.verify.context import RuleContext
 from debug_training_logs.verify.context import check as _check
