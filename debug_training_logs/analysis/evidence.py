@@ -99,9 +99,7 @@ from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs import fields as native_fields
 from debug_training_logs.logs.attribution import rank_or_local, strip_ansi, strip_rank_prefix
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.logs.scan import (
-    FileScan,
-)
+from debug_training_logs.logs.scan_types import FileScan
 from debug_training_logs.ranges import parse_ranges
 from debug_training_logs.textcut import TEXT_CUT, cut
 
