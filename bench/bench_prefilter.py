@@ -32,17 +32,25 @@ sys.path.insert(0, str(REPO))
 
 from debug_training_logs.analysis.inventory import MARKERS  # noqa: E402
 from debug_training_logs.analysis.scan_cache import standard_consumers  # noqa: E402
-from debug_training_logs.logs import scan  # noqa: E402
+from debug_training_logs.logs import (  # noqa: E402
+    scan_dense,
+    scan_engines,
+    scan_file,
+    scan_matcher,
+    scan_plan,
+    scan_types,
+    scan_windows,
+)
 from debug_training_logs.logs.discovery import discover  # noqa: E402
 
 
-def job_spec() -> scan.PatternSpec:
+def job_spec() -> scan_types.PatternSpec:
     pats: list[str] = []
     dense: list[bool] = []
     for c in standard_consumers():
         dense += [i in c.dense for i in range(len(c.patterns))]
         pats += c.patterns
-    return scan.PatternSpec(
+    return scan_types.PatternSpec(
         tuple(pats) + tuple(m.regex for m in MARKERS),
         False,
         max_hits=(None,) * len(pats) + tuple(m.cap for m in MARKERS),
@@ -54,7 +62,7 @@ def windows(data: bytes) -> list[bytes]:
     out: list[bytes] = []
     s = 0
     while s < len(data):
-        e = data.rfind(b"\n", s, s + scan.WINDOW) + 1 if s + scan.WINDOW < len(data) else len(data)
+        e = data.rfind(b"\n", s, s + scan_windows.WINDOW) + 1 if s + scan_windows.WINDOW < len(data) else len(data)
         out.append(data[s:e])
         s = e
     return out
@@ -64,8 +72,8 @@ def ahocorasick_passes(lits: list[bytes], wins: list[bytes]) -> int:
     import ahocorasick_rs as ac
 
     passes = [
-        ac.BytesAhoCorasick(lits[j : j + scan.AC_GROUP], matchkind=ac.MATCHKIND_LEFTMOST_LONGEST)
-        for j in range(0, len(lits), scan.AC_GROUP)
+        ac.BytesAhoCorasick(lits[j : j + scan_matcher.AC_GROUP], matchkind=ac.MATCHKIND_LEFTMOST_LONGEST)
+        for j in range(0, len(lits), scan_matcher.AC_GROUP)
     ]
     lines = 0
     for w in wins:
@@ -94,7 +102,7 @@ def native_pass(finder: Any, wins: list[bytes]) -> int:
     for w in wins:
         pos = 0
         while pos < len(w):
-            _hits, nl, pos = finder.find_lines(w, pos, scan.NATIVE_PAGE_LINES)
+            _hits, nl, pos = finder.find_lines(w, pos, scan_matcher.NATIVE_PAGE_LINES)
             lines += nl
     return lines
 
@@ -125,14 +133,14 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    native = scan._native()
+    native = scan_engines._native()
     if native is None:
         print("the native finder is not built (pip install -e .) or DEBUG_TRAINING_LOGS_NO_NATIVE is set")
         return 1
     files, _ = discover(args.logs)
     files = sorted(files, key=lambda f: f.rel)
     spec = job_spec()
-    plan = scan.make_plan(spec, scan._sample(files))
+    plan = scan_plan.make_plan(spec, scan_plan._sample(files))
     skip = {i for i, _n in plan.dense} | {i for i, cap in enumerate(spec.max_hits or ()) if cap is not None}
     lits = sorted({lit for lit, i in plan.literals if i not in skip})
     anchors = dict(plan.anchors)
@@ -149,7 +157,7 @@ def main() -> int:
         wins = windows(Path(f.path).read_bytes())
         assert ahocorasick_passes(lits, wins) == native_pass(finder, wins) == native_pass(static, wins)
     wins_all = [windows(Path(f.path).read_bytes()) for f in picked]
-    passes = -(-len(lits) // scan.AC_GROUP)
+    passes = -(-len(lits) // scan_matcher.AC_GROUP)
     rows.append(
         (
             f"ahocorasick_rs, {passes} passes + bytes.count",
@@ -168,9 +176,12 @@ def main() -> int:
         ("ranks, native collect_ranks", cpu(lambda: [native.collect_ranks(d, set()) for d in datas], args.rounds))
     )
     rows.append(
-        ("ranks, regex (no extension)", cpu(lambda: [scan._collect_ranks_regex(d, set()) for d in datas], args.rounds))
+        (
+            "ranks, regex (no extension)",
+            cpu(lambda: [scan_dense._collect_ranks_regex(d, set()) for d in datas], args.rounds),
+        )
     )
-    sample = scan._sample(files)
+    sample = scan_plan._sample(files)
     keys: list[bytes] = sorted({lit for lit, _i in plan.literals})
     assert native.count_literals(sample, keys) == [sample.count(k) for k in keys]
     n_picked = len(picked)  # the rows are per file; these two are per plan: scaled so the table shows per plan
@@ -192,12 +203,12 @@ def main() -> int:
             os.environ["DEBUG_TRAINING_LOGS_NO_NATIVE"] = "1"
         else:
             os.environ.pop("DEBUG_TRAINING_LOGS_NO_NATIVE", None)
-        scan._MATCHERS.clear()
-        p = scan.make_plan(spec, scan._sample(files))
+        scan_matcher._MATCHERS.clear()
+        p = scan_plan.make_plan(spec, scan_plan._sample(files))
 
         def run() -> None:
             for f in picked:
-                scan._scan_one(f, spec, p, NullSink, 40, 40, True)
+                scan_file._scan_one(f, spec, p, NullSink, 40, 40, True)
 
         return cpu(run, args.rounds)
 

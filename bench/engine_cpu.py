@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from debug_training_logs import cli
-from debug_training_logs.logs import scan
+from debug_training_logs.logs import scan, scan_dense, scan_file, scan_matcher
 from debug_training_logs.logs.discovery import LogFile, discover
 
 
@@ -114,7 +114,7 @@ def parts(scans: list[tuple[Any, ...]], files: list[LogFile], rounds: int) -> No
 
     timed(scan, "_dfa_starts", "DFA searches")
     timed(scan, "_collect_ranks", "rank prefixes")
-    timed(scan._Dense, "sample_pieces", "dense sample")
+    timed(scan_dense._Dense, "sample_pieces", "dense sample")
     timed(scan, "_plain_tail_start", "dense tail start")
     timed(scan, "_hits_in_chunk", "hits in pieces")
     wrapped: list[Any] = []
@@ -125,8 +125,8 @@ def parts(scans: list[tuple[Any, ...]], files: list[LogFile], rounds: int) -> No
             t0 = time.process_time()
             for spec, plan, _factory, head, tail, ranks in scans:
                 for lf in files:
-                    scan._scan_one(lf, spec, plan, None, head, tail, ranks)
-                    for m in scan._MATCHERS.values():
+                    scan_file._scan_one(lf, spec, plan, None, head, tail, ranks)
+                    for m in scan_matcher._MATCHERS.values():
                         if m.finder is not None and not isinstance(m.finder, _TimedFinder):
                             wrapped.append((m, m.finder))
                             m.finder = _TimedFinder(m.finder, spent)
@@ -186,7 +186,7 @@ def main() -> None:
                     continue
                 sink = {"real": factory, "hash": HashSink, "none": None}[mode]
                 for lf in files:
-                    s = scan._scan_one(lf, spec, plan, sink, head, tail, ranks)
+                    s = scan_file._scan_one(lf, spec, plan, sink, head, tail, ranks)
                     if mode == "hash" and r == 0 and args.digest:
                         cp = s.checkpoints
                         points = (cp.offsets, cp.lines_before, cp.newlines) if cp else None

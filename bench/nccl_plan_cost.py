@@ -26,18 +26,22 @@ sys.path.insert(0, str(REPO))
 
 from debug_training_logs.analysis import inventory, launcher  # noqa: E402
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS  # noqa: E402
-from debug_training_logs.logs import scan  # noqa: E402
+from debug_training_logs.logs import (  # noqa: E402
+    scan,
+    scan_plan,
+    scan_types,
+)
 from debug_training_logs.logs.discovery import discover  # noqa: E402
 
 
-def _spec(markers: tuple[inventory.Marker, ...], *, launcher_too: bool = True) -> scan.PatternSpec:
+def _spec(markers: tuple[inventory.Marker, ...], *, launcher_too: bool = True) -> scan_types.PatternSpec:
     pats = NCCL_PATTERNS + (launcher.PATTERNS if launcher_too else ())
-    return scan.PatternSpec(
+    return scan_types.PatternSpec(
         pats + tuple(m.regex for m in markers), max_hits=(None,) * len(pats) + tuple(m.cap for m in markers)
     )
 
 
-def _as_is(s: scan.FileScan) -> scan.FileScan:
+def _as_is(s: scan_types.FileScan) -> scan_types.FileScan:
     return s
 
 
@@ -54,14 +58,14 @@ def main() -> int:
     setattr(scan, "_worker_count", lambda fs: 1)  # noqa: B010  (one process: the CPU clock sees the whole scan)
     lean = tuple(m for m in inventory.MARKERS if m.name in inventory.COVERAGE_MARKERS)
     cases = {
-        "one literal found nowhere (floor)": scan.PatternSpec(("ZZQQXXnowhere",)),
+        "one literal found nowhere (floor)": scan_types.PatternSpec(("ZZQQXXnowhere",)),
         "+ NCCL needles": _spec((), launcher_too=False),
         "+ launcher patterns": _spec(()),
         "+ coverage markers (lean plan)": _spec(lean),
         "+ every marker (before)": _spec(inventory.MARKERS),
     }
-    sample = scan._sample(files)
-    plans = {name: scan.make_plan(spec, sample) for name, spec in cases.items()}  # planned once, not timed
+    sample = scan_plan._sample(files)
+    plans = {name: scan_plan.make_plan(spec, sample) for name, spec in cases.items()}  # planned once, not timed
     best = dict.fromkeys(cases, float("inf"))
     for _ in range(args.rounds):
         for name, spec in cases.items():

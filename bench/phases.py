@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PHASES = (
     ("debug_training_logs.logs.scan", "scan_files"),
-    ("debug_training_logs.logs.scan", "make_plan"),
+    ("debug_training_logs.logs.scan_plan", "make_plan"),
     ("debug_training_logs.analysis.inventory", "scan_consumers"),
     ("debug_training_logs.analysis.launcher", "from_job_scan"),
     ("debug_training_logs.analysis.attempts", "split"),

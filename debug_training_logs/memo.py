@@ -10,7 +10,7 @@ call after the first must reuse the first one's scan. Three kinds of entry share
 * ``("tool", kind, arguments, files)``: a tool's whole result over a directory
   (:mod:`~debug_training_logs.tools._cache`);
 * ``("checkpoints", path)``: where a scan saw line starts in a plain file
-  (:func:`~debug_training_logs.logs.scan.checkpoints_for`).
+  (:func:`~debug_training_logs.logs.scan_lines.checkpoints_for`).
 
 Each entry is put with an estimate of the bytes it holds; the least recently used go when the total passes
 :data:`MAX_BYTES`, so memory stays bounded however many jobs a server is asked about. Knows nothing of what it holds.

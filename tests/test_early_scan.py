@@ -18,9 +18,9 @@ from debug_training_logs import early_scan
 from debug_training_logs.analysis import inventory
 from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.cli import main
-from debug_training_logs.logs import scan
+from debug_training_logs.logs import scan, scan_pool
 from debug_training_logs.logs.discovery import discover
-from debug_training_logs.logs.scan import PatternSpec
+from debug_training_logs.logs.scan_types import PatternSpec
 from tests.processes import children
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -121,7 +121,7 @@ def test_a_started_scan_no_command_reads_ends_with_the_program(scans: list[int])
     early_scan.start(["nccl", LOGS])
     assert len(children() - before) == 2
     inventory.drop_started_scan()  # (registered to run at exit)
-    assert children() == before and not scan._POOL_FDS
+    assert children() == before and not scan_pool._POOL_FDS
 
 
 def test_the_program_answers_the_same_with_its_early_scan() -> None:
@@ -157,10 +157,10 @@ def test_workers_handed_files_ahead_get_room_for_their_results(tmp_path: Path, m
     started = scan.start_each(files, PatternSpec(("Connection reset",)), None, lambda s: s.counts, ahead_bytes=1 << 30)
     try:
         assert started.forked
-        sizes = {fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) for fd in scan._POOL_FDS}
-        assert scan.EARLY_PIPE_BYTES in sizes  # the result pipes (the task pipes keep the default)
+        sizes = {fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) for fd in scan_pool._POOL_FDS}
+        assert scan_pool.EARLY_PIPE_BYTES in sizes  # the result pipes (the task pipes keep the default)
         got = dict(started.results())
     finally:
         started.close()
     assert got == {i: [500] for i in range(6)}
-    assert children() == before and not scan._POOL_FDS
+    assert children() == before and not scan_pool._POOL_FDS

@@ -33,10 +33,10 @@ from debug_training_logs.analysis.inventory import (
 )
 from debug_training_logs.analysis.nccl_table import nccl_state_table
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.logs import scan
+from debug_training_logs.logs import scan, scan_budget
 from debug_training_logs.logs.discovery import discover
 from debug_training_logs.logs.reader import LONG_LINE_KEEP, ReadProblems, iter_lines, zstd_frames_problem
-from debug_training_logs.logs.scan import lines_at
+from debug_training_logs.logs.scan_lines import lines_at
 from debug_training_logs.paths import input_dir, restricted_to
 from tests.conftest import gzip_file
 
@@ -318,7 +318,8 @@ def test_backtracking_budget_is_one_per_search_not_per_chunk(
 ) -> None:
     for i in range(40):  # each file costs well under any per-chunk limit; together they cost minutes
         (tmp_path / f"r{i}.log").write_text(("a" * 3000 + "\n") * 100)
-    monkeypatch.setattr(scan, "FALLBACK_BUDGET_S", 1.0)
+    for module in (scan, scan_budget):  # read by start_each, and by the budget itself
+        monkeypatch.setattr(module, "FALLBACK_BUDGET_S", 1.0)
     if parallel:
         monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
     t0 = time.monotonic()

@@ -13,7 +13,8 @@ from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
 from debug_training_logs.logs.attribution import file_name_node, file_name_rank, line_rank, rank_of_line
 from debug_training_logs.logs.discovery import discover
 from debug_training_logs.logs.reader import ReadProblems, iter_lines
-from debug_training_logs.logs.scan import PatternSpec, scan_files
+from debug_training_logs.logs.scan import scan_files
+from debug_training_logs.logs.scan_types import PatternSpec
 from tests.conftest import gzip_file
 
 

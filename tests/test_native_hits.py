@@ -1,5 +1,5 @@
 """``Finder.hits``: the native finder checking its own candidate lines (``logs/_linescan.c``), against a plain Python
-reference of the same contract (the loop ``scan._native_hits`` ran in Python before).
+reference of the same contract (the loop ``scan_matcher._native_hits`` ran in Python before).
 
 * A matrix of random needle sets, pattern tables (may match / proves / DFA-only patterns, more than 64 ids so the bit
   sets take several words), DFA line lists, dense-sample lines (``extra``), caps (``left``/``spent``), pages of a few
@@ -21,8 +21,8 @@ import re2
 from re2 import _re2
 from test_native_scan import linescan
 
-from debug_training_logs.logs import scan
-from debug_training_logs.logs.scan import PatternSpec
+from debug_training_logs.logs import scan_dense, scan_file, scan_matcher, scan_types, scan_windows
+from debug_training_logs.logs.scan_types import PatternSpec
 
 _UNANCHORED = re2._Anchor.UNANCHORED
 
@@ -300,10 +300,10 @@ def test_a_fallback_pattern_next_to_native_ones_equals_the_pure_python_scan(
     )
     caps = (rnd.choice([None, 2]), rnd.choice([None, 3]), None, 3, rnd.choice([None, 4]), None)
     spec = PatternSpec(patterns, max_hits=caps, dense=tuple(p.startswith("step") for p in patterns))
-    monkeypatch.setattr(scan, "WINDOW", rnd.choice([500, 4000, 1 << 20]))
-    monkeypatch.setattr(scan, "CAPPED_PIECE_BYTES", rnd.choice([150, 2000]))
-    monkeypatch.setattr(scan, "DENSE_HEAD_HITS", rnd.choice([3, 64]))
-    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([100, 3000]))
+    monkeypatch.setattr(scan_windows, "WINDOW", rnd.choice([500, 4000, 1 << 20]))
+    monkeypatch.setattr(scan_file, "CAPPED_PIECE_BYTES", rnd.choice([150, 2000]))
+    monkeypatch.setattr(scan_file, "DENSE_HEAD_HITS", rnd.choice([3, 64]))
+    monkeypatch.setattr(scan_dense, "DENSE_STRIDE", rnd.choice([100, 3000]))
     assert assert_same_scans(root, monkeypatch, spec, sample=None) > 0
 
 
@@ -406,17 +406,17 @@ def test_literal_dfa_searches_find_the_dfa_lines(seed: int, monkeypatch: pytest.
     rnd = random.Random(seed)
     patterns = ("lhotse|Lhotse", "AIStore|aistore|ais://", r"\d+ errors", "lhotse|Lhotse")
     spec = PatternSpec(patterns)
-    plan = scan.Plan(dfa=(0, 1, 2, 3))
-    m = scan._Matcher(spec, plan, frozenset(range(len(patterns))))
+    plan = scan_types.Plan(dfa=(0, 1, 2, 3))
+    m = scan_matcher._Matcher(spec, plan, frozenset(range(len(patterns))))
     assert [f is not None for f in m.dfa_finders] == [True, True, False]  # (the repeated pattern is searched once)
     words = [b"lhotse", b"Lhotse", b"LHOTSE", b"aistore", b"ais:/", b"ais://x", b"7 errors", b"x", b" ", b"\r", b"\xff"]
     lines = [b"".join(rnd.choice(words) for _ in range(rnd.randrange(0, 6))) for _ in range(rnd.randrange(0, 200))]
     buf = (b"\r\n" if seed % 3 == 0 else b"\n").join(lines) + (b"\n" if seed % 2 else b"")
     lo, n = sorted(rnd.randrange(len(buf) + 1) for _ in range(2))
     for left in (None, {0: rnd.randrange(1, 5), 3: rnd.randrange(1, 5)}, {1: 1}, {0: 2, 1: 2, 3: 1}):
-        fast = scan._dfa_starts(buf, m, lo, n, dict(left) if left else None)
+        fast = scan_matcher._dfa_starts(buf, m, lo, n, dict(left) if left else None)
         finders, m.dfa_finders = m.dfa_finders, [None] * len(m.dfas)
         try:
-            assert fast == scan._dfa_starts(buf, m, lo, n, dict(left) if left else None), (seed, left)
+            assert fast == scan_matcher._dfa_starts(buf, m, lo, n, dict(left) if left else None), (seed, left)
         finally:
             m.dfa_finders = finders

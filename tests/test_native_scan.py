@@ -35,9 +35,18 @@ from hypothesis import strategies as st
 
 from debug_training_logs.analysis.inventory import MARKERS
 from debug_training_logs.analysis.shared_scan import standard_consumers
-from debug_training_logs.logs import scan
+from debug_training_logs.logs import (
+    scan_dense,
+    scan_engines,
+    scan_file,
+    scan_matcher,
+    scan_patterns,
+    scan_plan,
+    scan_windows,
+)
 from debug_training_logs.logs.discovery import discover
-from debug_training_logs.logs.scan import FileScan, PatternSpec, SinkFactory, scan_files
+from debug_training_logs.logs.scan import scan_files
+from debug_training_logs.logs.scan_types import FileScan, PatternSpec, SinkFactory
 from fixtures.failure_scenarios import write_variant
 
 REPO = Path(__file__).resolve().parents[1]
@@ -339,7 +348,7 @@ def test_collect_ranks_fuzz(parts: list[bytes], seed: int) -> None:
     assert whole == {d.decode() for d in RANK_TAG.findall(buf)}
     # the Python path of the scan agrees
     py: set[str] = set()
-    scan._collect_ranks_regex(buf[lo:hi], py)
+    scan_dense._collect_ranks_regex(buf[lo:hi], py)
     assert py == want
 
 
@@ -463,12 +472,12 @@ def _run(
 ) -> list[FileScan]:
     if native:
         monkeypatch.delenv(NO_NATIVE, raising=False)
-        assert scan._native() is not None
+        assert scan_engines._native() is not None
     else:
         monkeypatch.setenv(NO_NATIVE, "1")
-    scan._MATCHERS.clear()
+    scan_matcher._MATCHERS.clear()
     files, _ = discover(root)
-    plan = scan.make_plan(spec, scan._sample(files) if sample is None else sample)
+    plan = scan_plan.make_plan(spec, scan_plan._sample(files) if sample is None else sample)
     assert ("native" in plan.describe()) == (native and bool(plan.literals))
     return scan_files(files, spec, sink, head_lines=40, tail_lines=40, plan=plan)
 
@@ -576,10 +585,10 @@ def test_scan_is_identical_with_progress_bars_and_tiny_windows(tmp_path: Path, m
         text = "\r\n".join(out) if f == 1 else "\n".join(out) + ("\n" if f == 0 else "")
         (root / f"node-{f}.log").write_text(text)
     assert assert_same_scans(root, monkeypatch) > 0
-    monkeypatch.setattr(scan, "WINDOW", 3000)
-    monkeypatch.setattr(scan, "CAPPED_PIECE_BYTES", 1000)
+    monkeypatch.setattr(scan_windows, "WINDOW", 3000)
+    monkeypatch.setattr(scan_file, "CAPPED_PIECE_BYTES", 1000)
     monkeypatch.setattr("debug_training_logs.logs.reader.CHUNK", 8000)
-    monkeypatch.setattr(scan, "CHUNK", 8000)
+    monkeypatch.setattr(scan_windows, "CHUNK", 8000)
     assert assert_same_scans(root, monkeypatch) > 0
     _compress(root, "gz")
     assert assert_same_scans(root, monkeypatch) > 0
@@ -593,10 +602,10 @@ def test_a_window_where_every_line_is_a_candidate_is_paged(tmp_path: Path, monke
     body = "".join(f"[rank{i % 4}]: NCCL WARN net {i}\n" if i % 3 else f"Traceback {i}\n" for i in range(5000))
     (root / "node.log").write_text(body)
     spec = PatternSpec(("NCCL WARN", "Traceback", r"net \d+7$"))
-    monkeypatch.setattr(scan, "NATIVE_PAGE_LINES", 7)
-    assert scan.make_plan(spec, b"").literals  # no sample: the literals stay in the prefilter, not the DFA
+    monkeypatch.setattr(scan_matcher, "NATIVE_PAGE_LINES", 7)
+    assert scan_plan.make_plan(spec, b"").literals  # no sample: the literals stay in the prefilter, not the DFA
     assert assert_same_scans(root, monkeypatch, spec, sample=b"") == 5000
-    monkeypatch.setattr(scan, "WINDOW", 1000)
+    monkeypatch.setattr(scan_windows, "WINDOW", 1000)
     assert assert_same_scans(root, monkeypatch, spec, sample=b"") == 5000
 
 
@@ -607,7 +616,7 @@ def test_dense_sample_and_tail_are_identical(monkeypatch: pytest.MonkeyPatch, se
     linescan()
     rnd = random.Random(seed)
     spec = PatternSpec((r"step \d+ loss", r"Epoch \d+|global_step=\d+", r"memory \(MB\)"), dense=(True, True, True))
-    plan = scan.make_plan(spec, b"")
+    plan = scan_plan.make_plan(spec, b"")
     assert all(nds for _i, nds in plan.dense)
     words = [b"step 3 loss", b"step x loss", b"Epoch 7", b"Epoch", b"global_step=9", b"memory (MB) 5", b"plain", b"ste"]
     lines = []
@@ -616,7 +625,7 @@ def test_dense_sample_and_tail_are_identical(monkeypatch: pytest.MonkeyPatch, se
         lines.append(b"[rank%d]: " % r + b" ".join(rnd.choice(words) for _ in range(rnd.randrange(0, 4))))
     buf = b"\n".join(lines) + (b"\n" if rnd.random() < 0.5 else b"")
     ranks = {str(r) for r in range(8)}
-    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([64, 500, 4096]))
+    monkeypatch.setattr(scan_dense, "DENSE_STRIDE", rnd.choice([64, 500, 4096]))
     ids = frozenset(rnd.sample(range(3), rnd.randrange(1, 4)))
     start = rnd.randrange(len(buf) + 1)
     limit = rnd.randrange(1, len(buf) + 2)
@@ -626,7 +635,7 @@ def test_dense_sample_and_tail_are_identical(monkeypatch: pytest.MonkeyPatch, se
             monkeypatch.delenv(NO_NATIVE, raising=False)
         else:
             monkeypatch.setenv(NO_NATIVE, "1")
-        dense = scan._Dense(spec, plan)
+        dense = scan_dense._Dense(spec, plan)
         assert (dense.tail_finder is not None) == native
         answers.append(
             (
@@ -648,14 +657,14 @@ def test_without_the_module_the_scan_falls_back(tmp_path: Path, monkeypatch: pyt
     spec = job_spec()
     monkeypatch.delenv(NO_NATIVE, raising=False)
     monkeypatch.setitem(sys.modules, "debug_training_logs.logs._linescan", None)  # import raises ImportError
-    assert scan._native() is None
-    scan._MATCHERS.clear()
-    plan = scan.make_plan(spec, scan._sample(files))
+    assert scan_engines._native() is None
+    scan_matcher._MATCHERS.clear()
+    plan = scan_plan.make_plan(spec, scan_plan._sample(files))
     assert "Aho-Corasick" in plan.describe() and not plan.anchors
     results = scan_files(files, spec, Record, plan=plan)
     assert sum(len(r.sink_result) for r in results) > 0
     monkeypatch.undo()
-    scan._MATCHERS.clear()
+    scan_matcher._MATCHERS.clear()
     assert [r.sink_result for r in scan_files(files, spec, Record)] == [r.sink_result for r in results]
 
 
@@ -671,7 +680,7 @@ def test_the_extension_is_built_where_a_compiler_is() -> None:
     mod = importlib.import_module("debug_training_logs.logs._linescan")
     assert Path(mod.__file__).suffix in (".so", ".pyd")
     if not os.environ.get(NO_NATIVE):
-        assert scan._native() is mod
+        assert scan_engines._native() is mod
 
 
 def test_an_install_without_a_compiler_succeeds_and_ships_everything(tmp_path: Path) -> None:
@@ -712,39 +721,39 @@ ITEMS = st.sampled_from(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(items=st.lists(ITEMS, min_size=1, max_size=8), lines=st.lists(st.text("20-: aTZ+.bx\r9", max_size=40)))
 def test_a_dfa_tail_is_a_superset_of_its_pattern(items: list[str], lines: list[str]) -> None:
-    """Whatever tail :func:`scan._rare_suffix` picks, every line the pattern matches is matched by the tail too (the
+    """Whatever tail :func:`scan_plan._rare_suffix` picks, every line the pattern matches is matched by the tail too (the
     lines it finds are then checked exactly), and the tail starts on a literal rarer on the sample."""
     from re2 import _re2
 
     pattern = "".join(items)
-    opts = scan._re2_options(False)
+    opts = scan_engines._re2_options(False)
     sample = "\n".join(lines).encode() * 3
-    tail = scan._rare_suffix(pattern, sample, False)
+    tail = scan_plan._rare_suffix(pattern, sample, False)
     if tail is None:
         return
     assert pattern.endswith(tail) and tail != pattern
     whole, part = _re2.RE2(pattern.encode(), opts), _re2.RE2(tail.encode(), opts)
     for line in lines:
         b = line.encode()
-        if whole.Match(scan._UNANCHORED, b, 0, len(b))[0][0] >= 0:
-            assert part.Match(scan._UNANCHORED, b, 0, len(b))[0][0] >= 0, (pattern, tail, line)
+        if whole.Match(scan_engines._UNANCHORED, b, 0, len(b))[0][0] >= 0:
+            assert part.Match(scan_engines._UNANCHORED, b, 0, len(b))[0][0] >= 0, (pattern, tail, line)
 
 
 def test_dfa_tails_on_typical_patterns(monkeypatch: pytest.MonkeyPatch) -> None:
     iso = r"\b20\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)\b"
     digits = b"".join(b"step 2%04d/20000 loss-2.%03d at 20:26:%02d\n" % (i, i, i % 60) for i in range(500))
-    assert scan._rare_suffix(iso, digits, False) == iso[iso.index("-") :]
-    assert scan._rare_suffix(iso, b"", False) is None  # nothing to measure on
-    assert scan._rare_suffix(iso, digits, True) is None  # case folding: left as it is
+    assert scan_plan._rare_suffix(iso, digits, False) == iso[iso.index("-") :]
+    assert scan_plan._rare_suffix(iso, b"", False) is None  # nothing to measure on
+    assert scan_plan._rare_suffix(iso, digits, True) is None  # case folding: left as it is
     for pattern in ("a|b-c", "(?i)20-x", r"\Q20\E-x", "[[:digit:]]-x", r"\p{L}20-x", "x{,2}20-y"):
-        assert scan._rare_suffix(pattern, digits, False) is None, pattern
-    assert scan._top_items(r"a[]b-]\d+(?:x|(y))?c") == [0, 1, 6, 9, 19]
+        assert scan_plan._rare_suffix(pattern, digits, False) is None, pattern
+    assert scan_patterns._top_items(r"a[]b-]\d+(?:x|(y))?c") == [0, 1, 6, 9, 19]
     monkeypatch.setenv(NO_NATIVE, "1")  # without the extension the pattern stays a DFA search, from its rare tail
-    plan = scan.make_plan(PatternSpec((iso, "NCCL WARN")), digits)
+    plan = scan_plan.make_plan(PatternSpec((iso, "NCCL WARN")), digits)
     assert plan.dfa and dict(plan.dfa_search) == {iso: iso[iso.index("-") :]}
     monkeypatch.delenv(NO_NATIVE)
-    if scan._native() is not None:  # with it, the year's run is spelt out for the finder (_digit_needles)
-        plan = scan.make_plan(PatternSpec((iso, "NCCL WARN")), digits)
+    if scan_engines._native() is not None:  # with it, the year's run is spelt out for the finder (_digit_needles)
+        plan = scan_plan.make_plan(PatternSpec((iso, "NCCL WARN")), digits)
         assert not plan.dfa and {lit for lit, i in plan.literals if i == 0} == {b"20%02d-" % k for k in range(100)}
 
 
@@ -765,10 +774,10 @@ ISO = r"\b20\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)\b"
     ],
 )
 def test_digit_needles_spell_out_runs(pattern: str, want: list[str]) -> None:
-    runs = scan._digit_needles(pattern)
+    runs = scan_plan._digit_needles(pattern)
     assert [r[0].decode() for r in runs] == want
     for r in runs:
-        assert len(r) == len(set(r)) <= scan.DIGIT_NEEDLES_MAX
+        assert len(r) == len(set(r)) <= scan_plan.DIGIT_NEEDLES_MAX
         rx = re.compile(pattern)
         # every spelling of a run is a substring some match of the pattern must hold: each run's needles are required
         for example in ("2024-05-21T07:00:01Z", "2024-05-21 07:00:01.5+02:00", "rank 12: x", "step=3.25", "5-12"):
@@ -804,14 +813,14 @@ def test_an_iso_date_is_found_by_the_finder_where_dashes_are_common(
     (tmp_path / "logs" / "node0.out").write_bytes(b"".join(rows))
     spec = PatternSpec((ISO, "Epoch 0:", "error"))
     sample = b"".join(rows)
-    plan = scan.make_plan(spec, sample)
+    plan = scan_plan.make_plan(spec, sample)
     assert 0 not in plan.dfa and len({lit for lit, i in plan.literals if i == 0}) == 100
     calls = assert_same_scans(tmp_path / "logs", monkeypatch, spec, sample)
     assert calls == 4 + (3000 - 3) + 1  # 4 dates (lines 10, 901, 1500, 5999); the Epoch lines left; the error line
     dated = b"".join(
         b"2024-05-21 07:%02d:%02d,000+0000 INFO step %d\n" % (k // 60 % 60, k % 60, k) for k in range(3000)
     )
-    assert 0 in scan.make_plan(spec, dated).dfa  # dates everywhere: one DFA search costs less than line checks
+    assert 0 in scan_plan.make_plan(spec, dated).dfa  # dates everywhere: one DFA search costs less than line checks
 
 
 def test_the_planner_weighs_a_literals_anchor_pair_against_its_lines(
@@ -831,11 +840,11 @@ def test_the_planner_weighs_a_literals_anchor_pair_against_its_lines(
     for k in range(8):
         lines[300 + k] = b"constraining queue %d\n" % k
     sample = b"".join(lines)
-    plan = scan.make_plan(PatternSpec((pattern,)), sample)
+    plan = scan_plan.make_plan(PatternSpec((pattern,)), sample)
     assert {lit for lit, _i in plan.literals} == {b"training ", b"finished"}
     filler = [b"[rank3]: step %d\n" % i for i in range(400)]
     few = b"".join(lines[:40] + filler + lines[2000:2001] + lines[2100:2101] + lines[300:308] + lines[100:101])
-    plan = scan.make_plan(PatternSpec((pattern,)), few)
+    plan = scan_plan.make_plan(PatternSpec((pattern,)), few)
     assert {lit for lit, _i in plan.literals} == {b"complete", b"finished"}
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "rank3.log").write_bytes(sample * 3)
@@ -855,19 +864,19 @@ def test_head_and_tail_cuts_equal_splitting_the_whole_window(body: bytes, n: int
     copy of the whole window (the rest of the line after the head kept up to the cut)."""
     rnd = random.Random(seed)
     monkey = pytest.MonkeyPatch()
-    monkey.setattr(scan, "MAX_LINE_CHARS", rnd.choice([3, 60, 4000]))
+    monkey.setattr(scan_file, "MAX_LINE_CHARS", rnd.choice([3, 60, 4000]))
     try:
         lo, hi = sorted(rnd.randrange(len(body) + 1) for _ in range(2))
         window = body[lo:hi]
-        heads = scan._head_segment(body, lo, hi, n).split(b"\n", n)
+        heads = scan_file._head_segment(body, lo, hi, n).split(b"\n", n)
         want = window.split(b"\n", n)
         assert len(heads) == len(want) and heads[:-1] == want[:-1]
-        assert heads[-1][: scan.MAX_LINE_CHARS] == want[-1][: scan.MAX_LINE_CHARS]
+        assert heads[-1][: scan_file.MAX_LINE_CHARS] == want[-1][: scan_file.MAX_LINE_CHARS]
         prior = [b"p1", b"p2"][: rnd.randrange(3)]
         for continues in (False, True):
-            assert scan._add_tail(prior, scan._tail_segment(body, lo, hi, n + 1), continues, n) == scan._add_tail(
-                prior, window, continues, n
-            )
+            assert scan_file._add_tail(
+                prior, scan_file._tail_segment(body, lo, hi, n + 1), continues, n
+            ) == scan_file._add_tail(prior, window, continues, n)
     finally:
         monkey.undo()
 
@@ -944,15 +953,15 @@ def test_scan_edge_matrix_native_equals_fallback(
     caps = tuple(rnd.choice([None, 3, 20]) if p == "lhotse" else None for p in patterns)
     spec = PatternSpec(patterns, max_hits=caps, dense=tuple(p == r"step \d+" for p in patterns))
     window = rnd.choice([400, 3000, 1 << 20])
-    monkeypatch.setattr(scan, "WINDOW", window)
-    monkeypatch.setattr(scan, "CAPPED_PIECE_BYTES", rnd.choice([100, 1000]))
-    monkeypatch.setattr(scan, "DENSE_HEAD_HITS", rnd.choice([2, 64]))
-    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([200, 5000]))
+    monkeypatch.setattr(scan_windows, "WINDOW", window)
+    monkeypatch.setattr(scan_file, "CAPPED_PIECE_BYTES", rnd.choice([100, 1000]))
+    monkeypatch.setattr(scan_file, "DENSE_HEAD_HITS", rnd.choice([2, 64]))
+    monkeypatch.setattr(scan_dense, "DENSE_STRIDE", rnd.choice([200, 5000]))
     if bulk:  # (the dense pattern's lines come in bulk after its head: a short one, in these small files)
-        monkeypatch.setattr(scan, "DENSE_HEAD_HITS", 2)
+        monkeypatch.setattr(scan_file, "DENSE_HEAD_HITS", 2)
     if window < 4000:
         monkeypatch.setattr("debug_training_logs.logs.reader.CHUNK", 4000)
-        monkeypatch.setattr(scan, "CHUNK", 4000)
+        monkeypatch.setattr(scan_windows, "CHUNK", 4000)
     sink: SinkFactory = functools.partial(BulkRecord, bulk=patterns.index(r"step \d+")) if bulk else Record
     BULK_TAKEN.clear()
     calls = assert_same_scans(root, monkeypatch, spec, sample=rnd.choice([b"", None]), sink=sink)
@@ -1047,7 +1056,7 @@ def test_finder_sample_and_every_reject_bad_arguments() -> None:
 )
 def test_pure_branches_are_top_level_plain_literals(pattern: str, want: set[bytes]) -> None:
     """A top-level alternative that is a plain literal proves a line holding it matches the whole pattern."""
-    assert scan._pure_branches(pattern) == want
+    assert scan_patterns._pure_branches(pattern) == want
 
 
 @pytest.mark.parametrize(
@@ -1077,7 +1086,7 @@ def test_pure_branches_are_top_level_plain_literals(pattern: str, want: set[byte
 def test_pure_literal_only_where_re2_reads_a_plain_literal(pattern: str, want: bytes | None) -> None:
     """A pattern whose needle is the pattern itself needs no regex check; anything RE2 could read otherwise is not
     one (escapes other than punctuation, classes, anchors, flags, control or non-ASCII characters)."""
-    assert scan._pure_literal(pattern) == want
+    assert scan_patterns._pure_literal(pattern) == want
     if want is not None:
         import re2
 
@@ -1142,10 +1151,10 @@ def test_candidate_checks_caps_and_samples_native_equal_fallback(
     )
     caps = (None, rnd.choice([None, 2]), None, rnd.choice([1, 5]), rnd.choice([3, 40]), 3, 2, 4, 4, None, None)
     spec = PatternSpec(patterns, max_hits=caps, dense=tuple(p.startswith("step") for p in patterns))
-    monkeypatch.setattr(scan, "WINDOW", rnd.choice([500, 4000, 1 << 20]))
-    monkeypatch.setattr(scan, "CHUNK", 8000)
+    monkeypatch.setattr(scan_windows, "WINDOW", rnd.choice([500, 4000, 1 << 20]))
+    monkeypatch.setattr(scan_windows, "CHUNK", 8000)
     monkeypatch.setattr("debug_training_logs.logs.reader.CHUNK", 8000)
-    monkeypatch.setattr(scan, "CAPPED_PIECE_BYTES", rnd.choice([150, 2000]))
-    monkeypatch.setattr(scan, "DENSE_HEAD_HITS", rnd.choice([3, 64]))
-    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([100, 3000]))
+    monkeypatch.setattr(scan_file, "CAPPED_PIECE_BYTES", rnd.choice([150, 2000]))
+    monkeypatch.setattr(scan_file, "DENSE_HEAD_HITS", rnd.choice([3, 64]))
+    monkeypatch.setattr(scan_dense, "DENSE_STRIDE", rnd.choice([100, 3000]))
     assert assert_same_scans(root, monkeypatch, spec, sample=rnd.choice([b"", None])) > 0

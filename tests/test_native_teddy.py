@@ -222,21 +222,21 @@ def test_the_planner_profiles_its_sample_for_the_matchers_finder(monkeypatch: py
     extension: the Aho-Corasick passes need none) there is no profile."""
     mod = linescan()
     _filtering(mod)
-    from debug_training_logs.logs import scan
+    from debug_training_logs.logs import scan_matcher, scan_plan, scan_types
 
-    spec = scan.PatternSpec(
+    spec = scan_types.PatternSpec(
         patterns=("NCCL WARN", "Traceback \\(most recent", r"loss[: =]+nan", "CUDA error", "watchdog", "exitcode")
     )
     line = b"[rank3]: DEBUG:lhotse.dataset.sampling.dynamic_bucketing: rank 3 bucket 0 took 64 cuts (1.5s)\n"
     rare = b"[rank1]: NCCL WARN net.cc:12 watchdog fired\n[rank2]: loss: nan at step 7\n"
     text = line * 300 + rare + line * 300
     monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
-    assert scan.make_plan(spec, text).profile == b""
+    assert scan_plan.make_plan(spec, text).profile == b""
     monkeypatch.delenv("DEBUG_TRAINING_LOGS_NO_NATIVE")
-    plan = scan.make_plan(spec, text)
-    assert plan.profile == mod.pair_profile(text) and scan.make_plan(spec, b"").profile == b""
+    plan = scan_plan.make_plan(spec, text)
+    assert plan.profile == mod.pair_profile(text) and scan_plan.make_plan(spec, b"").profile == b""
     assert "profile" not in repr(plan)
-    fitted = scan._Matcher(spec, plan, frozenset(range(len(spec.patterns)))).finder
+    fitted = scan_matcher._Matcher(spec, plan, frozenset(range(len(spec.patterns)))).finder
     blind = mod.Finder([lit for lit, _k in plan.anchors], [k for _lit, k in plan.anchors])
     assert fitted.simd_filter() != blind.simd_filter()
     assert fitted.find_lines(text, 0, 0, len(text), True) == blind.find_lines(text, 0, 0, len(text), True)

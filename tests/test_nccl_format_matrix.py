@@ -17,7 +17,8 @@ import pytest
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, Hit, NcclSink, nccl_state_table
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.logs.discovery import discover
-from debug_training_logs.logs.scan import PatternSpec, scan_files
+from debug_training_logs.logs.scan import scan_files
+from debug_training_logs.logs.scan_types import PatternSpec
 from debug_training_logs.textcut import cut
 from tests.nccl_render import (
     DONE,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from test_native_scan import linescan
 
-from debug_training_logs.logs import scan
+from debug_training_logs.logs import scan_dense
 
 RANK_TAG = re.compile(rb"\[rank(\d+)\](?::| )")
 SIMD = (0, 1, 2)  # no SIMD, SSE2 at most, the best the CPU has (AVX2 here when it has it)
@@ -167,5 +167,5 @@ def test_python_path_agrees(seed: int) -> None:
     rnd = random.Random(seed)
     raw = _buffer(rnd, 9000, rnd.choice([1, 8, 40]))
     got: set[str] = set()
-    scan._collect_ranks_regex(raw, got)
+    scan_dense._collect_ranks_regex(raw, got)
     assert got == _want(raw, 0, len(raw))

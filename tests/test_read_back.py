@@ -17,12 +17,14 @@ import zstandard
 
 from debug_training_logs.analysis import read_back
 from debug_training_logs.analysis.read_back import LineAt, read_lines
-from debug_training_logs.logs import scan
+from debug_training_logs.logs import scan_lines, scan_types, scan_windows
 from debug_training_logs.logs.attribution import strip_ansi
 from debug_training_logs.logs.discovery import LogFile, discover
 from debug_training_logs.logs.nearest_time import TIMESTAMP
 from debug_training_logs.logs.reader import CHUNK, decode
-from debug_training_logs.logs.scan import MAX_LINE_CHARS, PatternSpec, lines_at, scan_files
+from debug_training_logs.logs.scan import scan_files
+from debug_training_logs.logs.scan_lines import lines_at
+from debug_training_logs.logs.scan_types import MAX_LINE_CHARS, PatternSpec
 from debug_training_logs.memo import Memo
 
 YEAR = 2026
@@ -108,7 +110,7 @@ def _expected_at(rel: str, lines: list[bytes], wanted: set[int]) -> dict[tuple[s
     return out
 
 
-def _wanted_sets(n: int, cp: scan.Checkpoints | None, seed: int) -> list[set[int]]:
+def _wanted_sets(n: int, cp: scan_types.Checkpoints | None, seed: int) -> list[set[int]]:
     rng = random.Random(seed)
     sets = [{1}, {n}, {n + 1, n + 50}, {1, n}, set(rng.sample(range(1, n + 1), 12)), {n - 300, n - 2}, {n - 1500}]
     if cp is not None and len(cp.lines_before) > 1:
@@ -119,11 +121,11 @@ def _wanted_sets(n: int, cp: scan.Checkpoints | None, seed: int) -> list[set[int
     return sets
 
 
-@pytest.mark.parametrize("window", [SMALL_WINDOW, scan.WINDOW])
+@pytest.mark.parametrize("window", [SMALL_WINDOW, scan_windows.WINDOW])
 def test_read_back_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int) -> None:
     """Small windows: many checkpoints and boundaries; real ones: one checkpoint, lines near the end found backwards
-    from it (:func:`~debug_training_logs.logs.scan.seek_line`)."""
-    monkeypatch.setattr(scan, "WINDOW", window)
+    from it (:func:`~debug_training_logs.logs.scan_lines.seek_line`)."""
+    monkeypatch.setattr(scan_windows, "WINDOW", window)
     variants = _variants(tmp_path)
     files = discover(tmp_path)[0]
     scans = {s.file.rel: s for s in scan_files(files, PatternSpec(("ValueError",)))}
@@ -139,7 +141,7 @@ def test_read_back_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, windo
             assert cp.newlines == _data.count(b"\n"), rel
             assert list(cp.lines_before) == sorted(set(cp.lines_before)), rel
         lf = s.file
-        assert (scan.checkpoints_for(lf) is cp) if cp is not None else scan.checkpoints_for(lf) is None
+        assert (scan_lines.checkpoints_for(lf) is cp) if cp is not None else scan_lines.checkpoints_for(lf) is None
         for wanted in _wanted_sets(len(lines), cp, seed=len(rel)):
             want_text = _expected_text(lines, wanted)
             assert lines_at(lf, wanted) == want_text, (rel, sorted(wanted))
@@ -156,18 +158,18 @@ def test_read_back_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, windo
 
 
 def test_a_changed_file_is_read_from_the_top(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan, "WINDOW", SMALL_WINDOW)
+    monkeypatch.setattr(scan_windows, "WINDOW", SMALL_WINDOW)
     lines = _lines(7, 2000)
     p = tmp_path / "a.log"
     p.write_bytes(b"\n".join(lines) + b"\n")
     (s,) = scan_files(discover(tmp_path)[0], PatternSpec(("ValueError",)))
-    assert s.checkpoints is not None and scan.checkpoints_for(s.file) is s.checkpoints
+    assert s.checkpoints is not None and scan_lines.checkpoints_for(s.file) is s.checkpoints
     # the same size, another content and mtime: the old checkpoints would point into the wrong lines
     new = [b"[NeMo I 2026-05-21 09:00:00 x:1] head"] + [ln[::-1] for ln in lines[1:]]
     p.write_bytes(b"\n".join(new)[: p.stat().st_size - 1] + b"\n")
     os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 1_000_000_000))
     lf = LogFile(p, "a.log", p.stat().st_size, "none")
-    assert scan.checkpoints_for(lf) is None
+    assert scan_lines.checkpoints_for(lf) is None
     now = p.read_bytes().split(b"\n")[:-1]
     wanted = {1, 500, 1500, len(now)}
     assert lines_at(lf, wanted) == _expected_text(now, wanted)
@@ -192,8 +194,8 @@ def test_a_line_longer_than_a_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert got == _expected_text(lines, wanted)
     assert read_lines(tmp_path, {"bar.log": wanted}, YEAR) == _expected_at("bar.log", lines, wanted)
     with monkeypatch.context() as m:  # no checkpoints known (an empty cache): read from the top
-        m.setattr(scan, "MEMO", Memo())
-        assert scan.checkpoints_for(s.file) is None and lines_at(s.file, wanted) == got
+        m.setattr(scan_lines, "MEMO", Memo())
+        assert scan_lines.checkpoints_for(s.file) is None and lines_at(s.file, wanted) == got
 
 
 def _resolving_safe_path(root: Path, rel: str) -> Path | None:

@@ -18,9 +18,21 @@ import re2
 import regex
 
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.logs import scan
+from debug_training_logs.logs import (
+    scan,
+    scan_budget,
+    scan_dense,
+    scan_engines,
+    scan_file,
+    scan_plan,
+    scan_types,
+    scan_windows,
+)
 from debug_training_logs.logs.discovery import discover
-from debug_training_logs.logs.scan import PatternSpec, compile_patterns, lines_at, required_literals, scan_files
+from debug_training_logs.logs.scan import scan_files
+from debug_training_logs.logs.scan_lines import lines_at
+from debug_training_logs.logs.scan_patterns import compile_patterns, required_literals
+from debug_training_logs.logs.scan_types import PatternSpec
 
 PATTERNS = (
     r"NCCL.*timeout|Watchdog caught collective operation timeout",
@@ -108,7 +120,7 @@ class _Lines:
 def plan_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "dfa":
         monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_PREFILTER", "1")
-    elif scan._aho_corasick() is None:
+    elif scan_engines._aho_corasick() is None:
         pytest.skip("ahocorasick_rs not installed: the prefilter plan cannot run")
     return str(request.param)
 
@@ -118,7 +130,7 @@ def test_counts_and_line_numbers_equal_the_reference(tmp_path: Path, plan_kind: 
     root = _write_corpus(tmp_path / "logs")
     files, _ = discover(root)
     spec = PatternSpec(PATTERNS, ignore_case)
-    plan = scan.make_plan(spec, scan._sample(files))
+    plan = scan_plan.make_plan(spec, scan_plan._sample(files))
     assert bool(plan.literals) == (plan_kind == "prefilter") or plan.dfa  # a pattern may force the DFA
     for res in scan_files(files, spec, _Lines):
         ref = _reference(res.file.path, PATTERNS, ignore_case)
@@ -131,7 +143,7 @@ def test_counts_and_line_numbers_equal_the_reference(tmp_path: Path, plan_kind: 
 def test_small_windows_and_gzip_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _write_corpus(tmp_path / "logs", seed=3)
     plain = {r.file.rel: r.counts for r in scan_files(discover(root)[0], PatternSpec(PATTERNS))}
-    monkeypatch.setattr(scan, "WINDOW", 4096)  # many windows, lines cut across them
+    monkeypatch.setattr(scan_windows, "WINDOW", 4096)  # many windows, lines cut across them
     small = {r.file.rel: r.counts for r in scan_files(discover(root)[0], PatternSpec(PATTERNS))}
     assert small == plain
     for p in root.iterdir():
@@ -185,7 +197,7 @@ def test_required_literals_are_conservative() -> None:
 )
 def test_an_escaped_literal_needs_what_its_parse_needs(text: str, ignore_case: bool) -> None:
     """The plain-literal shortcut of :func:`required_literals` gives what reading the pattern's parse gives."""
-    from debug_training_logs.logs.scan import _parsed_literals
+    from debug_training_logs.logs.scan_patterns import _parsed_literals
 
     def texts(got: list[list[Any]] | None) -> list[list[tuple[str, bool]]] | None:
         return None if got is None else [[(lit.text, lit.fold) for lit in b] for b in got]
@@ -256,7 +268,8 @@ def test_invalid_and_backtracking_patterns_are_clear_errors(tmp_path: Path) -> N
 
 def test_fallback_timeout_during_the_scan_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "a.log").write_text("a" * 40 + "!\n")
-    monkeypatch.setattr(scan, "FALLBACK_BUDGET_S", 0.01)
+    for module in (scan, scan_budget):  # read by start_each, and by the budget itself
+        monkeypatch.setattr(module, "FALLBACK_BUDGET_S", 0.01)
     monkeypatch.setattr(scan, "compile_patterns", lambda spec: None)  # skip the probe: hit the scan-time guard
     with pytest.raises(UserInputError, match="used up this search's budget"):
         scan_files(discover(tmp_path)[0], PatternSpec((r"(a|aa)+\1$",)))
@@ -276,25 +289,25 @@ def test_damaged_files_are_reported_not_fatal(tmp_path: Path) -> None:
 
 
 def test_lines_at_reads_the_numbered_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan, "WINDOW", 1000)
+    monkeypatch.setattr(scan_windows, "WINDOW", 1000)
     (tmp_path / "a.log").write_text("".join(f"line {i}\n" for i in range(1, 2001)))
     (lf,) = discover(tmp_path)[0]
     assert lines_at(lf, {1, 999, 2000, 5000}) == {1: "line 1", 999: "line 999", 2000: "line 2000"}
 
 
-@pytest.mark.parametrize("window", [1000, scan.WINDOW])
+@pytest.mark.parametrize("window", [1000, scan_windows.WINDOW])
 @pytest.mark.parametrize("compressed", [False, True])
 def test_lines_at_reads_runs_of_lines_as_one_by_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int, compressed: bool
 ) -> None:
     """Runs of consecutive lines (decoded at once) and scattered ones read the same text: invalid and cut UTF-8 at
     a line's end, CRs, over-long lines (cut, or with ``keep_tail``), a last line without its newline."""
-    monkeypatch.setattr(scan, "WINDOW", window)
+    monkeypatch.setattr(scan_windows, "WINDOW", window)
     rng = random.Random(window)
     pieces = [b"ok", b"\r", b"\xc3\xa9", b"\xc3", b"\xe2\x82", b"\xff", b"[rank3]: x", b"\x1b[0m"]
     lines = [b"".join(rng.choice(pieces) for _ in range(rng.randrange(0, 9))) for _ in range(3000)]
     for k in (5, 700, 2990):
-        lines[k] = b"y" * (scan.MAX_LINE_CHARS + 50) + b"\xe2\x82tail\r"
+        lines[k] = b"y" * (scan_types.MAX_LINE_CHARS + 50) + b"\xe2\x82tail\r"
     lines[-1] += b"end"  # (an empty last line after a newline would be no line)
     data = b"\n".join(lines)
     (tmp_path / ("a.log.gz" if compressed else "a.log")).write_bytes(gzip.compress(data) if compressed else data)
@@ -303,9 +316,9 @@ def test_lines_at_reads_runs_of_lines_as_one_by_one(
 
     def want(w: int, keep_tail: int) -> str:
         raw = lines[w - 1]
-        head = raw[: scan.MAX_LINE_CHARS]
-        if keep_tail and len(raw) > scan.MAX_LINE_CHARS:
-            head += b"\r" + raw[max(scan.MAX_LINE_CHARS, len(raw) - keep_tail) :]
+        head = raw[: scan_types.MAX_LINE_CHARS]
+        if keep_tail and len(raw) > scan_types.MAX_LINE_CHARS:
+            head += b"\r" + raw[max(scan_types.MAX_LINE_CHARS, len(raw) - keep_tail) :]
         return head.decode("utf-8", errors="replace").rstrip("\r")
 
     runs = [set(range(1, 40)), set(range(600, 1001)), set(range(2950, 3010)), {1, 2, 3, 10, 11} | set(range(690, 710))]
@@ -366,11 +379,11 @@ def test_dense_patterns_are_sampled_with_every_ranks_first_and_last_hit(tmp_path
     assert [n for ids, n in seen if 1 in ids] == want_reset and res.counts[1] == len(want_reset)
     assert res.sampled == {0} and res.counts[0] == len(got_metric) < len(want_metric) // 20
     assert got_metric == sorted(got_metric) and set(got_metric) <= set(want_metric)
-    assert got_metric[: scan.DENSE_HEAD_HITS] == want_metric[: scan.DENSE_HEAD_HITS]
+    assert got_metric[: scan_file.DENSE_HEAD_HITS] == want_metric[: scan_file.DENSE_HEAD_HITS]
     for r in range(ranks):  # every rank's last metric line is delivered, the stalled rank's included
         last = max(i + 1 for i, ln in enumerate(lines) if ln.startswith(f"[rank{r}]: Epoch"))
         assert last in got_metric, r
     # one per stride in between: the middle of the file is represented
     middle = [n for n in got_metric if len(lines) // 3 < n < 2 * len(lines) // 3]
-    assert len(middle) >= (len(lines) * 60 // 3) // scan.DENSE_STRIDE // 2
+    assert len(middle) >= (len(lines) * 60 // 3) // scan_dense.DENSE_STRIDE // 2
     assert res.lines == len(lines)

@@ -14,9 +14,9 @@ from test_native_scan import Record
 
 from debug_training_logs.analysis import evidence_sink
 from debug_training_logs.formats.timestamps import WallTime, with_year
-from debug_training_logs.logs import scan
+from debug_training_logs.logs import scan_dense, scan_file, scan_matcher, scan_plan, scan_types, scan_windows
 from debug_training_logs.logs.discovery import discover
-from debug_training_logs.logs.scan import PatternSpec
+from debug_training_logs.logs.scan_types import PatternSpec
 
 
 def _log(rnd: random.Random, lines: int, crlf: bool, final_newline: bool) -> bytes:
@@ -48,7 +48,7 @@ SPECS = (
 )
 
 
-def _fields(s: scan.FileScan) -> tuple[object, ...]:
+def _fields(s: scan_types.FileScan) -> tuple[object, ...]:
     cp = s.checkpoints
     points = (cp.offsets, cp.lines_before, cp.newlines) if cp else None
     return (s.lines, s.bytes_read, s.counts, s.ranks, s.head, s.tail, s.sampled, points, s.sink_result)
@@ -62,25 +62,25 @@ def test_a_scans_state_shared_between_files_and_scans_gives_what_a_fresh_one_giv
     before, or making them again when the other scan ran in between) give exactly what each file scanned with empty
     caches gives: every field and every sink call; empty, CRLF, no final newline and very long lines included."""
     rnd = random.Random(seed)
-    monkeypatch.setattr(scan, "WINDOW", rnd.choice([3000, 1 << 20]))
-    monkeypatch.setattr(scan, "CAPPED_PIECE_BYTES", rnd.choice([500, 64 << 10]))
-    monkeypatch.setattr(scan, "DENSE_STRIDE", rnd.choice([200, 48 << 10]))
-    monkeypatch.setattr(scan, "DENSE_HEAD_HITS", rnd.choice([2, 64]))
+    monkeypatch.setattr(scan_windows, "WINDOW", rnd.choice([3000, 1 << 20]))
+    monkeypatch.setattr(scan_file, "CAPPED_PIECE_BYTES", rnd.choice([500, 64 << 10]))
+    monkeypatch.setattr(scan_dense, "DENSE_STRIDE", rnd.choice([200, 48 << 10]))
+    monkeypatch.setattr(scan_file, "DENSE_HEAD_HITS", rnd.choice([2, 64]))
     for f in range(4):
         data = b"" if f == 3 else _log(rnd, rnd.randrange(50, 3000), crlf=f == 1, final_newline=f != 2)
         (tmp_path / f"node-{f}.log").write_bytes(data)
     files, _ = discover(tmp_path)
-    plans = [scan.make_plan(spec, b"") for spec in SPECS]
+    plans = [scan_plan.make_plan(spec, b"") for spec in SPECS]
 
     def run(fresh: bool) -> list[tuple[object, ...]]:
         out = []
         for lf in files:
             for spec, plan in zip(SPECS, plans, strict=True):
                 if fresh:
-                    monkeypatch.setattr(scan, "_LAST_SCAN", None)
-                    scan._MATCHERS.clear()
-                    scan._DENSES.clear()
-                out.append(_fields(scan._scan_one(lf, spec, plan, Record, 5, 5, True)))
+                    monkeypatch.setattr(scan_file, "_LAST_SCAN", None)
+                    scan_matcher._MATCHERS.clear()
+                    scan_dense._DENSES.clear()
+                out.append(_fields(scan_file._scan_one(lf, spec, plan, Record, 5, 5, True)))
         return out
 
     fresh = run(True)
@@ -92,12 +92,12 @@ def test_a_scans_state_shared_between_files_and_scans_gives_what_a_fresh_one_giv
 def test_the_state_is_shared_only_by_identity() -> None:
     """Another scan object (even an equal one) gets its own matchers; the same scan gets the same dict back."""
     spec = SPECS[1]
-    plan = scan.make_plan(spec, b"")
-    first, _dense = scan._scan_state(spec, plan)
-    first[frozenset({0})] = scan._matcher(spec, plan, frozenset({0}))
-    again, _ = scan._scan_state(spec, plan)
+    plan = scan_plan.make_plan(spec, b"")
+    first, _dense = scan_file._scan_state(spec, plan)
+    first[frozenset({0})] = scan_matcher._matcher(spec, plan, frozenset({0}))
+    again, _ = scan_file._scan_state(spec, plan)
     assert again is first
-    other, _ = scan._scan_state(PatternSpec(spec.patterns, max_hits=spec.max_hits), plan)
+    other, _ = scan_file._scan_state(PatternSpec(spec.patterns, max_hits=spec.max_hits), plan)
     assert other is not first and not other
 
 
@@ -108,10 +108,10 @@ def test_the_dense_tail_start_on_the_scans_map_equals_a_fresh_map(tmp_path: Path
     path.write_bytes(_log(rnd, rnd.randrange(1, 2000), crlf=rnd.random() < 0.5, final_newline=rnd.random() < 0.5))
     (lf,) = discover(tmp_path)[0]
     spec = SPECS[0]
-    dense = scan._Dense(spec, scan.make_plan(spec, b""))
+    dense = scan_dense._Dense(spec, scan_plan.make_plan(spec, b""))
     ranks = {str(r) for r in rnd.sample(range(8), rnd.randrange(0, 9))}
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        assert scan._plain_tail_start(lf, dense, ranks, mm) == scan._plain_tail_start(lf, dense, ranks)
+        assert scan_file._plain_tail_start(lf, dense, ranks, mm) == scan_file._plain_tail_start(lf, dense, ranks)
 
 
 def _series_reference(

@@ -1,4 +1,4 @@
-"""What ``_scan_one`` builds once per scan and shares between files (the dense patterns' :class:`scan._Dense`) and
+"""What ``_scan_one`` builds once per scan and shares between files (the dense patterns' :class:`scan_dense._Dense`) and
 what it does per window (ranks collected after the window's search): the results are those of a scan that builds
 everything afresh for each file."""
 
@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from debug_training_logs.logs import scan
+from debug_training_logs.logs import scan, scan_dense, scan_file, scan_matcher, scan_plan, scan_pool, scan_types
 from debug_training_logs.logs.discovery import LogFile, discover
-from debug_training_logs.logs.scan import PatternSpec, scan_files
+from debug_training_logs.logs.scan import scan_files
+from debug_training_logs.logs.scan_types import PatternSpec
 from tests.processes import children
 
 
@@ -55,18 +56,19 @@ def _results(files: list[LogFile], spec: PatternSpec) -> list[tuple[Any, ...]]:
 @pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
 def test_dense_parts_are_shared_between_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
     if not native:
-        monkeypatch.setattr(scan, "_native", lambda: None)
+        for module in (scan_types, scan_plan, scan_matcher, scan_dense, scan_file):  # where it is looked up
+            monkeypatch.setattr(module, "_native", lambda: None)
     monkeypatch.setattr(scan, "_worker_count", lambda files: 1)
     for k, first in enumerate((0, 8, 16)):
         _node(tmp_path / f"node{k}.log", first, 3000, {first + 5: 2990 - 100 * k})
     files = sorted(discover(tmp_path)[0], key=lambda f: f.rel)
     spec = PatternSpec((r"Epoch \d+: \d+/", "Connection reset"), dense=(True, False))
-    scan._DENSES.clear()
+    scan_dense._DENSES.clear()
     together = _results(files, spec)
-    assert len(scan._DENSES) == 1  # one _Dense for the three files
+    assert len(scan_dense._DENSES) == 1  # one _Dense for the three files
     alone = []
     for lf in files:
-        scan._DENSES.clear()
+        scan_dense._DENSES.clear()
         alone += _results([lf], spec)
     assert together == alone
     for k, (_rel, counts, ranks, sampled, _lines, seen) in enumerate(together):
@@ -101,13 +103,13 @@ def test_worker_processes_take_the_scan_from_the_fork_and_leave_nothing_behind(
     assert children() == before
 
 
-def _fails_on_node2(s: scan.FileScan) -> int:
+def _fails_on_node2(s: scan_types.FileScan) -> int:
     if s.file.rel == "node2.log":
         raise ValueError(f"cannot pack {s.file.rel}")
     return s.lines
 
 
-def _dies_on_node2(s: scan.FileScan) -> int:
+def _dies_on_node2(s: scan_types.FileScan) -> int:
     if s.file.rel == "node2.log":
         os.kill(os.getpid(), signal.SIGKILL)
     return s.lines
@@ -115,14 +117,14 @@ def _dies_on_node2(s: scan.FileScan) -> int:
 
 @pytest.mark.parametrize(
     ("pack", "error", "message"),
-    [(_fails_on_node2, ValueError, r"cannot pack node2\.log"), (_dies_on_node2, scan.WorkerDied, "signal 9")],
+    [(_fails_on_node2, ValueError, r"cannot pack node2\.log"), (_dies_on_node2, scan_pool.WorkerDied, "signal 9")],
     ids=["error", "death"],
 )
 def test_a_failing_worker_fails_the_scan_and_no_worker_is_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pack: Any, error: type[Exception], message: str
 ) -> None:
     """An error in a worker is raised by the scan with the worker's traceback as its cause; a worker that dies
-    (killed) fails the scan with :class:`~debug_training_logs.logs.scan.WorkerDied`. Either way no worker is left."""
+    (killed) fails the scan with :class:`~debug_training_logs.logs.scan_pool.WorkerDied`. Either way no worker is left."""
     files = _four_nodes(tmp_path)
     spec = PatternSpec(("Connection reset",))
     monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
@@ -143,7 +145,7 @@ def test_an_interrupt_in_the_main_process_ends_the_workers(tmp_path: Path, monke
     before = children()
     biggest = max(files, key=lambda f: f.size)  # handed out first
 
-    def slow_but_biggest(s: scan.FileScan) -> int:
+    def slow_but_biggest(s: scan_types.FileScan) -> int:
         if s.file != biggest:
             time.sleep(5)
         return s.lines
@@ -171,7 +173,7 @@ def test_scans_in_threads_at_once_each_end(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
     expected = {f.rel: s.lines for f, s in zip(files, scan_files(files, spec), strict=True)}
 
-    def slow(s: scan.FileScan) -> int:
+    def slow(s: scan_types.FileScan) -> int:
         time.sleep(0.05)
         return s.lines
 
@@ -189,7 +191,7 @@ def test_scans_in_threads_at_once_each_end(tmp_path: Path, monkeypatch: pytest.M
     assert not any(t.is_alive() for t in threads)
     assert got == [expected] * 4
     assert children() == before
-    assert not scan._POOL_FDS
+    assert not scan_pool._POOL_FDS
 
 
 def _pipes_open() -> set[str]:
@@ -210,7 +212,7 @@ def test_a_worker_holds_no_pipe_of_another_scan(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(scan, "_worker_count", lambda files: 2)
     first = scan.scan_each(files, spec, None, lambda s: s.lines)
     next(first)  # running, its pipes open
-    theirs = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in scan._POOL_FDS}
+    theirs = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in scan_pool._POOL_FDS}
     assert len(theirs) >= 2  # the result pipes at least
     held = [pipes for _i, pipes in scan.scan_each(files, spec, None, lambda s: _pipes_open())]
     assert len(held) == len(files) and not any(pipes & theirs for pipes in held)

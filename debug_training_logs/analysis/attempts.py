@@ -21,8 +21,9 @@ Files without a boundary of their own (a node's stdout when the agent writes to 
 belongs to the attempt whose window (from the agents' boundary times) holds its time; an untimed line goes with the
 previous timed line of its file.
 
-Pure and MCP-free; reads only the lines it is pointed at (:func:`~debug_training_logs.logs.scan.lines_at`, from the
-scan's nearest checkpoint), from launcher facts a caller's shared scan produced (:func:`split`'s ``launcher_facts``).
+Pure and MCP-free; reads only the lines it is pointed at (:func:`~debug_training_logs.logs.scan_lines.lines_at`, from
+the scan's nearest checkpoint), from launcher facts a caller's shared scan produced (:func:`split`'s
+``launcher_facts``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.progress import step_number
 from debug_training_logs.formats.timestamps import parse_wall_time
 from debug_training_logs.logs.discovery import LogFile, discover
-from debug_training_logs.logs.scan import Checkpoints, FileScan, lines_at
+from debug_training_logs.logs.scan_lines import lines_at
+from debug_training_logs.logs.scan_types import Checkpoints, FileScan
 from debug_training_logs.textcut import cut
 
 if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built

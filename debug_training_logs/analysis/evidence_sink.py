@@ -29,7 +29,7 @@ from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, wi
 from debug_training_logs.logs import fields as native_fields
 from debug_training_logs.logs.attribution import rank_or_local, strip_ansi
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.logs.scan import FileScan
+from debug_training_logs.logs.scan_types import FileScan
 from debug_training_logs.textcut import TEXT_CUT, cut
 
 SAMPLES_PER_SIGNAL = 200

@@ -26,7 +26,7 @@ from debug_training_logs.analysis.templates import TemplateCache
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.logs.scan import lines_at
+from debug_training_logs.logs.scan_lines import lines_at
 from debug_training_logs.memo import unpack
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.textcut import cut

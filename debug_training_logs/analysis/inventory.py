@@ -35,7 +35,8 @@ from debug_training_logs.logs.attribution import (
     strip_ansi,
 )
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
-from debug_training_logs.logs.scan import FileScan, PatternSpec, Sink, SinkFactory, StartedScan, start_each
+from debug_training_logs.logs.scan import StartedScan, start_each
+from debug_training_logs.logs.scan_types import FileScan, PatternSpec, Sink, SinkFactory
 from debug_training_logs.memo import Packed, pack, unpack, unpack_item
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.textcut import cut
@@ -62,7 +63,7 @@ class Marker:
     """Hits per file delivered (None: every hit, for markers whose every line carries a fact such as a rank)."""
     dense: bool = False
     """Lines that occur once per step per rank (progress, metrics): sampled by the scan, never one call per line
-    (see :attr:`~debug_training_logs.logs.scan.PatternSpec.dense`)."""
+    (see :attr:`~debug_training_logs.logs.scan_types.PatternSpec.dense`)."""
 
 
 # The inventory's own patterns (named data; order does not matter).

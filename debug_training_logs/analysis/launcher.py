@@ -46,7 +46,7 @@ from debug_training_logs.formats import gloo, launchers, slurm, torchrun
 from debug_training_logs.formats.python_text import is_source_line
 from debug_training_logs.logs.attribution import file_name_rank, rank_of_line, strip_ansi
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.logs.scan import SinkFactory
+from debug_training_logs.logs.scan_types import SinkFactory
 from debug_training_logs.memo import unpack
 from debug_training_logs.textcut import cut
 

@@ -57,7 +57,9 @@ from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.frozen import fast_positional
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.logs.scan import MAX_LINE_CHARS, lines_at, literal_pattern
+from debug_training_logs.logs.scan_lines import lines_at
+from debug_training_logs.logs.scan_patterns import literal_pattern
+from debug_training_logs.logs.scan_types import MAX_LINE_CHARS
 from debug_training_logs.ranges import format_ranges, parse_ranges
 from debug_training_logs.textcut import TEXT_CUT, cut
 

@@ -1,8 +1,8 @@
 """Reading given lines of a job's files back, with their times: the line a citation names, or, for a line that
 states no time (tracebacks, progress bars, Python logging without a format), the times of the nearest timed lines
 before and after it (a lower and an upper bound). Reads at scan speed from the scan's nearest checkpoint
-(:func:`~debug_training_logs.logs.scan.checkpoints_for`), splitting only the chunks that hold a wanted line; used by
-the evidence, the verifier's citation checks and the timeline."""
+(:func:`~debug_training_logs.logs.scan_lines.checkpoints_for`), splitting only the chunks that hold a wanted line; used
+by the evidence, the verifier's citation checks and the timeline."""
 
 from __future__ import annotations
 
@@ -20,14 +20,9 @@ from debug_training_logs.logs.attribution import strip_ansi
 from debug_training_logs.logs.discovery import LogFile, sniff_compression
 from debug_training_logs.logs.nearest_time import TIMESTAMP
 from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_chunks
-from debug_training_logs.logs.scan import (
-    MAX_LINE_CHARS,
-    Checkpoints,
-    _native,
-    checkpoints_for,
-    line_windows,
-    seek_line,
-)
+from debug_training_logs.logs.scan_engines import _native
+from debug_training_logs.logs.scan_lines import checkpoints_for, line_windows, seek_line
+from debug_training_logs.logs.scan_types import MAX_LINE_CHARS, Checkpoints
 
 WORKER_FALLBACK_YEAR = GUESSED_YEAR
 """Year used for ordering when no worker line states one (see ``formats.timestamps.GUESSED_YEAR``)."""
@@ -147,7 +142,7 @@ def _read_file_lines(
 ) -> dict[tuple[str, int], LineAt]:
     """The wanted lines of one file with their own time and the times of the nearest timed lines around them: read
     from the nearest scan checkpoint before each group of wanted lines when the file is as the scan saw it
-    (:func:`~debug_training_logs.logs.scan.checkpoints_for`, or ``cp`` when the caller found them), else from the
+    (:func:`~debug_training_logs.logs.scan_lines.checkpoints_for`, or ``cp`` when the caller found them), else from the
     top (compressed or changed files)."""
     if cp is None:
         cp = checkpoints_for(lf)

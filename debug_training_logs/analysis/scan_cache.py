@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from debug_training_logs.logs.discovery import LogFile
-from debug_training_logs.logs.scan import FileScan, SinkFactory
+from debug_training_logs.logs.scan_types import FileScan, SinkFactory
 from debug_training_logs.memo import MEMO, Memo, Packed
 
 
