@@ -90,6 +90,7 @@ from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR, TimeBou
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import accusations
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.formats.progress import step_number
 from debug_training_logs.formats.python_text import is_source_line
 from debug_training_logs.formats.storage import DATA_LOADER_WRAPPER, STORAGE_FAILURE
@@ -801,7 +802,7 @@ class NcclEvent:
     line: int
     text: str
     time: datetime | None
-    event: tn.Event
+    event: tnt.Event
 
 
 @dataclass(repr=False)
@@ -1542,7 +1543,7 @@ def _exited_with_error(table: NcclTable) -> set[int]:
     return out
 
 
-_OTHER_EVENTS_READ = (tn.HeartbeatKill,)
+_OTHER_EVENTS_READ = (tnt.HeartbeatKill,)
 """The kinds of :attr:`NcclState.other_events` kept: only the ones something reads (the heartbeat monitor's kill is a
 trigger); add a kind here to read it."""
 
@@ -2140,7 +2141,7 @@ def _triggers(ev: JobEvidence) -> list[Trigger]:
     first = ev.nccl.first_timeout()
     timed_out_at = first.timeout_time if first is not None else None
     for e in ev.nccl.other_events:
-        if isinstance(e.event, tn.HeartbeatKill) and e.rank is not None:
+        if isinstance(e.event, tnt.HeartbeatKill) and e.rank is not None:
             if timed_out_at is not None and e.time is not None and e.time > timed_out_at + CLOCK_SLACK:
                 continue  # the watchdog stuck while dumping or aborting after a collective timed out: a consequence
             h = Hit("heartbeat", e.file, e.line, e.text, e.rank, e.time)
