@@ -111,7 +111,7 @@ if TYPE_CHECKING:  # the result models import pydantic, which the scan never nee
 
 if TYPE_CHECKING:  # the AIS and dump modules are imported where those are read: the worker scan's sinks need none
     from debug_training_logs.analysis import fr_dumps, hang_facts
-    from debug_training_logs.analysis.ais_deltas import (
+    from debug_training_logs.analysis.ais_delta_types import (
         AisCollection,
         GetStop,
         NotableLines,
@@ -1569,7 +1569,8 @@ def _other_events(worker: WorkerEvidence, files: Iterable[FileEvents]) -> list[N
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# AIS evidence: the file index, counter spikes, notable error lines (analysis.ais_deltas), and the clock alignment
+# AIS evidence: the file index, counter spikes, notable error lines (analysis.ais_intervals, analysis.ais_collect), and
+# the clock alignment
 
 
 def aligned_for(al: Alignment | None, daemon: str) -> bool:
@@ -1589,7 +1590,7 @@ def ais_to_worker(al: Alignment | None, t: datetime | None) -> datetime | None:
 
 @dataclass(repr=False, eq=False)
 class AisEvidence:
-    """What the AIS daemon logs show (one ``ais_deltas.collect`` pass) and how their clock relates to the workers'."""
+    """What the AIS daemon logs show (one ``ais_collect.collect`` pass) and how their clock relates to the workers'."""
 
     root: Path
     index: AisIndex
@@ -1634,15 +1635,14 @@ class AisOwn:
 
 def ais_own(ais_dir: Path) -> AisOwn:
     """One pass over the AIS logs (index, stats deltas, W/E lines) and what follows from them alone."""
-    from debug_training_logs.analysis.ais_deltas import (
+    from debug_training_logs.analysis.ais_collect import collect, notable_lines
+    from debug_training_logs.analysis.ais_delta_types import IntervalDelta
+    from debug_training_logs.analysis.ais_intervals import (
         DEFAULT_COUNTERS,
-        IntervalDelta,
-        collect,
         find_restarts,
         find_spikes,
         get_stops,
         interval_deltas,
-        notable_lines,
     )
 
     collection = collect(ais_dir)
