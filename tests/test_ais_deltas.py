@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from debug_training_logs.analysis.ais_deltas import AisCounterDeltasResult, ais_counter_deltas, collect, get_stop_times
+from debug_training_logs.analysis.ais_collect import collect
+from debug_training_logs.analysis.ais_delta_types import AisCounterDeltasResult
+from debug_training_logs.analysis.ais_deltas import ais_counter_deltas
 from debug_training_logs.analysis.ais_index import AisDirScan, index_ais_dir, iter_records
+from debug_training_logs.analysis.ais_intervals import get_stop_times
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.tools.ais_counter_deltas import SPEC
 from debug_training_logs.tools.ais_counter_deltas import ais_counter_deltas as ais_counter_deltas_tool

@@ -135,13 +135,13 @@ AIS_JOBS = sorted(d.parent for d in (ROOT / "fixtures").glob("*/ais") if (d.pare
 def test_the_alignment_from_the_spikes_the_ais_evidence_found_equals_the_one_that_finds_them(job: Path) -> None:
     """diagnose hands the alignment the spikes its AIS pass found per daemon of the index (no second pass over every
     daemon's stats intervals): per daemon the same spikes in the same order, so the same error onsets and alignment."""
-    from debug_training_logs.analysis import ais_deltas
+    from debug_training_logs.analysis import ais_intervals
     from debug_training_logs.analysis.alignment import _ais_error_onsets
     from debug_training_logs.analysis.evidence import gather_evidence
     from debug_training_logs.analysis.evidence_ais import ais_own
 
     own = ais_own(job / "ais")
-    again = ais_deltas.collection_spikes(own.collection)
+    again = ais_intervals.collection_spikes(own.collection)
     assert set(own.collection.points) <= {d.key for d in own.collection.index.daemons}
     for daemon in {s.daemon for s in [*own.spikes, *again]}:
         assert [astuple(s) for s in own.spikes if s.daemon == daemon] == [

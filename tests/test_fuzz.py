@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from debug_training_logs.analysis.evidence import gather_evidence
 from debug_training_logs.analysis.inventory import scan_job
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.formats import ais, torch_nccl
+from debug_training_logs.formats import ais, torch_nccl, torch_nccl_types
 from debug_training_logs.formats.timestamps import iso, parse_wall_time
 from debug_training_logs.logs.attribution import file_name_node, file_name_rank, line_rank
 from debug_training_logs.logs.discovery import discover
@@ -157,7 +157,7 @@ def _bounded(seconds: float) -> Iterator[None]:
 def test_nccl_parser_never_raises(line: str) -> None:
     with _bounded(LINE_SECONDS * 4):
         parsed = torch_nccl.parse_line(line)
-        assert parsed is None or isinstance(parsed, torch_nccl.Parsed)
+        assert parsed is None or isinstance(parsed, torch_nccl_types.Parsed)
         torch_nccl.parse_pg_prefix(line)
 
 

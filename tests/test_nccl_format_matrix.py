@@ -16,6 +16,7 @@ import pytest
 
 from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, Hit, NcclSink, nccl_state_table
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.logs.discovery import discover
 from debug_training_logs.logs.scan import scan_files
 from debug_training_logs.logs.scan_types import PatternSpec
@@ -50,16 +51,16 @@ def _scan(tmp: Path, cases: list[Case]) -> dict[str, FileEvents]:
 def _fields(hit: Hit) -> dict[str, Any]:
     ev = hit.event
     out: dict[str, Any] = {"event": type(ev).__name__}
-    w = ev.embedded if isinstance(ev, tn.WatchdogTerminated) else ev
-    if isinstance(ev, tn.WatchdogTerminated):
+    w = ev.embedded if isinstance(ev, tnt.WatchdogTerminated) else ev
+    if isinstance(ev, tnt.WatchdogTerminated):
         out["embedded"] = ev.embedded is not None
-    if isinstance(w, tn.WatchdogTimeout | tn.BlockingWaitTimeout):
+    if isinstance(w, tnt.WatchdogTimeout | tnt.BlockingWaitTimeout):
         out.update(seq=w.work.seq, op_type=w.work.op_type, timeout_ms=w.work.timeout_ms, numel_in=w.work.numel_in)
-        if isinstance(w, tn.WatchdogTimeout) and not isinstance(ev, tn.WatchdogTerminated):
+        if isinstance(w, tnt.WatchdogTimeout) and not isinstance(ev, tnt.WatchdogTerminated):
             out["ran_for_ms"] = w.ran_for_ms
-    if isinstance(ev, tn.StatusLine):
+    if isinstance(ev, tnt.StatusLine):
         out.update(seq=ev.seq, last_enqueued=ev.last_enqueued, last_completed=ev.last_completed)
-    if isinstance(ev, tn.DumpSignal):
+    if isinstance(ev, tnt.DumpSignal):
         out.update(
             origin=ev.origin, from_rank=ev.from_rank, last_enqueued=ev.last_enqueued, last_completed=ev.last_completed
         )

@@ -11,6 +11,7 @@ import random
 import pytest
 
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats import torch_nccl_wraps as tnw
 from tests import nccl_render as nr
 
 pytestmark = pytest.mark.skipif(tn._NATIVE_LINE is None, reason="the _fields extension is not built or is disabled")
@@ -124,7 +125,7 @@ def test_torch_family_matrix_equals_python() -> None:
     native = total = 0
     for version in nr.TORCH:
         for case in nr.all_cases(version):
-            for line in [*case.lines, tn.join_wrapped(case.lines)]:
+            for line in [*case.lines, tnw.join_wrapped(case.lines)]:
                 total += 1
                 native += _same(line)
     assert total > 5000 and native > 100

@@ -7,13 +7,16 @@ import re
 import pytest
 
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats import torch_nccl_patterns as tnp
+from debug_training_logs.formats import torch_nccl_types as tnt
+from debug_training_logs.formats import torch_nccl_wraps as tnw
 
 WORK = "WorkNCCL(SeqNum=4118, OpType=ALLREDUCE, NumelIn=94371840, NumelOut=94371840, Timeout(ms)=1800000)"
 PG10 = "[PG ID 0 PG GUID 0(default_pg) Rank 2]"
 H10 = "[rank2]:[E521 08:02:12.386831038 ProcessGroupNCCL.cpp:{}] "
 
 
-def parsed(line: str) -> tn.Parsed:
+def parsed(line: str) -> tnt.Parsed:
     p = tn.parse_line(line)
     assert p is not None, line
     return p
@@ -28,8 +31,8 @@ def test_timeout_line_every_header_style() -> None:
     assert (p.header.month, p.header.day, p.header.hms, p.header.severity) == (5, 21, "08:02:12", "E")
     assert p.global_rank == 2
     ev = p.event
-    assert isinstance(ev, tn.WatchdogTimeout)
-    assert ev.work == tn.Work(4118, "ALLREDUCE", 94371840, 94371840, None, 1800000)
+    assert isinstance(ev, tnt.WatchdogTimeout)
+    assert ev.work == tnt.Work(4118, "ALLREDUCE", 94371840, 94371840, None, 1800000)
     assert ev.ran_for_ms == 1800099 and ev.work_rank == 2 and ev.pg is None and not ev.wait_path
     p23 = parsed("[rank14]:[E ProcessGroupNCCL.cpp:565] " + msg)
     assert p23.header is not None and p23.header.style == "c10_2.2-2.3" and p23.header.hms is None
@@ -38,12 +41,12 @@ def test_timeout_line_every_header_style() -> None:
         "[E ProcessGroupNCCL.cpp:475] " + msg.replace(WORK, "WorkNCCL(SeqNum=9, OpType=BROADCAST, Timeout(ms)=600000)")
     )
     assert p21.header is not None and p21.header.style == "c10_<=2.1" and p21.global_rank is None
-    assert isinstance(p21.event, tn.WatchdogTimeout) and p21.event.work.numel_in is None
+    assert isinstance(p21.event, tnt.WatchdogTimeout) and p21.event.work.numel_in is None
     p20 = parsed(
         "[E ProcessGroupNCCL.cpp:475] [Rank 3] Caught collective operation timeout: WorkNCCL(SeqNum=7, "
         "OpType=ALLGATHER, TensorShape=[1024, 16], Timeout(ms)=60000) ran for 60012 milliseconds before timing out."
     )
-    assert isinstance(p20.event, tn.WatchdogTimeout) and p20.event.wait_path
+    assert isinstance(p20.event, tnt.WatchdogTimeout) and p20.event.wait_path
     assert p20.event.work.tensor_shape == "1024, 16"
     glog = parsed("E1121 10:22:33.123456  1234 ProcessGroupNCCL.cpp:616] " + msg)
     assert glog.header is not None and glog.header.style == "glog" and (glog.header.month, glog.header.day) == (11, 21)
@@ -84,7 +87,7 @@ def test_pg_prefix_styles(prefix: str, pg_id: str | None, pg_name: str | None, d
                           style: str) -> None:  # fmt: skip
     line = f"[rank9]:[E0521 08:02:12.000000001 ProcessGroupNCCL.cpp:1] {prefix}First PG on this rank to signal dumping."
     ev = parsed(line).event
-    assert isinstance(ev, tn.FirstToDump) and ev.pg is not None
+    assert isinstance(ev, tnt.FirstToDump) and ev.pg is not None
     assert (ev.pg.style, ev.pg.pg_id, ev.pg.pg_name, ev.pg.pg_desc, ev.pg.pg_rank) == (
         style,
         pg_id,
@@ -98,7 +101,7 @@ def test_torch_2_3_pg_number_is_a_uid() -> None:
     p = parsed("[rank5]:[E ProcessGroupNCCL.cpp:1537] [PG 2 Rank 6] Timeout at NCCL work: 3, last enqueued NCCL work: "
                "3, last completed NCCL work: 2.")  # fmt: skip
     ev = p.event
-    assert isinstance(ev, tn.StatusLine) and ev.pg is not None
+    assert isinstance(ev, tnt.StatusLine) and ev.pg is not None
     assert (ev.pg.style, ev.pg.pg_id, ev.pg.pg_name, ev.pg.key) == ("uid", "2", None, "2")
 
 
@@ -117,7 +120,7 @@ def test_torch_2_3_pg_number_is_a_uid() -> None:
 )  # fmt: skip
 def test_status_line_families(message: str, family: str, seq: int, e: int, c: int) -> None:
     ev = parsed(H10.format(2303) + message).event
-    assert isinstance(ev, tn.StatusLine)
+    assert isinstance(ev, tnt.StatusLine)
     assert (ev.family, ev.seq, ev.last_enqueued, ev.last_completed) == (family, seq, e, c)
     assert ev.pg is not None
 
@@ -149,67 +152,67 @@ TAIL = ("This is most likely caused by incorrect usages of collectives, e.g., wr
 )  # fmt: skip
 def test_dump_signal_every_version(message: str, origin: str, src: int | None, family: str) -> None:
     ev = parsed(H10.format(1914) + PG10 + " " + message).event
-    assert isinstance(ev, tn.DumpSignal)
+    assert isinstance(ev, tnt.DumpSignal)
     assert (ev.origin, ev.from_rank, ev.family) == (origin, src, family)
     assert ev.pg is not None and ev.pg.pg_rank == 2
 
 
 def test_observed_first_and_fatal_lines() -> None:
     obs = parsed(H10.format(1849) + PG10 + " Observed flight recorder dump signal from another rank via TCPStore.")
-    assert isinstance(obs.event, tn.DumpObserved) and obs.event.family == "2.5+"
+    assert isinstance(obs.event, tnt.DumpObserved) and obs.event.family == "2.5+"
     obs24 = parsed(H10.format(1313) + "[PG 0 (default_pg) Rank 2] First PG on this rank detecting the dump signal "
                    "through tcpstore.")  # fmt: skip
-    assert isinstance(obs24.event, tn.DumpObserved) and obs24.event.family == "2.4"
+    assert isinstance(obs24.event, tnt.DumpObserved) and obs24.event.family == "2.4"
     first = parsed(H10.format(2636) + PG10 + " First PG on this rank to signal dumping.")
-    assert isinstance(first.event, tn.FirstToDump) and first.event.family == "2.7+"
+    assert isinstance(first.event, tnt.FirstToDump) and first.event.family == "2.7+"
     first24 = parsed(H10.format(1688) + "[PG 0 (default_pg) Rank 2] First watchdog to set the dump signal.")
-    assert isinstance(first24.event, tn.FirstToDump) and first24.event.family == "2.4"
+    assert isinstance(first24.event, tnt.FirstToDump) and first24.event.family == "2.4"
     fatal = parsed(H10.format(1660).replace("[E", "[F") + PG10 + " " + PG10 + " Terminating the process after "
                    "attempting to dump debug info, due to collective timeout or exception.")  # fmt: skip
-    assert isinstance(fatal.event, tn.FatalTerminate) and fatal.event.reason == "collective timeout or exception"
+    assert isinstance(fatal.event, tnt.FatalTerminate) and fatal.event.reason == "collective timeout or exception"
     assert fatal.header is not None and fatal.header.severity == "F"
     hang = parsed(H10.format(1) + PG10 + " Terminating the process after attempting to dump debug info, due to "
                   "ProcessGroupNCCL watchdog hang.")  # fmt: skip
-    assert isinstance(hang.event, tn.FatalTerminate) and hang.event.reason == "ProcessGroupNCCL watchdog hang"
+    assert isinstance(hang.event, tnt.FatalTerminate) and hang.event.reason == "ProcessGroupNCCL watchdog hang"
 
 
 def test_teardown_terminated_heartbeat_blocking_and_exit_lines() -> None:
     t = parsed(H10.format(1899) + PG10 + " Process group watchdog thread terminated with exception: [Rank 0] "
                f"Watchdog caught collective operation timeout: {WORK} ran for 1800099 milliseconds before timing out.")  # fmt: skip
     ev = t.event
-    assert isinstance(ev, tn.WatchdogTerminated) and ev.wording == "Process group" and not ev.headerless
+    assert isinstance(ev, tnt.WatchdogTerminated) and ev.wording == "Process group" and not ev.headerless
     assert ev.embedded is not None and ev.embedded.work.seq == 4118 and ev.pg is not None and ev.pg.pg_rank == 2
     old = parsed("[rank3]:[E ProcessGroupNCCL.cpp:1182] [Rank 3] NCCL watchdog thread terminated with exception: "
                  f"[Rank 3] Watchdog caught collective operation timeout: {WORK} ran for 1800099 milliseconds before "
                  "timing out.")  # fmt: skip
-    assert isinstance(old.event, tn.WatchdogTerminated) and old.event.wording == "NCCL"
+    assert isinstance(old.event, tnt.WatchdogTerminated) and old.event.wording == "NCCL"
     what = parsed(f"  what():  {PG10} Process group watchdog thread terminated with exception: [Rank 2] Watchdog caught "
                   f"collective operation timeout: {WORK} ran for 1800099 milliseconds before timing out.")  # fmt: skip
-    assert isinstance(what.event, tn.WatchdogTerminated) and what.event.headerless and what.header is None
+    assert isinstance(what.event, tnt.WatchdogTerminated) and what.event.headerless and what.header is None
     stuck = parsed(H10.format(1743) + PG10 + " ProcessGroupNCCL's watchdog got stuck for 480 seconds without making "
                    "progress in monitoring enqueued collectives. This typically indicates a NCCL/CUDA API hang")  # fmt: skip
-    assert isinstance(stuck.event, tn.HeartbeatKill) and stuck.event.seconds == 480
+    assert isinstance(stuck.event, tnt.HeartbeatKill) and stuck.event.seconds == 480
     hb = parsed(H10.format(1) + "[PG 0 Rank 2] Heartbeat monitor timed out! Process will be terminated after dumping "
                 "debug info. workMetaList_.size()=1")  # fmt: skip
-    assert isinstance(hb.event, tn.HeartbeatKill) and hb.event.kind == "heartbeat_timed_out"
+    assert isinstance(hb.event, tnt.HeartbeatKill) and hb.event.kind == "heartbeat_timed_out"
     for tail in (" timed out in blocking wait (TORCH_NCCL_BLOCKING_WAIT=1).", " timed out in blocking wait."):
         b = parsed(H10.format(756) + f"[Rank 1] Work {WORK}{tail}")
-        assert isinstance(b.event, tn.BlockingWaitTimeout) and b.event.work.seq == 4118 and b.event.work_rank == 1
+        assert isinstance(b.event, tnt.BlockingWaitTimeout) and b.event.work.seq == 4118 and b.event.work_rank == 1
     for text, kind in (("Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, "
                         "subsequent GPU operations might run on corrupted/incomplete data.", "some_failed"),
                        ("To avoid data inconsistency, we are taking the entire process down.", "take_down")):  # fmt: skip
         td = parsed(H10.format(684) + "[Rank 2] " + text)
-        assert isinstance(td.event, tn.Teardown) and td.event.kind == kind
+        assert isinstance(td.event, tnt.Teardown) and td.event.kind == kind
     x = parsed(H10.format(1).replace("[E", "[F") + "[PG 0 (default_pg) Rank 2] ProcessGroupNCCL's watchdog detected a "
                "dump signal from rank 11 and notified the current rank. This is most likely caused by ...")  # fmt: skip
-    assert isinstance(x.event, tn.WatchdogExitMessage) and x.event.from_rank == 11
+    assert isinstance(x.event, tnt.WatchdogExitMessage) and x.event.from_rank == 11
 
 
 def test_child_failed_rows() -> None:
-    assert parsed("  rank      : 13 (local_rank: 5)").event == tn.ChildFailureRank(13, 5)
-    assert parsed("  exitcode  : -6 (pid: 23455)").event == tn.ChildFailureExit(-6, 23455, None)
-    assert parsed("  exitcode  : -6 (pid: 23455)  (SIGABRT)").event == tn.ChildFailureExit(-6, 23455, "SIGABRT")
-    assert parsed("  traceback : Signal 6 (SIGABRT) received by PID 23455").event == tn.ChildFailureSignal(
+    assert parsed("  rank      : 13 (local_rank: 5)").event == tnt.ChildFailureRank(13, 5)
+    assert parsed("  exitcode  : -6 (pid: 23455)").event == tnt.ChildFailureExit(-6, 23455, None)
+    assert parsed("  exitcode  : -6 (pid: 23455)  (SIGABRT)").event == tnt.ChildFailureExit(-6, 23455, "SIGABRT")
+    assert parsed("  traceback : Signal 6 (SIGABRT) received by PID 23455").event == tnt.ChildFailureSignal(
         "SIGABRT", 23455
     )
 
@@ -237,7 +240,7 @@ STATUS = f"{PG10}  failure detected by watchdog at work sequence id: 4118 PG sta
 def test_header_found_anywhere(prefix: str) -> None:
     p = parsed(prefix + H10.format(2303) + STATUS)
     assert p.global_rank == 2
-    assert isinstance(p.event, tn.StatusLine) and p.event.seq == 4118
+    assert isinstance(p.event, tnt.StatusLine) and p.event.seq == 4118
 
 
 def test_stale_pg_local_rank_is_never_the_global_rank() -> None:
@@ -245,7 +248,7 @@ def test_stale_pg_local_rank_is_never_the_global_rank() -> None:
     p = parsed("[rank13]:[E521 08:02:12.1 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught collective operation "
                f"timeout: {WORK} ran for 1800099 milliseconds before timing out.")  # fmt: skip
     assert p.global_rank == 13
-    assert isinstance(p.event, tn.WatchdogTimeout) and p.event.work_rank == 1
+    assert isinstance(p.event, tnt.WatchdogTimeout) and p.event.work_rank == 1
     # no [rankN]: at all: the [Rank N] still never becomes a global rank
     q = parsed(f"[E ProcessGroupNCCL.cpp:475] [Rank 6] Watchdog caught collective operation timeout: {WORK} ran for 1 "
                "milliseconds before timing out.")  # fmt: skip
@@ -257,15 +260,15 @@ def test_hard_wrapped_status_line_is_recognised_and_joins() -> None:
     for width in (80, 120, 150):
         pieces = [full[k : k + width] for k in range(0, len(full), width)]
         assert all(tn.parse_line(p) is None for p in pieces)
-        assert tn.starts_new_record(pieces[0])
-        assert all(not tn.starts_new_record(p) for p in pieces[1:])
-        candidates = [p for p in pieces if any(nd in p for nd in tn.NEEDLES)]
-        assert candidates and all(tn.looks_cut(p) in ("head", "tail") for p in candidates)
-        ev = parsed(tn.join_wrapped(pieces)).event
-        assert isinstance(ev, tn.StatusLine) and (ev.seq, ev.last_enqueued, ev.last_completed) == (4118, 4118, 4117)
+        assert tnw.starts_new_record(pieces[0])
+        assert all(not tnw.starts_new_record(p) for p in pieces[1:])
+        candidates = [p for p in pieces if any(nd in p for nd in tnp.NEEDLES)]
+        assert candidates and all(tnw.looks_cut(p) in ("head", "tail") for p in candidates)
+        ev = parsed(tnw.join_wrapped(pieces)).event
+        assert isinstance(ev, tnt.StatusLine) and (ev.seq, ev.last_enqueued, ev.last_completed) == (4118, 4118, 4117)
     # the second half alone is a tail
-    assert tn.looks_cut("18, last completed work: 4117") == "tail"
-    assert tn.starts_new_record(H10.format(1) + "x")
+    assert tnw.looks_cut("18, last completed work: 4117") == "tail"
+    assert tnw.starts_new_record(H10.format(1) + "x")
 
 
 def test_needles_select_every_message_and_no_noise() -> None:
@@ -283,7 +286,7 @@ def test_needles_select_every_message_and_no_noise() -> None:
         f"[Rank 1] Work {WORK} timed out in blocking wait.",
     ]
     for m in messages:
-        assert any(n in m for n in tn.NEEDLES), m
+        assert any(n in m for n in tnp.NEEDLES), m
     noise = [
         "[NeMo I 2026-05-21 07:00:05 exp_manager:396] Experiments will be logged at /results",
         "gpu-a01:23450:23962 [0] NCCL INFO comm 0x55d3c8a0 rank 0 nranks 16 cudaDev 0 busId 18000 - Init COMPLETE",
@@ -292,9 +295,9 @@ def test_needles_select_every_message_and_no_noise() -> None:
         "Epoch 0:  12%|█         | 1200/10000 [28:00<3:52:11, 0.71it/s, v_num=0, reduced_train_loss=2.000]",
     ]
     for m in noise:
-        assert not any(n in m for n in tn.NEEDLES), m
+        assert not any(n in m for n in tnp.NEEDLES), m
     # needles are plain literals (the scan escapes them)
-    assert all(re.escape(n) and n == n.strip("\n") for n in tn.NEEDLES)
+    assert all(re.escape(n) and n == n.strip("\n") for n in tnp.NEEDLES)
 
 
 def test_clean_shutdown_watchdog_lines_are_not_unparsed_noise() -> None:
@@ -318,5 +321,5 @@ def test_an_absurdly_long_number_is_no_field_and_no_crash() -> None:
         f"watchdog at work sequence id: {huge} PG status: last enqueued work: {huge}, last completed work: 1"
     )
     assert tn.parse_line(line) is None
-    tn.looks_cut(line)
+    tnw.looks_cut(line)
     tn.is_watchdog_like(line)

@@ -19,22 +19,25 @@ import pytest
 
 from debug_training_logs.analysis import nccl_table
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats import torch_nccl_patterns as tnp
+from debug_training_logs.formats import torch_nccl_types as tnt
+from debug_training_logs.formats import torch_nccl_wraps as tnw
 from debug_training_logs.frozen import positional
 from tests.nccl_render import TORCH, all_cases
 
 
-def _plain_before(text: str, pos: int, start: int) -> tn.PGPrefix | None:
+def _plain_before(text: str, pos: int, start: int) -> tnt.PGPrefix | None:
     """pg_prefix_before as written before the memo: the last PG prefix in text[start:pos], if only blanks follow."""
     last: re.Match[str] | None = None
-    for m in tn._PG_PREFIX.finditer(text, start, pos):
+    for m in tnp._PG_PREFIX.finditer(text, start, pos):
         last = m
     if last is None or text[last.end() : pos].strip():
         return None
     return tn._pg_build(last)
 
 
-def _plain_first(text: str) -> tn.PGPrefix | None:
-    m = tn._PG_PREFIX.search(text)
+def _plain_first(text: str) -> tnt.PGPrefix | None:
+    m = tnp._PG_PREFIX.search(text)
     return tn._pg_build(m) if m else None
 
 
@@ -42,7 +45,7 @@ def _texts(version: str) -> list[str]:
     out: list[str] = []
     for case in all_cases(version):
         out.extend(case.lines)
-        out.append(tn.join_wrapped(case.lines))
+        out.append(tnw.join_wrapped(case.lines))
     return out
 
 
@@ -83,7 +86,7 @@ def test_a_prefix_seen_in_one_line_is_not_reused_for_a_different_span() -> None:
     assert tn.pg_prefix_before(b, len(b), start) is None  # text between the prefix and the message
     assert tn.pg_prefix_before(a, len(a) - 1, start) is got  # one blank fewer: the same prefix object
     long_span = "x" * (tn._SPAN_MAX + 10) + " [Rank 9] "
-    assert tn.pg_prefix_before(long_span, len(long_span)) == tn.PGPrefix("rank", None, None, None, 9)
+    assert tn.pg_prefix_before(long_span, len(long_span)) == tnt.PGPrefix("rank", None, None, None, 9)
     assert long_span not in tn._BEFORE_SEEN  # long spans are answered, not kept
 
 
@@ -103,14 +106,14 @@ def test_parse_line_is_the_same_cold_and_warm(version: str, monkeypatch: pytest.
 
 
 _SAMPLES: list[object] = [
-    tn.Header("c10_2.4+", "E", 5, 21, "08:02:12", 3, "ProcessGroupNCCL.cpp:689", "0521 08:02:12"),
-    tn.Header("c10_<=2.1", "E", None, None, None, None, "ProcessGroupNCCL.cpp:475", None),
-    tn.WatchdogTimeout(tn.Work(4118, "ALLREDUCE", 8, 8, None, 600000), 600123, 2, None, False),
-    tn.StatusLine("failure_detected", 7, 7, 6, tn.PGPrefix("guid", "0", "0", "default_pg", 2)),
-    tn.DumpSignal("remote", 5, 9, 8, "2.5+", None),
-    tn.FirstToDump("2.7+", tn.PGPrefix("rank", None, None, None, 1)),
-    tn.Teardown("take_down", None),
-    tn.FatalTerminate("collective timeout or exception", None),
+    tnt.Header("c10_2.4+", "E", 5, 21, "08:02:12", 3, "ProcessGroupNCCL.cpp:689", "0521 08:02:12"),
+    tnt.Header("c10_<=2.1", "E", None, None, None, None, "ProcessGroupNCCL.cpp:475", None),
+    tnt.WatchdogTimeout(tnt.Work(4118, "ALLREDUCE", 8, 8, None, 600000), 600123, 2, None, False),
+    tnt.StatusLine("failure_detected", 7, 7, 6, tnt.PGPrefix("guid", "0", "0", "default_pg", 2)),
+    tnt.DumpSignal("remote", 5, 9, 8, "2.5+", None),
+    tnt.FirstToDump("2.7+", tnt.PGPrefix("rank", None, None, None, 1)),
+    tnt.Teardown("take_down", None),
+    tnt.FatalTerminate("collective timeout or exception", None),
 ]
 
 
@@ -122,13 +125,13 @@ def test_positional_constructors_make_equal_objects(obj: object) -> None:
     assert type(made) is cls and made == obj and hash(made) == hash(obj) and repr(made) == repr(obj)
     assert pickle.loads(pickle.dumps(made)) == obj
     parsed = tn._new_parsed(None, 4, made)
-    assert parsed == tn.Parsed(header=None, global_rank=4, event=obj)  # type: ignore[arg-type]
+    assert parsed == tnt.Parsed(header=None, global_rank=4, event=obj)  # type: ignore[arg-type]
 
 
 def test_positional_constructor_refuses_a_wrong_count_and_the_hit_maker_matches_hit() -> None:
     with pytest.raises(TypeError):
         tn._new_header("c10_2.4+", "E")
-    ev = tn.Teardown("some_failed", None)
+    ev = tnt.Teardown("some_failed", None)
     assert nccl_table._new_hit(3, 1, None, ev, "line", 2) == nccl_table.Hit(3, 1, None, ev, "line", joined=2)
 
 
@@ -146,12 +149,12 @@ def test_a_repeated_timeout_message_parses_alike_in_its_three_lines() -> None:
     )
     copy = tn.parse_line(f"  what():  {pg} Process group watchdog thread terminated with exception: {msg}")
     assert first is not None and wrapper is not None and copy is not None
-    assert isinstance(wrapper.event, tn.WatchdogTerminated) and isinstance(copy.event, tn.WatchdogTerminated)
+    assert isinstance(wrapper.event, tnt.WatchdogTerminated) and isinstance(copy.event, tnt.WatchdogTerminated)
     assert wrapper.event.embedded == copy.event.embedded == first.event
-    assert isinstance(first.event, tn.WatchdogTimeout) and first.event.ran_for_ms == 600099
+    assert isinstance(first.event, tnt.WatchdogTimeout) and first.event.ran_for_ms == 600099
     assert first.event.work_rank == 2 and first.event.pg is None
     assert not wrapper.event.headerless and copy.event.headerless and copy.global_rank is None
     other = tn.parse_line(
         f"[rank2]:[E521 08:02:12.442641787 ProcessGroupNCCL.cpp:689] {msg.replace('600099', '600098')}"
     )
-    assert other is not None and isinstance(other.event, tn.WatchdogTimeout) and other.event.ran_for_ms == 600098
+    assert other is not None and isinstance(other.event, tnt.WatchdogTimeout) and other.event.ran_for_ms == 600098

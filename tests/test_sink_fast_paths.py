@@ -18,6 +18,9 @@ import pytest
 from debug_training_logs.analysis import inventory, templates
 from debug_training_logs.analysis.templates import TemplateCache, template_of
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats import torch_nccl_patterns as tnp
+from debug_training_logs.formats import torch_nccl_types as tnt
+from debug_training_logs.formats import torch_nccl_wraps as tnw
 from tests.nccl_render import EXTRA_PREFIXES, PREFIXES, TORCH, WRAPS, build_case, messages
 
 ENDINGS = ("", "\r")
@@ -29,7 +32,7 @@ def _matrix_lines(version: str) -> list[str]:
         for prefix in PREFIXES + EXTRA_PREFIXES:
             for wrap_style in WRAPS:
                 case = build_case(version, msg, prefix, wrap_style)
-                pieces = [*case.lines, tn.join_wrapped(list(case.lines))]
+                pieces = [*case.lines, tnw.join_wrapped(list(case.lines))]
                 out += [p + end for p in pieces for end in ENDINGS]
     return out
 
@@ -46,24 +49,24 @@ def test_nccl_pretests_hold_on_every_family_prefix_and_wrap(version: str) -> Non
     for line in lines:
         text = tn._text(line)
         assert text == _plain_text(line), line
-        if tn._HEADER.search(text) is not None:
+        if tnp._HEADER.search(text) is not None:
             headers += 1
-            assert tn._HEADER_OPENING.search(text) is not None, line
-        if tn._GLOG.search(text) is not None:
-            assert tn._GLOG_SECONDS.search(text) is not None, line
-        for _origin, family, rx in tn._DUMP:
+            assert tnp._HEADER_OPENING.search(text) is not None, line
+        if tnp._GLOG.search(text) is not None:
+            assert tnp._GLOG_SECONDS.search(text) is not None, line
+        for _origin, family, rx in tnp._DUMP:
             if rx.search(text) is not None:
                 dumps += 1
-                assert tn._DUMP_WORD[family] in text, line
-        if tn._TIMEOUT.search(text) is not None:
+                assert tnp._DUMP_WORD[family] in text, line
+        if tnp._TIMEOUT.search(text) is not None:
             timeouts += 1
             assert "WorkNCCL(" in text, line
-        for family, rx in tn._STATUS:
+        for family, rx in tnp._STATUS:
             if rx.search(text) is not None:
                 statuses += 1
-                assert tn._STATUS_WORD[family] in text, line
-        if tn._GLOBAL_RANK.match(line) is not None:
-            assert tn._starts_new_record(line), line  # the fast path's answer for lines opening with [rankN]:
+                assert tnp._STATUS_WORD[family] in text, line
+        if tnp._GLOBAL_RANK.match(line) is not None:
+            assert tnw._starts_new_record(line), line  # the fast path's answer for lines opening with [rankN]:
     assert headers and timeouts
     assert statuses or version in ("2.0", "2.1", "2.2")  # status lines exist from 2.3 on
     assert dumps or version in ("2.0", "2.1", "2.2")  # the dump signal exists from 2.3 on
@@ -99,7 +102,7 @@ def test_absurd_digit_runs_match_the_regex(digits: str, run: int, where: str, en
         assert tn.parse_line(variant) == _parse_plain(variant)
 
 
-def _parse_plain(line: str) -> tn.Parsed | None:
+def _parse_plain(line: str) -> tnt.Parsed | None:
     """parse_line with the regex-only text cleaning (the reference for the byte-table check)."""
     saved = tn._text
     tn._text = _plain_text
@@ -116,7 +119,7 @@ def test_glog_headers_pass_the_pretest(sev: str, spaces: str, ending: str) -> No
     glog = f"{sev}0521 08:02:14.862000{spaces}1234 torch/distributed/elastic/multiprocessing/api.py:869] failed (x)"
     for prefix in ("", "[rank4]:", "4: ", "(RayWorker pid=7, ip=10.0.0.1) ", "\x1b[33m", "host]:", "a:"):
         text = tn._text(prefix + glog + ending)
-        assert tn._GLOG.search(text) is not None and tn._GLOG_SECONDS.search(text) is not None
+        assert tnp._GLOG.search(text) is not None and tnp._GLOG_SECONDS.search(text) is not None
         h, at = tn.find_header(text)
         assert h is not None and h.style == "glog" and h.source.endswith("api.py:869") and h.severity == sev
         assert text[at:].startswith("failed")

@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # the result models import pydantic, which the scan never nee
     from debug_training_logs.models import Coverage, Evidence
 
 if TYPE_CHECKING:  # the AIS modules are imported where the AIS logs are read: the worker scan's sink needs none
-    from debug_training_logs.analysis import ais_deltas
+    from debug_training_logs.analysis import ais_delta_types
     from debug_training_logs.analysis.ais_index import AisIndex
 
 # Zone abbreviations -> UTC offset in hours; None marks an ambiguous abbreviation (a hint only).
@@ -310,19 +310,19 @@ def align(
     *,
     worker: WorkerClock | None = None,
     table: NcclTable | None = None,
-    collection: ais_deltas.AisCollection | None = None,
-    spikes: Sequence[ais_deltas.Spike] | None = None,
+    collection: ais_delta_types.AisCollection | None = None,
+    spikes: Sequence[ais_delta_types.Spike] | None = None,
 ) -> Alignment:
     """Measure worker-minus-AIS clock offset by every applicable method (see module docstring).
 
     ``worker``, ``table`` and ``collection`` let a caller that already scanned the logs pass its results in;
     ``spikes``: the collection's spikes of the default counters when the caller found them already (every daemon
-    with stats: :func:`~debug_training_logs.analysis.ais_deltas.collection_spikes`' per daemon).
+    with stats: :func:`~debug_training_logs.analysis.ais_intervals.collection_spikes`' per daemon).
     """
-    from debug_training_logs.analysis import ais_deltas
+    from debug_training_logs.analysis import ais_collect, ais_intervals
 
     worker = worker or scan_worker_clock(logs_dir)
-    collection = collection or ais_deltas.collect(ais_dir)
+    collection = collection or ais_collect.collect(ais_dir)
     if table is None:
         from debug_training_logs.analysis.nccl_table import nccl_state_table
 
@@ -366,12 +366,12 @@ def align(
     last = worker.last_activity()
     if worker_stop is not None and last is not None and last[0] < worker_stop[0]:
         worker_stop = last  # the workers' last line is closer to when reads stopped than a later cancel
-    stops: dict[str, ais_deltas.GetStop] = {}
+    stops: dict[str, ais_delta_types.GetStop] = {}
     for daemon in index.daemons:
         if daemon.role != "target":
             continue
         series = collection.points.get(daemon.key, [])
-        for gs in ais_deltas.get_stops(daemon, series):
+        for gs in ais_intervals.get_stops(daemon, series):
             if gs.stopped and (daemon.key not in stops or gs.last_increase_at > stops[daemon.key].last_increase_at):
                 stops[daemon.key] = gs
     for key, gs in sorted(stops.items()):
@@ -414,15 +414,15 @@ def align(
 
 
 def _ais_error_onsets(
-    collection: ais_deltas.AisCollection, spikes: Sequence[ais_deltas.Spike] | None = None
+    collection: ais_delta_types.AisCollection, spikes: Sequence[ais_delta_types.Spike] | None = None
 ) -> list[tuple[str, datetime, Evidence]]:
     """Per daemon whose error counters spiked: its first data-path W/E line (or the spike interval's end); ``spikes``:
     the collection's spikes when known already."""
-    from debug_training_logs.analysis import ais_deltas
+    from debug_training_logs.analysis import ais_intervals
 
     if spikes is None:
-        spikes = ais_deltas.collection_spikes(collection)
-    spiking: dict[str, ais_deltas.Spike] = {}
+        spikes = ais_intervals.collection_spikes(collection)
+    spiking: dict[str, ais_delta_types.Spike] = {}
     for sp in spikes:
         if sp.counter.startswith("err.") and (sp.daemon not in spiking or sp.start < spiking[sp.daemon].start):
             spiking[sp.daemon] = sp

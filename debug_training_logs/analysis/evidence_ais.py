@@ -1,5 +1,6 @@
 """The AIS evidence (:func:`gather_ais_evidence`): the file index, counter spikes, notable error lines
-(``analysis.ais_deltas``) and the clock alignment; AIS-clock times on the worker clock (:func:`ais_to_worker`).
+(``analysis.ais_collect``, ``analysis.ais_intervals``) and the clock alignment; AIS-clock times on the worker clock
+(:func:`ais_to_worker`).
 """
 
 from __future__ import annotations
@@ -12,14 +13,11 @@ from debug_training_logs.analysis.alignment import Alignment, align
 from debug_training_logs.analysis.evidence_types import AisEvidence, AisOwn, NcclState, WorkerEvidence
 
 if TYPE_CHECKING:  # the AIS and dump modules are imported where those are read: the worker scan's sinks need none
-    from debug_training_logs.analysis.ais_deltas import (
-        GetStop,
-        Restart,
-    )
+    from debug_training_logs.analysis.ais_delta_types import GetStop, Restart
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# AIS evidence: the file index, counter spikes, notable error lines (analysis.ais_deltas), and the clock alignment
+# AIS evidence: the file index, counter spikes, notable error lines (analysis.ais_collect), and the clock alignment
 
 
 def aligned_for(al: Alignment | None, daemon: str) -> bool:
@@ -39,15 +37,14 @@ def ais_to_worker(al: Alignment | None, t: datetime | None) -> datetime | None:
 
 def ais_own(ais_dir: Path) -> AisOwn:
     """One pass over the AIS logs (index, stats deltas, W/E lines) and what follows from them alone."""
-    from debug_training_logs.analysis.ais_deltas import (
+    from debug_training_logs.analysis.ais_collect import collect, notable_lines
+    from debug_training_logs.analysis.ais_delta_types import IntervalDelta
+    from debug_training_logs.analysis.ais_intervals import (
         DEFAULT_COUNTERS,
-        IntervalDelta,
-        collect,
         find_restarts,
         find_spikes,
         get_stops,
         interval_deltas,
-        notable_lines,
     )
 
     collection = collect(ais_dir)

@@ -12,6 +12,7 @@ from datetime import datetime
 from debug_training_logs.analysis.evidence_types import NcclEvent, NcclRow, NcclState, ProcessGroupState, WorkerEvidence
 from debug_training_logs.analysis.nccl_table import FileEvents, FilePrep, NcclTable, build_table
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.ranges import parse_ranges
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -138,7 +139,7 @@ def _exited_with_error(table: NcclTable) -> set[int]:
     return out
 
 
-_OTHER_EVENTS_READ = (tn.HeartbeatKill,)
+_OTHER_EVENTS_READ = (tnt.HeartbeatKill,)
 """The kinds of :attr:`NcclState.other_events` kept: only the ones something reads (the heartbeat monitor's kill is a
 trigger); add a kind here to read it."""
 

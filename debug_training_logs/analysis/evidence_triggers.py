@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from debug_training_logs.analysis.evidence_signals import SIGNALS
 from debug_training_logs.analysis.evidence_types import Hit, JobEvidence, KeyEvent, Trigger, WorkerEvidence, _order_key
 from debug_training_logs.analysis.read_back import read_lines
-from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.formats.python_text import is_source_line
 from debug_training_logs.formats.storage import DATA_LOADER_WRAPPER
 from debug_training_logs.logs.attribution import strip_rank_prefix
@@ -153,7 +153,7 @@ def _triggers(ev: JobEvidence) -> list[Trigger]:
     first = ev.nccl.first_timeout()
     timed_out_at = first.timeout_time if first is not None else None
     for e in ev.nccl.other_events:
-        if isinstance(e.event, tn.HeartbeatKill) and e.rank is not None:
+        if isinstance(e.event, tnt.HeartbeatKill) and e.rank is not None:
             if timed_out_at is not None and e.time is not None and e.time > timed_out_at + CLOCK_SLACK:
                 continue  # the watchdog stuck while dumping or aborting after a collective timed out: a consequence
             h = Hit("heartbeat", e.file, e.line, e.text, e.rank, e.time)

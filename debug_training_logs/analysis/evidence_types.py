@@ -40,7 +40,7 @@ from debug_training_logs.analysis.inventory import JobScan
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
 from debug_training_logs.analysis.nccl_table import FileEvents, NcclTable
 from debug_training_logs.analysis.read_back import TimeBounds
-from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.formats.progress import step_number
 from debug_training_logs.frozen import fast_positional
 
@@ -49,13 +49,7 @@ if TYPE_CHECKING:  # the result models import pydantic, which the scan never nee
 
 if TYPE_CHECKING:  # the AIS and dump modules are imported where those are read: the worker scan's sinks need none
     from debug_training_logs.analysis import fr_dumps, hang_facts
-    from debug_training_logs.analysis.ais_deltas import (
-        AisCollection,
-        GetStop,
-        NotableLines,
-        Restart,
-        Spike,
-    )
+    from debug_training_logs.analysis.ais_delta_types import AisCollection, GetStop, NotableLines, Restart, Spike
     from debug_training_logs.analysis.ais_index import AisDaemon, AisIndex
 
 
@@ -104,7 +98,7 @@ class NcclEvent:
     line: int
     text: str
     time: datetime | None
-    event: tn.Event
+    event: tnt.Event
 
 
 @dataclass(repr=False)
@@ -354,7 +348,7 @@ def _order_key(h: Hit) -> tuple[datetime, str, int]:
 
 @dataclass(repr=False, eq=False)
 class AisEvidence:
-    """What the AIS daemon logs show (one ``ais_deltas.collect`` pass) and how their clock relates to the workers'."""
+    """What the AIS daemon logs show (one ``ais_collect.collect`` pass) and how their clock relates to the workers'."""
 
     root: Path
     index: AisIndex

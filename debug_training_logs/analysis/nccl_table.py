@@ -54,6 +54,9 @@ from debug_training_logs.analysis.inventory import (
 )
 from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats import torch_nccl_patterns as tnp
+from debug_training_logs.formats import torch_nccl_types as tnt
+from debug_training_logs.formats import torch_nccl_wraps as tnw
 from debug_training_logs.frozen import fast_positional
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
@@ -66,7 +69,7 @@ from debug_training_logs.textcut import TEXT_CUT, cut
 if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
     from debug_training_logs.models import Coverage
 
-NCCL_PATTERNS: tuple[str, ...] = tuple(literal_pattern(n) for n in tn.NEEDLES)
+NCCL_PATTERNS: tuple[str, ...] = tuple(literal_pattern(n) for n in tnp.NEEDLES)
 """The scan patterns: the parser's literal needles, escaped."""
 
 PER_STEP_COLLECTIVES = 3
@@ -97,8 +100,8 @@ class Hit:
     """1-based number of the physical line the record starts on (the first piece of a hard-wrapped message)."""
     rank: int | None
     """Global rank from ``[rankN]:``, a Ray ``[rank=N]`` or an ``srun --label`` prefix; None when the line has none."""
-    header: tn.Header | None
-    event: tn.Event
+    header: tnt.Header | None
+    event: tnt.Event
     text: str
     """The physical line ``line`` as the file has it (ANSI removed), cut for citation: a citation always quotes a
     line that exists, also when the message was re-joined from several."""
@@ -152,11 +155,11 @@ class NcclSink:
         p = tn.parse_line(line)
         if p is not None:
             hit = _hit(line_no, line, p)
-            if not _stands_alone(p) and not tn.starts_new_record(line):
+            if not _stands_alone(p) and not tnw.starts_new_record(line):
                 self.fragments[line_no] = hit  # maybe the tail of a wrapped record: its head has the start and rank
                 self.pending[line_no] = "tail"
                 return
-            if tn.maybe_cut_number(line, p):
+            if tnw.maybe_cut_number(line, p):
                 self.fragments[line_no] = hit  # maybe "... completed work: 46" + "117" on the next line
                 self.pending[line_no] = "number"
                 return
@@ -169,7 +172,7 @@ class NcclSink:
         if tn.is_benign(line):
             return
         # a piece of one of our messages (a wrap cut it), or a watchdog line we do not know: try joining first
-        self.pending[line_no] = tn.looks_cut(line) or "head"
+        self.pending[line_no] = tnw.looks_cut(line) or "head"
         self.texts[line_no] = line[:400]
 
     def finish(self) -> FileEvents:
@@ -208,7 +211,7 @@ class NcclSink:
                 if frag is not None:
                     self.out.hits.append(frag)
                     covered.add(n)
-                elif tn.is_watchdog_like(self.texts.get(n, "")) or tn.looks_cut(self.texts.get(n, "")):
+                elif tn.is_watchdog_like(self.texts.get(n, "")) or tnw.looks_cut(self.texts.get(n, "")):
                     self.out.add_unparsed(n, self.texts.get(n, ""))
                 continue
             start, parts, p = found
@@ -218,26 +221,26 @@ class NcclSink:
                 self.out.hits.append(frag)  # nothing to join: the line stands alone
                 covered.add(n)
                 continue
-            self.out.hits.append(_hit(start, parts[0], p, joined=len(parts), rank_text=tn.join_wrapped(parts)))
+            self.out.hits.append(_hit(start, parts[0], p, joined=len(parts), rank_text=tnw.join_wrapped(parts)))
             self.out.rejoined += 1
             covered.update(range(start, start + len(parts)))
 
 
-def _stands_alone(p: tn.Parsed) -> bool:
+def _stands_alone(p: tnt.Parsed) -> bool:
     """The ChildFailedError table rows: indented lines of their own, never a wrapped piece of a watchdog record."""
     return isinstance(p.event, _CHILD_ROWS)
 
 
-_CHILD_ROWS: Final = (tn.ChildFailureRank, tn.ChildFailureExit, tn.ChildFailureSignal)
+_CHILD_ROWS: Final = (tnt.ChildFailureRank, tnt.ChildFailureExit, tnt.ChildFailureSignal)
 """The ChildFailedError row events (a tuple: ``isinstance`` reads it faster than a union)."""
 
 
-def _rank_of(found: tuple[int, list[str], tn.Parsed]) -> int | None:
+def _rank_of(found: tuple[int, list[str], tnt.Parsed]) -> int | None:
     _start, parts, p = found
     return p.global_rank if p.global_rank is not None else line_rank(parts[0]).rank
 
 
-def _hit(line_no: int, line: str, p: tn.Parsed, joined: int = 1, rank_text: str | None = None) -> Hit:
+def _hit(line_no: int, line: str, p: tnt.Parsed, joined: int = 1, rank_text: str | None = None) -> Hit:
     rank = p.global_rank
     if rank is None and not isinstance(p.event, _CHILD_ROWS):
         rank = line_rank(rank_text if rank_text is not None else line).rank
@@ -248,7 +251,7 @@ _new_hit: Final = fast_positional(Hit)
 """``Hit(line, rank, header, event, text, joined)`` made once per parsed line (see :func:`positional`)."""
 
 
-def _join_around(n: int, texts: dict[int, str]) -> tuple[int, list[str], tn.Parsed] | None:
+def _join_around(n: int, texts: dict[int, str]) -> tuple[int, list[str], tnt.Parsed] | None:
     """Re-join the hard-wrapped record holding line ``n``: (first line, pieces, parse), or None.
 
     The record starts at the nearest line at or before ``n`` that begins a record of its own (a c10 header, a
@@ -261,24 +264,24 @@ def _join_around(n: int, texts: dict[int, str]) -> tuple[int, list[str], tn.Pars
         t = texts.get(k)
         if t is None:
             break
-        if tn.starts_new_record(t):
+        if tnw.starts_new_record(t):
             a = k
             break
     parts: list[str] = []
     for k in range(a, a + MAX_WRAP_PARTS):
         t = texts.get(k)
-        if t is None or (k > a and tn.starts_new_record(t)):
+        if t is None or (k > a and tnw.starts_new_record(t)):
             break
         parts.append(t)
         if k < n:
             continue
-        joined = tn.join_wrapped(parts)
+        joined = tnw.join_wrapped(parts)
         parsed = tn.parse_line(joined)
         if parsed is None:
             continue
         nxt = texts.get(k + 1)
-        if tn.maybe_cut_number(joined, parsed) and nxt is not None and _DIGITS_ONLY.match(tn.strip_ansi(nxt)):
-            longer = tn.parse_line(tn.join_wrapped([*parts, nxt]))
+        if tnw.maybe_cut_number(joined, parsed) and nxt is not None and _DIGITS_ONLY.match(tn.strip_ansi(nxt)):
+            longer = tn.parse_line(tnw.join_wrapped([*parts, nxt]))
             if longer is not None:
                 return a, [*parts, nxt], longer
         return a, list(parts), parsed
@@ -425,7 +428,7 @@ class UnattributedTimeout:
 def _add_unattributed(
     acc: dict[tuple[int | None, str], UnattributedTimeout],
     e: _Ev,
-    w: tn.WatchdogTimeout | tn.BlockingWaitTimeout,
+    w: tnt.WatchdogTimeout | tnt.BlockingWaitTimeout,
 ) -> None:
     key = (w.work.seq, w.work.op_type)
     u = acc.get(key)
@@ -512,17 +515,17 @@ class _Ev:
         self.file = file
         self.hit = hit
         ev = self.ev = hit.event
-        self.timeout: tn.WatchdogTimeout | tn.BlockingWaitTimeout | None = None
-        if type(ev) is tn.WatchdogTerminated:
+        self.timeout: tnt.WatchdogTimeout | tnt.BlockingWaitTimeout | None = None
+        if type(ev) is tnt.WatchdogTerminated:
             self.timeout = ev.embedded
-        elif type(ev) is tn.WatchdogTimeout or type(ev) is tn.BlockingWaitTimeout:
+        elif type(ev) is tnt.WatchdogTimeout or type(ev) is tnt.BlockingWaitTimeout:
             self.timeout = ev
 
     def __repr__(self) -> str:
         return f"_Ev(file={self.file!r}, hit={self.hit!r})"
 
 
-def _pg_key(pg: tn.PGPrefix | None) -> str | None:
+def _pg_key(pg: tnt.PGPrefix | None) -> str | None:
     return pg.key if pg is not None and pg.style != "rank" else None
 
 
@@ -552,7 +555,7 @@ class _TimeText:
         self._texts: dict[datetime, str] = {}
         self._starts: dict[tuple[datetime, int], str | None] = {}
 
-    def dt(self, h: tn.Header | None) -> datetime | None:
+    def dt(self, h: tnt.Header | None) -> datetime | None:
         """A datetime for arithmetic (the LEAP year when the year is not known: format with :meth:`text`)."""
         wt = tn.wall_time(h)
         if wt is None:
@@ -585,19 +588,19 @@ class _TimeText:
             self._starts[key] = self.text((began + timedelta(microseconds=500_000)).replace(microsecond=0))
         return self._starts[key]
 
-    def iso(self, h: tn.Header | None) -> str | None:
+    def iso(self, h: tnt.Header | None) -> str | None:
         return self.text(self.dt(h))
 
 
-_CHILD_FAILURE = (tn.ChildFailureRank, tn.ChildFailureExit, tn.ChildFailureSignal)
+_CHILD_FAILURE = (tnt.ChildFailureRank, tnt.ChildFailureExit, tnt.ChildFailureSignal)
 
 
-def _timeout_of(e: _Ev) -> tn.WatchdogTimeout | tn.BlockingWaitTimeout | None:
+def _timeout_of(e: _Ev) -> tnt.WatchdogTimeout | tnt.BlockingWaitTimeout | None:
     """The timeout a hit's event reports (found when the :class:`_Ev` was made)."""
     return e.timeout
 
 
-def _work_key(w: tn.Work) -> tuple[int | None, str, int]:
+def _work_key(w: tnt.Work) -> tuple[int | None, str, int]:
     return (w.seq, w.op_type, w.timeout_ms)
 
 
@@ -606,7 +609,7 @@ def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
     need the job's year)."""
     builds: dict[str | None, _RowBuild] = {}
 
-    def build(pg: tn.PGPrefix | None, key: str | None) -> _RowBuild:
+    def build(pg: tnt.PGPrefix | None, key: str | None) -> _RowBuild:
         """The row of ``pg`` (``key``: its :func:`_pg_key`)."""
         b = builds.get(key)
         if b is None:
@@ -631,30 +634,30 @@ def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
     # makes the rows of the state lines that carry their PG (1. below); the timeouts (2.) are placed after it.
     labelled_seqs: dict[str, set[int]] = {}
     labelled_works: dict[str, set[tuple[int | None, str, int]]] = {}
-    pg_of_key: dict[str, tn.PGPrefix] = {}
+    pg_of_key: dict[str, tnt.PGPrefix] = {}
     direct: set[tuple[int | None, str, int]] = set()
     timed: list[_Ev] = []
     for e in evs:
         ev = e.ev
         kind = type(ev)
-        pgp: tn.PGPrefix | None = getattr(ev, "pg", None)  # (every event of the table has one, or None)
+        pgp: tnt.PGPrefix | None = getattr(ev, "pg", None)  # (every event of the table has one, or None)
         k = pgp.key if pgp is not None and pgp.style != "rank" else None  # its _pg_key
         if k is not None:
             pg_of_key.setdefault(k, pgp)  # type: ignore[arg-type]
         # 1. state lines that carry their PG
-        if kind is tn.StatusLine:
-            assert isinstance(ev, tn.StatusLine)
+        if kind is tnt.StatusLine:
+            assert isinstance(ev, tnt.StatusLine)
             if k is not None:
                 labelled_seqs.setdefault(k, set()).add(ev.seq)
             b = build(pgp, k)
             if b.status is None:
                 b.status = e
             b.detected_evidence = True
-        elif kind is tn.WatchdogTimeout:
-            assert isinstance(ev, tn.WatchdogTimeout)
+        elif kind is tnt.WatchdogTimeout:
+            assert isinstance(ev, tnt.WatchdogTimeout)
             direct.add(_work_key(ev.work))
-        elif kind is tn.DumpSignal:
-            assert isinstance(ev, tn.DumpSignal)
+        elif kind is tnt.DumpSignal:
+            assert isinstance(ev, tnt.DumpSignal)
             b = build(pgp, k)
             if b.dump is None or (b.dump.hit.event.origin == "local" and ev.origin == "remote"):  # type: ignore[union-attr]
                 b.dump = e
@@ -662,13 +665,13 @@ def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
                 b.detected_evidence = True
             else:
                 b.observed_evidence = True
-        elif kind is tn.DumpObserved:
-            assert isinstance(ev, tn.DumpObserved)
+        elif kind is tnt.DumpObserved:
+            assert isinstance(ev, tnt.DumpObserved)
             b = build(pgp, k)
             b.observed = b.observed or e
             b.observed_evidence = True
-        elif kind is tn.FirstToDump:
-            assert isinstance(ev, tn.FirstToDump)
+        elif kind is tnt.FirstToDump:
+            assert isinstance(ev, tnt.FirstToDump)
             b = build(pgp, k)
             b.first = b.first or e
         w = e.timeout
@@ -680,7 +683,7 @@ def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
                 if w.work.seq is not None:
                     labelled_seqs.setdefault(k, set()).add(w.work.seq)
 
-    def join_pg(w: tn.Work) -> tn.PGPrefix | None:
+    def join_pg(w: tnt.Work) -> tnt.PGPrefix | None:
         by_work = [k for k, ws in labelled_works.items() if _work_key(w) in ws]
         if len(by_work) == 1:
             return pg_of_key.get(by_work[0])
@@ -695,14 +698,14 @@ def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
         ev = e.ev
         w = e.timeout
         assert w is not None
-        terminated = type(ev) is tn.WatchdogTerminated
+        terminated = type(ev) is tnt.WatchdogTerminated
         if terminated and _work_key(w.work) in direct:
             continue
         pg = ev.pg if terminated and _pg_key(ev.pg) is not None else w.pg  # type: ignore[union-attr]
         if _pg_key(pg) is None:
             pg = join_pg(w.work)
         b = build(pg, _pg_key(pg))
-        if type(w) is tn.WatchdogTimeout:
+        if type(w) is tnt.WatchdogTimeout:
             if b.timeout is None:
                 b.timeout = e
         elif b.blocking is None:
@@ -719,7 +722,7 @@ def _fill(b: _RowBuild, times: _TimeText) -> None:
         assert w is not None
         r.seq, r.op_type = w.work.seq, w.work.op_type
         r.numel_in, r.numel_out, r.timeout_ms = w.work.numel_in, w.work.numel_out, w.work.timeout_ms
-        if isinstance(w, tn.WatchdogTimeout):
+        if isinstance(w, tnt.WatchdogTimeout):
             r.ran_for_ms = w.ran_for_ms
         if r.pg_rank is None and w.work_rank is not None and (work_ev.hit.header is None or
                                                               work_ev.hit.header.style != "c10_2.4+"):  # fmt: skip
@@ -728,13 +731,13 @@ def _fill(b: _RowBuild, times: _TimeText) -> None:
             r.stale_rank_label = w.work_rank
     if b.status is not None:
         s = b.status.ev
-        assert isinstance(s, tn.StatusLine)
+        assert isinstance(s, tnt.StatusLine)
         if r.seq is None:
             r.seq = s.seq
         r.last_enqueued, r.last_completed = s.last_enqueued, s.last_completed
     elif b.dump is not None:
         d = b.dump.ev
-        assert isinstance(d, tn.DumpSignal)
+        assert isinstance(d, tnt.DumpSignal)
         r.last_enqueued, r.last_completed = d.last_enqueued, d.last_completed
     if r.last_enqueued is not None and r.last_completed is not None:
         r.pending = r.last_enqueued - r.last_completed
@@ -743,7 +746,7 @@ def _fill(b: _RowBuild, times: _TimeText) -> None:
     elif b.observed_evidence:
         r.signal = "observed"
     r.signalled_dump = b.first is not None
-    if b.dump is not None and isinstance(b.dump.ev, tn.DumpSignal) and b.dump.ev.origin == "remote":
+    if b.dump is not None and isinstance(b.dump.ev, tnt.DumpSignal) and b.dump.ev.origin == "remote":
         r.dump_signal_from_rank = b.dump.ev.from_rank
     when = work_ev or b.status
     if when is not None and (r.signal == "detected"):
@@ -1030,24 +1033,24 @@ def _classify(
 # ---------------------------------------------------------------------------------------------------------------------
 
 _FACT_KINDS = {
-    tn.WatchdogTerminated: "watchdog_terminated",
-    tn.HeartbeatKill: "heartbeat_monitor_kill",
-    tn.FatalTerminate: "terminated_fatal",
-    tn.BlockingWaitTimeout: "blocking_wait_timeout",
-    tn.WatchdogExitMessage: "watchdog_exit_message",
+    tnt.WatchdogTerminated: "watchdog_terminated",
+    tnt.HeartbeatKill: "heartbeat_monitor_kill",
+    tnt.FatalTerminate: "terminated_fatal",
+    tnt.BlockingWaitTimeout: "blocking_wait_timeout",
+    tnt.WatchdogExitMessage: "watchdog_exit_message",
 }
 
 
-def _fact_detail(ev: tn.Event) -> str:
-    if isinstance(ev, tn.WatchdogTerminated):
+def _fact_detail(ev: tnt.Event) -> str:
+    if isinstance(ev, tnt.WatchdogTerminated):
         return f"{ev.wording} watchdog thread terminated with exception"
-    if isinstance(ev, tn.HeartbeatKill):
+    if isinstance(ev, tnt.HeartbeatKill):
         return f"watchdog got stuck for {ev.seconds} seconds" if ev.seconds is not None else ev.kind
-    if isinstance(ev, tn.FatalTerminate):
+    if isinstance(ev, tnt.FatalTerminate):
         return f"Terminating the process ... due to {ev.reason}"
-    if isinstance(ev, tn.BlockingWaitTimeout):
+    if isinstance(ev, tnt.BlockingWaitTimeout):
         return f"{ev.work.op_type} SeqNum {ev.work.seq} timed out in blocking wait"
-    if isinstance(ev, tn.WatchdogExitMessage):
+    if isinstance(ev, tnt.WatchdogExitMessage):
         return "exception from the local rank" if ev.from_rank is None else f"dump signal from rank {ev.from_rank}"
     return type(ev).__name__
 
@@ -1058,9 +1061,9 @@ def _child_exits(file_evs: list[_Ev]) -> list[tuple[int, str, _Ev]]:
     last_rank: tuple[int, int] | None = None
     for e in file_evs:
         ev = e.ev
-        if isinstance(ev, tn.ChildFailureRank):
+        if isinstance(ev, tnt.ChildFailureRank):
             last_rank = (ev.rank, e.hit.line)
-        elif isinstance(ev, tn.ChildFailureExit) and last_rank is not None and e.hit.line == last_rank[1] + 1:
+        elif isinstance(ev, tnt.ChildFailureExit) and last_rank is not None and e.hit.line == last_rank[1] + 1:
             sig = ev.signal or (_SIGNALS.get(-ev.exitcode) if ev.exitcode < 0 else None)
             detail = f"{sig} (exitcode {ev.exitcode})" if sig else f"exitcode {ev.exitcode}"
             out.append((last_rank[0], detail, e))
@@ -1071,7 +1074,7 @@ def _child_exits(file_evs: list[_Ev]) -> list[tuple[int, str, _Ev]]:
 _SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 15: "SIGTERM", 11: "SIGSEGV", 7: "SIGBUS", 2: "SIGINT"}
 
 
-_PG_CARRIERS = (tn.StatusLine, tn.DumpSignal, tn.DumpObserved, tn.FirstToDump, tn.WatchdogTerminated)
+_PG_CARRIERS = (tnt.StatusLine, tnt.DumpSignal, tnt.DumpObserved, tnt.FirstToDump, tnt.WatchdogTerminated)
 """Events whose prefix is the ProcessGroupNCCL one (WorkNCCL's ``[Rank N]`` says nothing about the version)."""
 
 
@@ -1105,19 +1108,19 @@ def _families(hits: Iterable[Hit]) -> list[str]:
             type(ev),
             getattr(ev, "family", None),
             h.header.style if h.header is not None else None,
-            pgp.style if isinstance(pgp, tn.PGPrefix) else None,
+            pgp.style if isinstance(pgp, tnt.PGPrefix) else None,
         )
         if key in seen:
             continue
         seen.add(key)
-        if isinstance(ev, tn.StatusLine):
+        if isinstance(ev, tnt.StatusLine):
             fams.add(_STATUS_FAMILIES[ev.family])
-        elif isinstance(ev, tn.DumpSignal):
+        elif isinstance(ev, tnt.DumpSignal):
             fams.add(f"torch {ev.family} dump-signal wording")
         if h.header is not None:
             fams.add(_HEADER_FAMILIES[h.header.style])
         pg = getattr(ev, "pg", None) if isinstance(ev, _PG_CARRIERS) else None
-        if isinstance(pg, tn.PGPrefix):
+        if isinstance(pg, tnt.PGPrefix):
             fams.add(_PREFIX_FAMILIES[pg.style])
     return sorted(fams)
 
@@ -1208,7 +1211,7 @@ class FilePrep:
             else:
                 got.append(e)
             kind = _FACT_KINDS.get(type(ev))
-            if kind is not None and not (type(ev) is tn.WatchdogTerminated and ev.headerless):
+            if kind is not None and not (type(ev) is tnt.WatchdogTerminated and ev.headerless):
                 facts.append(((kind, _fact_detail(ev)), rank, e))
         if child:
             self.facts = [
@@ -1257,7 +1260,7 @@ def build_table(
         for e in prep.unranked:
             w = _timeout_of(e)
             if (
-                isinstance(e.ev, tn.WatchdogTerminated)
+                isinstance(e.ev, tnt.WatchdogTerminated)
                 and e.ev.headerless
                 and (w is None or _work_key(w.work) in prep.ranked_works)
             ):
@@ -1402,7 +1405,7 @@ def _first_dump_rank(rows: list[Row], by_rank: dict[int, list[_Ev]]) -> int | No
         return srcs.most_common(1)[0][0]
     for evs in by_rank.values():
         for e in evs:
-            if isinstance(e.ev, tn.WatchdogExitMessage) and e.ev.from_rank is not None:
+            if isinstance(e.ev, tnt.WatchdogExitMessage) and e.ev.from_rank is not None:
                 return e.ev.from_rank
     return None
 

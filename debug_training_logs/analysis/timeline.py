@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from debug_training_logs.analysis import ais_deltas, scan_cache
+from debug_training_logs.analysis import ais_collect, ais_delta_types, ais_intervals, scan_cache
 from debug_training_logs.analysis.alignment import Alignment, align, scan_worker_clock, to_utc
 from debug_training_logs.analysis.grep import GrepAnalysis, TemplateSummary, grep_all_ranks
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
@@ -152,9 +152,9 @@ def _nccl_events(table: NcclTable) -> list[Event]:
     return out
 
 
-def _ais_events(collection: ais_deltas.AisCollection) -> list[Event]:
+def _ais_events(collection: ais_delta_types.AisCollection) -> list[Event]:
     out: list[Event] = []
-    for sp in ais_deltas.collection_spikes(collection):
+    for sp in ais_intervals.collection_spikes(collection):
         if not sp.counter.startswith("err."):
             continue
         out.append(
@@ -168,7 +168,7 @@ def _ais_events(collection: ais_deltas.AisCollection) -> list[Event]:
                 8,
             )
         )
-    for group in ais_deltas.notable_lines(collection):
+    for group in ais_collect.notable_lines(collection):
         if group.first is None or group.pattern == "other":
             continue
         out.append(
@@ -184,7 +184,7 @@ def _ais_events(collection: ais_deltas.AisCollection) -> list[Event]:
         )
     for daemon in collection.index.daemons:
         series = collection.points.get(daemon.key, [])
-        for gs in ais_deltas.get_stops(daemon, series, ("get.n",)):
+        for gs in ais_intervals.get_stops(daemon, series, ("get.n",)):
             if gs.stopped:
                 out.append(
                     _ais(
@@ -197,7 +197,7 @@ def _ais_events(collection: ais_deltas.AisCollection) -> list[Event]:
                         5,
                     )
                 )
-        for rs in ais_deltas.find_restarts(daemon, series):
+        for rs in ais_intervals.find_restarts(daemon, series):
             out.append(_ais(rs.by, rs.evidence.file, rs.evidence.line, daemon.key, rs.explanation, "ais_restart", 6))
     return out
 
@@ -287,7 +287,7 @@ def build_timeline(
         )
     alignment: Alignment | None = None
     if ais_dir is not None:
-        collection = ais_deltas.collect(ais_dir)
+        collection = ais_collect.collect(ais_dir)
         alignment = align(root, ais_dir, worker=worker, table=table, collection=collection)
         ais_events = _ais_events(collection)
         if year is None:

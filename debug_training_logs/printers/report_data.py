@@ -28,7 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from debug_training_logs.analysis.ais_deltas import collect
+from debug_training_logs.analysis.ais_collect import collect
 from debug_training_logs.analysis.evidence_states import rank_states
 from debug_training_logs.analysis.evidence_types import JobEvidence, Series
 from debug_training_logs.tools.diagnosis_models import Diagnosis

@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import ConfigDict, Field, PlainSerializer, WithJsonSchema
 
-from debug_training_logs.analysis import ais_deltas
+from debug_training_logs.analysis import ais_delta_types, ais_deltas
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.models import Coverage, Evidence, Model, UnreadableFile
 from debug_training_logs.paths import input_dir
@@ -341,7 +341,7 @@ def ais_counter_deltas(
     )
 
 
-def _daemon_keys(daemons: Sequence[ais_deltas.DaemonSummary], wanted: list[str] | None) -> set[str] | None:
+def _daemon_keys(daemons: Sequence[ais_delta_types.DaemonSummary], wanted: list[str] | None) -> set[str] | None:
     """The daemon keys ``wanted`` names (key, node id, host or a part of the name); None for all."""
     if not wanted:
         return None
@@ -356,21 +356,21 @@ def _daemon_keys(daemons: Sequence[ais_deltas.DaemonSummary], wanted: list[str] 
 
 
 def _spiky_first(
-    full: ais_deltas.AisCounterDeltasResult, daemons: list[ais_deltas.DaemonSummary]
-) -> list[ais_deltas.DaemonSummary]:
+    full: ais_delta_types.AisCounterDeltasResult, daemons: list[ais_delta_types.DaemonSummary]
+) -> list[ais_delta_types.DaemonSummary]:
     """Daemons with a spike or a restart first (kept when `limit` cuts), the others after, each in index order."""
     spiky = {s.daemon for s in full.spikes} | {r.daemon for r in full.restarts}
     return sorted(daemons, key=lambda d: d.daemon not in spiky)
 
 
 def _notable_intervals(
-    full: ais_deltas.AisCounterDeltasResult, intervals: list[ais_deltas.IntervalDelta]
-) -> tuple[list[ais_deltas.IntervalDelta], list[ais_deltas.IntervalDelta]]:
+    full: ais_delta_types.AisCounterDeltasResult, intervals: list[ais_delta_types.IntervalDelta]
+) -> tuple[list[ais_delta_types.IntervalDelta], list[ais_delta_types.IntervalDelta]]:
     """(the intervals that matter, most important first; the rest)."""
     flagged = {(s.daemon, s.start) for s in full.spikes} | {(r.daemon, r.after) for r in full.restarts}
     stops = {(g.daemon, g.last_increase_at) for g in full.get_stops}
 
-    def rank(iv: ais_deltas.IntervalDelta) -> int:
+    def rank(iv: ais_delta_types.IntervalDelta) -> int:
         if (iv.daemon, iv.start) in flagged or iv.reset:
             return 0
         return 1 if (iv.daemon, iv.end) in stops else 2
@@ -379,8 +379,8 @@ def _notable_intervals(
     return [iv for iv in ranked if rank(iv) < 2], [iv for iv in intervals if rank(iv) == 2]
 
 
-def _summaries(rest: list[ais_deltas.IntervalDelta]) -> list[IntervalSummary]:
-    by_daemon: dict[str, list[ais_deltas.IntervalDelta]] = {}
+def _summaries(rest: list[ais_delta_types.IntervalDelta]) -> list[IntervalSummary]:
+    by_daemon: dict[str, list[ais_delta_types.IntervalDelta]] = {}
     for iv in rest:
         by_daemon.setdefault(iv.daemon, []).append(iv)
     out: list[IntervalSummary] = []
