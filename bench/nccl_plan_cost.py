@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from debug_training_logs.analysis import inventory, launcher  # noqa: E402
-from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS  # noqa: E402
+from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS  # noqa: E402
 from debug_training_logs.logs import scan  # noqa: E402
 from debug_training_logs.logs.discovery import discover  # noqa: E402
 

@@ -370,7 +370,9 @@ def test_the_nccl_table_from_shares_made_as_files_arrive_equals_the_table_made_a
     inventory says whether the file has one rank (whose rank its unranked lines then take): the table merges the
     shares in file order and remakes a share whose file turns out to have one rank and unranked lines."""
     from debug_training_logs.analysis.inventory import PerFile
-    from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, FilePrep, NcclSink, build_table
+    from debug_training_logs.analysis.nccl_hits import FileEvents
+    from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
+    from debug_training_logs.analysis.nccl_table import FilePrep, build_table
     from tests.nccl_excerpts import EXCERPTS  # pasted excerpts: one rank per file and lines that name none
 
     remade = 0
@@ -409,7 +411,9 @@ def test_a_rank_whose_nccl_lines_span_files_gets_its_rows_from_all_of_them(tmp_p
     as the table made without shares does: its row has the SeqNum of one file's line and the counters of the
     other's."""
     from debug_training_logs.analysis.inventory import PerFile
-    from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, FilePrep, NcclSink, build_table
+    from debug_training_logs.analysis.nccl_hits import FileEvents
+    from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
+    from debug_training_logs.analysis.nccl_table import FilePrep, build_table
 
     logs = tmp_path / "logs"
     logs.mkdir()

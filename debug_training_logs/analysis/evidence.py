@@ -78,14 +78,10 @@ from debug_training_logs.analysis.inventory import (
     scan_consumers,
 )
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
-from debug_training_logs.analysis.nccl_table import (
-    NCCL_PATTERNS,
-    FileEvents,
-    FilePrep,
-    NcclSink,
-    NcclTable,
-    build_table,
-)
+from debug_training_logs.analysis.nccl_hits import FileEvents
+from debug_training_logs.analysis.nccl_rows import NcclTable
+from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
+from debug_training_logs.analysis.nccl_table import FilePrep, build_table
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR, TimeBounds, read_lines
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats import accusations
