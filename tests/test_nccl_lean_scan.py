@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from debug_training_logs.analysis import inventory, nccl_sink
+from debug_training_logs.analysis import inventory, inventory_markers, nccl_sink
 from debug_training_logs.analysis import nccl_table as analysis
 from debug_training_logs.analysis.scan_cache import CACHE, set_default_companions
 from debug_training_logs.analysis.shared_scan import standard_consumers
@@ -98,8 +98,8 @@ def lean_and_full_patterns(
 
 def test_the_lean_scan_searches_fewer_markers(monkeypatch: pytest.MonkeyPatch) -> None:
     lean_n, full_n = lean_and_full_patterns(_answer, full_scan, monkeypatch)
-    assert full_n - lean_n == len(inventory.MARKERS) - len(inventory.COVERAGE_MARKERS)
-    assert {m.name for m in inventory.MARKERS} > inventory.COVERAGE_MARKERS
+    assert full_n - lean_n == len(inventory_markers.MARKERS) - len(inventory.COVERAGE_MARKERS)
+    assert {m.name for m in inventory_markers.MARKERS} > inventory.COVERAGE_MARKERS
 
 
 @pytest.mark.parametrize("logs", FIXTURE_LOGS, ids=[str(p.parent.relative_to(FIXTURES)) for p in FIXTURE_LOGS])

@@ -1,10 +1,10 @@
 """The evidence model of a job: every fact a diagnosis or a verification rests on, gathered once.
 
 :class:`JobEvidence` is built once per job from the shared scan of the worker logs (:func:`evidence_from_scan` takes
-a finished :class:`~debug_training_logs.analysis.inventory.JobScan` whose per-file results are :class:`EvidenceSink`'s;
-:func:`gather_evidence` runs that scan and the AIS pass), and it is read by both the decision procedure
-(:mod:`debug_training_logs.analysis.diagnosis`) and every verifier rule (:mod:`debug_training_logs.verify`): the two
-can never disagree about which rank a line belongs to or when it happened.
+a finished :class:`~debug_training_logs.analysis.inventory_types.JobScan` whose per-file results are
+:class:`EvidenceSink`'s; :func:`gather_evidence` runs that scan and the AIS pass), and it is read by both the decision
+procedure (:mod:`debug_training_logs.analysis.diagnosis`) and every verifier rule (:mod:`debug_training_logs.verify`):
+the two can never disagree about which rank a line belongs to or when it happened.
 
 What it holds:
 
@@ -63,20 +63,11 @@ from debug_training_logs.analysis import launcher as launcher_scan
 from debug_training_logs.analysis.alignment import WORKER_PATTERNS as ALIGNMENT_PATTERNS
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock, WorkerClockFacts, WorkerClockSink, align
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
-from debug_training_logs.analysis.inventory import (
-    FileInventory,
-    JobScan,
-    LineKeep,
-    Marker,
-    PerFile,
-    consumer_for,
-    file_result_item,
-    file_year,
-    given_world_size,
-    kept_sink,
-    result_item,
-    scan_consumers,
-)
+from debug_training_logs.analysis.inventory import LineKeep, consumer_for, kept_sink, scan_consumers
+from debug_training_logs.analysis.inventory_file_share import file_year
+from debug_training_logs.analysis.inventory_markers import Marker
+from debug_training_logs.analysis.inventory_types import FileInventory, JobScan, given_world_size
+from debug_training_logs.analysis.inventory_views import PerFile, file_result_item, result_item
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
 from debug_training_logs.analysis.nccl_hits import FileEvents
 from debug_training_logs.analysis.nccl_rows import NcclTable
