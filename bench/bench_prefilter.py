@@ -30,7 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from debug_training_logs.analysis.inventory import MARKERS  # noqa: E402
+from debug_training_logs.analysis.inventory_markers import MARKERS  # noqa: E402
 from debug_training_logs.analysis.shared_scan import standard_consumers  # noqa: E402
 from debug_training_logs.logs import (  # noqa: E402
     scan_dense,

@@ -24,8 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from debug_training_logs.analysis import inventory, launcher  # noqa: E402
-from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS  # noqa: E402
+from debug_training_logs.analysis import inventory, inventory_markers, launcher  # noqa: E402
+from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS  # noqa: E402
 from debug_training_logs.logs import (  # noqa: E402
     scan,
     scan_plan,
@@ -34,7 +34,7 @@ from debug_training_logs.logs import (  # noqa: E402
 from debug_training_logs.logs.discovery import discover  # noqa: E402
 
 
-def _spec(markers: tuple[inventory.Marker, ...], *, launcher_too: bool = True) -> scan_types.PatternSpec:
+def _spec(markers: tuple[inventory_markers.Marker, ...], *, launcher_too: bool = True) -> scan_types.PatternSpec:
     pats = NCCL_PATTERNS + (launcher.PATTERNS if launcher_too else ())
     return scan_types.PatternSpec(
         pats + tuple(m.regex for m in markers), max_hits=(None,) * len(pats) + tuple(m.cap for m in markers)
@@ -56,13 +56,13 @@ def main() -> int:
         print("no log files")
         return 1
     setattr(scan, "_worker_count", lambda fs: 1)  # noqa: B010  (one process: the CPU clock sees the whole scan)
-    lean = tuple(m for m in inventory.MARKERS if m.name in inventory.COVERAGE_MARKERS)
+    lean = tuple(m for m in inventory_markers.MARKERS if m.name in inventory.COVERAGE_MARKERS)
     cases = {
         "one literal found nowhere (floor)": scan_types.PatternSpec(("ZZQQXXnowhere",)),
         "+ NCCL needles": _spec((), launcher_too=False),
         "+ launcher patterns": _spec(()),
         "+ coverage markers (lean plan)": _spec(lean),
-        "+ every marker (before)": _spec(inventory.MARKERS),
+        "+ every marker (before)": _spec(inventory_markers.MARKERS),
     }
     sample = scan_plan._sample(files)
     plans = {name: scan_plan.make_plan(spec, sample) for name, spec in cases.items()}  # planned once, not timed

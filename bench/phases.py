@@ -48,7 +48,7 @@ PHASES = (
     ("debug_training_logs.analysis.evidence_ais", "gather_ais_evidence"),
     ("debug_training_logs.analysis.evidence_triggers", "read_lines"),
     ("debug_training_logs.analysis.nccl_table", "build_table"),
-    ("debug_training_logs.analysis.nccl_table", "_rows_for_rank"),
+    ("debug_training_logs.analysis.nccl_row_build", "_rows_for_rank"),
     ("debug_training_logs.analysis.nccl_table", "nccl_state_table"),
     ("debug_training_logs.analysis.grep", "grep_all_ranks"),
     ("debug_training_logs.analysis.diagnosis", "conclude"),

@@ -11,7 +11,7 @@ reading of the progress lines it held, per line (with the compiled helper their 
 ``bulk lines`` are the progress lines the scan handed over in runs (``on_bulk``: no call per line), per line. The scan
 itself is not timed.
 
-``--pack`` instead times the consumers' pack that a scan worker runs after each file (``inventory._pack_scan``) on the
+``--pack`` instead times the consumers' pack that a scan worker runs after each file (``inventory_file_share._pack_scan``) on the
 recorded files' scan results, median of ``--rounds``: each consumer's ``refine``, the pickling and the zstd
 compression of the packed values (``memo.pack``), and the rest (the file's own facts, the shares); then the
 unpickling of those values, what the main process spends reading them back (zstd's decompression not counted).
@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 import zstandard  # noqa: E402
 
 from debug_training_logs import cli, collector, memo  # noqa: E402
-from debug_training_logs.analysis import evidence_sink, inventory, templates  # noqa: E402
+from debug_training_logs.analysis import evidence_sink, inventory, inventory_file_share, inventory_markers, templates  # noqa: E402
 from debug_training_logs.logs import scan  # noqa: E402
 
 PACKED: list[tuple[Any, Any]] = []
@@ -58,7 +58,7 @@ def record(argv: list[str]) -> tuple[list[tuple[Any, Any, int, list[tuple[list[i
     on_bulk = inventory._CompositeSink.on_bulk
     start_each = getattr(inventory, "start_each")  # noqa: B009
 
-    def rec_init(self: Any, lf: Any, parts: Any, markers_at: int, markers: Any = inventory.MARKERS) -> None:
+    def rec_init(self: Any, lf: Any, parts: Any, markers_at: int, markers: Any = inventory_markers.MARKERS) -> None:
         init(self, lf, parts, markers_at, markers)
         self.calls = []
         files.append((lf, (parts, markers), markers_at, self.calls))
@@ -174,7 +174,7 @@ def pack_round(packed: list[tuple[Any, Any]]) -> dict[str, float]:
     clock = time.process_time
     spent: dict[str, float] = defaultdict(float)
     values: list[Any] = []
-    real_pack = inventory.pack
+    real_pack = inventory_file_share.pack
 
     def timed(f: Any, label: str) -> Any:
         def call(*a: Any) -> Any:
@@ -194,16 +194,16 @@ def pack_round(packed: list[tuple[Any, Any]]) -> dict[str, float]:
         finally:
             spent["memo.pack (pickle + zstd)"] += clock() - t
 
-    setattr(inventory, "pack", pack)  # noqa: B010
+    setattr(inventory_file_share, "pack", pack)  # noqa: B010
     try:
         for packer, scanned in packed:
             layout, refiners = packer.args
             refiners = tuple(None if f is None else timed(f, f"refine {f.__qualname__}") for f in refiners)
             t = clock()
-            inventory._pack_scan(layout, refiners, scanned)
+            inventory_file_share._pack_scan(layout, refiners, scanned)
             spent["pack in all"] += clock() - t
     finally:
-        setattr(inventory, "pack", real_pack)  # noqa: B010
+        setattr(inventory_file_share, "pack", real_pack)  # noqa: B010
     blobs = [v for value in values for v in (value if type(value) is tuple else (value,))]
     t = clock()
     pickles = []

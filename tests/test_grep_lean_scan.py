@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from debug_training_logs.analysis import inventory
+from debug_training_logs.analysis import inventory, inventory_markers
 from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.tools import grep_all_ranks as tool
 from debug_training_logs.tools import job_overview
@@ -57,8 +57,8 @@ def assert_lean_equals_full(monkeypatch: pytest.MonkeyPatch, logs: Path, **kw: A
 
 def test_the_lean_scan_searches_fewer_markers(monkeypatch: pytest.MonkeyPatch) -> None:
     lean_n, full_n = lean_and_full_patterns(_answer, full_scan, monkeypatch)
-    assert full_n - lean_n == len(inventory.MARKERS) - len(tool.GREP_INVENTORY_MARKERS)
-    assert {m.name for m in inventory.MARKERS} > tool.GREP_INVENTORY_MARKERS > inventory.COVERAGE_MARKERS
+    assert full_n - lean_n == len(inventory_markers.MARKERS) - len(tool.GREP_INVENTORY_MARKERS)
+    assert {m.name for m in inventory_markers.MARKERS} > tool.GREP_INVENTORY_MARKERS > inventory.COVERAGE_MARKERS
 
 
 @pytest.mark.parametrize("logs", FIXTURE_LOGS, ids=[str(p.parent.relative_to(FIXTURES)) for p in FIXTURE_LOGS])

@@ -21,15 +21,15 @@ import pytest
 import zstandard
 
 from debug_training_logs.analysis.grep import grep_all_ranks, whole_named_group
-from debug_training_logs.analysis.inventory import (
-    MAX_CREDIBLE_WORLD,
+from debug_training_logs.analysis.inventory import scan_job
+from debug_training_logs.analysis.inventory_sink import MAX_CREDIBLE_WORLD
+from debug_training_logs.analysis.inventory_types import (
     MISSING_SET_CAP,
     FileInventory,
     Inventory,
     missing_count,
     missing_set,
     missing_text,
-    scan_job,
 )
 from debug_training_logs.analysis.nccl_table import nccl_state_table
 from debug_training_logs.errors import UserInputError

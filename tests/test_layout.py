@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "debug_training_logs"
+MAX_LINES = 800
 
 
 def _modules() -> dict[str, Path]:
@@ -104,3 +105,8 @@ def test_no_import_circle() -> None:
     modules = _modules()
     graph = {name: _imports(path, name, modules) for name, path in modules.items()}
     assert _circles(graph) == []
+
+
+def test_no_module_over_800_lines() -> None:
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in _modules().items()}
+    assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}

@@ -33,7 +33,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from debug_training_logs.analysis.inventory import MARKERS
+from debug_training_logs.analysis.inventory_markers import MARKERS
 from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.logs import (
     scan_dense,

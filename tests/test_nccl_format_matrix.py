@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, Hit, NcclSink, nccl_state_table
+from debug_training_logs.analysis.nccl_hits import FileEvents, Hit
+from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
+from debug_training_logs.analysis.nccl_table import nccl_state_table
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.logs.discovery import discover

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from debug_training_logs.analysis import inventory
+from debug_training_logs.analysis import inventory, inventory_markers, nccl_sink
 from debug_training_logs.analysis import nccl_table as analysis
 from debug_training_logs.analysis.scan_cache import CACHE, set_default_companions
 from debug_training_logs.analysis.shared_scan import standard_consumers
@@ -98,8 +98,8 @@ def lean_and_full_patterns(
 
 def test_the_lean_scan_searches_fewer_markers(monkeypatch: pytest.MonkeyPatch) -> None:
     lean_n, full_n = lean_and_full_patterns(_answer, full_scan, monkeypatch)
-    assert full_n - lean_n == len(inventory.MARKERS) - len(inventory.COVERAGE_MARKERS)
-    assert {m.name for m in inventory.MARKERS} > inventory.COVERAGE_MARKERS
+    assert full_n - lean_n == len(inventory_markers.MARKERS) - len(inventory.COVERAGE_MARKERS)
+    assert {m.name for m in inventory_markers.MARKERS} > inventory.COVERAGE_MARKERS
 
 
 @pytest.mark.parametrize("logs", FIXTURE_LOGS, ids=[str(p.parent.relative_to(FIXTURES)) for p in FIXTURE_LOGS])
@@ -293,7 +293,7 @@ def test_a_full_inventory_serves_the_lean_scan(monkeypatch: pytest.MonkeyPatch, 
     from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
     from debug_training_logs.analysis.scan_cache import together
 
-    with together(consumer_for(analysis.NCCL_PATTERNS, analysis.NcclSink)):
+    with together(consumer_for(nccl_sink.NCCL_PATTERNS, nccl_sink.NcclSink)):
         scan_consumers(logs, [launcher_consumer()])  # a full scan of the same consumers (no lean context)
     seen = _scanned_markers(monkeypatch)
     again = tool.nccl_state_table(str(logs)).model_dump(mode="json")

@@ -17,7 +17,7 @@ from dataclasses import fields
 
 import pytest
 
-from debug_training_logs.analysis import nccl_table
+from debug_training_logs.analysis import nccl_hits, nccl_sink
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_patterns as tnp
 from debug_training_logs.formats import torch_nccl_types as tnt
@@ -132,7 +132,7 @@ def test_positional_constructor_refuses_a_wrong_count_and_the_hit_maker_matches_
     with pytest.raises(TypeError):
         tn._new_header("c10_2.4+", "E")
     ev = tnt.Teardown("some_failed", None)
-    assert nccl_table._new_hit(3, 1, None, ev, "line", 2) == nccl_table.Hit(3, 1, None, ev, "line", joined=2)
+    assert nccl_sink._new_hit(3, 1, None, ev, "line", 2) == nccl_hits.Hit(3, 1, None, ev, "line", joined=2)
 
 
 def test_a_repeated_timeout_message_parses_alike_in_its_three_lines() -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from debug_training_logs.analysis.nccl_table import NcclTable, nccl_state_table
+from debug_training_logs.analysis.nccl_rows import NcclTable
+from debug_training_logs.analysis.nccl_table import nccl_state_table
 from debug_training_logs.logs.attribution import line_rank
 from fixtures.worker_gen import JobSpec, generate
 

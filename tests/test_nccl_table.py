@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from debug_training_logs.analysis.nccl_table import NcclTable, nccl_state_table
+from debug_training_logs.analysis.nccl_rows import NcclTable
+from debug_training_logs.analysis.nccl_table import nccl_state_table
 from debug_training_logs.ranges import parse_ranges
 from fixtures.worker_gen import TRUTH_NAME, JobSpec, generate
 from tests.nccl_render import write_wrapped_at_80

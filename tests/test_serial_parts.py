@@ -26,7 +26,7 @@ import pytest
 from pydantic import Field
 
 from debug_training_logs import meanwhile
-from debug_training_logs.analysis import evidence, evidence_ais, evidence_worker, nccl_table
+from debug_training_logs.analysis import evidence, evidence_ais, evidence_worker, nccl_hits, nccl_sink, nccl_table
 from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
 from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.errors import UserInputError
@@ -102,8 +102,8 @@ def test_the_early_files_give_the_table_of_the_lazy_ones(workers: int, monkeypat
     """At the analysis level, with every file's result given early and with none."""
     monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
     logs = _logs("nccl_missing_node")
-    mine = consumer_for(nccl_table.NCCL_PATTERNS, nccl_table.NcclSink)
-    early: dict[str, nccl_table.FileEvents] = {}
+    mine = consumer_for(nccl_sink.NCCL_PATTERNS, nccl_sink.NcclSink)
+    early: dict[str, nccl_hits.FileEvents] = {}
 
     def arrived(_j: int, results: dict[str, Any]) -> None:
         fe = unpack(results[mine.key].sink_result)

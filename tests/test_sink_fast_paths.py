@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from debug_training_logs.analysis import inventory, templates
+from debug_training_logs.analysis import inventory_sink, templates
 from debug_training_logs.analysis.templates import TemplateCache, template_of
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_patterns as tnp
@@ -183,7 +183,7 @@ def _after_prefixes_plain(text: str) -> str:
 def test_inventory_prefix_removal_equals_plain_substitutions(prefix: str, ending: str) -> None:
     line = "gpu-a01:23450:23962 [0] NCCL INFO ncclCommInitRank comm 0x55d3 rank 3 nranks 16" + ending
     for text in (prefix + line, prefix, prefix + "[rank4]:[rank5]:" + line, prefix + "(pid=3)" + line):
-        assert inventory._after_prefixes(text) == _after_prefixes_plain(text)
+        assert inventory_sink._after_prefixes(text) == _after_prefixes_plain(text)
         host = re.search(r"^(?P<host>[A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL ", _after_prefixes_plain(text))
-        got = inventory._NCCL_HOST.match(text, inventory._prefixes_end(text))
+        got = inventory_sink._NCCL_HOST.match(text, inventory_sink._prefixes_end(text))
         assert (got and got.group("host")) == (host and host.group("host"))

@@ -2,7 +2,7 @@
 :func:`evidence_from_scan` builds the :class:`~debug_training_logs.analysis.evidence_types.JobEvidence` from them.
 
 The evidence is built once per job from the shared scan of the worker logs (:func:`evidence_from_scan` takes a
-finished :class:`~debug_training_logs.analysis.inventory.JobScan` whose per-file results are
+finished :class:`~debug_training_logs.analysis.inventory_types.JobScan` whose per-file results are
 :class:`~debug_training_logs.analysis.evidence_sink.EvidenceSink`'s), and it is read by both the decision procedure
 (:mod:`debug_training_logs.analysis.diagnosis`) and every verifier rule (:mod:`debug_training_logs.verify`): the two
 can never disagree about which rank a line belongs to or when it happened. Its parts: the types
@@ -40,8 +40,11 @@ from debug_training_logs.analysis.evidence_worker import (
     scan_worker_logs,
     worker_evidence_from_scan,
 )
-from debug_training_logs.analysis.inventory import JobScan, file_result_item, given_world_size, scan_consumers
-from debug_training_logs.analysis.nccl_table import FileEvents, FilePrep
+from debug_training_logs.analysis.inventory import scan_consumers
+from debug_training_logs.analysis.inventory_types import JobScan, given_world_size
+from debug_training_logs.analysis.inventory_views import file_result_item
+from debug_training_logs.analysis.nccl_hits import FileEvents
+from debug_training_logs.analysis.nccl_table import FilePrep
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 
 if TYPE_CHECKING:  # the AIS and dump modules are imported where those are read: the worker scan's sinks need none

@@ -10,7 +10,9 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from debug_training_logs.analysis.evidence_types import NcclEvent, NcclRow, NcclState, ProcessGroupState, WorkerEvidence
-from debug_training_logs.analysis.nccl_table import FileEvents, FilePrep, NcclTable, build_table
+from debug_training_logs.analysis.nccl_hits import FileEvents
+from debug_training_logs.analysis.nccl_rows import NcclTable
+from debug_training_logs.analysis.nccl_table import FilePrep, build_table
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.ranges import parse_ranges

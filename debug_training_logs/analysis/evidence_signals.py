@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
-from debug_training_logs.analysis.inventory import Marker
+from debug_training_logs.analysis.inventory_markers import Marker
 from debug_training_logs.formats import accusations
 from debug_training_logs.formats.storage import STORAGE_FAILURE
 

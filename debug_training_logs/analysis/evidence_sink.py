@@ -22,8 +22,9 @@ from typing import Any
 from debug_training_logs.analysis.alignment import WorkerClockFacts, WorkerClockSink
 from debug_training_logs.analysis.evidence_signals import SIGNAL_NAMES, SIGNALS
 from debug_training_logs.analysis.evidence_types import Hit, _new_evidence_hit
-from debug_training_logs.analysis.inventory import file_year
-from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents, NcclSink
+from debug_training_logs.analysis.inventory_file_share import file_year
+from debug_training_logs.analysis.nccl_hits import FileEvents
+from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
 from debug_training_logs.logs import fields as native_fields

@@ -35,7 +35,7 @@ from debug_training_logs.analysis.evidence_types import (
     _new_evidence_hit,
     _order_key,
 )
-from debug_training_logs.analysis.inventory import FileInventory
+from debug_training_logs.analysis.inventory_types import FileInventory
 from debug_training_logs.formats.progress import step_number
 from debug_training_logs.textcut import cut
 

@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 from debug_training_logs.analysis import attempts as attempts_mod
 from debug_training_logs.analysis import launcher as launcher_scan
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock
-from debug_training_logs.analysis.inventory import JobScan
+from debug_training_logs.analysis.inventory_types import JobScan
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
-from debug_training_logs.analysis.nccl_table import FileEvents, NcclTable
+from debug_training_logs.analysis.nccl_hits import FileEvents
+from debug_training_logs.analysis.nccl_rows import NcclTable
 from debug_training_logs.analysis.read_back import TimeBounds
 from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.formats.progress import step_number

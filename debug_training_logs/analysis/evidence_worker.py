@@ -20,17 +20,11 @@ from debug_training_logs.analysis.evidence_series import _SeriesBuilder
 from debug_training_logs.analysis.evidence_signals import SIGNALS
 from debug_training_logs.analysis.evidence_sink import EvidenceSink, _FileDigest, _Raw, _refine, _SignalDigest
 from debug_training_logs.analysis.evidence_types import Hit, WorkerEvidence, _order_key
-from debug_training_logs.analysis.inventory import (
-    JobScan,
-    LineKeep,
-    PerFile,
-    consumer_for,
-    file_result_item,
-    kept_sink,
-    result_item,
-    scan_consumers,
-)
-from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, FileEvents
+from debug_training_logs.analysis.inventory import LineKeep, consumer_for, kept_sink, scan_consumers
+from debug_training_logs.analysis.inventory_types import JobScan
+from debug_training_logs.analysis.inventory_views import PerFile, file_result_item, result_item
+from debug_training_logs.analysis.nccl_hits import FileEvents
+from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats.timestamps import WallTime, with_year

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS, TIER_NAMES, GrepPattern
-from debug_training_logs.analysis.inventory import COVERAGE_MARKERS, Inventory, consumer_for, scan_consumers
+from debug_training_logs.analysis.inventory import COVERAGE_MARKERS, consumer_for, scan_consumers
+from debug_training_logs.analysis.inventory_types import Inventory
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.analysis.templates import TemplateCache
 from debug_training_logs.errors import UserInputError

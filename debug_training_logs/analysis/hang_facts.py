@@ -34,7 +34,7 @@ from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.ranges import format_ranges
 
 if TYPE_CHECKING:
-    from debug_training_logs.analysis.inventory import JobScan
+    from debug_training_logs.analysis.inventory_types import JobScan
 
 _RANK_LOCALS: Final = ("global_rank", "world_rank", "rank", "RANK", "my_rank", "grank")
 _CMD_RANK: Final = re.compile(r"(?:--(?:global[-_])?rank[= ]|(?:^|\s)RANK=)(?P<rank>\d{1,6})\b")

@@ -34,13 +34,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from debug_training_logs.analysis.inventory import (
-    JobScan,
-    LineKeep,
-    file_result_item,
-    result_item,
-    result_size,
-)
+from debug_training_logs.analysis.inventory import LineKeep
+from debug_training_logs.analysis.inventory_types import JobScan
+from debug_training_logs.analysis.inventory_views import file_result_item, result_item, result_size
 from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.formats import gloo, launchers, slurm, torchrun
 from debug_training_logs.formats.python_text import is_source_line

@@ -12,7 +12,7 @@ from debug_training_logs.analysis.alignment import WORKER_PATTERNS, WorkerClockS
 from debug_training_logs.analysis.grep import GrepSink
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
 from debug_training_logs.analysis.inventory import consumer_for
-from debug_training_logs.analysis.nccl_table import NCCL_PATTERNS, NcclSink
+from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
 from debug_training_logs.analysis.scan_cache import Consumer
 
 

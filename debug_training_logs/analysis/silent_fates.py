@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from debug_training_logs.analysis.evidence_triggers import CLOCK_SLACK
 from debug_training_logs.analysis.evidence_types import Hit, JobEvidence
 from debug_training_logs.analysis.fates import Fate, RankEvent
-from debug_training_logs.analysis.inventory import FileInventory
+from debug_training_logs.analysis.inventory_types import FileInventory
 from debug_training_logs.analysis.launcher import LauncherFacts
 from debug_training_logs.formats import gloo
 from debug_training_logs.formats.progress import step_number

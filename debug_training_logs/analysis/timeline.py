@@ -22,7 +22,8 @@ from debug_training_logs.analysis import ais_collect, ais_delta_types, ais_inter
 from debug_training_logs.analysis.alignment import Alignment, align, scan_worker_clock, to_utc
 from debug_training_logs.analysis.grep import GrepAnalysis, TemplateSummary, grep_all_ranks
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
-from debug_training_logs.analysis.nccl_table import NcclTable, nccl_state_table
+from debug_training_logs.analysis.nccl_rows import NcclTable
+from debug_training_logs.analysis.nccl_table import nccl_state_table
 from debug_training_logs.analysis.read_back import read_lines
 from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, with_year

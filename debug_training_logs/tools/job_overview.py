@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field
 
 from debug_training_logs.analysis import attempts, launcher
-from debug_training_logs.analysis.inventory import MARKERS, Inventory, TimePoint, scan_consumers, time_text
+from debug_training_logs.analysis.inventory import scan_consumers
+from debug_training_logs.analysis.inventory_markers import MARKERS
+from debug_training_logs.analysis.inventory_types import Inventory, TimePoint, time_text
 from debug_training_logs.models import Coverage, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges

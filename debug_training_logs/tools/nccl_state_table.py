@@ -20,6 +20,8 @@ from pydantic import ConfigDict, Field
 from debug_training_logs import meanwhile
 from debug_training_logs.analysis import nccl_table as analysis
 from debug_training_logs.analysis.inventory import lean_inventory
+from debug_training_logs.analysis.nccl_hits import FileEvents
+from debug_training_logs.analysis.nccl_rows import NcclTable
 from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.memo import unpack
@@ -349,7 +351,7 @@ def nccl_state_table(
 
     with lean_inventory(), meanwhile.queued(read_dumps):
         mine = analysis.table_consumer()
-        early: dict[str, analysis.FileEvents] = {}
+        early: dict[str, FileEvents] = {}
         prepared: dict[str, analysis.FilePrep] = {}
 
         def arrived(_j: int, results: dict[str, FileResult]) -> None:
@@ -357,7 +359,7 @@ def nccl_state_table(
             # them there); only the whole job's lines: an attempt's table has a sink of its own
             fr = results.get(mine.key)
             fe = unpack(fr.sink_result) if fr is not None else None
-            if isinstance(fe, analysis.FileEvents):
+            if isinstance(fe, FileEvents):
                 early[fe.rel] = fe
                 prepared[fe.rel] = analysis.FilePrep(fe)
 
@@ -480,7 +482,7 @@ def _parse_ranks(text: str | None) -> set[int] | None:
         raise UserInputError(f"ranks={text!r} is not a range string: write ranks like '5', '0-7' or '0-7,64'.") from exc
 
 
-def _deviating_keys(table: analysis.NcclTable) -> set[tuple[int, str | None]]:
+def _deviating_keys(table: NcclTable) -> set[tuple[int, str | None]]:
     """(rank, PG) of every row that differs from its PG's majority or that the classification names."""
     keys = {(o.rank, o.pg) for o in table.outliers}
     for p in table.process_groups:

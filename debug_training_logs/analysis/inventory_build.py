@@ -1,0 +1,246 @@
+"""The job's inventory built from each file's share (:func:`_build_inventory`): every file's ranks and where they
+come from, the world size from evidence about the world only, nodes, versions, start and end."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+from debug_training_logs.analysis.inventory_file_share import _FileShare, _Hosts, _RankSources, _WorldFacts
+from debug_training_logs.analysis.inventory_sink import MAX_CREDIBLE_WORLD, FileFacts
+from debug_training_logs.analysis.inventory_types import FileInventory, Inventory, TimePoint
+from debug_training_logs.formats.timestamps import WallTime
+from debug_training_logs.logs.attribution import file_name_node, file_name_rank, log_dir_local_rank
+from debug_training_logs.logs.discovery import LogFile, Skipped
+
+
+def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]:
+    if src.artifact is not None:
+        return set(), f"none: {src.artifact} output, not a log"
+    found: dict[str, set[int]] = {
+        "[rankN]: prefixes": src.prefixes,
+        "Ray [rank=N] prefixes": src.ray,
+        "Lightning GLOBAL_RANK lines": src.lightning,
+        "the trainer's own rank statements": src.stated,
+    }
+    if world_size is not None:
+        found["NCCL init 'rank R nranks N' of the world communicator"] = {
+            r for r, n in src.nccl_ranks.items() if n == world_size
+        }
+    if src.srun:  # (kept only when what the lines state of their ranks agrees with them)
+        found["srun --label task ids"] = src.srun
+    ranks = set().union(*found.values())
+    if ranks:
+        return ranks, ", ".join(name for name, rs in found.items() if rs)
+    name_rank = file_name_rank(src.rel)
+    if name_rank is not None:
+        return {name_rank}, "file name"
+    return set(), "none"
+
+
+def _log_dir_ranks(rels: list[str], ranks: dict[str, set[int]]) -> Callable[[str, int, int | None], int | None]:
+    """The global rank of a local rank's directory in torchrun's ``--log-dir`` tree: the rank a sibling file of the
+    same process states (its stderr's ``[rankN]:``), else the local rank itself when the attempt's directory holds
+    every rank of the world (one agent: local ranks are global ranks)."""
+    stated: dict[tuple[str, int], set[int]] = defaultdict(set)
+    locals_of: dict[str, set[int]] = defaultdict(set)
+    for rel in rels:
+        d = log_dir_local_rank(rel)
+        if d is not None:
+            locals_of[d[0]].add(d[1])
+            stated[d] |= ranks.get(rel, set())
+
+    def rank(attempt: str, local: int, world: int | None) -> int | None:
+        own = stated.get((attempt, local), set())
+        if len(own) == 1:
+            return next(iter(own))
+        whole = world is not None and locals_of[attempt] == set(range(world))
+        return local if whole and not own else None
+
+    return rank
+
+
+_CLAIM_NAMES = {
+    "stated": "states world size {n}",
+    "launcher": "torchrun global_world_sizes [{n}, ...]",
+    "default_pg": "default PG (PG 0) size {n}",
+    "slurm": "SLURM task count {n} (the world size only with one task per GPU)",
+}
+
+
+def _world_size(facts: Sequence[_WorldFacts], known: dict[str, set[int]]) -> tuple[int | None, str]:
+    """The world size from evidence about the world only, and which line says so; conflicting evidence is named.
+
+    Sources, most trusted first: Lightning ``MEMBER: m/N``; a line stating ``world_size``/``WORLD_SIZE``, torchrun's
+    ``global_world_sizes``, the default PG's ``ProcessGroupNCCL initialization options ... size: N``; SLURM's task
+    count; the NCCL communicator whose ``nranks`` is the world's (see :func:`_world_comm`). An NCCL ``nranks`` of any
+    other communicator (a 2-rank pipeline pair) says nothing about the world. ``known``: file -> global ranks named
+    by non-NCCL sources; a claim at or below a known rank is contradicted and dropped."""
+    top = max((r for rs in known.values() for r in rs), default=-1)
+    claims: list[tuple[int, int, str]] = []  # (priority, n, description)
+    for f in facts:
+        for n, ln, t in f.world_size_lines:
+            if "MEMBER" in t:
+                claims.append((0, n, f"{f.rel}:{ln} Lightning 'MEMBER: m/{n}'"))
+        for n, kind, ln, _t in f.world_claims:
+            claims.append((2 if kind == "slurm" else 1, n, f"{f.rel}:{ln} {_CLAIM_NAMES[kind].format(n=n)}"))
+    comm = _world_comm(facts, known)
+    if comm is not None:
+        claims.append((3, comm[0], comm[1]))
+    dropped = [c for c in claims if not 0 < c[1] <= MAX_CREDIBLE_WORLD or c[1] <= top]
+    claims = [c for c in claims if c not in dropped]
+    notes = [f"ignored {d} (contradicted: rank {top} is in the logs)" if 0 < dn <= top else
+             f"ignored {d} (not a credible world size)" for _p, dn, d in dropped[:2]]  # fmt: skip
+    if not claims:
+        why = "unknown: no line states the world size (Lightning MEMBER k/N, WORLD_SIZE, torchrun global_world_sizes, "
+        why += "SLURM_NTASKS, the default PG's size or the world communicator's nranks)"
+        return None, "; ".join([why, *notes])
+    best_p = min(p for p, _n, _d in claims)
+    n, desc = max((n, d) for p, n, d in claims if p == best_p)
+    others = sorted({f"{d2}" for _p, n2, d2 in claims if n2 != n})
+    text = desc
+    if others:
+        text += f"; CONFLICTING evidence: {'; '.join(others[:3])}" + (
+            f" (+{len(others) - 3} more)" if len(others) > 3 else ""
+        )
+    return n, "; ".join([text, *notes])
+
+
+def _world_comm(facts: Sequence[_WorldFacts], known: dict[str, set[int]]) -> tuple[int, str] | None:
+    """(N, evidence) when the largest NCCL communicator is the world's. Every process joins the world communicator
+    with comm rank = global rank, so in each file whose global ranks other sources name, its comm ranks must be
+    exactly those ranks (a sub-communicator's restart at 0 and cover only some processes), and at least two ranks
+    must witness it so, unless every comm rank 0..N-1 is logged. Otherwise None: a sub-communicator never sets the
+    world size."""
+    best: tuple[int, str, int, str] | None = None
+    for f in facts:
+        if f.best_nranks is not None and (best is None or f.best_nranks[0] > best[0]):
+            best = (f.best_nranks[0], f.rel, f.best_nranks[1], f.best_nranks[2])
+    if best is None or best[0] > MAX_CREDIBLE_WORLD:
+        return None
+    n = best[0]
+    comm_ranks = {r for f in facts for r, k in f.nccl_ranks.items() if k == n and 0 <= r < n}
+    witnesses = 0
+    witnessed: set[int] = set()
+    for f in facts:
+        mine = {r for r, k in f.nccl_ranks.items() if k == n}
+        glob = known.get(f.rel, set())
+        if mine and glob:
+            if mine != glob:
+                return None
+            witnesses += 1
+            witnessed |= mine
+    where = f"{best[1]}:{best[2]} NCCL init 'nranks {n}'"
+    if len(comm_ranks) == n:
+        return n, f"{where} (the world communicator: all {n} comm ranks logged)"
+    if len(witnessed) >= 2:  # one rank alone cannot tell "rank r of the world" from "rank r of a small sub-comm"
+        return n, f"{where} (the world communicator: its comm ranks are the global ranks of {witnesses} file(s))"
+    return None
+
+
+def _earliest_latest(
+    ends: Sequence[tuple[TimePoint | None, TimePoint | None]], year_hint: int | None
+) -> tuple[TimePoint | None, TimePoint | None]:
+    """The earliest of the files' first times and the latest of their last ones (the first file wins a tie)."""
+    start: TimePoint | None = None
+    end: TimePoint | None = None
+    for first, last in ends:
+        if first is not None and (start is None or _key(first.time, year_hint) < _key(start.time, year_hint)):
+            start = first
+        if last is not None and (end is None or _key(last.time, year_hint) > _key(end.time, year_hint)):
+            end = last
+    return start, end
+
+
+def _key(t: WallTime, year_hint: int | None) -> tuple[int, int, int, int, int, int, int]:
+    return (t.year or year_hint or 0, t.month, t.day, t.hour, t.minute, t.second, t.microsecond)
+
+
+def _build_inventory(
+    found: Sequence[LogFile], shares: Sequence[_FileShare], facts: Sequence[FileFacts], skipped: list[Skipped]
+) -> Inventory:
+    """The job's inventory from each file's share (:class:`_FileShare`, unpacked once per file; ``facts`` are only
+    kept, lazily, on the inventory)."""
+    sources: list[_RankSources] = []
+    world_facts: list[_WorldFacts] = []
+    per_file: list[tuple[LogFile, int, str | None, _Hosts]] = []  # (file, lines, problem, hosts and failures)
+    ends: list[tuple[TimePoint | None, TimePoint | None]] = []
+    lasts: list[tuple[int, str, WallTime] | None] = []
+    markers: dict[str, int] = {}
+    examples: dict[str, tuple[str, int, str]] = {}
+    nccl_versions: set[str] = set()
+    torch_versions: set[str] = set()
+    year: int | None = None
+    for lf, d in zip(found, shares, strict=True):
+        sources.append(d.sources)
+        world_facts.append(d.world)
+        if year is None:
+            year = d.year
+        ends.append((d.first, d.last))
+        lasts.append(d.last_timed)
+        for name, n in d.markers.items():
+            markers[name] = markers.get(name, 0) + n
+            if name not in examples:
+                ln, text = d.first_marker_line[name]
+                examples[name] = (d.world.rel, ln, text)
+        nccl_versions |= d.nccl_versions
+        torch_versions |= d.torch_versions
+        per_file.append((lf, d.lines, d.problem, d.light))
+    local_maps = [{k: g for k, g in d.local_map.items() if g >= 0} for d in shares]
+    known = {src.rel: _ranks_of(src, None)[0] for src in sources}
+    world_size, ws_evidence = _world_size(world_facts, known)
+    files: list[FileInventory] = []
+    all_ranks: set[int] = set()
+    hosts: set[str] = set()
+    launchers = [bool(d.markers.get("launcher_line")) for d in shares]
+    by_dir = _log_dir_ranks([src.rel for src in sources], {s.rel: _ranks_of(s, world_size)[0] for s in sources})
+    for (lf, n_lines, problem, f), src, last_timed, local, launcher in zip(
+        per_file, sources, lasts, local_maps, launchers, strict=True
+    ):
+        ranks, source = _ranks_of(src, world_size)
+        in_tree = log_dir_local_rank(lf.rel) if not ranks else None
+        if in_tree is not None and (g := by_dir(*in_tree, world_size)) is not None:
+            ranks, source = {g}, "torchrun --log-dir tree"
+        if f.child_failed_ranks - ranks:
+            # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
+            # (a rank that hung and was SIGTERMed may have no [rankN]: line of its own)
+            ranks = ranks | f.child_failed_ranks
+            source = f"{source}, torchrun failure table" if source != "none" else "torchrun failure table"
+        all_ranks |= ranks
+        own = f.hosts or f.launcher_hosts
+        node = sorted(own)[0] if len(own) == 1 else file_name_node(lf.rel)
+        files.append(
+            FileInventory(
+                lf.rel,
+                lf.size,
+                lf.compression,
+                ranks,
+                source,
+                node,
+                n_lines,
+                problem,
+                last_timed,
+                src.prefixes,
+                local,
+                launcher,
+                src.artifact,
+            )
+        )
+        hosts |= f.hosts | f.launcher_hosts
+    start, end = _earliest_latest(ends, year)
+    return Inventory(
+        files=files,
+        skipped=skipped,
+        ranks=all_ranks,
+        world_size=world_size,
+        world_size_evidence=ws_evidence,
+        nodes=sorted(hosts) if hosts else sorted({f.node for f in files if f.node}),
+        markers=markers,
+        marker_examples=examples,
+        nccl_versions=sorted(nccl_versions),
+        torch_versions=sorted(torch_versions),
+        start=start,
+        end=end,
+        year_hint=year,
+        facts=facts,
+    )

@@ -1,0 +1,191 @@
+"""What the job's inventory reads of one file, worked out in the scan worker that read it: the file's ranks'
+sources, world-size facts, hosts, times and year (:class:`_FileShare`), and the file's scan packed as the cache keeps
+it (:func:`_pack_scan`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+from debug_training_logs.analysis import hang_files
+from debug_training_logs.analysis.inventory_sink import _LINE_OPENING_RANK, MAX_CREDIBLE_WORLD, FileFacts
+from debug_training_logs.analysis.inventory_types import TimePoint
+from debug_training_logs.analysis.scan_cache import FileResult
+from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
+from debug_training_logs.logs.attribution import SRUN_LABEL, strip_ansi
+from debug_training_logs.logs.scan_types import FileScan
+from debug_training_logs.memo import Packed, pack
+from debug_training_logs.textcut import cut
+
+
+def _pack_scan(
+    layout: tuple[tuple[int, int], ...], refiners: tuple[Callable[[Any, FileScan], Any] | None, ...], s: FileScan
+) -> tuple[Packed, list[FileResult]]:
+    """One file's scan as the cache keeps it (run in the worker that scanned it, so only these bytes cross back):
+    the file's own facts packed once, and each consumer's share (``layout``: its first pattern id and count), its
+    sink's result refined first where the consumer says so (:attr:`Consumer.refine`)."""
+    global _LAST_YEAR
+    results, facts = s.sink_result if s.sink_result is not None else ([None] * len(layout), None)
+    try:
+        results = [r if r is None or f is None else f(r, s) for r, f in zip(results, refiners, strict=True)]
+        facts = facts or FileFacts(rel=s.file.rel)
+        base = pack((replace(s, counts=[], sink_result=None, sampled=set()), facts, _file_share(s, facts)))
+    finally:
+        _LAST_YEAR = None  # (the memo holds the scan and its sink results: not past the file's pack)
+    shares = [
+        FileResult(
+            counts=s.counts[off : off + n],
+            sink_result=pack(res),
+            sampled={i - off for i in s.sampled if off <= i < off + n},
+        )
+        for (off, n), res in zip(layout, results, strict=True)
+    ]
+    return base, shares
+
+
+class _RankSources(NamedTuple):
+    """What :func:`_ranks_of` reads of one file, taken from its scan and facts once (the inventory asks twice: before
+    and after the world size is known)."""
+
+    rel: str
+    prefixes: set[int]
+    ray: set[int]
+    lightning: set[int]
+    stated: set[int]
+    nccl_ranks: dict[int, int]
+    srun: set[int]
+    """``srun --label`` task ids of the head and tail, kept when they are the ranks (no Ray or Lightning ranks, and
+    every rank a ``[rankN]:`` prefix or the trainer states is among them: one task per rank)."""
+    artifact: str | None = None
+    """What the file is when it is no log but something collected during a hang (a ``py-spy`` dump, a kernel log):
+    it holds no rank's log, whatever its name or its lines say."""
+
+    @staticmethod
+    def of(scan: FileScan, facts: FileFacts) -> _RankSources:
+        artifact = hang_files.kind_of("\n".join(scan.head))
+        if artifact is not None:
+            return _RankSources(scan.file.rel, set(), set(), set(), set(), {}, set(), artifact)
+        prefixes, ray, lightning = set(scan.ranks), set(facts.ray_ranks), set(facts.member_ranks)
+        # a trainer's line-opening ``rank3| ...`` / ``rank 3: ...``: read from the head and tail (as a marker its
+        # literal, "rank", is on every line of a torch log, and the scan would search every byte for it)
+        opening = {int(m.group(1)) for ln in scan.head + scan.tail if (m := _LINE_OPENING_RANK.match(ln))}
+        stated = (set(facts.stated_ranks) | {r for r in opening if r <= MAX_CREDIBLE_WORLD}) - prefixes
+        srun = set() if ray or lightning else _srun_labels(scan.head + scan.tail)
+        if not (prefixes | stated) <= srun:
+            srun = set()  # the labels are not the ranks the lines state (one task per node: node ids)
+        return _RankSources(scan.file.rel, prefixes, ray, lightning, stated, facts.nccl_ranks, srun)
+
+
+def _srun_labels(lines: list[str]) -> set[int]:
+    tasks: set[int] = set()
+    labelled = 0
+    for ln in lines:
+        m = SRUN_LABEL.match(strip_ansi(ln))  # (the label, whatever prefix follows it: '5: [rank5]: ...')
+        if m is not None:
+            tasks.add(int(m.group("task")))
+            labelled += 1
+    return tasks if lines and labelled >= max(3, len(lines) // 2) else set()
+
+
+def _file_times(s: FileScan) -> tuple[TimePoint | None, TimePoint | None]:
+    """The file's first timed line of its head and last timed line of its tail."""
+    first: TimePoint | None = None
+    last: TimePoint | None = None
+    for i, ln in enumerate(s.head):
+        t = parse_wall_time(ln)
+        if t is not None:
+            first = TimePoint(t, s.file.rel, i + 1, ln[:300])
+            break
+    first_tail = s.lines - len(s.tail) + 1
+    for j in range(len(s.tail) - 1, -1, -1):
+        t = parse_wall_time(s.tail[j])
+        if t is not None:
+            last = TimePoint(t, s.file.rel, first_tail + j, s.tail[j])
+            break
+    return first, last
+
+
+def file_year(scan: FileScan) -> int | None:
+    """The year the first dated line of the file's head or tail states (None when none states one); the job's year
+    is the first file's that has one."""
+    global _LAST_YEAR
+    last = _LAST_YEAR  # read once: another thread may replace it
+    if last is not None and last[0] is scan and last[1] == (len(scan.head), len(scan.tail)):
+        return last[2]
+    year = None
+    for ln in scan.head + scan.tail:
+        t = parse_wall_time(ln)
+        if t is not None and t.year is not None:
+            year = t.year
+            break
+    _LAST_YEAR = (scan, (len(scan.head), len(scan.tail)), year)
+    return year
+
+
+_LAST_YEAR: tuple[FileScan, tuple[int, int], int | None] | None = None
+"""The last scan :func:`file_year` read and its answer: the worker's pack asks twice per file (the evidence digest
+and the file's inventory share), and a head of undated launcher lines costs ~0.1 ms to read (:func:`_pack_scan`
+forgets it once the file is packed)."""
+
+
+class _WorldFacts(NamedTuple):
+    """What :func:`_world_size` reads of a file's facts."""
+
+    rel: str
+    nccl_ranks: dict[int, int]
+    world_size_lines: list[tuple[int, int, str]]
+    world_claims: list[tuple[int, str, int, str]]
+    best_nranks: tuple[int, int, str] | None
+
+
+class _Hosts(NamedTuple):
+    """A file's hosts and the ranks of its failure tables."""
+
+    child_failed_ranks: set[int]
+    hosts: set[str]
+    launcher_hosts: set[str]
+
+
+class _FileShare(NamedTuple):
+    """What the job's inventory reads of one file, worked out in the worker that scanned it (the third item of the
+    file's packed base): the main process unpacks this, not the file's head, tail and facts."""
+
+    sources: _RankSources
+    world: _WorldFacts
+    light: _Hosts
+    first: TimePoint | None
+    last: TimePoint | None
+    last_timed: tuple[int, str, WallTime] | None
+    year: int | None
+    markers: dict[str, int]
+    first_marker_line: dict[str, tuple[int, str]]
+    nccl_versions: set[str]
+    torch_versions: set[str]
+    lines: int
+    problem: str | None
+    local_map: dict[int, int]
+
+
+def _file_share(s: FileScan, f: FileFacts) -> _FileShare:
+    first, last = _file_times(s)
+    last_timed = None
+    if last is not None:  # the whole line for the file's end (cut for citation), 300 characters for the job's
+        last_timed = (last.line, cut(last.text), last.time)
+        last = replace(last, text=last.text[:300])
+    return _FileShare(
+        sources=_RankSources.of(s, f),
+        world=_WorldFacts(f.rel, f.nccl_ranks, f.world_size_lines, f.world_claims, f.best_nranks),
+        light=_Hosts(f.child_failed_ranks, f.hosts, f.launcher_hosts),
+        first=first,
+        last=last,
+        last_timed=last_timed,
+        year=file_year(s),
+        markers=f.markers,
+        first_marker_line=f.first_marker_line,
+        nccl_versions=f.nccl_versions,
+        torch_versions=f.torch_versions,
+        lines=s.lines,
+        problem=s.problem,
+        local_map=dict(f.local_map),
+    )
