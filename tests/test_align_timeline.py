@@ -152,3 +152,28 @@ def test_the_alignment_from_the_spikes_the_ais_evidence_found_equals_the_one_tha
     assert ev.ais is not None
     alone = align(job / "logs", job / "ais", worker=ev.worker.clock, table=ev.nccl.table)
     assert asdict(ev.ais.alignment) == asdict(alone)
+
+
+def test_a_second_call_on_the_same_files_reuses_the_timeline_and_the_alignment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One server, the same directories twice: the merged timeline and the clock alignment are built once; a
+    changed AIS file means new ones (the key is every file's name, size and mtime, the AIS logs' included)."""
+    from debug_training_logs.tools import align_timezones as align_tool
+    from debug_training_logs.tools import timeline as timeline_tool
+
+    shutil.copytree(LOGS.parent, tmp_path / "job")
+    logs, ais = tmp_path / "job" / "logs", tmp_path / "job" / "ais"
+    built: list[str] = []
+    real_timeline, real_align = timeline_tool.build_timeline, align_tool.align
+    monkeypatch.setattr(timeline_tool, "build_timeline", lambda *a, **k: built.append("t") or real_timeline(*a, **k))
+    monkeypatch.setattr(align_tool, "align", lambda *a, **k: built.append("a") or real_align(*a, **k))
+    first = (timeline(str(logs), str(ais)), align_timezones(str(logs), str(ais)))
+    again = (timeline(str(logs), str(ais)), align_timezones(str(logs), str(ais)))
+    assert built == ["t", "a"] and again == first
+    daemon_log = next(p for p in sorted(ais.rglob("*")) if p.is_file() and p.suffix != ".gz")
+    with daemon_log.open("a") as f:
+        f.write("I 10:00:00.000000 one more line\n")
+    timeline(str(logs), str(ais))
+    align_timezones(str(logs), str(ais))
+    assert built == ["t", "a", "t", "a"]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 
-from debug_training_logs.analysis.alignment import align, scan_worker_clock
+from debug_training_logs.analysis.alignment import Alignment, WorkerClock, align, scan_worker_clock
 from debug_training_logs.models import Coverage, Evidence, Model
 from debug_training_logs.paths import input_dir
+from debug_training_logs.tools._cache import cached, files_key
 from debug_training_logs.tools.registry import ToolSpec
 
 
@@ -76,8 +78,8 @@ def align_timezones(
     """
     logs = input_dir(logs_dir)
     ais = input_dir(ais_dir, "AIS logs directory")
-    worker = scan_worker_clock(logs)
-    result = align(logs, ais, worker=worker)
+    # a call again on the same files reuses the alignment (the NCCL table and the AIS collection it is built from)
+    worker, result = cached("align_timezones", logs, files_key(ais, archives=True), lambda: _aligned(logs, ais))
     return AlignTimezones(
         summary=result.summary,
         offset_hours=result.offset_hours,
@@ -100,6 +102,11 @@ def align_timezones(
         missing=result.missing,
         coverage=worker.coverage,
     )
+
+
+def _aligned(logs: Path, ais: Path) -> tuple[WorkerClock, Alignment]:
+    worker = scan_worker_clock(logs)
+    return worker, align(logs, ais, worker=worker)
 
 
 SPEC = ToolSpec(

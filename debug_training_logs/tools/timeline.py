@@ -11,6 +11,7 @@ from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.analysis.timeline import build_timeline
 from debug_training_logs.models import Coverage, Model
 from debug_training_logs.paths import input_dir
+from debug_training_logs.tools._cache import cached, files_key
 from debug_training_logs.tools.attempt_choice import choose
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.registry import ToolSpec
@@ -72,7 +73,9 @@ def timeline(
     logs = input_dir(logs_dir)
     ais = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
     split, chosen = choose(logs, attempt, *standard_consumers()[:3])  # the timeline's scan: one pass
-    t = build_timeline(logs, ais, limit=limit)
+    # a call again on the same files (another attempt, the agent checking an order) reuses the merged timeline
+    ais_key = files_key(ais, archives=True) if ais is not None else None
+    t = cached("timeline", logs, (ais_key, limit), lambda: build_timeline(logs, ais, limit=limit))
     events = t.events
     summary = t.summary
     if chosen is not None:
