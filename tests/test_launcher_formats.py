@@ -78,7 +78,7 @@ def test_agent_line_matrix(case: int, style: str, prefix: str, ending: str) -> N
 
 
 def torchrun_clean(line: str) -> str:
-    from debug_training_logs.logs.attribution import strip_ansi
+    from debug_training_logs.formats.prefixes import strip_ansi
 
     return strip_ansi(line).rstrip("\r")
 

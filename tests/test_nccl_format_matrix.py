@@ -17,8 +17,8 @@ import pytest
 from debug_training_logs.analysis.nccl_hits import FileEvents, Hit
 from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
 from debug_training_logs.analysis.nccl_table import nccl_state_table
-from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_types as tnt
+from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.logs.discovery import discover
 from debug_training_logs.logs.scan import scan_files
 from debug_training_logs.logs.scan_types import PatternSpec
@@ -81,7 +81,7 @@ def _problems(case: Case, fe: FileEvents) -> list[str]:
         out.append(f"fields {got} != {want}")
     if h.line != case.line:
         out.append(f"cited line {h.line} != {case.line}")
-    if h.text != cut(tn.strip_ansi(case.lines[case.line - 1])):
+    if h.text != cut(strip_ansi(case.lines[case.line - 1])):
         out.append(f"cited text is not physical line {case.line}: {h.text[:80]!r}")
     if h.rank != case.rank:
         out.append(f"rank {h.rank} != {case.rank}")

@@ -31,9 +31,10 @@ from debug_training_logs.analysis import evidence_sink as ev
 from debug_training_logs.analysis.evidence import gather_evidence
 from debug_training_logs.analysis.evidence_signals import SIGNAL_NAMES
 from debug_training_logs.formats import timestamps
+from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
 from debug_training_logs.logs import attribution, fields
-from debug_training_logs.logs.attribution import RAY_PREFIX, SRUN_LABEL, rank_and_source_plain, strip_ansi
+from debug_training_logs.logs.attribution import RAY_PREFIX, SRUN_LABEL, rank_and_source_plain
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.textcut import cut
 

@@ -17,8 +17,8 @@ import zstandard
 
 from debug_training_logs.analysis import read_back
 from debug_training_logs.analysis.read_back import LineAt, read_lines
+from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.logs import scan_lines, scan_types, scan_windows
-from debug_training_logs.logs.attribution import strip_ansi
 from debug_training_logs.logs.discovery import LogFile, discover
 from debug_training_logs.logs.nearest_time import TIMESTAMP
 from debug_training_logs.logs.reader import CHUNK, decode

@@ -21,6 +21,7 @@ from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_patterns as tnp
 from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.formats import torch_nccl_wraps as tnw
+from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi
 from tests.nccl_render import EXTRA_PREFIXES, PREFIXES, TORCH, WRAPS, build_case, messages
 
 ENDINGS = ("", "\r")
@@ -38,7 +39,7 @@ def _matrix_lines(version: str) -> list[str]:
 
 
 def _plain_text(line: str) -> str:
-    return tn._ABSURD_NUMBER.sub("#", tn.strip_ansi(line))
+    return tn._ABSURD_NUMBER.sub("#", strip_ansi(line))
 
 
 @pytest.mark.parametrize("version", TORCH)
@@ -65,7 +66,7 @@ def test_nccl_pretests_hold_on_every_family_prefix_and_wrap(version: str) -> Non
             if rx.search(text) is not None:
                 statuses += 1
                 assert tnp._STATUS_WORD[family] in text, line
-        if tnp._GLOBAL_RANK.match(line) is not None:
+        if GLOBAL_RANK.match(line) is not None:
             assert tnw._starts_new_record(line), line  # the fast path's answer for lines opening with [rankN]:
     assert headers and timeouts
     assert statuses or version in ("2.0", "2.1", "2.2")  # status lines exist from 2.3 on

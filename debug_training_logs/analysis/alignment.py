@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING
 from debug_training_logs.analysis.inventory import scan_job
 from debug_training_logs.analysis.inventory_types import Inventory
 from debug_training_logs.analysis.nccl_rows import NcclTable
+from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.formats.timestamps import parse_wall_time, with_year
-from debug_training_logs.logs.attribution import line_rank, strip_ansi
+from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.textcut import cut
 

@@ -26,9 +26,10 @@ from debug_training_logs.analysis.inventory_file_share import file_year
 from debug_training_logs.analysis.nccl_hits import FileEvents
 from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR
+from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
 from debug_training_logs.logs import fields as native_fields
-from debug_training_logs.logs.attribution import rank_or_local, strip_ansi
+from debug_training_logs.logs.attribution import rank_or_local
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan_types import FileScan
 from debug_training_logs.textcut import TEXT_CUT, cut

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from debug_training_logs.analysis.inventory_markers import MARKERS, Marker
 from debug_training_logs.formats import torch_nccl as tn
-from debug_training_logs.logs.attribution import LOCAL_PREFIX, NCCL_INIT_RANK, RAY_PREFIX, strip_ansi
+from debug_training_logs.formats.prefixes import strip_ansi
+from debug_training_logs.logs.attribution import LOCAL_PREFIX, NCCL_INIT_RANK, RAY_PREFIX
 from debug_training_logs.logs.discovery import LogFile
 
 _NCCL_HOST = re.compile(r"(?P<host>[A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL ")

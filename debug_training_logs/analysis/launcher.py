@@ -39,8 +39,9 @@ from debug_training_logs.analysis.inventory_types import JobScan
 from debug_training_logs.analysis.inventory_views import file_result_item, result_item, result_size
 from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.formats import gloo, launchers, slurm, torchrun
+from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi
 from debug_training_logs.formats.python_text import is_source_line
-from debug_training_logs.logs.attribution import file_name_rank, rank_of_line, strip_ansi
+from debug_training_logs.logs.attribution import file_name_rank, rank_of_line
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan_types import SinkFactory
 from debug_training_logs.memo import unpack
@@ -92,8 +93,6 @@ MAX_REPLAY_HITS = 2 * MAX_LINES_PER_FILE
 (:func:`for_attempt`); a file with more hits (or more kept lines than :data:`MAX_LINES_PER_FILE`) is not replayable
 and the chosen attempt's facts then need a scan of their own."""
 
-_GLOBAL_RANK = re.compile(r"\[rank(\d+)\]:")
-_INLINE_RANK = re.compile(r"\[rank(\d+)\] ")
 _LOCAL_PREFIX = re.compile(r"^\[(?:default|\w+)(\d+)\]:")
 _EXC_LINE = re.compile(_EXCEPTION)
 _LAUNCHER_FRAME = re.compile(r'File "[^"]*(?:/bin/torchrun|torch/distributed/(?:run|launch)\.py)"')
@@ -468,7 +467,7 @@ def parse_lines(
     (:func:`~debug_training_logs.analysis.attempts.refine_launcher`), or here for a replayed attempt."""
     local_to_global: dict[int, int] = {}
     for _no, text in lines:  # '[default1]:[rank3]: ...' pairs a tee prefix with its global rank
-        lm, gm = _LOCAL_PREFIX.match(text), _GLOBAL_RANK.search(text)
+        lm, gm = _LOCAL_PREFIX.match(text), GLOBAL_RANK.search(text)
         if lm and gm:
             local_to_global.setdefault(int(lm.group(1)), int(gm.group(1)))
     for t in file_tables:

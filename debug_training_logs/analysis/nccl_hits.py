@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_types as tnt
+from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.textcut import cut
 
 MAX_UNPARSED_SAMPLES = 5
@@ -48,4 +48,4 @@ class FileEvents:
     def add_unparsed(self, line_no: int, text: str) -> None:
         self.unparsed += 1
         if len(self.unparsed_samples) < MAX_UNPARSED_SAMPLES:
-            self.unparsed_samples.append((line_no, cut(tn.strip_ansi(text))))
+            self.unparsed_samples.append((line_no, cut(strip_ansi(text))))

@@ -12,6 +12,7 @@ from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_patterns as tnp
 from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.formats import torch_nccl_wraps as tnw
+from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.frozen import fast_positional
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
@@ -142,7 +143,7 @@ def _hit(line_no: int, line: str, p: tnt.Parsed, joined: int = 1, rank_text: str
     rank = p.global_rank
     if rank is None and not isinstance(p.event, _CHILD_ROWS):
         rank = line_rank(rank_text if rank_text is not None else line).rank
-    return _new_hit(line_no, rank, p.header, p.event, cut(tn.strip_ansi(line)), joined)
+    return _new_hit(line_no, rank, p.header, p.event, cut(strip_ansi(line)), joined)
 
 
 _new_hit: Final = fast_positional(Hit)
@@ -178,7 +179,7 @@ def _join_around(n: int, texts: dict[int, str]) -> tuple[int, list[str], tnt.Par
         if parsed is None:
             continue
         nxt = texts.get(k + 1)
-        if tnw.maybe_cut_number(joined, parsed) and nxt is not None and _DIGITS_ONLY.match(tn.strip_ansi(nxt)):
+        if tnw.maybe_cut_number(joined, parsed) and nxt is not None and _DIGITS_ONLY.match(strip_ansi(nxt)):
             longer = tn.parse_line(tnw.join_wrapped([*parts, nxt]))
             if longer is not None:
                 return a, [*parts, nxt], longer

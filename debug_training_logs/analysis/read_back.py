@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, parse_wall_time, with_year
-from debug_training_logs.logs.attribution import strip_ansi
 from debug_training_logs.logs.discovery import LogFile, sniff_compression
 from debug_training_logs.logs.nearest_time import TIMESTAMP
 from debug_training_logs.logs.reader import CHUNK, ReadProblems, decode, iter_chunks

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from debug_training_logs.logs.attribution import strip_ansi
+from debug_training_logs.formats.prefixes import strip_ansi
 
 # Order matters: wider shapes first (a timestamp before its numbers, an IP before its octets).
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (

@@ -34,9 +34,9 @@ from dataclasses import replace
 from typing import Final
 
 from debug_training_logs.formats.lazy_re import LazyPattern
+from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi
 from debug_training_logs.formats.torch_nccl_patterns import (
     _ABORTED,
-    _ANSI,
     _BLOCKING,
     _CHILD_EXIT,
     _CHILD_RANK,
@@ -47,7 +47,6 @@ from debug_training_logs.formats.torch_nccl_patterns import (
     _EXIT_REMOTE,
     _FATAL,
     _FIRST,
-    _GLOBAL_RANK,
     _GLOG,
     _GLOG_SECONDS,
     _HEADER,
@@ -95,11 +94,6 @@ from debug_training_logs.logs import fields as _fields
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def strip_ansi(text: str) -> str:
-    """``text`` without terminal colour codes."""
-    return _ANSI.sub("", text) if "\x1b" in text else text
-
-
 # (the C constructors where the extension is built: ~0.2 us a record instead of ~1 us; the same objects)
 _new_header: Final = _native_positional(Header) or _positional(Header)
 _new_parsed: Final = _native_positional(Parsed) or _positional(Parsed)
@@ -135,7 +129,7 @@ def find_header(text: str) -> tuple[Header | None, int]:
     g = _GLOG.search(text) if _GLOG_SECONDS.search(text) is not None else None
     if g is not None:
         month, day = divmod(int(g.group("mmdd")), 100)
-        gr = _GLOBAL_RANK.search(text, 0, g.start() + 1)
+        gr = GLOBAL_RANK.search(text, 0, g.start() + 1)
         return (
             Header(
                 style="glog",
@@ -467,7 +461,7 @@ def parse_line_py(line: str) -> Parsed | None:
         ev = _as_uid(ev)
     grank = header.global_rank if header is not None else None
     if grank is None:
-        g = _GLOBAL_RANK.search(text)
+        g = GLOBAL_RANK.search(text)
         grank = int(g.group(1)) if g else None
     return _new_parsed(header, grank, ev)
 

@@ -67,8 +67,6 @@ NEEDLES: Final[tuple[str, ...]] = (
 # Regexes (run only on candidate lines).
 # --------------------------------------------------------------------------------------------------------------------
 
-_ANSI = LazyPattern(r"\x1b\[[0-9;?]*[A-Za-z]")
-
 
 def _ws(pattern: str) -> str:
     r"""``pattern`` with every literal space made optional (``\s*``): a hard-wrapped paste loses or adds the blank
@@ -92,7 +90,6 @@ _GLOG = re.compile(
 _GLOG_SECONDS = re.compile(r":\d\d\.\d{6} ")
 """What every :data:`_GLOG` match holds, found from a literal ``:`` (a fast search): :data:`_GLOG` itself is tried at
 every position of a long line without a glog header."""
-_GLOBAL_RANK = re.compile(r"\[rank(\d+)\]:")
 
 _PG_PREFIX = LazyPattern(
     _ws(

@@ -8,8 +8,9 @@ import re
 from typing import Final
 
 from debug_training_logs.formats.lazy_re import LazyPattern
-from debug_training_logs.formats.torch_nccl import _text, find_header, parse_pg_prefix, strip_ansi
-from debug_training_logs.formats.torch_nccl_patterns import _CUT_STARTS, _CUT_TAILS, _GLOBAL_RANK, _GLOG, _HEADER
+from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi
+from debug_training_logs.formats.torch_nccl import _text, find_header, parse_pg_prefix
+from debug_training_logs.formats.torch_nccl_patterns import _CUT_STARTS, _CUT_TAILS, _GLOG, _HEADER
 from debug_training_logs.formats.torch_nccl_types import Parsed, StatusLine
 
 
@@ -106,7 +107,7 @@ def starts_new_record(line: str) -> bool:
     Strict on purpose: a wrapped piece may begin with ``[PG ID ...`` or ``[Rank 3]`` (the break fell before it), so
     a bare ``[`` is not a record start; a c10/glog header, ``[rankN]:``, a launcher prefix, a known record opening or a
     line that ends inside such an opener is."""
-    if line.startswith("[rank") and _GLOBAL_RANK.match(line) is not None:
+    if line.startswith("[rank") and GLOBAL_RANK.match(line) is not None:
         return True  # what :func:`_starts_new_record` says of such a line, without removing prefixes first
     return _starts_new_record(line)
 
@@ -118,7 +119,7 @@ def _starts_new_record(line: str) -> bool:
     rest, strong = strip_leading_prefixes(text)
     if strong or not rest:
         return True
-    if _GLOBAL_RANK.match(rest) or _HEADER.match(rest) or _GLOG.match(rest) or _NCCL_LIB_LINE.match(rest):
+    if GLOBAL_RANK.match(rest) or _HEADER.match(rest) or _GLOG.match(rest) or _NCCL_LIB_LINE.match(rest):
         return True
     return rest.startswith(_RECORD_STARTS) or _OPENER_CUT.match(rest.rstrip()) is not None
 

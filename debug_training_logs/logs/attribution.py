@@ -20,10 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-GLOBAL_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
-# A user logging format that writes the global rank inside the line (``2026-11-23 18:29:06,008 [rank3] INFO ...``).
-INLINE_RANK = re.compile(r"\[rank(\d+)\] ")
+from debug_training_logs.formats.prefixes import GLOBAL_RANK, INLINE_RANK, strip_ansi
+
 RAY_PREFIX = re.compile(
     r"\((?P<actor>[A-Za-z_][\w.]*)?(?:\[rank=(?P<rank>\d+)\])? ?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:\-]+))?\)"
 )
@@ -63,11 +61,6 @@ class LineRank:
     """``rank_prefix``, ``inline_rank``, ``ray``, ``srun_label``, or ``none``."""
 
 
-def strip_ansi(text: str) -> str:
-    """Remove terminal colour codes (NeMo and Ray colour their prefixes on a TTY)."""
-    return ANSI_ESCAPE.sub("", text) if "\x1b" in text else text
-
-
 def line_rank(text: str) -> LineRank:
     """The global rank that wrote ``text``, from the line alone (no file context)."""
     rank, source = _rank_and_source(text)
@@ -89,7 +82,7 @@ def rank_and_source_plain(text: str) -> tuple[int | None, str]:
     Both rank patterns hold the literal ``[rank``: a line without it (the common case for unprefixed output) skips
     their searches."""
     if "[rank" in text:
-        m = GLOBAL_RANK_PREFIX.search(text)
+        m = GLOBAL_RANK.search(text)
         if m:
             return int(m.group(1)), "rank_prefix"
         i = INLINE_RANK.search(text)

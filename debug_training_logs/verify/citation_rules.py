@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 
+from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.models import Evidence
 from debug_training_logs.textcut import cut
 from debug_training_logs.verify.context import RuleContext
@@ -12,7 +12,6 @@ from debug_training_logs.verify.context import check as _check
 from debug_training_logs.verify.models import Check
 from debug_training_logs.verify.rule_helpers import fmt_time as _t
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _MIN_SUBSTRING = 20
 """A cited text shorter than the line must be at least this long to count as a quote of it."""
 
@@ -22,7 +21,7 @@ _MIN_SUBSTRING = 20
 
 
 def _norm(text: str) -> str:
-    text = _ANSI.sub("", text).strip()
+    text = strip_ansi(text).strip()
     for tail in ("…", "..."):
         text = text.removesuffix(tail)
     return " ".join(text.split())

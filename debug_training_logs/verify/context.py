@@ -15,7 +15,8 @@ from debug_training_logs.analysis.evidence_ais import ais_to_worker, aligned_for
 from debug_training_logs.analysis.evidence_triggers import CLOCK_SLACK, first_symptom, triggers
 from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent, Trigger
 from debug_training_logs.analysis.read_back import LineAt, read_ais_lines, read_lines, safe_path
-from debug_training_logs.logs.attribution import line_rank, strip_ansi
+from debug_training_logs.formats.prefixes import strip_ansi
+from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.models import Evidence
 from debug_training_logs.textcut import cut
 from debug_training_logs.verify.models import Check, CheckStatus, Conclusion
