@@ -27,6 +27,7 @@ from pydantic.fields import FieldInfo
 from debug_training_logs import __version__, meanwhile, progress
 from debug_training_logs.collector import GC_THRESHOLDS
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.logs.discovery import one_walk
 from debug_training_logs.memo import one_command
 from debug_training_logs.models import build_deferred
 from debug_training_logs.render import render_text
@@ -419,7 +420,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     assert spec is not None
     meanwhile.later(build_deferred)  # the result models: built while the scan's workers read, if there is a scan
     try:
-        with _cli_progress(ns.verbose), _fewer_collections(), one_command():
+        with _cli_progress(ns.verbose), _fewer_collections(), one_command(), one_walk():
             result = _analyze_with_html(ns) if getattr(ns, "html", None) else run_tool(spec, ns)
     except UserInputError as exc:
         print(f"debug-training-logs {ns.command}: {exc}", file=sys.stderr)

@@ -104,3 +104,31 @@ async def test_mcp_paths_outside_the_roots_are_refused(tmp_path: Path) -> None:
             {"conclusion": {"logs_dir": str(DATA_STALL / "logs"), "category": "no_failure", "culprit_ranks": []}},
         )
         assert res.is_error and "outside the directories" in res.content[0].text  # type: ignore[union-attr]
+
+
+async def test_each_call_walks_each_directory_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool call's cache keys, its scan and the tools it calls inside share one walk of each directory; the next
+    call walks again and sees a file added in between."""
+    import shutil
+
+    from debug_training_logs.logs import discovery
+
+    shutil.copytree(FIXTURES / "data_stall", tmp_path / "job")
+    logs, ais = tmp_path / "job" / "logs", tmp_path / "job" / "ais"
+    walks: list[str] = []
+    real = discovery._walk
+    monkeypatch.setattr(discovery, "_walk", lambda base, archives: walks.append(base.name) or real(base, archives))
+    async with Client(create_server([tmp_path])) as client:
+        for tool, args in (
+            ("nccl_state_table", {"logs_dir": str(logs)}),
+            ("timeline", {"logs_dir": str(logs), "ais_dir": str(ais)}),
+            ("align_timezones", {"logs_dir": str(logs), "ais_dir": str(ais)}),
+            ("diagnose", {"logs_dir": str(logs), "ais_dir": str(ais)}),
+        ):
+            walks.clear()
+            res = await client.call_tool(tool, args)
+            assert res.is_error is False, res.content
+            assert sorted(walks) == sorted({"logs", *(["ais"] if "ais_dir" in args else [])}), tool
+        (logs / "late.log").write_text("[rank0]:[E1106 10:00:00.000000000 x.cpp:1] one more line\n")
+        res = await client.call_tool("job_overview", {"logs_dir": str(logs)})
+        assert res.structured_content is not None and "late.log" in str(res.structured_content)

@@ -12,6 +12,9 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,14 +150,42 @@ def _symlink_reason(full: Path, base: Path) -> str:
     return "symlink inside the directory (its target is read instead)"
 
 
+_WALKS: ContextVar[dict[tuple[Path, bool], tuple[list[LogFile], list[Skipped]]] | None] = ContextVar(
+    "one_walk", default=None
+)
+
+
+@contextmanager
+def one_walk() -> Iterator[None]:
+    """Within the block (one tool call, one command) each directory is walked once: a later :func:`discover` of it
+    (a cache key, the scan, a tool it calls) answers from the first walk. The next call walks again and sees what
+    changed."""
+    token = _WALKS.set({})
+    try:
+        yield
+    finally:
+        _WALKS.reset(token)
+
+
 def discover(root: str | os.PathLike[str], *, include_archives: bool = False) -> tuple[list[LogFile], list[Skipped]]:
     """All log files below ``root`` (recursive), and everything passed over with the reason.
 
     Nothing is followed: symlinked files and directories, loops, FIFOs, sockets, devices and unreadable
     directories are listed in the skipped list with why, never dropped silently and never opened (a FIFO would block).
     ``include_archives``: keep ``.tar.gz``-style archives (the AIS tools read their members); worker tools skip them.
+    Within :func:`one_walk`, the first walk of ``root`` answers every later call.
     """
     base = require_dir(root)
+    walks = _WALKS.get()
+    if walks is None:
+        return _walk(base, include_archives)
+    found = walks.get((base, include_archives))
+    if found is None:
+        found = walks[(base, include_archives)] = _walk(base, include_archives)
+    return list(found[0]), list(found[1])
+
+
+def _walk(base: Path, include_archives: bool) -> tuple[list[LogFile], list[Skipped]]:
     files: list[LogFile] = []
     skipped: list[Skipped] = []
 

@@ -41,6 +41,7 @@ from debug_training_logs import __version__, paths, progress
 from debug_training_logs.analysis import scan_cache
 from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.logs.discovery import one_walk
 from debug_training_logs.models import build_deferred
 from debug_training_logs.printers import store
 from debug_training_logs.render import render_text
@@ -119,7 +120,7 @@ def _wrap(spec: ToolSpec, roots: tuple[Path, ...]) -> Any:
         reporter = _MonotoneProgress(ctx)
 
         def run() -> BaseModel:
-            with paths.restricted_to(list(roots)), progress.reporting_to(reporter):
+            with paths.restricted_to(list(roots)), progress.reporting_to(reporter), one_walk():
                 return spec.call(**kwargs)
 
         try:
