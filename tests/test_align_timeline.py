@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from debug_training_logs.analysis import ais_collect
 from debug_training_logs.analysis.ais_index import index_ais_dir
-from debug_training_logs.analysis.alignment import MethodResult, _conclude, align
-from debug_training_logs.analysis.timeline import build_timeline
+from debug_training_logs.analysis.alignment import Alignment, MethodResult, _conclude, align, scan_worker_clock
+from debug_training_logs.analysis.nccl_table import nccl_state_table
 from debug_training_logs.models import Evidence
 from debug_training_logs.tools.align_timezones import align_timezones
-from debug_training_logs.tools.timeline import timeline
+from debug_training_logs.tools.timeline import timeline, timeline_of
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "fixtures" / "data_stall" / "logs"
@@ -41,7 +42,7 @@ def test_a_stated_worker_zone_adds_the_zone_label_method(tmp_path: Path) -> None
     logs = tmp_path / "logs"
     shutil.copytree(LOGS, logs)
     (logs / "prologue.out").write_text("Job 48213 started: Thu May 21 07:00:00 PDT 2026\n")
-    result = align(logs, AIS)
+    result = _align(logs, AIS)
     zone = [m for m in result.methods if m.method == "zone_labels"]
     assert len(zone) == 1 and zone[0].offset_hours == -7.0
     assert result.verified
@@ -51,9 +52,14 @@ def test_an_ambiguous_zone_is_only_a_hint(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     shutil.copytree(LOGS, logs)
     (logs / "prologue.out").write_text("Job 48213 started: Thu May 21 07:00:00 CST 2026\n")
-    result = align(logs, AIS)
+    result = _align(logs, AIS)
     zone = next(m for m in result.methods if m.method == "zone_labels")
     assert zone.offset_hours is None and "hints" in zone.detail
+
+
+def _align(logs: Path, ais: Path) -> Alignment:
+    """The alignment from the scans of ``logs`` and ``ais`` (what ``align_timezones`` gathers for it)."""
+    return align(scan_worker_clock(logs), nccl_state_table(logs), ais_collect.collect(ais))
 
 
 def _m(method: str, off: float | None, daemon: str | None = TARGET_2) -> MethodResult:
@@ -81,7 +87,7 @@ def test_verification_needs_two_agreeing_methods(
 
 
 def test_timeline_order_follows_the_causal_chain() -> None:
-    t = build_timeline(LOGS, AIS, limit=80)
+    t = timeline_of(LOGS, AIS, limit=80)
     assert t.alignment is not None and t.alignment.verified
     kinds = [(e.kind, e.event) for e in t.events]
 
@@ -150,7 +156,7 @@ def test_the_alignment_from_the_spikes_the_ais_evidence_found_equals_the_one_tha
     assert _ais_error_onsets(own.collection, own.spikes) == _ais_error_onsets(own.collection)
     ev = gather_evidence(job / "logs", job / "ais")
     assert ev.ais is not None
-    alone = align(job / "logs", job / "ais", worker=ev.worker.clock, table=ev.nccl.table)
+    alone = align(ev.worker.clock, ev.nccl.table, ais_collect.collect(job / "ais"))
     assert asdict(ev.ais.alignment) == asdict(alone)
 
 

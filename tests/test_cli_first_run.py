@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from debug_training_logs.analysis.inventory import scan_job
-from debug_training_logs.analysis.timeline import build_timeline
 from debug_training_logs.cli import SHORT_HELP, build_parser
 from debug_training_logs.tools.registry import CLI_NAMES, all_tools
+from debug_training_logs.tools.timeline import timeline_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 DATA_STALL = FIXTURES / "data_stall"
@@ -124,13 +124,13 @@ def test_a_command_line_lists_every_tool_and_builds_only_the_one_it_runs() -> No
 
 
 def test_timeline_summary_uses_one_clock() -> None:
-    aligned = build_timeline(DATA_STALL / "logs", DATA_STALL / "ais").summary
+    aligned = timeline_of(DATA_STALL / "logs", DATA_STALL / "ais").summary
     assert re.search(r"From 2026-05-21T13:41:02Z .* to 2026-05-21T15:02:45Z \(UTC\)", aligned), aligned
-    worker_only = build_timeline(DATA_STALL / "logs", None).summary
+    worker_only = timeline_of(DATA_STALL / "logs", None).summary
     assert "Worker events from 2026-05-21T07:00:01" in worker_only and "to 2026-05-21T08:02:45 (worker clock)" in (
         worker_only
     )
-    unaligned = build_timeline(DATA_STALL / "logs", FIXTURES / "ais_idle" / "ais").summary
+    unaligned = timeline_of(DATA_STALL / "logs", FIXTURES / "ais_idle" / "ais").summary
     assert "(worker clock)" in unaligned and "(AIS clock)" in unaligned and "UNALIGNED" in unaligned
 
 

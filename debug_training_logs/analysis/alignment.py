@@ -307,28 +307,19 @@ def _stall_onset(table: NcclTable | None, year_hint: int | None) -> tuple[dateti
 
 
 def align(
-    logs_dir: str | os.PathLike[str],
-    ais_dir: str | os.PathLike[str],
-    *,
-    worker: WorkerClock | None = None,
-    table: NcclTable | None = None,
-    collection: ais_delta_types.AisCollection | None = None,
+    worker: WorkerClock,
+    table: NcclTable,
+    collection: ais_delta_types.AisCollection,
     spikes: Sequence[ais_delta_types.Spike] | None = None,
 ) -> Alignment:
-    """Measure worker-minus-AIS clock offset by every applicable method (see module docstring).
-
-    ``worker``, ``table`` and ``collection`` let a caller that already scanned the logs pass its results in;
-    ``spikes``: the collection's spikes of the default counters when the caller found them already (every daemon
-    with stats: :func:`~debug_training_logs.analysis.ais_intervals.collection_spikes`' per daemon).
+    """Measure worker-minus-AIS clock offset by every applicable method (see module docstring), from what the scans
+    found: the workers' clock facts (:func:`scan_worker_clock`), their NCCL table and the AIS logs' collection
+    (:func:`~debug_training_logs.analysis.ais_collect.collect`). Reads no file. ``spikes``: the collection's spikes
+    of the default counters when the caller found them already (every daemon with stats:
+    :func:`~debug_training_logs.analysis.ais_intervals.collection_spikes`' per daemon).
     """
-    from debug_training_logs.analysis import ais_collect, ais_intervals
+    from debug_training_logs.analysis import ais_intervals
 
-    worker = worker or scan_worker_clock(logs_dir)
-    collection = collection or ais_collect.collect(ais_dir)
-    if table is None:
-        from debug_training_logs.analysis.nccl_table import nccl_state_table
-
-        table = nccl_state_table(Path(logs_dir))
     index = collection.index
     methods: list[MethodResult] = []
 

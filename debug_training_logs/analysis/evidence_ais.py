@@ -77,14 +77,7 @@ def gather_ais_evidence(
     # the alignment's error onsets read the spikes ais_own found per daemon of the index: the same as found again per
     # daemon of the stats series (a daemon's spikes depend on its own series alone) when those are the index's
     with_stats = set(collection.points) <= {d.key for d in collection.index.daemons}
-    alignment = align(
-        worker.root,
-        ais_dir,
-        worker=worker.clock,
-        table=nccl.table,
-        collection=collection,
-        spikes=own.spikes if with_stats else None,
-    )
+    alignment = align(worker.clock, nccl.table, collection, spikes=own.spikes if with_stats else None)
     return AisEvidence(
         root=collection.index.root,
         index=collection.index,

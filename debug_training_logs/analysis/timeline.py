@@ -12,20 +12,17 @@ which a reader must not take as fact. Worker lines without a year take it from t
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from debug_training_logs.analysis import ais_collect, ais_delta_types, ais_intervals, scan_cache
-from debug_training_logs.analysis.alignment import Alignment, align, scan_worker_clock, to_utc
-from debug_training_logs.analysis.grep import GrepAnalysis, TemplateSummary, grep_all_ranks
+from debug_training_logs.analysis import ais_collect, ais_delta_types, ais_intervals
+from debug_training_logs.analysis.alignment import Alignment, WorkerClock, align, to_utc
+from debug_training_logs.analysis.grep import GrepAnalysis, TemplateSummary
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
 from debug_training_logs.analysis.nccl_rows import NcclTable
-from debug_training_logs.analysis.nccl_table import nccl_state_table
 from debug_training_logs.analysis.read_back import read_lines
-from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, with_year
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.textcut import cut
@@ -252,14 +249,16 @@ def _worker_dt(text: str | None) -> datetime | None:
 
 
 def build_timeline(
-    logs_dir: str | os.PathLike[str], ais_dir: str | os.PathLike[str] | None = None, limit: int = 60
+    root: Path,
+    grep: GrepAnalysis,
+    table: NcclTable,
+    worker: WorkerClock,
+    collection: ais_delta_types.AisCollection | None = None,
+    limit: int = 60,
 ) -> Timeline:
-    """The merged timeline (see module docstring); ``limit`` bounds the events (the least important are cut)."""
-    root = Path(logs_dir)
-    with scan_cache.together(*standard_consumers()[:3]):  # grep, NCCL and clock: one read of the files
-        grep = grep_all_ranks(root, limit=200)
-        table = nccl_state_table(root)
-        worker = scan_worker_clock(root)
+    """The merged timeline (see module docstring) from what the scans found: the worker logs' grep templates, NCCL
+    table and clock facts, and the AIS logs' collection when there are AIS logs. Reads back only the untimed lines
+    it places (below ``root``); ``limit`` bounds the events (the least important are cut)."""
     coverage = grep.coverage
     year = worker.inventory.year_hint
     year_basis = (
@@ -287,9 +286,8 @@ def build_timeline(
             )
         )
     alignment: Alignment | None = None
-    if ais_dir is not None:
-        collection = ais_collect.collect(ais_dir)
-        alignment = align(root, ais_dir, worker=worker, table=table, collection=collection)
+    if collection is not None:
+        alignment = align(worker, table, collection)
         ais_events = _ais_events(collection)
         if year is None:
             ais_years = {e.sort_at.year for e in ais_events if e.sort_at is not None}
@@ -313,7 +311,7 @@ def build_timeline(
     kept.sort(key=lambda e: (e.sort_at is None, e.sort_at or datetime.min, e.source))
     for e in kept:
         e.sort_at = None
-    summary = _summary(kept, truncated, alignment, ais_dir is not None)
+    summary = _summary(kept, truncated, alignment, collection is not None)
     return Timeline(summary, coverage, kept, truncated, alignment, year_basis)
 
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 
+from debug_training_logs.analysis import ais_collect, scan_cache
+from debug_training_logs.analysis.alignment import scan_worker_clock
 from debug_training_logs.analysis.attempts import AttemptFilter
+from debug_training_logs.analysis.grep import grep_all_ranks
+from debug_training_logs.analysis.nccl_table import nccl_state_table
 from debug_training_logs.analysis.shared_scan import standard_consumers
+from debug_training_logs.analysis.timeline import Timeline as MergedTimeline
 from debug_training_logs.analysis.timeline import build_timeline
 from debug_training_logs.models import Coverage, Model
 from debug_training_logs.paths import input_dir
@@ -75,7 +81,7 @@ def timeline(
     split, chosen = choose(logs, attempt, *standard_consumers()[:3])  # the timeline's scan: one pass
     # a call again on the same files (another attempt, the agent checking an order) reuses the merged timeline
     ais_key = files_key(ais, archives=True) if ais is not None else None
-    t = cached("timeline", logs, (ais_key, limit), lambda: build_timeline(logs, ais, limit=limit))
+    t = cached("timeline", logs, (ais_key, limit), lambda: timeline_of(logs, ais, limit))
     events = t.events
     summary = t.summary
     if chosen is not None:
@@ -97,6 +103,17 @@ def timeline(
         year_basis=t.year_basis,
         coverage=t.coverage,
     )
+
+
+def timeline_of(logs: Path, ais: Path | None, limit: int = 60) -> MergedTimeline:
+    """The merged timeline of ``logs`` (and ``ais``): the worker logs' grep templates, NCCL table and clock facts
+    from one read of their files, the AIS logs' collection, then :func:`build_timeline` of them."""
+    with scan_cache.together(*standard_consumers()[:3]):  # grep, NCCL and clock: one read of the files
+        grep = grep_all_ranks(logs, limit=200)
+        table = nccl_state_table(logs)
+        worker = scan_worker_clock(logs)
+    collection = ais_collect.collect(ais) if ais is not None else None
+    return build_timeline(logs, grep, table, worker, collection, limit=limit)
 
 
 def _keep(keep: AttemptFilter, source: str, time_local: str | None) -> bool:
