@@ -249,7 +249,3 @@ def _data_hit_before(h: Hit, until: datetime | None) -> bool:
     if "NCCL" in h.text or "ProcessGroupNCCL" in h.text:
         return False
     return until is None or h.earliest is None or not h.earliest > until
-
-
-PER_STEP_COLLECTIVES = 3
-"""NeMo's per-step collectives: PreemptionCallback broadcast + DDP allreduce + broadcast_buffers."""

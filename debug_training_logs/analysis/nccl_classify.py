@@ -15,7 +15,7 @@ PER_STEP_COLLECTIVES = 3
 broadcast_buffers. A root ``k`` ops ahead is ``k / 3`` steps ahead."""
 
 
-def _is_default(pg: str | None, desc: str | None, rows: list[Row]) -> bool:
+def _is_default(pg: str | None, desc: str | None) -> bool:
     return pg == "0" or desc == "default_pg"
 
 
@@ -76,7 +76,7 @@ def _classify(
     unlabelled = pg is None
     # A job whose rows name no PG at all and sit in one collective: that is the default PG (torch <= 2.2 logs it so).
     one_collective = len({(r.seq, r.op_type) for r in rows if r.seq is not None}) <= 1
-    is_default = _is_default(pg, desc, rows) or (unlabelled and cov.all_unlabelled and one_collective)
+    is_default = _is_default(pg, desc) or (unlabelled and cov.all_unlabelled and one_collective)
     ranks_here = {r.rank for r in rows}
     counts = Counter(_sig(r) for r in rows)
     major_sig, major_n = max(counts.items(), key=lambda kv: (kv[1], kv[0][4] == "detected"))

@@ -100,9 +100,6 @@ class _TimeText:
         return self.text(self.dt(h))
 
 
-_CHILD_FAILURE = (tnt.ChildFailureRank, tnt.ChildFailureExit, tnt.ChildFailureSignal)
-
-
 def _timeout_of(e: _Ev) -> tnt.WatchdogTimeout | tnt.BlockingWaitTimeout | None:
     """The timeout a hit's event reports (found when the :class:`_Ev` was made)."""
     return e.timeout

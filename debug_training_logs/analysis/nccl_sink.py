@@ -127,10 +127,10 @@ class NcclSink:
 
 def _stands_alone(p: tnt.Parsed) -> bool:
     """The ChildFailedError table rows: indented lines of their own, never a wrapped piece of a watchdog record."""
-    return isinstance(p.event, _CHILD_ROWS)
+    return isinstance(p.event, CHILD_FAILURE_EVENTS)
 
 
-_CHILD_ROWS: Final = (tnt.ChildFailureRank, tnt.ChildFailureExit, tnt.ChildFailureSignal)
+CHILD_FAILURE_EVENTS: Final = (tnt.ChildFailureRank, tnt.ChildFailureExit, tnt.ChildFailureSignal)
 """The ChildFailedError row events (a tuple: ``isinstance`` reads it faster than a union)."""
 
 
@@ -141,7 +141,7 @@ def _rank_of(found: tuple[int, list[str], tnt.Parsed]) -> int | None:
 
 def _hit(line_no: int, line: str, p: tnt.Parsed, joined: int = 1, rank_text: str | None = None) -> Hit:
     rank = p.global_rank
-    if rank is None and not isinstance(p.event, _CHILD_ROWS):
+    if rank is None and not isinstance(p.event, CHILD_FAILURE_EVENTS):
         rank = line_rank(rank_text if rank_text is not None else line).rank
     return _new_hit(line_no, rank, p.header, p.event, cut(strip_ansi(line)), joined)
 

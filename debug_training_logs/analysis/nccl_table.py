@@ -55,7 +55,6 @@ from debug_training_logs.analysis.nccl_facts import (
 )
 from debug_training_logs.analysis.nccl_hits import FileEvents
 from debug_training_logs.analysis.nccl_row_build import (
-    _CHILD_FAILURE,
     _Ev,
     _fill,
     _RowBuild,
@@ -74,7 +73,7 @@ from debug_training_logs.analysis.nccl_rows import (
     TimeBasis,
     UnattributedTimeout,
 )
-from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
+from debug_training_logs.analysis.nccl_sink import CHILD_FAILURE_EVENTS, NCCL_PATTERNS, NcclSink
 from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_types as tnt
@@ -199,7 +198,7 @@ class FilePrep:
         for h in fe.hits:
             e = _Ev(rel, h)
             ev = e.ev
-            if type(ev) in _CHILD_FAILURE:
+            if type(ev) in CHILD_FAILURE_EVENTS:
                 child.append(e)
                 continue
             rank = h.rank

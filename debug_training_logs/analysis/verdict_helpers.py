@@ -10,10 +10,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from debug_training_logs.analysis.causal import causal_model
-from debug_training_logs.analysis.evidence_triggers import PER_STEP_COLLECTIVES, data_hits
+from debug_training_logs.analysis.evidence_triggers import data_hits
 from debug_training_logs.analysis.evidence_types import Hit, NcclState, Trigger
 from debug_training_logs.analysis.launcher_decision import LauncherCall
 from debug_training_logs.analysis.launcher_decision import decide as launcher_decide
+from debug_training_logs.analysis.nccl_classify import PER_STEP_COLLECTIVES
 from debug_training_logs.formats.slurm import scheduler_ended
 from debug_training_logs.formats.timestamps import show
 

@@ -16,10 +16,6 @@ every file and worker process; when it runs out the search stops with a :class:`
 search, not per chunk: 40 files that each cost just under a per-chunk limit must not add up to minutes."""
 
 
-FALLBACK_TIMEOUT_S = FALLBACK_BUDGET_S
-"""Upper bound for a single backtracking call (kept for callers; the search-wide budget is what binds)."""
-
-
 class _Budget:
     """Seconds left for backtracking in this search, shared by the forked worker processes (a shared double)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from debug_training_logs.analysis.causal import INFERRED_KINDS, causal_model
 from debug_training_logs.analysis.evidence_states import fabric_evidence
-from debug_training_logs.analysis.evidence_triggers import PER_STEP_COLLECTIVES
+from debug_training_logs.analysis.nccl_classify import PER_STEP_COLLECTIVES
 from debug_training_logs.models import Evidence
 from debug_training_logs.textcut import cut
 from debug_training_logs.verify.context import MAX_EVIDENCE, RuleContext
