@@ -192,12 +192,13 @@ def test_diagnose_degrades_to_the_strongest_verdict_that_passes(monkeypatch: pyt
     presented: the strongest weaker verdict that passes is, and the result says what blocked the stronger one."""
     from debug_training_logs.analysis import diagnosis
     from debug_training_logs.analysis.evidence import gather_evidence
+    from debug_training_logs.analysis.verdict import Verdict
     from debug_training_logs.tools import diagnosis_result as tool
 
     logs = FIXTURES / "fabric_old_torch" / "logs"
     ev = gather_evidence(logs)
     honest = diagnosis.conclude(ev)
-    overclaim = diagnosis.Verdict(
+    overclaim = Verdict(
         category="gpu_fabric",
         culprit_ranks=[],
         suspect_nodes=["gpu-a02"],
@@ -233,12 +234,13 @@ def test_diagnose_never_presents_the_overclaim_even_when_nothing_weaker_passes(m
     rejected overclaim."""
     from debug_training_logs.analysis import diagnosis
     from debug_training_logs.analysis.evidence import gather_evidence
+    from debug_training_logs.analysis.verdict import Verdict
     from debug_training_logs.tools import diagnosis_result as tool
 
     logs = FIXTURES / "cuda_oom" / "logs"
     ev = gather_evidence(logs)
     honest = diagnosis.conclude(ev)
-    wrong = diagnosis.Verdict(
+    wrong = Verdict(
         category="rank_crash", culprit_ranks=[8], suspect_nodes=[], confidence="high", explanation="rank 8 crashed",
         root=honest.root, chain=honest.chain, timeline=honest.timeline, key_files=honest.key_files, next_steps=[],
     )  # fmt: skip

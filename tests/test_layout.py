@@ -1,5 +1,6 @@
-"""The package's layout (issue 33): no import circle, counting the imports inside functions too (a circle hidden in
-a function is still a circle a reader has to untangle), and no module a newcomer cannot read in one sitting."""
+"""The package's layout (issue 33): no import circle, counting the imports inside functions and the type-only ones
+too (a circle hidden in a function or under ``if TYPE_CHECKING:`` is still a circle a reader has to untangle), and no
+module a newcomer cannot read in one sitting."""
 
 from __future__ import annotations
 
@@ -20,19 +21,13 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _type_checking_only(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
-    """The package modules ``name`` imports anywhere in its body except under ``if TYPE_CHECKING:``."""
+    """The package modules ``name`` imports anywhere in its body (``from a.b import c`` imports ``a.b`` too)."""
     is_package = path.name == "__init__.py"
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if _type_checking_only(child):
-                continue
             if isinstance(child, ast.Import):
                 found.update(a.name for a in child.names if a.name in modules)
             elif isinstance(child, ast.ImportFrom):
@@ -41,12 +36,9 @@ def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
                     anchor = name.split(".") if is_package else name.split(".")[:-1]
                     anchor = anchor[: len(anchor) - (child.level - 1)]
                     base = ".".join([*anchor, base] if base else anchor)
-                for alias in child.names:
-                    sub = f"{base}.{alias.name}"
-                    if sub in modules:
-                        found.add(sub)
-                    elif base in modules:
-                        found.add(base)
+                if base in modules:
+                    found.add(base)
+                found.update(f"{base}.{a.name}" for a in child.names if f"{base}.{a.name}" in modules)
             visit(child)
 
     visit(ast.parse(path.read_text(encoding="utf-8")))

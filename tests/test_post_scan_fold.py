@@ -45,7 +45,7 @@ from debug_training_logs.analysis.evidence_sink import EvidenceSink
 from debug_training_logs.analysis.evidence_types import WorkerEvidence
 from debug_training_logs.analysis.evidence_worker import worker_evidence_from_scan, worker_patterns
 from debug_training_logs.analysis.inventory import LineKeep, consumer_for, kept_sink, scan_consumers, scan_job
-from debug_training_logs.analysis.inventory_views import result_item, result_size
+from debug_training_logs.analysis.inventory_results import result_item, result_size
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR
 from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.formats.timestamps import with_year
@@ -359,7 +359,7 @@ def test_the_nccl_table_from_shares_made_as_files_arrive_equals_the_table_made_a
     """A file's :class:`~debug_training_logs.analysis.nccl_table.FilePrep` is made as it arrives, before the
     inventory says whether the file has one rank (whose rank its unranked lines then take): the table merges the
     shares in file order and remakes a share whose file turns out to have one rank and unranked lines."""
-    from debug_training_logs.analysis.inventory_views import PerFile
+    from debug_training_logs.analysis.inventory_results import PerFile
     from debug_training_logs.analysis.nccl_hits import FileEvents
     from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
     from debug_training_logs.analysis.nccl_table import FilePrep, build_table
@@ -400,7 +400,7 @@ def test_a_rank_whose_nccl_lines_span_files_gets_its_rows_from_all_of_them(tmp_p
     lines; a rank whose lines are in two files (a rotated log) has its rows built from both files' lines together,
     as the table made without shares does: its row has the SeqNum of one file's line and the counters of the
     other's."""
-    from debug_training_logs.analysis.inventory_views import PerFile
+    from debug_training_logs.analysis.inventory_results import PerFile
     from debug_training_logs.analysis.nccl_hits import FileEvents
     from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
     from debug_training_logs.analysis.nccl_table import FilePrep, build_table

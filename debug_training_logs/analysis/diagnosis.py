@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +29,7 @@ from debug_training_logs.analysis.evidence_states import (
 from debug_training_logs.analysis.evidence_triggers import data_hits, first_symptom, hit_event, refine_times, triggers
 from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent, Trigger
 from debug_training_logs.analysis.launcher_decision import LauncherCall, agent_failure
+from debug_training_logs.analysis.verdict import Verdict
 from debug_training_logs.analysis.verdict_context import VerdictContext as _Ctx
 from debug_training_logs.analysis.verdict_events import ais_chain as _ais_chain
 from debug_training_logs.analysis.verdict_events import bound_untimed as _bound_untimed
@@ -56,34 +56,6 @@ from debug_training_logs.analysis.verdict_helpers import what_present_ranks_show
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Verdict: the protocol as a decision procedure
-
-
-@dataclass
-class Verdict:
-    """What the diagnosis concludes, with what it rests on."""
-
-    category: str
-    culprit_ranks: list[int]
-    suspect_nodes: list[str]
-    confidence: str
-    """``high`` (direct, ordered evidence), ``medium`` (inferred from structure), ``low`` (the logs cannot decide)."""
-    explanation: str
-    root: KeyEvent | None
-    chain: list[KeyEvent]
-    timeline: list[KeyEvent]
-    key_files: list[tuple[str, str]]
-    """(file, why it matters)."""
-    next_steps: list[str]
-    tz_offset_hours: float | None = None
-    rank0_seq_gap: int | None = None
-    missing_ranks: list[int] = field(default_factory=list)
-    """Ranks of the world whose logs are missing (never culprits: nothing is established about them)."""
-    suspect_ranks: list[int] = field(default_factory=list)
-    """Ranks that look behind or silent but are not established culprits."""
-    blocked: list[str] = field(default_factory=list)
-    """When a stronger verdict was not presented: what blocked it (the verifier's failed checks)."""
-    details: dict[str, Any] = field(default_factory=dict)
-    """Facts the recommendations key on (``memory_creep``, ``nan``, ``port``, ``resets_retried``...)."""
 
 
 def conclude(ev: JobEvidence) -> Verdict:

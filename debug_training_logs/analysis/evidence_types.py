@@ -454,13 +454,20 @@ class JobEvidence:
             out.append(event)
         return out
 
+    def dumps_alone(self) -> bool:
+        """Dumps were read and no worker log line of any rank (nor a launcher fate) was: the dumps must decide."""
+        fr = self.flight_recorder
+        if fr is None or not fr.dumps:
+            return False
+        return not self.worker.ranks and (self.launcher is None or not self.launcher.fates)
+
     @property
     def coverage(self) -> Coverage:
-        from debug_training_logs.analysis import fr_verdict
+        if self.dumps_alone():  # dumps and no worker log: the dumps' world and ranks
+            from debug_training_logs.analysis.fr_types import dump_coverage
 
-        if fr_verdict.dumps_alone(self):  # dumps and no worker log: the dumps' world and ranks
             assert self.flight_recorder is not None
-            return fr_verdict.dump_coverage(self.flight_recorder, self.worker.coverage)
+            return dump_coverage(self.flight_recorder, self.worker.coverage)
         return self.worker.coverage
 
 

@@ -21,8 +21,9 @@ from debug_training_logs.analysis.evidence_signals import SIGNALS
 from debug_training_logs.analysis.evidence_sink import EvidenceSink, _FileDigest, _Raw, _refine, _SignalDigest
 from debug_training_logs.analysis.evidence_types import Hit, WorkerEvidence, _order_key
 from debug_training_logs.analysis.inventory import LineKeep, consumer_for, kept_sink, scan_consumers
+from debug_training_logs.analysis.inventory_results import PerFile, result_item
 from debug_training_logs.analysis.inventory_types import JobScan
-from debug_training_logs.analysis.inventory_views import PerFile, file_result_item, result_item
+from debug_training_logs.analysis.inventory_views import file_result_item
 from debug_training_logs.analysis.nccl_hits import FileEvents
 from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR

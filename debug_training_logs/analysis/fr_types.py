@@ -21,9 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from debug_training_logs.formats import flight_recorder as fr
 from debug_training_logs.ranges import format_ranges
+
+if TYPE_CHECKING:
+    from debug_training_logs.models import Coverage
 
 RANKS_CHARS = 120
 """A rank set longer than this as a range string is cut (its count is given)."""
@@ -234,3 +238,20 @@ class FlightRecorderFacts:
         return (
             f"the flight-recorder dumps name rank(s) {sorted(named)} ({how.replace('_', ' ')}), not {sorted(culprits)}"
         )
+
+
+def dump_coverage(facts: FlightRecorderFacts, logs: Coverage) -> Coverage:
+    """The coverage the dumps establish: the ranks that dumped against the world their groups list."""
+    from debug_training_logs.logs.discovery import FR_DUMP_REASON
+    from debug_training_logs.models import Coverage, UnreadableFile
+
+    others = [u for u in logs.unreadable_files if u.reason != FR_DUMP_REASON and not u.reason.startswith("binary")]
+    return Coverage(
+        files_scanned=len(facts.dumps),
+        bytes_scanned=facts.bytes_read,
+        ranks_found=format_ranges(d.rank for d in facts.dumps),
+        world_size=len(facts.world) or None,
+        world_size_evidence=f"flight-recorder dumps, no worker log: {facts.world_evidence}",
+        missing_ranks=format_ranges(facts.no_dump),
+        unreadable_files=[UnreadableFile(file=x.file, reason=x.reason) for x in facts.refused] + others,
+    )

@@ -1,4 +1,4 @@
-"""The verdict flight-recorder dumps give on their own (dumps and no worker log), and the coverage they establish.
+"""The verdict flight-recorder dumps give on their own (dumps and no worker log).
 
 A directory of dumps is evidence enough for a hang's shape: every rank's dump lists the groups it is a member of
 (so the world and each group are known), and the stuck collectives show who never joined. What the dumps cannot
@@ -8,8 +8,9 @@ op/size/dtype. The ranks are culprits when every member of the group they hold u
 member without a dump may be the cause: a crashed process writes none).
 
 :func:`decide` is the hook the decision procedure calls first (:func:`~debug_training_logs.analysis.diagnosis.
-conclude`); :func:`dump_coverage` is the coverage :attr:`JobEvidence.coverage` reports then; the verifier checks a
-conclusion against the same facts (:mod:`~debug_training_logs.verify.fr_rules`).
+conclude`); :func:`~debug_training_logs.analysis.fr_types.dump_coverage` is the coverage
+:attr:`JobEvidence.coverage` reports then; the verifier checks a conclusion against the same facts
+(:mod:`~debug_training_logs.verify.fr_rules`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from debug_training_logs.ranges import format_ranges
 if TYPE_CHECKING:
     from debug_training_logs.analysis.evidence_types import JobEvidence
     from debug_training_logs.analysis.fr_types import FlightRecorderFacts, GroupFacts
-    from debug_training_logs.models import Coverage
 
 CHAIN_GROUPS = 3
 """Root groups whose stuck collective the chain shows (the rest are in the per-PG table)."""
@@ -38,14 +38,6 @@ NOTHING_STUCK_STEP = (
     "Add the worker logs (every rank's stderr/stdout), or dump the flight recorder during the hang "
     "(TORCH_NCCL_DUMP_ON_TIMEOUT=1)."
 )
-
-
-def dumps_alone(ev: JobEvidence) -> bool:
-    """Dumps were read and no worker log line of any rank (nor a launcher fate) was: the dumps must decide."""
-    fr = ev.flight_recorder
-    if fr is None or not fr.dumps:
-        return False
-    return not ev.worker.ranks and (ev.launcher is None or not ev.launcher.fates)
 
 
 @dataclass
@@ -210,26 +202,9 @@ def finding(fr: FlightRecorderFacts) -> DumpFinding:
 
 
 def decide(ev: JobEvidence) -> DumpFinding | None:
-    """The dumps' finding when they are the only evidence (:func:`dumps_alone`), else None: the hook
+    """The dumps' finding when they are the only evidence (:meth:`JobEvidence.dumps_alone`), else None: the hook
     :func:`~debug_training_logs.analysis.diagnosis.conclude` calls before its other deciders."""
-    if not dumps_alone(ev):
+    if not ev.dumps_alone():
         return None
     assert ev.flight_recorder is not None
     return finding(ev.flight_recorder)
-
-
-def dump_coverage(fr: FlightRecorderFacts, logs: Coverage) -> Coverage:
-    """The coverage the dumps establish: the ranks that dumped against the world their groups list."""
-    from debug_training_logs.logs.discovery import FR_DUMP_REASON
-    from debug_training_logs.models import Coverage, UnreadableFile
-
-    others = [u for u in logs.unreadable_files if u.reason != FR_DUMP_REASON and not u.reason.startswith("binary")]
-    return Coverage(
-        files_scanned=len(fr.dumps),
-        bytes_scanned=fr.bytes_read,
-        ranks_found=format_ranges(d.rank for d in fr.dumps),
-        world_size=len(fr.world) or None,
-        world_size_evidence=f"flight-recorder dumps, no worker log: {fr.world_evidence}",
-        missing_ranks=format_ranges(fr.no_dump),
-        unreadable_files=[UnreadableFile(file=x.file, reason=x.reason) for x in fr.refused] + others,
-    )

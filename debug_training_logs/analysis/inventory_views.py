@@ -1,20 +1,18 @@
-"""Lazy per-file views of a job scan's packed results (each file unpacked on access, never all at once):
-:class:`PerFile` and the item readers (:func:`result_item`, :func:`result_size`, :func:`file_result_item`)."""
+"""Lazy per-file views of a job scan's packed results (each file unpacked on access, never all at once): the files'
+facts, their items, one consumer's results, and :func:`file_result_item`. What reads them from a
+:class:`~debug_training_logs.analysis.inventory_types.JobScan` is in :mod:`inventory_results`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan_types import FileScan
 from debug_training_logs.memo import Packed, unpack, unpack_item
-
-if TYPE_CHECKING:
-    from debug_training_logs.analysis.inventory_types import JobScan
 
 
 class _Bases(LazySequence[FileScan]):
@@ -94,22 +92,6 @@ class _Files(LazySequence[FileScan]):
         return b
 
 
-class PerFile(LazySequence[R]):
-    """Each file's sink result of a scan (or item ``k`` of it, a tuple), unpacked one file at a time on access,
-    ``kind(rel)`` where a file's result is not a ``kind`` (its sink returned nothing): a fold walks a job's files
-    without holding every file's objects at once."""
-
-    def __init__(self, job: JobScan, kind: Callable[[str], R], k: int | None = None) -> None:
-        self.job, self.kind, self.k = job, kind, k
-
-    def __len__(self) -> int:
-        return len(self.job.caller_results)
-
-    def _at(self, i: int) -> R:
-        got = self.job.caller_results[i] if self.k is None else result_item(self.job, i, self.k)
-        return got if isinstance(got, self.kind) else self.kind(self.job.inventory.files[i].rel)  # type: ignore[arg-type]
-
-
 def file_result_item(fr: FileResult, k: int) -> Any:
     """Item ``k`` of one file's (tuple) sink result as the cache keeps it, unpacking only that item; None for no
     result."""
@@ -118,23 +100,3 @@ def file_result_item(fr: FileResult, k: int) -> Any:
         return unpack_item(p, k)
     got = unpack(p)
     return None if got is None else got[k]
-
-
-def result_size(job: JobScan, i: int) -> int:
-    """How many items file ``i``'s (tuple) sink result has (0 for no result), without unpacking it."""
-    res = job.caller_results
-    if isinstance(res, _Results):
-        p = res.per_file[i].sink_result
-        if p.items:
-            return len(p.blobs)
-    r = res[i]
-    return 0 if r is None else len(r)
-
-
-def result_item(job: JobScan, i: int, k: int) -> Any:
-    """Item ``k`` of file ``i``'s sink result (a tuple), unpacking only that item when the scan's results are packed."""
-    res = job.caller_results
-    if isinstance(res, _Results):
-        return res.item(i, k)
-    r = res[i]
-    return None if r is None else r[k]

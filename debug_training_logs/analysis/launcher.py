@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from debug_training_logs.analysis.inventory import LineKeep
+from debug_training_logs.analysis.inventory_results import result_item, result_size
 from debug_training_logs.analysis.inventory_types import JobScan
-from debug_training_logs.analysis.inventory_views import file_result_item, result_item, result_size
+from debug_training_logs.analysis.inventory_views import file_result_item
 from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.formats import gloo, launchers, slurm, torchrun
 from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from debug_training_logs.analysis.inventory import LineKeep, consumer_for, lean_inventory, scan_job
+from debug_training_logs.analysis.inventory_results import PerFile
 from debug_training_logs.analysis.inventory_types import Inventory, given_world_size_evidence, missing_set, missing_text
-from debug_training_logs.analysis.inventory_views import PerFile
 from debug_training_logs.analysis.nccl_classify import _classify, _Coverage
 from debug_training_logs.analysis.nccl_facts import (
     _FACT_KINDS,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from debug_training_logs.analysis.diagnosis import Verdict
 from debug_training_logs.analysis.evidence_types import JobEvidence
+from debug_training_logs.analysis.verdict import Verdict
 
 AREAS = {
     "storage": "Storage-side",

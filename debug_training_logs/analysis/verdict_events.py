@@ -16,7 +16,7 @@ from debug_training_logs.analysis.read_back import read_lines
 from debug_training_logs.analysis.verdict_helpers import fmt_ranks as _fmt
 
 if TYPE_CHECKING:
-    from debug_training_logs.analysis.diagnosis import Verdict
+    from debug_training_logs.analysis.verdict import Verdict
     from debug_training_logs.analysis.verdict_context import VerdictContext as _Ctx
 
 

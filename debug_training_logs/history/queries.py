@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from debug_training_logs.history.backend import Row
 from debug_training_logs.history.record import job_label
-from debug_training_logs.history.store import Row, Store
+from debug_training_logs.history.store import Store
 from debug_training_logs.history.types import (
     NO_FAILURE,
     CategoryCount,

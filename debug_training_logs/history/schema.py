@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from debug_training_logs.history.store import Backend
+    from debug_training_logs.history.backend import Backend
 
 ID_COLUMN = {
     "sqlite": "INTEGER PRIMARY KEY",

@@ -1,5 +1,6 @@
-"""The history store: one small interface (:class:`Backend`) over SQLite and PostgreSQL, and :class:`Store`, which
-records a job (an upsert on its identity) and runs the read queries of :mod:`~debug_training_logs.history.queries`.
+"""The history store: one small interface (:class:`~debug_training_logs.history.backend.Backend`) over SQLite and
+PostgreSQL, and :class:`Store`, which records a job (an upsert on its identity) and runs the read queries of
+:mod:`~debug_training_logs.history.queries`.
 
 SQL is written once, with ``?`` placeholders; the PostgreSQL backend turns them into psycopg's ``%s`` (server-side
 parameters). Every value that comes from a log (paths, event text, host names) is a parameter, never SQL text.
@@ -14,10 +15,11 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.history import schema
+from debug_training_logs.history.backend import Backend, Row
 from debug_training_logs.history.location import ENV, Location, location, redact
 from debug_training_logs.history.types import NO_FAILURE, JobRecord
 
@@ -27,27 +29,9 @@ PG_CONNECT_SECONDS = 5
 """How long connecting to a PostgreSQL history may take (a dead server must not hold a diagnosis up)."""
 PG_STATEMENT_MS = 15000
 
-Row = tuple[Any, ...]
-
 
 class HistoryError(UserInputError):
     """The history cannot be opened, read or written (the message says why and what to do; no password)."""
-
-
-class Backend(Protocol):
-    """What the store needs of a database."""
-
-    dialect: Literal["sqlite", "postgres"]
-
-    def run(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        """Execute one statement (``?`` placeholders); its rows, if it returns any."""
-        ...
-
-    def transaction(self) -> Any:
-        """A context manager: the statements run inside it commit together or not at all."""
-        ...
-
-    def close(self) -> None: ...
 
 
 class SqliteBackend:

@@ -31,7 +31,7 @@ from debug_training_logs.verify import Verification
 from debug_training_logs.verify.policy import verified_verdict
 
 if TYPE_CHECKING:
-    from debug_training_logs.analysis.diagnosis import Verdict
+    from debug_training_logs.analysis.verdict import Verdict
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -112,9 +112,7 @@ def _job(ev: JobEvidence) -> JobDetails:
     logs = f"{cov.files_scanned} worker log file(s), {cov.bytes_scanned:,} bytes"
     fr = ev.flight_recorder
     if fr is not None and fr.dumps:
-        from debug_training_logs.analysis.fr_verdict import dumps_alone
-
-        logs = ("no worker log" if dumps_alone(ev) else logs) + (
+        logs = ("no worker log" if ev.dumps_alone() else logs) + (
             f"; {len(fr.dumps)} flight-recorder dump(s) (format {', '.join(fr.versions) or '?'}), {fr.bytes_read:,} "
             "bytes"
         )

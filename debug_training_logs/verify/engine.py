@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from debug_training_logs.analysis.evidence_types import JobEvidence
-from debug_training_logs.analysis.fr_verdict import dumps_alone
 from debug_training_logs.paths import input_dir
 from debug_training_logs.tools.evidence_cache import job_evidence
-from debug_training_logs.verify import fr_rules
 from debug_training_logs.verify.context import build_context
+from debug_training_logs.verify.fr_rules import RULES as DUMP_RULES
 from debug_training_logs.verify.models import Check, Conclusion, Verification
 from debug_training_logs.verify.rules import RULES
 
@@ -32,7 +31,7 @@ def verify_with_evidence(
 ) -> Verification:
     """Run every rule against ``ev`` (gathered from ``logs_root``/``ais_root`` by the caller)."""
     ctx = build_context(conclusion, ev, logs_root, ais_root)
-    rules = fr_rules.RULES if dumps_alone(ev) else RULES  # dumps and no worker log: checked against the dumps
+    rules = DUMP_RULES if ev.dumps_alone() else RULES  # dumps and no worker log: checked against the dumps
     checks = [rule(ctx) for rule in rules]
     accepted = all(c.passed for c in checks)
     return Verification(

@@ -43,7 +43,7 @@ def _check(rule: str, status: str, detail: str, evidence: list[Evidence] | None 
 
 def _facts(ctx: RuleContext) -> FlightRecorderFacts:
     fr = ctx.ev.flight_recorder
-    assert fr is not None  # these rules run only when dumps were read (fr_verdict.dumps_alone)
+    assert fr is not None  # these rules run only when dumps were read (JobEvidence.dumps_alone)
     return fr
 
 

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent
+from debug_training_logs.analysis.verdict import Verdict
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.verify.engine import verify_with_evidence
 from debug_training_logs.verify.models import ChainStep, CitedEvent, Conclusion, Verification
 
-if TYPE_CHECKING:
-    from debug_training_logs.analysis.diagnosis import Verdict
-
-# The verdict modules are imported when a verdict is asked for, so ``diagnose`` can import them while its scan runs
-# (``tools.diagnose._import_answer_modules``).
+# The decision procedure (``analysis.diagnosis``, ``analysis.causal``) is imported when a verdict is asked for, so
+# ``diagnose`` can import it while its scan runs (``tools.diagnose._import_answer_modules``).
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -82,8 +79,6 @@ def fallbacks(v: Verdict, ev: JobEvidence) -> list[Verdict]:
 
 
 def _weaker(v: Verdict, category: str, suspects: list[int], missing: list[int]) -> Verdict:
-    from debug_training_logs.analysis.diagnosis import Verdict
-
     return Verdict(
         category=category,
         culprit_ranks=[],
