@@ -297,22 +297,43 @@ def ais_counter_deltas(
         archives=True,
     )
     keys = _daemon_keys(full.daemons, daemon)
-
-    def mine(items: Sequence[T], key: Callable[[T], str]) -> list[T]:
-        return [x for x in items if keys is None or key(x) in keys]
-
     window = start is not None or end is not None
-    intervals = mine(full.intervals, lambda iv: iv.daemon)
+    intervals = _mine(keys, full.intervals, lambda iv: iv.daemon)
     listed, rest = (intervals, []) if window else _notable_intervals(full, intervals)
+    bounded, truncated = _bounded(full, keys, listed, limit)
+    summary = full.summary
+    if keys is not None:
+        summary += f" Lists below narrowed to {', '.join(sorted(keys))} (summary and proxy_vs_target: all daemons)."
+    result = AisCounterDeltas.model_validate(dataclasses.replace(full, summary=summary, truncated=truncated, **bounded))
+    return result.model_copy(
+        update={
+            "interval_selection": "window" if window else "notable",
+            "intervals_total": len(intervals),
+            "interval_summaries": _summaries(rest),
+            "daemon_filter": sorted(keys) if keys is not None else [],
+        }
+    )
+
+
+def _mine(keys: set[str] | None, items: Sequence[T], key: Callable[[T], str]) -> list[T]:
+    """The ``items`` of the daemons ``keys`` names (every item for None)."""
+    return [x for x in items if keys is None or key(x) in keys]
+
+
+def _bounded(
+    full: ais_delta_types.AisCounterDeltasResult, keys: set[str] | None, listed: list[Any], limit: int
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """Each list of the result for the daemons ``keys`` names, cut to ``limit`` (the evidence shortened, the zero
+    deltas dropped), and how many of each were cut."""
     truncated = {name: 0 for name in full.truncated}
     bounded: dict[str, Any] = {}
     for name, items in (
         ("intervals", listed),
-        ("spikes", mine(full.spikes, lambda x: x.daemon)),
-        ("restarts", mine(full.restarts, lambda x: x.daemon)),
-        ("get_stops", mine(full.get_stops, lambda x: x.daemon)),
-        ("notable_lines", mine(full.notable_lines, lambda x: x.daemon)),
-        ("daemons", _spiky_first(full, mine(full.daemons, lambda x: x.daemon))),
+        ("spikes", _mine(keys, full.spikes, lambda x: x.daemon)),
+        ("restarts", _mine(keys, full.restarts, lambda x: x.daemon)),
+        ("get_stops", _mine(keys, full.get_stops, lambda x: x.daemon)),
+        ("notable_lines", _mine(keys, full.notable_lines, lambda x: x.daemon)),
+        ("daemons", _spiky_first(full, _mine(keys, full.daemons, lambda x: x.daemon))),
         ("skipped_files", list(full.skipped_files)),
     ):
         bounded[name] = items[:limit]
@@ -327,18 +348,7 @@ def ais_counter_deltas(
         dataclasses.replace(d, files=d.files[:limit], files_truncated=d.files_truncated + max(0, len(d.files) - limit))
         for d in sorted(bounded["daemons"], key=lambda d: order[d.daemon])
     ]
-    summary = full.summary
-    if keys is not None:
-        summary += f" Lists below narrowed to {', '.join(sorted(keys))} (summary and proxy_vs_target: all daemons)."
-    result = AisCounterDeltas.model_validate(dataclasses.replace(full, summary=summary, truncated=truncated, **bounded))
-    return result.model_copy(
-        update={
-            "interval_selection": "window" if window else "notable",
-            "intervals_total": len(intervals),
-            "interval_summaries": _summaries(rest),
-            "daemon_filter": sorted(keys) if keys is not None else [],
-        }
-    )
+    return bounded, truncated
 
 
 def _daemon_keys(daemons: Sequence[ais_delta_types.DaemonSummary], wanted: list[str] | None) -> set[str] | None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import ConfigDict, Field
 
 from debug_training_logs import meanwhile
+from debug_training_logs.analysis import attempts
 from debug_training_logs.analysis import nccl_table as analysis
 from debug_training_logs.analysis.inventory import lean_inventory
 from debug_training_logs.analysis.nccl_hits import FileEvents
@@ -342,6 +343,27 @@ def nccl_state_table(
     """
     root = input_dir(logs_dir)
     wanted = _parse_ranks(ranks)
+    table, split, chosen, dumps = _table(root, attempt, world_size, fr_dir)
+    result = _page(table, offset, wanted, limit)
+    if split.count > 1:
+        result.attempts, result.attempt = summaries(split), chosen
+        result.summary += (
+            f" (attempt {chosen} of {split.count}; pass attempt=N for another)"
+            if chosen is not None
+            else f" (the logs show {split.count} attempts and none is known to have failed: this table reads them "
+            "all together; pass attempt=N for one attempt's lines)"
+        )
+    facts = dumps[0] if dumps else _dumps(root, fr_dir)
+    if facts.files_found:
+        add_dump_rows(result, facts, limit, wanted, first_page=not offset)
+    return result
+
+
+def _table(
+    root: Path, attempt: int | None, world_size: int | None, fr_dir: str | None
+) -> tuple[NcclTable, attempts.Attempts, int | None, list[fr_dumps.FlightRecorderFacts]]:
+    """The whole table of the chosen attempt (kept per files, attempt and world size), the attempts, the chosen one,
+    and the flight-recorder dumps read while the scan's workers read the logs (empty when that failed)."""
     # one pass for the attempts and the table; of the inventory, the table reads only what coverage comes from
     dumps: list[fr_dumps.FlightRecorderFacts] = []
 
@@ -381,6 +403,12 @@ def nccl_state_table(
         )
         early.clear()
         prepared.clear()
+    return table, split, chosen, dumps
+
+
+def _page(table: NcclTable, offset: int | None, wanted: set[int] | None, limit: int) -> NcclStateTable:
+    """The rows asked for: the deviating ranks' rows by default, else every row of ``wanted`` (or all) from
+    ``offset``, ``limit`` at a time."""
     order = {p.pg: i for i, p in enumerate(table.process_groups)}
     rows = sorted(table.rows, key=lambda r: (order.get(r.pg, len(order)), r.rank))
     if offset is None and wanted is None:
@@ -404,17 +432,6 @@ def nccl_state_table(
             "outlier_groups": _outlier_groups(result.outliers if len(table.outliers) <= limit else table.outliers),
         }
     )
-    if split.count > 1:
-        result.attempts, result.attempt = summaries(split), chosen
-        result.summary += (
-            f" (attempt {chosen} of {split.count}; pass attempt=N for another)"
-            if chosen is not None
-            else f" (the logs show {split.count} attempts and none is known to have failed: this table reads them "
-            "all together; pass attempt=N for one attempt's lines)"
-        )
-    facts = dumps[0] if dumps else _dumps(root, fr_dir)
-    if facts.files_found:
-        add_dump_rows(result, facts, limit, wanted, first_page=not offset)
     return result
 
 
