@@ -256,109 +256,136 @@ def fit(
     amend: Amend | None = None,
 ) -> dict[str, Any]:
     """``data`` (a result's JSON form, not modified) held to ``max_tokens``, with its ``budget`` field."""
-    original = data
-    data = json.loads(json.dumps(data))
-    limit = chars_for(max_tokens)
-    cuts: dict[JsonPath, _Shortened] = {}
-    whole: list[int] = []
+    fitting = _Fitting(data, tool, arguments, max_tokens, follow_up)
+    for floor in (1, 0):
+        while (over := fitting.size() - fitting.limit) > 0 and fitting.cut(floor, over):
+            pass
+        if over <= 0:
+            break
+    if amend is not None:
+        for s in fitting.cuts.values():
+            amend(fitting.data, Cut(tool, path_text(s.path), s.shown, s.total, s.omitted, arguments, data))
+    out = fitting.finished()
+    _count_tokens(out)
+    return out
 
-    def whole_tokens() -> int:
+
+class _Fitting:
+    """One answer being shortened: a copy of it (``data``), the cuts made so far, and the sizes kept up to date cut
+    by cut (a cut changes only the lists on its path and inside the cut list; measuring the whole answer, or every
+    list, each round cost more than the cuts)."""
+
+    def __init__(
+        self,
+        original: dict[str, Any],
+        tool: str,
+        arguments: dict[str, Any],
+        max_tokens: int,
+        follow_up: FollowUp | None,
+    ) -> None:
+        self.original = original
+        self.tool = tool
+        self.arguments = arguments
+        self.max_tokens = max_tokens
+        self.follow_up = follow_up
+        self.data: dict[str, Any] = json.loads(json.dumps(original))
+        self.limit = chars_for(max_tokens)
+        self.cuts: dict[JsonPath, _Shortened] = {}
+        self._whole: int | None = None
+        self.body = len(compact_json(self.data))
+        """Compact JSON length of ``data`` as it stands: worked out cut by cut (a cut changes the cut list and its
+        counter), not measured on the whole answer again each round."""
+        self.sized: dict[JsonPath, int] = {}
+        """Per list's path, its compact JSON size: a cut changes only the lists on its path and inside the cut list,
+        the others keep their size from round to round."""
+        self.found = _lists(self.data)  # kept up to date cut by cut (a cut changes only the cut list and what it holds)
+
+    def whole_tokens(self) -> int:
         """Tokens of the whole answer (``original`` is not modified: measured once, not once per omission)."""
-        if not whole:
-            whole.append(tokens_of(compact_json(original)))
-        return whole[0]
+        if self._whole is None:
+            self._whole = tokens_of(compact_json(self.original))
+        return self._whole
 
-    def budget_for(current: dict[str, Any]) -> ResultBudget:
-        omitted = [_omission(tool, arguments, original, s, follow_up, current, whole_tokens) for s in cuts.values()]
+    def budget(self) -> ResultBudget:
+        omitted = [
+            _omission(self.tool, self.arguments, self.original, s, self.follow_up, self.data, self.whole_tokens)
+            for s in self.cuts.values()
+        ]
         # estimated_tokens as wide as max_tokens while the answer is fitted: the count written at the end (at most
         # max_tokens when the answer fits) then takes no more characters than were counted for it
-        return ResultBudget(max_tokens=max_tokens, estimated_tokens=max_tokens, omitted=omitted)
+        return ResultBudget(max_tokens=self.max_tokens, estimated_tokens=self.max_tokens, omitted=omitted)
 
-    def finished(current: dict[str, Any]) -> dict[str, Any]:
-        """``current`` with the summary saying what was shortened and the budget field."""
-        out = dict(current)
-        if cuts and isinstance(out.get("summary"), str):
-            out["summary"] += _cuts_note(max_tokens, cuts)
-        out["budget"] = budget_for(current).model_dump(mode="json")
+    def finished(self) -> dict[str, Any]:
+        """``data`` with the summary saying what was shortened and the budget field."""
+        out = dict(self.data)
+        if self.cuts and isinstance(out.get("summary"), str):
+            out["summary"] += _cuts_note(self.max_tokens, self.cuts)
+        out["budget"] = self.budget().model_dump(mode="json")
         return out
 
-    body = [len(compact_json(data))]
-    """Compact JSON length of ``data`` as it stands: worked out cut by cut (a cut changes the cut list and its
-    counter), not measured on the whole answer again each round."""
-
-    def size(current: dict[str, Any]) -> int:
-        """Compact JSON length of :func:`finished` of ``current`` (``data``): :data:`body` with the summary's note and
-        the budget field."""
-        n = body[0]
-        if cuts and isinstance(current.get("summary"), str):
-            n += len(compact_json(_cuts_note(max_tokens, cuts))) - 2  # (a JSON string escapes char by char)
-        field = len(compact_json(budget_for(current).model_dump(mode="json")))
+    def size(self) -> int:
+        """Compact JSON length of :meth:`finished`: :attr:`body` with the summary's note and the budget field."""
+        current = self.data
+        n = self.body
+        if self.cuts and isinstance(current.get("summary"), str):
+            n += len(compact_json(_cuts_note(self.max_tokens, self.cuts))) - 2  # (a JSON string escapes char by char)
+        field = len(compact_json(self.budget().model_dump(mode="json")))
         if "budget" in current:
             n += field - len(compact_json(current["budget"]))
         else:
             n += len('"budget":') + field + (1 if current else 0)
         if VERIFY_SIZES:
-            assert n == len(compact_json(finished(current))), (n, len(compact_json(finished(current))))
+            assert n == len(compact_json(self.finished())), (n, len(compact_json(self.finished())))
         return n
 
-    sized: dict[JsonPath, int] = {}
-    """Per list's path, its compact JSON size: a cut changes only the lists on its path and inside the cut list, the
-    others keep their size from round to round (measuring every list each round cost more than the cuts)."""
-
-    def size_of(path: JsonPath, value: Any) -> int:
-        n = sized.get(path)
+    def size_of(self, path: JsonPath, value: Any) -> int:
+        n = self.sized.get(path)
         if n is None:
-            n = sized[path] = len(compact_json(value))
+            n = self.sized[path] = len(compact_json(value))
         return n
 
-    found = _lists(data)  # kept up to date cut by cut (a cut changes only the cut list and what it holds)
-    for floor in (1, 0):
-        while (over := size(data) - limit) > 0:
-            candidates = [(p, v) for p, v in found if len(v) > floor and not (set(p) & PROTECTED)]
-            if not candidates:
-                break
-            sizes = sorted(((size_of(p, v), p, v) for p, v in candidates), key=lambda t: -t[0])
-            cost, path, value = sizes[0]
-            # Water-filling: the costliest list gives up what is over, but never shrinks below the next costliest
-            # (other than lists inside it), so several long lists each keep their head instead of one losing all.
-            others = [c for c, p, _ in sizes[1:] if p[: len(path)] != path]
-            target = max(cost - over, others[0] if others else 0)
-            items = list(value.items()) if isinstance(value, dict) else value
-            measured: list[int] = []
-            keep = _keep_count(items, target - 2, floor, measured)
-            if keep >= len(items):
-                keep = len(items) - 1
-            kept, removed = items[:keep], items[keep:]
-            parent = _get(data, path[:-1])
-            parent[path[-1]] = shortened = dict(kept) if isinstance(value, dict) else kept
-            body[0] += _kept_size(kept, measured, isinstance(value, dict)) - cost
-            found = _lists_after_cut(found, path, shortened)
-            if VERIFY_SIZES:
-                again = _lists(data)
-                assert [p for p, _ in found] == [p for p, _ in again] and all(
-                    a is b for (_, a), (_, b) in zip(found, again, strict=True)
-                )
-            for q in [q for q in sized if q[: len(path)] == path or path[: len(q)] == q]:
-                del sized[q]  # the cut list, the lists it holds and those holding it (their counters too)
-            for inner in [q for q in cuts if len(q) > len(path) and q[: len(path)] == path]:
-                if isinstance(inner[len(path)], int) and int(inner[len(path)]) >= keep:
-                    del cuts[inner]  # that entry itself is gone now: its own cut is part of this one
-            body[0] += _bump_counter(data, path, len(removed))
-            prior = cuts.get(path)
-            removed_json = [dict([r]) if isinstance(value, dict) else r for r in removed]
-            if prior is None:
-                cuts[path] = _Shortened(path, len(items), keep, removed_json)
-            else:
-                prior.shown = keep
-                prior.omitted = removed_json + prior.omitted
-        if over <= 0:
-            break
-    if amend is not None:
-        for s in cuts.values():
-            amend(data, Cut(tool, path_text(s.path), s.shown, s.total, s.omitted, arguments, original))
-    data = finished(data)
-    _count_tokens(data)
-    return data
+    def cut(self, floor: int, over: int) -> bool:
+        """Shorten the costliest list (of more than ``floor`` entries) by about ``over`` characters; False when no
+        list can be cut."""
+        data = self.data
+        candidates = [(p, v) for p, v in self.found if len(v) > floor and not (set(p) & PROTECTED)]
+        if not candidates:
+            return False
+        sizes = sorted(((self.size_of(p, v), p, v) for p, v in candidates), key=lambda t: -t[0])
+        cost, path, value = sizes[0]
+        # Water-filling: the costliest list gives up what is over, but never shrinks below the next costliest
+        # (other than lists inside it), so several long lists each keep their head instead of one losing all.
+        others = [c for c, p, _ in sizes[1:] if p[: len(path)] != path]
+        target = max(cost - over, others[0] if others else 0)
+        items = list(value.items()) if isinstance(value, dict) else value
+        measured: list[int] = []
+        keep = _keep_count(items, target - 2, floor, measured)
+        if keep >= len(items):
+            keep = len(items) - 1
+        kept, removed = items[:keep], items[keep:]
+        parent = _get(data, path[:-1])
+        parent[path[-1]] = shortened = dict(kept) if isinstance(value, dict) else kept
+        self.body += _kept_size(kept, measured, isinstance(value, dict)) - cost
+        self.found = _lists_after_cut(self.found, path, shortened)
+        if VERIFY_SIZES:
+            again = _lists(data)
+            assert [p for p, _ in self.found] == [p for p, _ in again] and all(
+                a is b for (_, a), (_, b) in zip(self.found, again, strict=True)
+            )
+        for q in [q for q in self.sized if q[: len(path)] == path or path[: len(q)] == q]:
+            del self.sized[q]  # the cut list, the lists it holds and those holding it (their counters too)
+        for inner in [q for q in self.cuts if len(q) > len(path) and q[: len(path)] == path]:
+            if isinstance(inner[len(path)], int) and int(inner[len(path)]) >= keep:
+                del self.cuts[inner]  # that entry itself is gone now: its own cut is part of this one
+        self.body += _bump_counter(data, path, len(removed))
+        prior = self.cuts.get(path)
+        removed_json = [dict([r]) if isinstance(value, dict) else r for r in removed]
+        if prior is None:
+            self.cuts[path] = _Shortened(path, len(items), keep, removed_json)
+        else:
+            prior.shown = keep
+            prior.omitted = removed_json + prior.omitted
+        return True
 
 
 def _count_tokens(data: dict[str, Any]) -> None:

@@ -90,33 +90,44 @@ def job_history(
     where = location()
     shown = "off" if where.backend == "off" else where.shown()
     if where.backend == "off":
-        return JobHistory(
-            summary="The job history is off (DEBUG_TRAINING_LOGS_HISTORY=off): nothing is recorded or remembered.",
-            store=shown,
-            jobs_recorded=0,
-            failures_recorded=0,
-            window=0,
+        return _empty(
+            "The job history is off (DEBUG_TRAINING_LOGS_HISTORY=off): nothing is recorded or remembered.", shown
         )
     store = open_store(where, create=False)
     if store is None:
-        return JobHistory(
-            summary=f"No job history yet at {shown}: every diagnose (analyze) records its job there.",
-            store=shown,
-            jobs_recorded=0,
-            failures_recorded=0,
-            window=0,
-        )
+        return _empty(f"No job history yet at {shown}: every diagnose (analyze) records its job there.", shown)
     try:
         jobs_recorded, failures = queries.totals(store)
         asked: tuple[Kind, str] | None = ("node", node) if node else ("daemon", daemon) if daemon else None
         if asked is not None or signature:
             return _jobs_of(store, shown, jobs_recorded, failures, asked, signature, offset, limit)
-        win = queries.window(store, last)
-        offenders, n_off = queries.repeat_offenders(store, win, min_failures=min_failures, offset=offset, limit=limit)
-        sigs, n_sig = queries.recurring_signatures(store, win, min_failures=min_failures, offset=offset, limit=limit)
-        categories, n_periods = queries.categories_over_time(store, win, period=period, offset=offset, limit=limit)
+        return _tables(store, shown, jobs_recorded, failures, last, min_failures, period, offset, limit)
     finally:
         store.close()
+
+
+def _empty(summary: str, shown: str) -> JobHistory:
+    """The answer when there is no history to read (off, or nothing recorded yet)."""
+    return JobHistory(summary=summary, store=shown, jobs_recorded=0, failures_recorded=0, window=0)
+
+
+def _tables(
+    store: Any,
+    shown: str,
+    jobs_recorded: int,
+    failures: int,
+    last: int,
+    min_failures: int,
+    period: Literal["day", "week", "month"],
+    offset: int,
+    limit: int,
+) -> JobHistory:
+    """The answer without a node, daemon or signature: the repeat offenders, recurring signatures and categories
+    over the last ``last`` failures."""
+    win = queries.window(store, last)
+    offenders, n_off = queries.repeat_offenders(store, win, min_failures=min_failures, offset=offset, limit=limit)
+    sigs, n_sig = queries.recurring_signatures(store, win, min_failures=min_failures, offset=offset, limit=limit)
+    categories, n_periods = queries.categories_over_time(store, win, period=period, offset=offset, limit=limit)
     more = max(n_off, n_sig, n_periods) > offset + limit
     return JobHistory(
         summary=_summary(jobs_recorded, failures, win.size, min_failures, offenders, n_off, sigs, n_sig),
