@@ -4,7 +4,7 @@ one server answers in under 0.1 s").
     python bench/second_call.py [LOGS [AIS]] [--rounds 3]
 
 One MCP server (``create_server`` with the shared scan's companions that ``server.app.run`` sets, driven by the
-SDK's in-memory client as an agent's client drives it over stdio)
+SDK's in-memory client as an agent's client drives it over stdio, the collector at ``serve``'s thresholds)
 gets each call twice in a row: ``job_overview``, ``diagnose``, ``grep_all_ranks``, ``nccl_state_table``,
 ``timeline``, ``align_timezones`` (with AIS logs) and ``verify_conclusion`` of ``diagnose``'s conclusion. Printed:
 the wall time of every first call (the first is the job's one scan, later tools read its results) and of the best of
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ from mcp import Client  # noqa: E402
 
 from debug_training_logs.analysis import scan_cache  # noqa: E402
 from debug_training_logs.analysis.shared_scan import standard_consumers  # noqa: E402
+from debug_training_logs.collector import GC_THRESHOLDS  # noqa: E402
 from debug_training_logs.server.app import create_server  # noqa: E402
 
 
@@ -47,6 +49,7 @@ def calls(logs: Path, ais: Path | None) -> list[tuple[str, dict[str, Any]]]:
 
 async def run(logs: Path, ais: Path | None, rounds: int) -> None:
     root = logs.parent
+    gc.set_threshold(*GC_THRESHOLDS)  # as ``serve`` runs the collector
     scan_cache.set_default_companions(standard_consumers())  # as ``server.app.run`` does before serving
     async with Client(create_server([root])) as client:
         conclusion: dict[str, Any] | None = None

@@ -13,6 +13,7 @@ import os
 import pickle
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -218,6 +219,26 @@ def test_estimate_grows_with_what_an_object_holds() -> None:
     assert 100 * 149 < s < 100 * 800
     assert 90 * s < b < 110 * s
     assert 0.5 * b < estimate(big, limit=5_000) < 2 * b  # past the limit: extrapolated, still the right size
+
+
+def test_estimate_of_a_long_list_samples_its_entries_and_stays_near_the_exact_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job's results are long lists of alike rows: the estimate visits a sample of them (a diagnosis of 1,024 ranks
+    took longer to size than to build) and scales it up, close to what every object really holds."""
+    rows = [_Row(i, f"rank {i} " * (1 + i % 7)) for i in range(20_000)]
+    exact = sys.getsizeof(rows) + sum(
+        sys.getsizeof(r) + sys.getsizeof(r.__dict__) + sys.getsizeof(r.rank) + sys.getsizeof(r.text) for r in rows
+    )
+    sized: list[object] = []
+    real = sys.getsizeof
+    monkeypatch.setattr(memo, "sys", type("Sys", (), {"getsizeof": staticmethod(lambda o: sized.append(o) or real(o))}))
+    got = estimate(rows)
+    assert 0.85 * exact < got < 1.15 * exact
+    assert len(sized) < 20 * memo.SAMPLE  # not one call per object (100,000 of them)
+    shared = "one text every row refers to " * 100
+    same = [_Row(i, shared) for i in range(20_000)]
+    assert estimate(same) >= estimate([_Row(i, "") for i in range(20_000)])  # counted again, never less
 
 
 def _grep(logs: Path) -> Any:

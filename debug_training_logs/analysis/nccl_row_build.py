@@ -189,7 +189,8 @@ def _rows_for_rank(rank: int, evs: list[_Ev]) -> list[_RowBuild]:
                     labelled_seqs.setdefault(k, set()).add(w.work.seq)
 
     def join_pg(w: tnt.Work) -> tnt.PGPrefix | None:
-        by_work = [k for k, ws in labelled_works.items() if _work_key(w) in ws]
+        wk = _work_key(w)
+        by_work = [k for k, ws in labelled_works.items() if wk in ws]
         if len(by_work) == 1:
             return pg_of_key.get(by_work[0])
         by_seq = [k for k, ss in labelled_seqs.items() if w.seq is not None and w.seq in ss]
