@@ -239,7 +239,7 @@ def _raw(b: bytes) -> bytes:
     return b if b[0] == _PICKLE_START else _CODECS.decompressor.decompress(b)
 
 
-SAMPLE = 64
+SAMPLE = 16
 """Entries of a long container :func:`estimate` visits (evenly spaced), scaled up to its length."""
 
 

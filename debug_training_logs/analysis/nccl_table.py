@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -335,7 +336,6 @@ def build_table(
         )
         for (kind, detail), items in sorted(fact_map.items())
     ]
-    kept, truncated = _limit_rows(rows, pg_results, outliers, limit)
     summary = _summary(pg_results, rows, stragglers, first_dump, silent, missing, coverage, folded)
     if unattr:
         if not rows:
@@ -347,17 +347,17 @@ def build_table(
             f" {unparsed_total} watchdog-like line(s) match no wording this tool knows (see unparsed_samples): "
             "read them before trusting the table."
         )
-    return NcclTable(
+    whole = NcclTable(
         summary=summary,
         coverage=coverage,
-        rows=kept,
+        rows=rows,
         rows_total=len(rows),
-        rows_truncated=truncated,
+        rows_truncated=0,
         ranks_without_nccl_state=format_ranges(silent),
         missing_ranks=missing_text(world, inv_ranks),
         process_groups=pg_results,
-        outliers=outliers[:limit],
-        outliers_truncated=max(0, len(outliers) - limit),
+        outliers=outliers,
+        outliers_truncated=0,
         straggler_ranks=stragglers,
         first_dump_rank=first_dump,
         rank_facts=facts,
@@ -371,6 +371,7 @@ def build_table(
         rejoined_messages=sum(fe.rejoined for fe in results),
         deduplicated_lines=folded,
     )
+    return limited(whole, limit)
 
 
 def _mark_folded(pgs: list[ProcessGroupResult], folded: int) -> None:
@@ -450,6 +451,22 @@ def _evidence(
             add(b.first)
             add(b.status)
     return out
+
+
+def limited(table: NcclTable, limit: int) -> NcclTable:
+    """``table`` (every row and outlier: built with a ``limit`` above their counts) as :func:`build_table` makes it
+    with ``limit``: at most ``limit`` rows (the outliers' and the PGs' named ranks' first) and outliers. The limit
+    changes nothing else, so one whole table serves every limit."""
+    if len(table.rows) <= limit and len(table.outliers) <= limit:
+        return table
+    kept, truncated = _limit_rows(table.rows, table.process_groups, table.outliers, limit)
+    return replace(
+        table,
+        rows=kept,
+        rows_truncated=truncated,
+        outliers=table.outliers[:limit],
+        outliers_truncated=max(0, len(table.outliers) - limit),
+    )
 
 
 def _limit_rows(

@@ -18,6 +18,10 @@ from debug_training_logs.memo import MEMO, estimate
 T = TypeVar("T")
 TOOL = "tool"
 """The kind of the :data:`~debug_training_logs.memo.MEMO` entries that hold tool results."""
+ATTEMPTS = "attempts"
+"""The job's attempts (``extra``: None): one split per job, whichever tool made it."""
+NCCL_TABLE = "nccl_state_table"
+"""The job's whole NCCL state table (``extra``: (world size asked for, attempt chosen))."""
 
 
 def files_key(root: Path, archives: bool = False) -> tuple[Hashable, ...]:
@@ -46,3 +50,11 @@ def cached(kind: str, root: Path, extra: Hashable, compute: Callable[[], T], *, 
     value = compute()
     MEMO.put(key, (value,), estimate(value))  # in a 1-tuple: a result that is None is kept too
     return value
+
+
+def keep(kind: str, root: Path, extra: Hashable, value: object) -> None:
+    """Keep ``value`` as what :func:`cached` would compute for ``kind`` and ``extra`` over the files of ``root`` now:
+    a result one tool worked out on its way that another tool asks for (the attempts and the NCCL table that
+    ``diagnose`` builds). Not within :func:`~debug_training_logs.memo.one_command`."""
+    if MEMO.keep_results:
+        MEMO.put((TOOL, kind, extra, files_key(root)), (value,), estimate(value))

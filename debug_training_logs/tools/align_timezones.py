@@ -9,12 +9,13 @@ from pydantic import Field
 
 from debug_training_logs.analysis import ais_collect, scan_cache
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock, align, scan_worker_clock
-from debug_training_logs.analysis.nccl_table import nccl_state_table
+from debug_training_logs.analysis.nccl_table import DEFAULT_LIMIT, limited
 from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.models import Coverage, Evidence, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.tools._cache import cached, files_key
 from debug_training_logs.tools.registry import ToolSpec
+from debug_training_logs.tools.shared_results import whole_table
 
 
 class Method(Model):
@@ -111,7 +112,7 @@ def _aligned(logs: Path, ais: Path) -> tuple[WorkerClock, Alignment]:
     """The workers' clock facts and NCCL table from one read of their logs, the AIS logs' collection, aligned."""
     with scan_cache.together(*standard_consumers()[1:3]):  # the NCCL table and the clock: one read of the files
         worker = scan_worker_clock(logs)
-        table = nccl_state_table(logs)
+        table = limited(whole_table(logs), DEFAULT_LIMIT)
     return worker, align(worker, table, ais_collect.collect(ais))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from debug_training_logs.analysis import attempts, launcher, scan_cache
 from debug_training_logs.analysis.inventory import scan_consumers
 from debug_training_logs.analysis.scan_cache import Consumer, FileResult
-from debug_training_logs.tools._cache import cached
+from debug_training_logs.tools._cache import ATTEMPTS, cached
 
 
 def choose(
@@ -31,5 +31,5 @@ def choose(
         facts = launcher.from_job_scan(job)
         return attempts.split(logs_root, files=job.log_files(), launcher_facts=facts)
 
-    found = cached("attempts", logs_root, None, split)  # pages reuse one split
+    found = cached(ATTEMPTS, logs_root, None, split)  # pages reuse one split
     return found, found.choose(attempt)

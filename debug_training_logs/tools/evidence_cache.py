@@ -15,6 +15,7 @@ from debug_training_logs.analysis.evidence import gather_evidence
 from debug_training_logs.analysis.evidence_types import JobEvidence
 from debug_training_logs.memo import MEMO
 from debug_training_logs.tools._cache import cached, files_key
+from debug_training_logs.tools.shared_results import share
 
 
 def _dumps_key(logs_root: Path, fr_root: Path | None) -> tuple[Hashable, ...]:
@@ -50,12 +51,13 @@ def job_evidence(
         attempt,
         world_size,
     )
-    return cached(
-        "evidence",
-        logs_root,
-        extra,
-        lambda: gather_evidence(logs_root, ais_root, fr_root, attempt, world_size, hang_root),
-    )
+
+    def gathered() -> JobEvidence:
+        ev = gather_evidence(logs_root, ais_root, fr_root, attempt, world_size, hang_root)
+        share(logs_root, ev, world_size)
+        return ev
+
+    return cached("evidence", logs_root, extra, gathered)
 
 
 def _hang_key(logs_root: Path, hang_root: Path | None) -> tuple[Hashable, ...]:

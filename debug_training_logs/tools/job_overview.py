@@ -27,6 +27,7 @@ from debug_training_logs.tools.params import HangDir
 if TYPE_CHECKING:
     from debug_training_logs.analysis.hang_facts import HangFacts, ProcessState
 from debug_training_logs.tools.registry import ToolSpec
+from debug_training_logs.tools.shared_results import keep_attempts
 
 # Which torch versions each message family proves (worker_log_formats.md §1.9).
 _FAMILY_VERSIONS = {
@@ -302,6 +303,7 @@ def job_overview(
     overview = build_overview(job.inventory, job.coverage(), limit, offset)
     facts = launcher.from_job_scan(job)
     split = attempts.split(root, files=job.log_files(), launcher_facts=facts)
+    keep_attempts(root, split)
     overview.attempts = summaries(split, limit)
     overview.benign_lines = facts.benign
     overview.torchrun_agents = facts.agent_count()

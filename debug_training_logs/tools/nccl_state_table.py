@@ -29,19 +29,17 @@ from debug_training_logs.memo import unpack
 from debug_training_logs.models import Coverage, Evidence, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges, parse_ranges
-from debug_training_logs.tools._cache import cached
+from debug_training_logs.tools._cache import NCCL_TABLE, cached
 from debug_training_logs.tools.attempt_choice import choose
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.fr_view import FlightRecorderSummary
 from debug_training_logs.tools.params import WorldSize
 from debug_training_logs.tools.registry import ToolSpec
+from debug_training_logs.tools.shared_results import ALL
 
 if TYPE_CHECKING:  # read where the dumps are read (while the scan runs): the scan needs none of it
     from debug_training_logs.analysis import fr_dumps
-
-ALL = 10**9
-"""``limit`` for the analysis: the tool pages over every row itself."""
 
 
 class _Model(Model):
@@ -389,7 +387,7 @@ def _table(
         keep = split.keeper(chosen) if chosen is not None else None
         # Pages and rank filters of the same logs reuse one scan (the table is computed from every row either way).
         table = cached(
-            "nccl_state_table",
+            NCCL_TABLE,
             root,
             (world_size, chosen),
             lambda: analysis.nccl_state_table(

@@ -11,7 +11,7 @@ from debug_training_logs.analysis import ais_collect, scan_cache
 from debug_training_logs.analysis.alignment import scan_worker_clock
 from debug_training_logs.analysis.attempts import AttemptFilter
 from debug_training_logs.analysis.grep import grep_all_ranks
-from debug_training_logs.analysis.nccl_table import nccl_state_table
+from debug_training_logs.analysis.nccl_table import DEFAULT_LIMIT, limited
 from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.analysis.timeline import Timeline as MergedTimeline
 from debug_training_logs.analysis.timeline import build_timeline
@@ -21,6 +21,7 @@ from debug_training_logs.tools._cache import cached, files_key
 from debug_training_logs.tools.attempt_choice import choose
 from debug_training_logs.tools.attempts_view import AttemptSummary, summaries
 from debug_training_logs.tools.registry import ToolSpec
+from debug_training_logs.tools.shared_results import whole_table
 
 
 class TimelineEvent(Model):
@@ -110,7 +111,7 @@ def timeline_of(logs: Path, ais: Path | None, limit: int = 60) -> MergedTimeline
     from one read of their files, the AIS logs' collection, then :func:`build_timeline` of them."""
     with scan_cache.together(*standard_consumers()[:3]):  # grep, NCCL and clock: one read of the files
         grep = grep_all_ranks(logs, limit=200)
-        table = nccl_state_table(logs)
+        table = limited(whole_table(logs), DEFAULT_LIMIT)
         worker = scan_worker_clock(logs)
     collection = ais_collect.collect(ais) if ais is not None else None
     return build_timeline(logs, grep, table, worker, collection, limit=limit)
