@@ -27,9 +27,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from mcp import Client  # noqa: E402
 
-from debug_training_logs.analysis import scan_cache  # noqa: E402
 from debug_training_logs.analysis.shared_scan import standard_consumers  # noqa: E402
 from debug_training_logs.collector import GC_THRESHOLDS  # noqa: E402
+from debug_training_logs.logs import scan_cache  # noqa: E402
 from debug_training_logs.server.app import create_server  # noqa: E402
 
 

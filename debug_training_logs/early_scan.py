@@ -52,7 +52,7 @@ def _nccl(logs_dir: str) -> None:
     from debug_training_logs.analysis import attempts
     from debug_training_logs.analysis.inventory import lean_inventory, start_scan
     from debug_training_logs.analysis.nccl_table import table_consumer
-    from debug_training_logs.analysis.scan_cache import together
+    from debug_training_logs.logs.scan_cache import together
 
     with lean_inventory(), together(table_consumer()):
         start_scan(logs_dir, [attempts.launcher_consumer()])

@@ -6,7 +6,7 @@ call after the first must reuse the first one's scan. Three kinds of entry share
 (keys are tuples whose first item names the kind):
 
 * ``("scan", file identity, consumer key)``: one consumer's share of one file's scan, as compressed pickles
-  (:class:`Packed`; :mod:`~debug_training_logs.analysis.scan_cache`);
+  (:class:`Packed`; :mod:`~debug_training_logs.logs.scan_cache`);
 * ``("tool", kind, arguments, files)``: a tool's whole result over a directory
   (:mod:`~debug_training_logs.tools._cache`);
 * ``("checkpoints", path)``: where a scan saw line starts in a plain file

@@ -23,7 +23,7 @@ def anyio_backend() -> str:
 @pytest.fixture(autouse=True)
 def _fresh_scan_cache() -> None:
     """Each test starts with an empty scan-result cache (a test that counts file reads must see its own)."""
-    from debug_training_logs.analysis.scan_cache import CACHE, set_default_companions
+    from debug_training_logs.logs.scan_cache import CACHE, set_default_companions
 
     CACHE.clear()
     set_default_companions(())

@@ -52,7 +52,7 @@ def test_file_names_and_counts_of_a_job_scan_come_without_unpacking_the_files_sc
     from debug_training_logs.analysis.grep import GrepSink
     from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
     from debug_training_logs.analysis.inventory import scan_job
-    from debug_training_logs.analysis.scan_cache import CACHE
+    from debug_training_logs.logs.scan_cache import CACHE
 
     CACHE.clear()
     job = scan_job(DATA_STALL, [g.regex for g in DEFAULT_PATTERNS], GrepSink)

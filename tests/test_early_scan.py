@@ -16,10 +16,10 @@ import pytest
 
 from debug_training_logs import early_scan
 from debug_training_logs.analysis import inventory
-from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.cli import main
 from debug_training_logs.logs import scan, scan_pool
 from debug_training_logs.logs.discovery import discover
+from debug_training_logs.logs.scan_cache import CACHE
 from debug_training_logs.logs.scan_types import PatternSpec
 from tests.processes import children
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from debug_training_logs.analysis import inventory, inventory_markers
-from debug_training_logs.analysis.scan_cache import CACHE
+from debug_training_logs.logs.scan_cache import CACHE
 from debug_training_logs.tools import grep_all_ranks as tool
 from debug_training_logs.tools import job_overview
 from fixtures.worker_gen import JobSpec, generate

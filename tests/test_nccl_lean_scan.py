@@ -23,8 +23,8 @@ import pytest
 
 from debug_training_logs.analysis import inventory, inventory_markers, nccl_sink
 from debug_training_logs.analysis import nccl_table as analysis
-from debug_training_logs.analysis.scan_cache import CACHE, set_default_companions
 from debug_training_logs.analysis.shared_scan import standard_consumers
+from debug_training_logs.logs.scan_cache import CACHE, set_default_companions
 from debug_training_logs.tools import job_overview
 from debug_training_logs.tools import nccl_state_table as tool
 from fixtures.worker_gen import JobSpec, generate
@@ -291,7 +291,7 @@ def test_a_full_inventory_serves_the_lean_scan(monkeypatch: pytest.MonkeyPatch, 
     CACHE.clear()
     from debug_training_logs.analysis.attempts import launcher_consumer
     from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
-    from debug_training_logs.analysis.scan_cache import together
+    from debug_training_logs.logs.scan_cache import together
 
     with together(consumer_for(nccl_sink.NCCL_PATTERNS, nccl_sink.NcclSink)):
         scan_consumers(logs, [launcher_consumer()])  # a full scan of the same consumers (no lean context)

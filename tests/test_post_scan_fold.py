@@ -47,9 +47,9 @@ from debug_training_logs.analysis.evidence_worker import worker_evidence_from_sc
 from debug_training_logs.analysis.inventory import LineKeep, consumer_for, kept_sink, scan_consumers, scan_job
 from debug_training_logs.analysis.inventory_results import result_item, result_size
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR
-from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.formats.timestamps import with_year
 from debug_training_logs.logs import scan
+from debug_training_logs.logs.scan_cache import CACHE
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -476,7 +476,7 @@ def _write_job(root: Path) -> Path:
 
 
 def _worker_view(logs: Path) -> str:
-    from debug_training_logs.analysis.scan_cache import CACHE
+    from debug_training_logs.logs.scan_cache import CACHE
 
     CACHE.clear()
     w = gather_evidence(logs).worker

@@ -28,9 +28,9 @@ from pydantic import Field
 from debug_training_logs import meanwhile
 from debug_training_logs.analysis import evidence, evidence_ais, evidence_worker, nccl_hits, nccl_sink, nccl_table
 from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
-from debug_training_logs.analysis.scan_cache import CACHE
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.logs import scan
+from debug_training_logs.logs.scan_cache import CACHE
 from debug_training_logs.memo import MEMO, unpack
 from debug_training_logs.models import Coverage, Model, build_deferred
 from debug_training_logs.tools import attempt_choice

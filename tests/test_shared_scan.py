@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from debug_training_logs.analysis import scan_cache
 from debug_training_logs.analysis.shared_scan import standard_consumers
+from debug_training_logs.logs import scan_cache
 from debug_training_logs.server.app import create_server
 
 pytestmark = pytest.mark.anyio

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 from debug_training_logs.analysis import launcher
 from debug_training_logs.analysis.inventory import LineKeep, consumer_for, scan_consumers, scan_job
 from debug_training_logs.analysis.launcher import AgentFacts, LauncherFacts, file_agent, from_job_scan, parse_lines
-from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.progress import step_number
 from debug_training_logs.formats.timestamps import parse_wall_time
 from debug_training_logs.logs.discovery import LogFile, discover
+from debug_training_logs.logs.scan_cache import Consumer
 from debug_training_logs.logs.scan_lines import lines_at
 from debug_training_logs.logs.scan_types import Checkpoints, FileScan
 from debug_training_logs.textcut import cut
@@ -384,7 +384,7 @@ def _file_boundaries(
 
 def refine_launcher(result: tuple[Any, ...], scan: FileScan) -> tuple[Any, ...]:
     """The launcher sink's result with items 5 and 6 added, in the worker that scanned the file
-    (:attr:`~debug_training_logs.analysis.scan_cache.Consumer.refine`): 5 (the file's stop candidates, the attempt
+    (:attr:`~debug_training_logs.logs.scan_cache.Consumer.refine`): 5 (the file's stop candidates, the attempt
     boundaries after them), or None when its agent stopped nothing (:func:`split` then reads nothing back); 6 its
     kept lines parsed (:func:`~debug_training_logs.analysis.launcher.parse_lines`)."""
     parsed = parse_lines(result[0], result[4], scan.file.rel)
@@ -405,7 +405,7 @@ def gather_launcher(
     logs_dir: str | Path, files: Sequence[LogFile] | None = None, keep: LineKeep | None = None
 ) -> LauncherFacts:
     """:class:`~debug_training_logs.analysis.launcher.LauncherFacts` of every file under ``logs_dir`` from the shared
-    job scan (the scan cache and the companions in force, see :mod:`~debug_training_logs.analysis.scan_cache`);
+    job scan (the scan cache and the companions in force, see :mod:`~debug_training_logs.logs.scan_cache`);
     ``keep``: only those lines (one attempt's; prefer :func:`~debug_training_logs.analysis.launcher.for_attempt` on the
     whole job's scan, which reads nothing)."""
     if keep is None:

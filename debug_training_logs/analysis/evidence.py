@@ -45,7 +45,7 @@ from debug_training_logs.analysis.inventory_types import JobScan, given_world_si
 from debug_training_logs.analysis.inventory_views import file_result_item
 from debug_training_logs.analysis.nccl_hits import FileEvents
 from debug_training_logs.analysis.nccl_table import FilePrep
-from debug_training_logs.analysis.scan_cache import Consumer, FileResult
+from debug_training_logs.logs.scan_cache import Consumer, FileResult
 
 if TYPE_CHECKING:  # the AIS and dump modules are imported where those are read: the worker scan's sinks need none
     from debug_training_logs.analysis import fr_dumps

@@ -437,7 +437,7 @@ def _file_series(fh: _FileHits) -> _FileSeries:
 
 
 def _refine(result: tuple[_FileHits, FileEvents, WorkerClockFacts, _FileSeries], scan: FileScan) -> tuple[Any, ...]:
-    """:class:`EvidenceSink`'s result as the scan keeps it (:attr:`~debug_training_logs.analysis.scan_cache.Consumer.
+    """:class:`EvidenceSink`'s result as the scan keeps it (:attr:`~debug_training_logs.logs.scan_cache.Consumer.
     refine`, run in the worker that scanned the file): (None, NCCL lines, clock facts, series, :class:`_FileDigest`),
     or with the raw hits in place of the digest when it cannot be made (a time without a year that the file's own
     year cannot take: February 29)."""

@@ -27,8 +27,8 @@ from debug_training_logs.analysis.inventory_views import file_result_item
 from debug_training_logs.analysis.nccl_hits import FileEvents
 from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR
-from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.formats.timestamps import WallTime, with_year
+from debug_training_logs.logs.scan_cache import Consumer, FileResult
 
 
 def _all_global(by_rank: dict[int | None, int]) -> bool:

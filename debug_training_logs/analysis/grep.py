@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS, TIER_NAMES, GrepPattern
 from debug_training_logs.analysis.inventory import COVERAGE_MARKERS, consumer_for, scan_consumers
 from debug_training_logs.analysis.inventory_types import Inventory
-from debug_training_logs.analysis.scan_cache import Consumer, FileResult
 from debug_training_logs.analysis.templates import TemplateCache
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.formats.timestamps import WallTime, iso, parse_wall_time
 from debug_training_logs.logs.discovery import LogFile
+from debug_training_logs.logs.scan_cache import Consumer, FileResult
 from debug_training_logs.logs.scan_lines import lines_at
 from debug_training_logs.memo import unpack
 from debug_training_logs.ranges import format_ranges

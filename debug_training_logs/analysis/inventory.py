@@ -26,9 +26,9 @@ from debug_training_logs.analysis.inventory_markers import MARKERS, Marker
 from debug_training_logs.analysis.inventory_sink import FileFacts, InventorySink
 from debug_training_logs.analysis.inventory_types import Inventory, JobScan
 from debug_training_logs.analysis.inventory_views import _Bases, _Files, _Items, _Results
-from debug_training_logs.analysis.scan_cache import CACHE, Consumer, FileResult, companions, file_key
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
 from debug_training_logs.logs.scan import StartedScan, start_each
+from debug_training_logs.logs.scan_cache import CACHE, Consumer, FileResult, companions, file_key
 from debug_training_logs.logs.scan_types import FileScan, PatternSpec, Sink, SinkFactory
 from debug_training_logs.memo import Packed, unpack_item
 
@@ -166,7 +166,7 @@ def scan_job(
 
     ``dense``: ids of the caller's patterns whose lines occur once per step per rank; the sink receives a bounded
     sample of them (each file's first hits, one per stride, each rank's last ones), see ``PatternSpec.dense``.
-    Results are shared through :mod:`~debug_training_logs.analysis.scan_cache` (see :func:`scan_consumers`).
+    Results are shared through :mod:`~debug_training_logs.logs.scan_cache` (see :func:`scan_consumers`).
     ``keep``: the sink sees only the lines it admits (one attempt's); counts and the inventory stay the whole job's.
     """
     if keep is not None and sink_factory is not None:
@@ -229,7 +229,7 @@ def lean_inventory(markers: frozenset[str] = COVERAGE_MARKERS) -> Iterator[None]
     literals, fewer candidate lines, fewer hits through Python. A file's full inventory in the scan cache still
     serves; a lean one is cached under its own key, so it never answers a tool that needs the full inventory.
 
-    Not applied while companions are in force (:func:`~debug_training_logs.analysis.scan_cache.companions`: a
+    Not applied while companions are in force (:func:`~debug_training_logs.logs.scan_cache.companions`: a
     server scans every tool's consumers in its first scan, and the tools after it need the full inventory)."""
     token = _lean.set(markers if not companions() else None)
     try:
@@ -257,7 +257,7 @@ def scan_consumers(
     on_file: Callable[[int, dict[str, FileResult]], None] | None = None,
 ) -> dict[str, JobScan]:
     """One scan of every file under ``logs_dir`` for all ``consumers`` (and the companions in force, see
-    :mod:`~debug_training_logs.analysis.scan_cache`), skipping files whose results are all cached; one
+    :mod:`~debug_training_logs.logs.scan_cache`), skipping files whose results are all cached; one
     :class:`JobScan` per consumer key, sharing the inventory. ``on_file(j, results)`` is called as each scanned file's
     results arrive (file ``j`` of the scan's files, consumer key -> result), while the other files are still being
     scanned: work on one file's result can start there (files found in the cache are not announced).

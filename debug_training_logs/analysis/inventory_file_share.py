@@ -11,10 +11,10 @@ from typing import Any, NamedTuple
 from debug_training_logs.analysis import hang_files
 from debug_training_logs.analysis.inventory_sink import _LINE_OPENING_RANK, MAX_CREDIBLE_WORLD, FileFacts
 from debug_training_logs.analysis.inventory_types import TimePoint
-from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
 from debug_training_logs.logs.attribution import SRUN_LABEL
+from debug_training_logs.logs.scan_cache import FileResult
 from debug_training_logs.logs.scan_types import FileScan
 from debug_training_logs.memo import Packed, pack
 from debug_training_logs.textcut import cut

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.lazy import LazySequence
 from debug_training_logs.logs.discovery import LogFile
+from debug_training_logs.logs.scan_cache import FileResult
 from debug_training_logs.logs.scan_types import FileScan
 from debug_training_logs.memo import Packed, unpack, unpack_item
 

@@ -38,12 +38,12 @@ from debug_training_logs.analysis.inventory import LineKeep
 from debug_training_logs.analysis.inventory_results import result_item, result_size
 from debug_training_logs.analysis.inventory_types import JobScan
 from debug_training_logs.analysis.inventory_views import file_result_item
-from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.formats import gloo, launchers, slurm, torchrun
 from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi
 from debug_training_logs.formats.python_text import is_source_line
 from debug_training_logs.logs.attribution import file_name_rank, rank_of_line
 from debug_training_logs.logs.discovery import LogFile
+from debug_training_logs.logs.scan_cache import FileResult
 from debug_training_logs.logs.scan_types import SinkFactory
 from debug_training_logs.memo import unpack
 from debug_training_logs.textcut import cut

@@ -75,10 +75,10 @@ from debug_training_logs.analysis.nccl_rows import (
     UnattributedTimeout,
 )
 from debug_training_logs.analysis.nccl_sink import CHILD_FAILURE_EVENTS, NCCL_PATTERNS, NcclSink
-from debug_training_logs.analysis.scan_cache import Consumer
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.logs.discovery import LogFile
+from debug_training_logs.logs.scan_cache import Consumer
 from debug_training_logs.ranges import format_ranges, parse_ranges
 
 if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built

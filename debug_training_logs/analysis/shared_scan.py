@@ -1,5 +1,5 @@
 """The consumers every tool an agent calls in a row asks of a job scan, declared in one place above them all: the
-server scans them together (:func:`~debug_training_logs.analysis.scan_cache.set_default_companions`), so the agent's
+server scans them together (:func:`~debug_training_logs.logs.scan_cache.set_default_companions`), so the agent's
 first call reads the files for every call after it.
 
 Must not be imported by a consumer's own module (it imports them all).
@@ -13,7 +13,7 @@ from debug_training_logs.analysis.grep import GrepSink
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
 from debug_training_logs.analysis.inventory import consumer_for
 from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
-from debug_training_logs.analysis.scan_cache import Consumer
+from debug_training_logs.logs.scan_cache import Consumer
 
 
 def standard_consumers() -> tuple[Consumer, ...]:

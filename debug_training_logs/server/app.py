@@ -38,9 +38,9 @@ from mcp.types import CallToolResult, ContentBlock, ResourceLink, TextContent, T
 from pydantic import BaseModel
 
 from debug_training_logs import __version__, paths, progress
-from debug_training_logs.analysis import scan_cache
 from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.logs import scan_cache
 from debug_training_logs.logs.discovery import one_walk
 from debug_training_logs.models import build_deferred
 from debug_training_logs.printers import store
@@ -196,7 +196,7 @@ def run(transport: str, host: str, port: int, roots: Sequence[str] | None, http_
     policy = http_policy if http_policy is not None else http.http_policy(host, port) if transport != "stdio" else None
     server = create_server(roots)
     # one read of a job's files for the agent's whole sequence of calls (overview, grep, nccl, timeline, diagnose,
-    # verify): every scan also runs the other tools' consumers and keeps the results (analysis/scan_cache.py)
+    # verify): every scan also runs the other tools' consumers and keeps the results (logs/scan_cache.py)
     scan_cache.set_default_companions(standard_consumers())
     logger.info("serving %d tools over %s; allowed roots: %s", len(all_tools()), transport, roots or [os.getcwd()])
     if policy is None:

@@ -7,10 +7,11 @@ from typing import Annotated
 
 from pydantic import Field
 
-from debug_training_logs.analysis import ais_collect, scan_cache
+from debug_training_logs.analysis import ais_collect
 from debug_training_logs.analysis.alignment import Alignment, WorkerClock, align, scan_worker_clock
 from debug_training_logs.analysis.nccl_table import DEFAULT_LIMIT, limited
 from debug_training_logs.analysis.shared_scan import standard_consumers
+from debug_training_logs.logs import scan_cache
 from debug_training_logs.models import Coverage, Evidence, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.tools._cache import cached, files_key

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from debug_training_logs.analysis import attempts, launcher, scan_cache
+from debug_training_logs.analysis import attempts, launcher
 from debug_training_logs.analysis.inventory import scan_consumers
-from debug_training_logs.analysis.scan_cache import Consumer, FileResult
+from debug_training_logs.logs import scan_cache
+from debug_training_logs.logs.scan_cache import Consumer, FileResult
 from debug_training_logs.tools._cache import ATTEMPTS, cached
 
 

@@ -23,8 +23,8 @@ from debug_training_logs.analysis import nccl_table as analysis
 from debug_training_logs.analysis.inventory import lean_inventory
 from debug_training_logs.analysis.nccl_hits import FileEvents
 from debug_training_logs.analysis.nccl_rows import NcclTable
-from debug_training_logs.analysis.scan_cache import FileResult
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.logs.scan_cache import FileResult
 from debug_training_logs.memo import unpack
 from debug_training_logs.models import Coverage, Evidence, Model
 from debug_training_logs.paths import input_dir

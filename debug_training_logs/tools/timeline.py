@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from debug_training_logs.analysis import ais_collect, scan_cache
+from debug_training_logs.analysis import ais_collect
 from debug_training_logs.analysis.alignment import scan_worker_clock
 from debug_training_logs.analysis.attempts import AttemptFilter
 from debug_training_logs.analysis.grep import grep_all_ranks
@@ -15,6 +15,7 @@ from debug_training_logs.analysis.nccl_table import DEFAULT_LIMIT, limited
 from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.analysis.timeline import Timeline as MergedTimeline
 from debug_training_logs.analysis.timeline import build_timeline
+from debug_training_logs.logs import scan_cache
 from debug_training_logs.models import Coverage, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.tools._cache import cached, files_key
