@@ -39,6 +39,7 @@ from debug_training_logs.analysis import launcher
 from debug_training_logs.analysis.inventory import LineKeep, consumer_for, scan_consumers, scan_job
 from debug_training_logs.analysis.launcher import AgentFacts, LauncherFacts, file_agent, from_job_scan, parse_lines
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.formats.prefixes import AGENT_HEADER
 from debug_training_logs.formats.progress import step_number
 from debug_training_logs.formats.timestamps import parse_wall_time
 from debug_training_logs.logs.discovery import LogFile, discover
@@ -52,8 +53,8 @@ if TYPE_CHECKING:  # the result models import pydantic, which the scan never nee
 
 _ATTEMPT_DIR = re.compile(r"(?:^|/)attempt_(\d+)/")
 _WORKER_LINE = re.compile(r"^\[(?:default|[A-Za-z_][\w.\-]*)\d+\]:|\[rank\d+\][: ]")
-_AGENT_OWN = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |^\s*(?:Traceback|File |raise |\^)|ChildFailedError")
-_AGENT_PID = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) ")
+_AGENT_OWN = re.compile(rf"^{AGENT_HEADER}\d+ |^\s*(?:Traceback|File |raise |\^)|ChildFailedError")
+_AGENT_PID = re.compile(rf"^{AGENT_HEADER}(\d+) ")
 _STARTING = re.compile(r"\] (?:\[\w+\] )?Starting worker group")
 _FRESH_START = re.compile(
     r"Starting worker group|Starting elastic_operator|Setting OMP_NUM_THREADS environment variable"

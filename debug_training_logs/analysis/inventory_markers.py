@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats.prefixes import AGENT_HEADER
 
 RANK_STATEMENTS_PER_FILE = 512
 """Rank-stating lines read per file: enough to meet every rank a node's file holds (each states its rank from its
@@ -61,7 +62,7 @@ MARKERS: tuple[Marker, ...] = (
     Marker("child_failed", r"ChildFailedError|\(local_rank: \d+\)", "torchrun failure table", cap=None),
     Marker(
         "launcher_line",
-        r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ torch/distributed/|^(?:INFO|WARNING|ERROR):torch\.distributed\."
+        rf"^{AGENT_HEADER}\d+ torch/distributed/|^(?:INFO|WARNING|ERROR):torch\.distributed\."
         r"|^srun: |^slurmstepd: ",
         "a launcher's own line (torchrun's agent, srun, slurmstepd): the file is (also) a launcher's",
     ),

@@ -39,7 +39,7 @@ from debug_training_logs.analysis.inventory_results import result_item, result_s
 from debug_training_logs.analysis.inventory_types import JobScan
 from debug_training_logs.analysis.inventory_views import file_result_item
 from debug_training_logs.formats import gloo, launchers, slurm, torchrun
-from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi
+from debug_training_logs.formats.prefixes import AGENT_HEADER, GLOBAL_RANK, strip_ansi
 from debug_training_logs.formats.python_text import is_source_line
 from debug_training_logs.logs.attribution import file_name_rank, rank_of_line
 from debug_training_logs.logs.discovery import LogFile
@@ -98,7 +98,7 @@ _LOCAL_PREFIX = re.compile(r"^\[(?:default|\w+)(\d+)\]:")
 _EXC_LINE = re.compile(_EXCEPTION)
 _LAUNCHER_FRAME = re.compile(r'File "[^"]*(?:/bin/torchrun|torch/distributed/(?:run|launch)\.py)"')
 """The first frame of the launcher's own traceback (torchrun's main, ``python -m torch.distributed.run``)."""
-_AGENT_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) torch/distributed/")
+_AGENT_LINE = re.compile(rf"^{AGENT_HEADER}(\d+) torch/distributed/")
 # Exceptions that are a communication symptom (raised because a peer died, hung or disagreed), not a cause.
 _VICTIM_EXCEPTIONS = re.compile(
     r"DistBackendError|DistNetworkError: Connection|Detected mismatch between collectives|gloo/transport"
