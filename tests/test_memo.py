@@ -294,3 +294,29 @@ def test_one_cli_command_keeps_no_tool_result_and_the_server_still_does(monkeypa
     assert not any(isinstance(k, tuple) and k[0] == _cache.TOOL for k in memo.MEMO._items)
     assert _cache.cached("t", logs, None, compute) == {"rows": 3}
     assert _cache.cached("t", logs, None, compute) == {"rows": 3} and len(calls) == 3
+
+
+def test_files_with_equal_results_hold_one_copy_and_read_back_the_same(tmp_path: Path) -> None:
+    """Many small files where a consumer finds the same (nothing, mostly): their results are one object, not a copy
+    per file, and every file's result reads back as a scan of it alone gives."""
+    from debug_training_logs.logs.scan_cache import Alike
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for r in range(40):
+        (logs / f"rank-{r}.log").write_text(
+            f"[rank{r}]: step 1 loss 2.0\n" + ("CUDA error: out of memory\n" if r == 7 else "")
+        )
+    shared = _grep(logs)
+    job = inventory.scan_job(logs, [g.regex for g in DEFAULT_PATTERNS], GrepSink)
+    per_file = job.files.per_file
+    assert len({id(fr) for fr in per_file}) < len(per_file) // 2  # the 39 files without a hit share their result
+    assert len({id(fr.counts) for fr in per_file}) <= 2
+    seven = next(fr for lf, fr in zip(job.inventory.files, per_file, strict=True) if lf.rel == "rank-7.log")
+    assert sum(seven.counts) >= 1 and all(
+        fr is not seven for lf, fr in zip(job.inventory.files, per_file, strict=True) if lf.rel != "rank-7.log"
+    )
+    memo.MEMO.clear()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Alike, "__call__", lambda self, fr: fr)  # every file its own copy, as before
+        assert _grep(logs) == shared

@@ -28,7 +28,7 @@ from debug_training_logs.analysis.inventory_types import Inventory, JobScan
 from debug_training_logs.analysis.inventory_views import _Bases, _Files, _Items, _Results
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
 from debug_training_logs.logs.scan import StartedScan, start_each
-from debug_training_logs.logs.scan_cache import CACHE, Consumer, FileResult, companions, file_key
+from debug_training_logs.logs.scan_cache import CACHE, Alike, Consumer, FileResult, companions, file_key
 from debug_training_logs.logs.scan_types import FileScan, PatternSpec, Sink, SinkFactory
 from debug_training_logs.memo import Packed, unpack_item
 
@@ -401,8 +401,9 @@ class _Scan:
                 return False
         return True
 
-    def _ckey(self, c: Consumer | None, lf: LogFile, base: str | None = None) -> str:
-        return f"{c.key if c is not None else base or self.base_key}|{lf.rel}"
+    def _ckey(self, c: Consumer | None, lf: LogFile, base: str | None = None) -> tuple[str, str]:
+        # (a tuple of two strings the job holds anyway: a string made per file and consumer cost ~150 bytes each)
+        return (c.key if c is not None else base or self.base_key, lf.rel)
 
     def finish(
         self, consumers: Sequence[Consumer], on_file: Callable[[int, dict[str, FileResult]], None] | None
@@ -411,11 +412,13 @@ class _Scan:
         found, held, run = self.found, self.held, self.run
         shares: dict[int, _FileShare] = {}  # the inventory's share of each file read, unpacked as it arrives
         if self.started is not None:
+            alike = Alike()
             for i, (base, results) in self.started.results():
                 j = self.need[i]
                 held[(j, _BASE)] = base
                 CACHE.put(self.fkeys[j], self._ckey(None, found[j]), base, base.nbytes)
                 shares[j] = unpack_item(base, 2)  # while the workers read the other files (the inventory's input)
+                results = [alike(fr) for fr in results]
                 for c, fr in zip(run, results, strict=True):
                     held[(j, c.key)] = fr
                     CACHE.put(self.fkeys[j], self._ckey(c, found[j]), fr, fr.nbytes)

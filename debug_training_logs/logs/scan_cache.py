@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -27,7 +27,7 @@ from typing import Any
 
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan_types import FileScan, SinkFactory
-from debug_training_logs.memo import MEMO, Memo, Packed
+from debug_training_logs.memo import MEMO, RAW_MAX_BYTES, Memo, Packed
 
 
 @dataclass(frozen=True, repr=False, eq=False)
@@ -70,6 +70,32 @@ class FileResult:
         return self.sink_result.nbytes + 120 + 40 * len(self.counts) + 100 * len(self.sampled)
 
 
+class Alike:
+    """Equal per-file results held once within a job's scan: most files get the same share from a consumer that found
+    nothing there (zero counts, empty lists), and a job of 100,000 small files held a copy of each per file. A
+    result's counts and samples are read, never changed (:class:`~debug_training_logs.analysis.inventory_views._Results`
+    copies them), so equal ones can be one object; so can its packed result when every blob of it is a short pickle
+    (long ones, compressed, are the file's own)."""
+
+    def __init__(self) -> None:
+        self._held: dict[Any, Any] = {}
+
+    def __call__(self, fr: FileResult) -> FileResult:
+        counts = self._one(("counts", *fr.counts), fr.counts)
+        sampled = self._one(("sampled", *sorted(fr.sampled)), fr.sampled)
+        packed = fr.sink_result
+        if all(len(b) <= RAW_MAX_BYTES for b in packed.blobs):
+            packed = self._one(("packed", packed.items, *packed.blobs), packed)
+        same = counts is fr.counts and sampled is fr.sampled and packed is fr.sink_result
+        one: FileResult = self._one(
+            ("result", id(counts), id(sampled), id(packed)), fr if same else FileResult(counts, packed, sampled)
+        )
+        return one
+
+    def _one(self, key: Any, value: Any) -> Any:
+        return self._held.setdefault(key, value)
+
+
 FileKey = tuple[str, int, int, int]
 """(absolute path, size, mtime in ns, inode): a changed file is a different file."""
 
@@ -94,12 +120,12 @@ class ScanCache:
     def __init__(self, memo: Memo = MEMO) -> None:
         self.memo = memo
 
-    def get(self, fk: FileKey | None, key: str) -> Any:
+    def get(self, fk: FileKey | None, key: Hashable) -> Any:
         if fk is None:
             return None
         return self.memo.get((SCAN, fk, key))
 
-    def put(self, fk: FileKey | None, key: str, value: Any, nbytes: int) -> None:
+    def put(self, fk: FileKey | None, key: Hashable, value: Any, nbytes: int) -> None:
         if fk is not None:
             self.memo.put((SCAN, fk, key), value, nbytes)
 
