@@ -7,17 +7,19 @@ One MCP server (``create_server`` with the shared scan's companions that ``serve
 SDK's in-memory client as an agent's client drives it over stdio, the collector at ``serve``'s thresholds)
 gets each call twice in a row: ``job_overview``, ``diagnose``, ``grep_all_ranks``, ``nccl_state_table``,
 ``timeline``, ``align_timezones`` (with AIS logs) and ``verify_conclusion`` of ``diagnose``'s conclusion. Printed:
-the wall time of every first call (the first is the job's one scan, later tools read its results) and of the best of
-``--rounds`` repeats. The default is the 1,024-rank corpus of ``bench/realistic.py``.
+the wall time of every first call (the first is the job's one scan, later tools read its results) with the server's
+share of it, and of the best of ``--rounds`` repeats. The default is the 1,024-rank corpus of ``bench/realistic.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from mcp import Client  # noqa: E402
 from debug_training_logs.analysis.shared_scan import standard_consumers  # noqa: E402
 from debug_training_logs.collector import GC_THRESHOLDS  # noqa: E402
 from debug_training_logs.logs import scan_cache  # noqa: E402
+from debug_training_logs.server import app  # noqa: E402
 from debug_training_logs.server.app import create_server  # noqa: E402
 
 
@@ -47,6 +50,23 @@ def calls(logs: Path, ais: Path | None) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+SERVER: list[float] = []
+"""The server's share of each call: the tool's run in its worker thread (the client's part, e.g. compiling a tool's
+output schema to validate its first answer, is the rest of the wall time)."""
+
+
+@contextlib.contextmanager
+def _timed_walk() -> Iterator[None]:
+    t0 = time.perf_counter()
+    with _one_walk():
+        yield
+    SERVER.append(time.perf_counter() - t0)
+
+
+_one_walk = app.one_walk
+app.one_walk = _timed_walk  # every tool call runs within it (``server.app._wrap``)
+
+
 async def run(logs: Path, ais: Path | None, rounds: int) -> None:
     root = logs.parent
     gc.set_threshold(*GC_THRESHOLDS)  # as ``serve`` runs the collector
@@ -56,13 +76,13 @@ async def run(logs: Path, ais: Path | None, rounds: int) -> None:
         for name, args in calls(logs, ais):
             t0 = time.perf_counter()
             res = await client.call_tool(name, args)
-            first = time.perf_counter() - t0
+            first, server = time.perf_counter() - t0, SERVER[-1]
             if res.is_error:
                 raise SystemExit(f"{name}: {res.content}")
             if name == "diagnose" and res.structured_content is not None:
                 conclusion = res.structured_content["conclusion"]
             again = min([await _timed(client, name, args) for _ in range(rounds)])
-            print(f"{name:18s} first {first:7.3f} s   again {again:7.3f} s")
+            print(f"{name:18s} first {first:7.3f} s (server {server:.3f} s)   again {again:7.3f} s")
         if conclusion is not None:
             args = {"conclusion": conclusion}
             first = await _timed(client, "verify_conclusion", args)
