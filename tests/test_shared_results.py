@@ -51,33 +51,26 @@ def _others(logs: str, ais: str) -> list[Any]:
     ]
 
 
-def test_after_diagnose_the_other_tools_read_its_table_and_attempts_and_answer_as_alone(
-    tmp_path: Path, counted: dict[str, int]
+@pytest.mark.parametrize("first", ["diagnose", "job_overview"])
+def test_the_other_tools_read_what_diagnose_or_job_overview_built_and_answer_as_alone(
+    tmp_path: Path, counted: dict[str, int], first: str
 ) -> None:
+    """After diagnose: its whole table and its attempt split; after job_overview: its split (the table is built once,
+    by the first tool that needs it)."""
     shutil.copytree(JOB, tmp_path / "job")
     logs, ais = str(tmp_path / "job" / "logs"), str(tmp_path / "job" / "ais")
     MEMO.clear()
     alone = _others(logs, ais)
     assert counted == {"tables": 1, "splits": 1}  # one table and one split for all five calls, on their own too
     MEMO.clear()
-    diagnose(logs, ais)
-    assert counted == {"tables": 2, "splits": 2}
+    if first == "diagnose":
+        diagnose(logs, ais)
+        assert counted == {"tables": 2, "splits": 2}
+    else:
+        job_overview(logs)
+        assert counted == {"tables": 1, "splits": 2}
     assert _others(logs, ais) == alone
-    assert counted == {"tables": 2, "splits": 2}  # nothing built again
-
-
-def test_the_attempts_job_overview_split_are_the_ones_the_other_tools_read(
-    tmp_path: Path, counted: dict[str, int]
-) -> None:
-    shutil.copytree(JOB, tmp_path / "job")
-    logs, ais = str(tmp_path / "job" / "logs"), str(tmp_path / "job" / "ais")
-    MEMO.clear()
-    alone = _others(logs, ais)
-    MEMO.clear()
-    job_overview(logs)
-    assert counted["splits"] == 2
-    assert _others(logs, ais) == alone
-    assert counted == {"tables": 2, "splits": 2}
+    assert counted == {"tables": 2, "splits": 2}  # nothing built again but what the first tool did not build
 
 
 def test_a_table_of_another_world_size_or_of_changed_files_is_not_shared(
