@@ -32,6 +32,7 @@ from mcp import Client  # noqa: E402
 from debug_training_logs.analysis.shared_scan import standard_consumers  # noqa: E402
 from debug_training_logs.collector import GC_THRESHOLDS  # noqa: E402
 from debug_training_logs.logs import scan_cache  # noqa: E402
+from debug_training_logs.logs.discovery import one_walk  # noqa: E402
 from debug_training_logs.server import app  # noqa: E402
 from debug_training_logs.server.app import create_server  # noqa: E402
 
@@ -63,8 +64,8 @@ def _timed_walk() -> Iterator[None]:
     SERVER.append(time.perf_counter() - t0)
 
 
-_one_walk = app.one_walk
-app.one_walk = _timed_walk  # every tool call runs within it (``server.app._wrap``)
+_one_walk = one_walk
+setattr(app, "one_walk", _timed_walk)  # noqa: B010 (mypy: app does not export one_walk; every tool call runs within it)
 
 
 async def run(logs: Path, ais: Path | None, rounds: int) -> None:
@@ -107,7 +108,8 @@ def main() -> None:
     if args.logs is None:
         from realistic import realistic_corpus
 
-        logs, ais = realistic_corpus(REPO / "bench" / "out" / "real_1024", 1024, 1_000_000_000)
+        logs, corpus_ais = realistic_corpus(REPO / "bench" / "out" / "real_1024", 1024, 1_000_000_000)
+        ais: Path | None = corpus_ais
     else:
         logs, ais = args.logs.resolve(), (args.ais.resolve() if args.ais else None)
     asyncio.run(run(logs, ais, args.rounds))

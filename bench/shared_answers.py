@@ -64,7 +64,7 @@ def main() -> None:
                 for tool in first:
                     (job_overview if tool == "job_overview" else diagnose)(logs)
                 if first == ("diagnose",):
-                    kept += any(k[0] == _cache.TOOL and k[1] == _cache.NCCL_TABLE for k in MEMO._items)
+                    kept += any(isinstance(k, tuple) and k[:2] == (_cache.TOOL, _cache.NCCL_TABLE) for k in MEMO._items)
                 if answers(job) != alone:
                     differ.append(f"{name} after {' + '.join(first)}")
     for d in differ:
