@@ -12,7 +12,7 @@ from datetime import datetime
 from debug_training_logs.analysis.evidence_types import NcclEvent, NcclRow, NcclState, ProcessGroupState, WorkerEvidence
 from debug_training_logs.analysis.nccl_hits import FileEvents
 from debug_training_logs.analysis.nccl_rows import NcclTable
-from debug_training_logs.analysis.nccl_table import FilePrep, build_table
+from debug_training_logs.analysis.nccl_table import WHOLE, FilePrep, build_table
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.ranges import parse_ranges
@@ -48,7 +48,7 @@ def nccl_state(worker: WorkerEvidence, early: dict[int, EarlyNccl] | None = None
         files,
         worker.job.inventory,
         worker.coverage,
-        limit=1 << 30,
+        limit=WHOLE,
         prepared=[p[1] if p is not None else None for p in pre],
     )
     year = worker.year

@@ -86,6 +86,9 @@ if TYPE_CHECKING:  # the result models import pydantic, which the scan never nee
 
 DEFAULT_LIMIT = 64
 """Rows (and outliers) listed by default: all outlier/straggler rows first, then a sample of majority rows."""
+WHOLE = 10**9
+"""A limit above any count of rows: the whole table (what ``diagnose`` decides from and the table tool pages;
+:func:`limited` of it is the table of a smaller limit)."""
 
 MAX_EVIDENCE = 16
 

@@ -36,7 +36,6 @@ from debug_training_logs.tools.budget import Cut
 from debug_training_logs.tools.fr_view import FlightRecorderSummary
 from debug_training_logs.tools.params import WorldSize
 from debug_training_logs.tools.registry import ToolSpec
-from debug_training_logs.tools.shared_results import ALL
 
 if TYPE_CHECKING:  # read where the dumps are read (while the scan runs): the scan needs none of it
     from debug_training_logs.analysis import fr_dumps
@@ -392,7 +391,7 @@ def _table(
             (world_size, chosen),
             lambda: analysis.nccl_state_table(
                 root,
-                limit=ALL,
+                limit=analysis.WHOLE,
                 world_size=world_size,
                 keep=keep,
                 early=early if keep is None else None,

@@ -10,17 +10,14 @@ from pathlib import Path
 from debug_training_logs.analysis.attempts import Attempts
 from debug_training_logs.analysis.evidence_types import JobEvidence
 from debug_training_logs.analysis.nccl_rows import NcclTable
-from debug_training_logs.analysis.nccl_table import nccl_state_table
+from debug_training_logs.analysis.nccl_table import WHOLE, nccl_state_table
 from debug_training_logs.tools._cache import ATTEMPTS, NCCL_TABLE, cached, keep
-
-ALL = 10**9
-"""A limit above any count of rows: the whole table."""
 
 
 def whole_table(logs: Path) -> NcclTable:
     """The NCCL state table of every line of ``logs`` (no attempt picked out, the world size the logs state), every
     row; ``nccl_table.limited`` of it is the table of a smaller limit."""
-    return cached(NCCL_TABLE, logs, (None, None), lambda: nccl_state_table(logs, limit=ALL))
+    return cached(NCCL_TABLE, logs, (None, None), lambda: nccl_state_table(logs, limit=WHOLE))
 
 
 def keep_attempts(logs: Path, split: Attempts) -> None:
