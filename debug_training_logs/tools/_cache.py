@@ -52,9 +52,13 @@ def cached(kind: str, root: Path, extra: Hashable, compute: Callable[[], T], *, 
     return value
 
 
-def keep(kind: str, root: Path, extra: Hashable, value: object) -> None:
-    """Keep ``value`` as what :func:`cached` would compute for ``kind`` and ``extra`` over the files of ``root`` now:
-    a result one tool worked out on its way that another tool asks for (the attempts and the NCCL table that
-    ``diagnose`` builds). Not within :func:`~debug_training_logs.memo.one_command`."""
-    if MEMO.keep_results:
-        MEMO.put((TOOL, kind, extra, files_key(root)), (value,), estimate(value))
+def keep(root: Path, *results: tuple[str, Hashable, object]) -> None:
+    """Keep each (kind, extra, value) of ``results`` as what :func:`cached` would compute for that kind and extra
+    over the files of ``root`` now (their key worked out once): results one tool worked out on its way that another
+    tool asks for (the attempts and the NCCL table that ``diagnose`` builds). Not within
+    :func:`~debug_training_logs.memo.one_command`."""
+    if not MEMO.keep_results or not results:
+        return
+    files = files_key(root)
+    for kind, extra, value in results:
+        MEMO.put((TOOL, kind, extra, files), (value,), estimate(value))

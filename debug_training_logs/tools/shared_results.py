@@ -5,6 +5,7 @@ whole NCCL state table (``nccl_state_table`` pages it, ``timeline`` and ``align_
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 
 from debug_training_logs.analysis.attempts import Attempts
@@ -23,7 +24,7 @@ def whole_table(logs: Path) -> NcclTable:
 def keep_attempts(logs: Path, split: Attempts) -> None:
     """Keep the attempts of ``logs`` that ``job_overview`` or ``diagnose`` split on their way, for the tools that pick
     an attempt (``tools.attempt_choice``: the same split of the same launcher facts)."""
-    keep(ATTEMPTS, logs, None, split)
+    keep(logs, (ATTEMPTS, None, split))
 
 
 def share(logs: Path, ev: JobEvidence, world_size: int | None) -> None:
@@ -31,6 +32,7 @@ def share(logs: Path, ev: JobEvidence, world_size: int | None) -> None:
     when it is :func:`whole_table` (one attempt: no attempt's lines were picked out; no world size given)."""
     if ev.attempts is None:
         return
-    keep_attempts(logs, ev.attempts)
+    results: list[tuple[str, Hashable, object]] = [(ATTEMPTS, None, ev.attempts)]
     if ev.attempts.count <= 1 and world_size is None:
-        keep(NCCL_TABLE, logs, (None, None), ev.nccl.table)
+        results.append((NCCL_TABLE, (None, None), ev.nccl.table))
+    keep(logs, *results)
