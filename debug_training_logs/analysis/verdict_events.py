@@ -16,6 +16,7 @@ from debug_training_logs.analysis.read_back import read_lines
 from debug_training_logs.analysis.verdict_helpers import fmt_ranks as _fmt
 
 if TYPE_CHECKING:
+    from debug_training_logs.analysis.ais_delta_types import NotableLines
     from debug_training_logs.analysis.verdict import Verdict
     from debug_training_logs.analysis.verdict_context import VerdictContext as _Ctx
 
@@ -135,20 +136,15 @@ def ais_chain(ctx: _Ctx) -> list[KeyEvent]:
         n, t = found[0]
         d = ais.daemon(n.daemon)
         name = d.name if d is not None else n.daemon
-        out.append(
-            KeyEvent(
-                f"AIS {name}: {stage} ({n.meaning})",
-                n.example.file,
-                n.example.line,
-                n.example.text,
-                set(),
-                t,
-                ais_time=n.first,
-                daemon=n.daemon,
-                kind="ais",
-            )
-        )
+        out.append(_notable_event(f"AIS {name}: {stage} ({n.meaning})", n, t))
     return sorted(out, key=lambda e: e.sort_time or datetime.max)
+
+
+def _notable_event(event: str, n: NotableLines, t: datetime | None) -> KeyEvent:
+    """The key event of an AIS daemon's notable-line group: its example line, at ``t`` on the worker clock."""
+    return KeyEvent(
+        event, n.example.file, n.example.line, n.example.text, set(), t, ais_time=n.first, daemon=n.daemon, kind="ais"
+    )
 
 
 def offset_if_used(ctx: _Ctx, ais_events: list[KeyEvent]) -> float | None:
@@ -210,19 +206,7 @@ def timeline_events(ctx: _Ctx, v: Verdict) -> list[KeyEvent]:
         al = ais.alignment
         for n in ais.incident_lines()[:TIMELINE_CONTEXT]:
             t = ais_to_worker(al, n.first) if aligned_for(al, n.daemon) else None
-            events.append(
-                KeyEvent(
-                    f"AIS {n.daemon}: {n.meaning} (x{n.count})",
-                    n.example.file,
-                    n.example.line,
-                    n.example.text,
-                    set(),
-                    t,
-                    ais_time=n.first,
-                    daemon=n.daemon,
-                    kind="ais",
-                )
-            )
+            events.append(_notable_event(f"AIS {n.daemon}: {n.meaning} (x{n.count})", n, t))
         for s in ais.spikes[:TIMELINE_CONTEXT]:
             t = ais_to_worker(al, s.end) if aligned_for(al, s.daemon) else None
             events.append(
