@@ -1,8 +1,7 @@
 """Build of the optional C extension (everything else is declared in pyproject.toml).
 
 ``debug_training_logs.logs._linescan`` is the scan's one-pass literal prefilter; ``debug_training_logs.logs._fields``
-aggregates runs of progress lines per rank for the evidence sink; ``debug_training_logs._frozen`` rebuilds packed scan
-results' frozen dataclasses (``frozen.native_positional``). All are optional: without a C compiler the install
+aggregates runs of progress lines per rank for the evidence sink. Both are optional: without a C compiler the install
 still succeeds and the scan uses its pure-Python/``ahocorasick_rs`` path, the sink its per-line path, with identical
 results.
 """
@@ -20,12 +19,6 @@ setup(
         Extension(
             "debug_training_logs.logs._fields",
             sources=["debug_training_logs/logs/_fields.c"],
-            extra_compile_args=["-O3"],
-            optional=True,
-        ),
-        Extension(
-            "debug_training_logs._frozen",
-            sources=["debug_training_logs/_frozen.c"],
             extra_compile_args=["-O3"],
             optional=True,
         ),

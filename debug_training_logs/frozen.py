@@ -3,9 +3,6 @@ object when a packed scan result is read back (:mod:`~debug_training_logs.memo`)
 
 from __future__ import annotations
 
-import functools
-import importlib
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
@@ -45,47 +42,3 @@ def takes_positional(cls: type) -> bool:
         and init is not None
         and init.co_filename != getattr(sys.modules.get(cls.__module__), "__file__", None)  # not written in the class
     )
-
-
-def native_positional(cls: type[_T]) -> Callable[..., _T] | None:
-    """What :func:`positional` makes, made in C by the optional ``_frozen`` extension (one allocation per object
-    instead of a Python call and a descriptor call per field: ~5x faster to read packed results back), or None when it
-    is not built or ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set. A :func:`functools.partial` of the C function with the
-    class and its fields' slot descriptors: it pickles by value (its class and descriptors by name)."""
-    assert takes_positional(cls), cls
-    new = _native("new")
-    if new is None:
-        return None
-    return functools.partial(new, cls, tuple(cls.__dict__[f.name] for f in fields(cls)))  # type: ignore[arg-type]
-
-
-def fast_positional(cls: type[_T]) -> Callable[..., _T]:
-    """The fastest positional constructor of ``cls`` there is: :func:`native_positional` (C) where the extension is
-    built, else :func:`positional` (the same object either way; the C one costs ~0.2 us a call where the Python one
-    costs ~1 us: what a scan worker pays per parsed line and per evidence hit)."""
-    return native_positional(cls) or positional(cls)
-
-
-def native_reduce(make: Callable[..., Any], cls: type, names: tuple[str, ...]) -> Callable[[Any], Any] | None:
-    """What pickle saves an instance of ``cls`` as, made in C by the optional ``_frozen`` extension: ``obj ->
-    (make, (obj.<name> for each of names))``, one C call per object instead of a Python function's frame (~3x faster
-    to pickle a file's evidence hits in the scan worker). None when the extension is not built,
-    ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set, or a name is not a slot of ``cls``."""
-    reduce = _native("reduce")
-    if reduce is None:
-        return None
-    members = tuple(getattr(cls, n, None) for n in names)
-    if not all(type(d).__name__ == "member_descriptor" for d in members):
-        return None
-    return functools.partial(reduce, make, members)
-
-
-def _native(name: str) -> Any:
-    """The optional ``_frozen`` extension's function ``name``, or None when the extension is not built or
-    ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set."""
-    if os.environ.get("DEBUG_TRAINING_LOGS_NO_NATIVE"):
-        return None
-    try:
-        return getattr(importlib.import_module("debug_training_logs._frozen"), name)
-    except ImportError:
-        return None

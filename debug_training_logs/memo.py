@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copyreg
 import dataclasses
-import functools
 import importlib
 import io
 import itertools
@@ -37,7 +36,7 @@ from typing import Any
 
 import zstandard
 
-from debug_training_logs.frozen import native_positional, native_reduce, positional, takes_positional
+from debug_training_logs.frozen import positional, takes_positional
 
 
 def _budget_mb(text: str | None, default: int = 96) -> int:
@@ -132,12 +131,6 @@ more bytes per rank. (zlib level 1 took ~3x level 1's time.) Each thread makes i
 _CODECS = _Codecs()
 
 
-def _reduce_partial(p: functools.partial[Any]) -> Any:
-    """A constructor of :func:`maker` (the C one is a partial) by its name, any other partial as pickle would."""
-    name = p.__dict__.get("__qualname__")
-    return name if name is not None else p.__reduce__()
-
-
 class _Reducers(dict[type, Callable[[Any], Any]]):
     """The picklers' dispatch table (class -> reduce function), filled on first sight of each class.
 
@@ -145,32 +138,23 @@ class _Reducers(dict[type, Callable[[Any], Any]]):
     positional constructor (:func:`maker`) with its field values: the same object back, made in one call instead of
     the ``__setstate__`` that ``dataclass`` adds (a Python loop over ``fields()`` per object; a job's parsed lines
     are hundreds of thousands of such objects). The constructor is pickled by name once per blob (pickle's memo), so
-    each object costs one call when read back: the C one (:func:`~debug_training_logs.frozen.native_positional`)
-    where the extension is built, ~5x faster than the Python one (the 1,024-rank corpus's analyze results, all
-    items: 0.41 ms per file to unpickle instead of 0.70; nccl's 0.28 instead of 0.45). Its reduce function is
-    generated with one attribute read per field. Any other class gets what pickle would use without a table
-    (``copyreg``'s entry, else ``__reduce_ex__``), from C. A table lookup costs no Python call for the classes pickle
-    handles itself (types, functions, containers), where a ``reducer_override`` is called for every object."""
+    each object costs one call when read back. Its reduce function is generated with one attribute read per field.
+    Any other class gets what pickle would use without a table (``copyreg``'s entry, else ``__reduce_ex__``), from
+    C. A table lookup costs no Python call for the classes pickle handles itself (types, functions, containers),
+    where a ``reducer_override`` is called for every object."""
 
     def __missing__(self, cls: type) -> Callable[[Any], Any]:
         if issubclass(cls, type):
             raise KeyError(cls)  # a class with a metaclass: pickle saves it by reference when the table has nothing
         names = _init_fields(cls)
         reduce: Callable[[Any], Any]
-        if cls is functools.partial:
-            reduce = _reduce_partial
-        elif names is None:
+        if names is None:
             reduce = copyreg.dispatch_table.get(cls) or operator.methodcaller("__reduce_ex__", PROTOCOL)
         else:
-            make = maker(cls)
-            native = native_reduce(make, cls, names)
-            if native is not None:
-                reduce = native
-            else:
-                values = "".join(f"o.{n}, " for n in names)  # field names are identifiers (dataclasses checked them)
-                scope: dict[str, Any] = {"make": make}
-                exec(f"def reduce(o):\n    return make, ({values})\n", scope)
-                reduce = scope["reduce"]
+            values = "".join(f"o.{n}, " for n in names)  # field names are identifiers (dataclasses checked them)
+            scope: dict[str, Any] = {"make": maker(cls)}
+            exec(f"def reduce(o):\n    return make, ({values})\n", scope)
+            reduce = scope["reduce"]
         self[cls] = reduce
         return reduce
 
@@ -203,7 +187,7 @@ def maker(cls: type) -> Callable[..., Any]:
     make = _MAKERS.get(cls)
     if make is None:
         if takes_positional(cls) and "<" not in cls.__qualname__:
-            make = native_positional(cls) or positional(cls)
+            make = positional(cls)
             name = f"{cls.__module__}:{cls.__qualname__}".replace(".", "/")
             make.__module__, make.__qualname__ = __name__, f"MAKERS.{name}"  # pickled by this name
             setattr(MAKERS, name, make)  # found without __getattr__ from now on

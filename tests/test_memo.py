@@ -4,12 +4,9 @@ and a scan still answers right when its own results do not all fit."""
 from __future__ import annotations
 
 import collections
-import dataclasses
 import datetime
 import enum
 import functools
-import importlib
-import os
 import pickle
 import re
 import shutil
@@ -26,9 +23,8 @@ from debug_training_logs import memo
 from debug_training_logs.analysis import inventory
 from debug_training_logs.analysis.grep import GrepSink
 from debug_training_logs.analysis.grep_patterns import DEFAULT_PATTERNS
-from debug_training_logs.frozen import native_positional, takes_positional
+from debug_training_logs.frozen import takes_positional
 from debug_training_logs.memo import Memo, estimate, pack, unpack, unpack_item
-from tests.test_native_scan import _compiler
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -93,22 +89,18 @@ class _Derived:
         object.__setattr__(self, "b", self.a * 2)
 
 
-@pytest.fixture(params=["native", "python"])
-def makers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Frozen dataclasses rebuilt by the C constructor (when built) or the Python one, from a fresh start."""
-    if request.param == "native" and native_positional(_Frozen) is None:
-        pytest.skip("the _frozen extension is not built or DEBUG_TRAINING_LOGS_NO_NATIVE is set")
-    if request.param == "python":
-        monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
+@pytest.fixture
+def fresh_makers() -> Iterator[None]:
+    """The positional constructors and the picklers' table made afresh for the test (and after it)."""
     caches = (memo._MAKERS, memo._Pickler.dispatch_table, vars(memo.MAKERS))
     for cache in caches:
         cache.clear()
-    yield request.param
-    for cache in caches:  # the next test's constructors are made afresh too
+    yield
+    for cache in caches:
         cache.clear()
 
 
-def test_frozen_slotted_dataclasses_come_back_equal_and_shared_ones_stay_shared(makers: str) -> None:
+def test_frozen_slotted_dataclasses_come_back_equal_and_shared_ones_stay_shared(fresh_makers: None) -> None:
     one = _Frozen(7, "x", ("a", "b"))
     value = ([one, one, _Frozen(8, "y")], _Derived(3))
     back = unpack(pack(value))
@@ -118,45 +110,13 @@ def test_frozen_slotted_dataclasses_come_back_equal_and_shared_ones_stay_shared(
     assert memo._MAKERS[_Frozen] is not _Frozen  # rebuilt by its positional constructor, not the frozen __init__
     blob = memo._dump(value)
     raw = memo._raw(blob)
-    assert b"MAKERS." in raw and b"_frozen" not in raw  # the constructor (C or Python) by name, once per blob
-    assert isinstance(memo._MAKERS[_Frozen], functools.partial) == (makers == "native")
+    assert raw.count(b"MAKERS.") == 1  # the constructor by name, once per blob
     memo._MAKERS.clear()
     vars(memo.MAKERS).clear()  # as in a process that has packed nothing: the name is resolved on first use
     assert memo._load(blob) == value
     assert memo._MAKERS[_Frozen] is getattr(memo.MAKERS, memo._MAKERS[_Frozen].__qualname__[7:])
     other = functools.partial(int, base=2)  # any other partial pickles as pickle makes it
     assert unpack(pack(other))("101") == 5
-
-
-def test_the_c_constructor_is_built_where_a_compiler_is() -> None:
-    """CI installs with a compiler: packed results must be read back by the C constructor the suite tests."""
-    reason = _compiler()
-    if reason is not None:
-        pytest.skip(reason)
-    mod = importlib.import_module("debug_training_logs._frozen")
-    assert Path(mod.__file__ or "").suffix in (".so", ".pyd")
-    if not os.environ.get("DEBUG_TRAINING_LOGS_NO_NATIVE"):
-        make = native_positional(_Frozen)
-        assert isinstance(make, functools.partial) and make.func is mod.new
-
-
-def test_the_c_constructor_makes_what_the_class_makes_and_refuses_what_is_not_its_slots() -> None:
-    make = native_positional(_Frozen)
-    if make is None:
-        pytest.skip("the _frozen extension is not built or DEBUG_TRAINING_LOGS_NO_NATIVE is set")
-    got = make(7, "x", ("a",))
-    assert got == _Frozen(7, "x", ("a",)) and type(got) is _Frozen and hash(got) == hash(_Frozen(7, "x", ("a",)))
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        got.line = 8  # type: ignore[misc]
-    with pytest.raises(TypeError, match="takes 3 values"):
-        make(7, "x")
-    new = make.func  # type: ignore[attr-defined]
-    with pytest.raises(TypeError, match="slots"):
-        new(_Frozen, (_Frozen.__dict__["line"], _Child.__dict__["extra"], _Frozen.__dict__["parts"]), 1, "t", ())
-    with pytest.raises(TypeError, match="slots"):
-        new(_Frozen, (_Frozen.__init__, _Frozen.__dict__["text"], _Frozen.__dict__["parts"]), 1, "t", ())
-    with pytest.raises(TypeError):
-        new("not a class", ())
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ from debug_training_logs.analysis.nccl_rows import NcclTable
 from debug_training_logs.analysis.read_back import TimeBounds
 from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.formats.progress import step_number
-from debug_training_logs.frozen import fast_positional
+from debug_training_logs.frozen import positional
 
 if TYPE_CHECKING:  # the result models import pydantic, which the scan never needs: imported where they are built
     from debug_training_logs.models import Coverage, Evidence
@@ -85,9 +85,9 @@ class Hit(TimeBounds):
         return Evidence(file=self.file, line=self.line, text=self.text)
 
 
-_new_evidence_hit: Final = fast_positional(Hit)
+_new_evidence_hit: Final = positional(Hit)
 """``Hit(signal, file, line, text, rank, time, after, before)`` for the worker's digest (~200 per file; see
-:func:`~debug_training_logs.frozen.fast_positional`)."""
+:func:`~debug_training_logs.frozen.positional`)."""
 
 
 @dataclass(frozen=True, slots=True, repr=False, eq=False)

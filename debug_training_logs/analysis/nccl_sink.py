@@ -13,7 +13,7 @@ from debug_training_logs.formats import torch_nccl_patterns as tnp
 from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.formats import torch_nccl_wraps as tnw
 from debug_training_logs.formats.prefixes import strip_ansi
-from debug_training_logs.frozen import fast_positional
+from debug_training_logs.frozen import positional
 from debug_training_logs.logs.attribution import line_rank
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan_lines import lines_at
@@ -146,7 +146,7 @@ def _hit(line_no: int, line: str, p: tnt.Parsed, joined: int = 1, rank_text: str
     return _new_hit(line_no, rank, p.header, p.event, cut(strip_ansi(line)), joined)
 
 
-_new_hit: Final = fast_positional(Hit)
+_new_hit: Final = positional(Hit)
 """``Hit(line, rank, header, event, text, joined)`` made once per parsed line (see :func:`positional`)."""
 
 

@@ -29,7 +29,6 @@ The needles and regexes are in :mod:`~debug_training_logs.formats.torch_nccl_pat
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Final
 
@@ -85,25 +84,23 @@ from debug_training_logs.formats.torch_nccl_types import (
     WatchdogTimeout,
     Work,
 )
-from debug_training_logs.frozen import native_positional as _native_positional
 from debug_training_logs.frozen import positional as _positional
-from debug_training_logs.logs import fields as _fields
 
 # --------------------------------------------------------------------------------------------------------------------
 # Functions
 # --------------------------------------------------------------------------------------------------------------------
 
 
-# (the C constructors where the extension is built: ~0.2 us a record instead of ~1 us; the same objects)
-_new_header: Final = _native_positional(Header) or _positional(Header)
-_new_parsed: Final = _native_positional(Parsed) or _positional(Parsed)
-_new_timeout: Final = _native_positional(WatchdogTimeout) or _positional(WatchdogTimeout)
-_new_status: Final = _native_positional(StatusLine) or _positional(StatusLine)
-_new_dump: Final = _native_positional(DumpSignal) or _positional(DumpSignal)
-_new_first: Final = _native_positional(FirstToDump) or _positional(FirstToDump)
-_new_teardown: Final = _native_positional(Teardown) or _positional(Teardown)
-_new_fatal: Final = _native_positional(FatalTerminate) or _positional(FatalTerminate)
-_new_terminated: Final = _native_positional(WatchdogTerminated) or _positional(WatchdogTerminated)
+# (positional constructors: about half the cost of the frozen __init__; the same objects)
+_new_header: Final = _positional(Header)
+_new_parsed: Final = _positional(Parsed)
+_new_timeout: Final = _positional(WatchdogTimeout)
+_new_status: Final = _positional(StatusLine)
+_new_dump: Final = _positional(DumpSignal)
+_new_first: Final = _positional(FirstToDump)
+_new_teardown: Final = _positional(Teardown)
+_new_fatal: Final = _positional(FatalTerminate)
+_new_terminated: Final = _positional(WatchdogTerminated)
 
 
 def find_header(text: str) -> tuple[Header | None, int]:
@@ -441,15 +438,6 @@ def parse_line(line: str) -> Parsed | None:
 
     A line cut by a hard wrap also gives None: check :func:`looks_cut` and parse the joined text instead.
     """
-    if _NATIVE_LINE is not None:
-        got = _NATIVE_LINE(line, _NATIVE_CTX)
-        if got is not None:
-            return got
-    return parse_line_py(line)
-
-
-def parse_line_py(line: str) -> Parsed | None:
-    """:func:`parse_line` in Python alone (the reference the compiled fast path is tested against)."""
     text = _text(line)
     if "\r" in text:  # tqdm redraws: the message is after the last carriage return that precedes it
         text = _after_last_cr(text)
@@ -464,32 +452,6 @@ def parse_line_py(line: str) -> Parsed | None:
         g = GLOBAL_RANK.search(text)
         grank = int(g.group(1)) if g else None
     return _new_parsed(header, grank, ev)
-
-
-def _native_line() -> Callable[[str, tuple[object, ...]], Parsed | None] | None:
-    mod = _fields.native()
-    return getattr(mod, "nccl_line", None) if mod is not None else None
-
-
-_NATIVE_LINE: Final = _native_line()
-"""``_fields.nccl_line``: :func:`parse_line` for a canonical torch 2.4+ line (``[rankN]:`` + c10 header + PG prefix +
-one of the frequent messages), at ~1/5 of the Python cost; None for any other line (then the Python parser answers).
-None when the extension is not built or ``DEBUG_TRAINING_LOGS_NO_NATIVE`` is set."""
-
-
-def _native_ctx() -> tuple[object, ...]:
-    """What ``nccl_line`` builds its answer with: the positional constructors (the C ones of ``_frozen`` when built)
-    and the memos the Python path shares (so a line shares its PG prefix and WorkNCCL objects whichever path read it).
-    """
-    classes: tuple[type, ...] = (Header, Parsed, WatchdogTimeout, StatusLine, DumpSignal, FirstToDump, Teardown)
-    classes += (FatalTerminate, WatchdogTerminated, DumpObserved, PGPrefix, Work)
-    made: tuple[object, ...] = tuple(
-        _native_positional(cls) or _positional(cls) for cls in (*classes, ChildFailureRank, ChildFailureExit)
-    )
-    return (*made[:-2], _PG_SEEN, _WORK_SEEN, _TIMEOUT_SEEN, *made[-2:])
-
-
-_NATIVE_CTX: Final = _native_ctx() if _NATIVE_LINE is not None else ()
 
 
 def _as_uid(ev: Event) -> Event:

@@ -8,8 +8,6 @@ stops at the first line it leaves to the per-line path; ``stats`` maps each rank
 last index, count]`` in order of first appearance, ``points`` maps each rank to its ``(line_no, time, step_ms)`` step
 times in line order, ``timed_idx``/``timed_wt`` are the indices and times of the lines that have a full date (each
 distinct date text is given to ``time_of``, :func:`~debug_training_logs.formats.timestamps.parse_wall_time`).
-``nccl_line(line, ctx)`` is :func:`~debug_training_logs.formats.torch_nccl.parse_line` for the canonical torch 2.4+
-lines and the ChildFailedError rows, or None for any other line (see ``_fields.c`` and ``torch_nccl._NATIVE_CTX``).
 """
 
 from __future__ import annotations
