@@ -79,7 +79,7 @@ def nccl_state(worker: WorkerEvidence, early: dict[int, EarlyNccl] | None = None
             last_enqueued=r.last_enqueued,
             last_completed=r.last_completed,
             signal=r.signal,
-            first_to_dump=r.signalled_dump,  # the local "First PG on this rank to signal dumping" line
+            signalled_dump=r.signalled_dump,
             dump_signal_from_rank=r.dump_signal_from_rank,
             timeout_time=table_time(r.timeout_time),
             collective_start_time=table_time(r.collective_start_time),
@@ -108,7 +108,7 @@ def nccl_state(worker: WorkerEvidence, early: dict[int, EarlyNccl] | None = None
                 reasons={int(k): v for k, v in p.straggler_reasons.items()},
                 detected_ranks={r.rank for r in mine if r.signal == "detected"},
                 observed_ranks={r.rank for r in mine if r.signal == "observed"},
-                first_to_dump_ranks={r.rank for r in mine if r.first_to_dump},
+                signalled_dump_ranks={r.rank for r in mine if r.signalled_dump},
                 dump_signal_senders={r.dump_signal_from_rank for r in mine if r.dump_signal_from_rank is not None},
                 suspect_ranks=set(p.suspect_ranks),
                 root_rank=p.ahead_ranks[0] if root_ahead else None,

@@ -118,7 +118,7 @@ def fabric_evidence(ev: JobEvidence) -> tuple[bool, str]:
     if warns:
         return True, f"NCCL/IB/Xid errors are logged ({warns[0].file}:{warns[0].line})"
     members = {r for g in groups for r in g.ranks}
-    firsts = {r for g in groups for r in g.first_to_dump_ranks}
+    firsts = {r for g in groups for r in g.signalled_dump_ranks}
     if members and members <= firsts:
         return True, "every rank was inside the collective and its own watchdog fired first (first to dump on each)"
     return False, (

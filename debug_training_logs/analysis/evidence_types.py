@@ -118,7 +118,10 @@ class NcclRow:
     last_completed: int | None = None
     signal: str = "none"
     """``detected`` (its own watchdog timed out), ``observed`` (it only saw another rank's dump signal), ``none``."""
-    first_to_dump: bool = False
+    signalled_dump: bool = False
+    """The rank logged 'First PG on this rank to signal dumping' (2.7+) / 'First watchdog to set the dump signal'
+    (2.4) for this PG: its own watchdog raised the dump (``nccl_rows.Row.signalled_dump``; not the table's
+    ``first_to_dump``, which marks only the job's first dump rank)."""
     dump_signal_from_rank: int | None = None
     timeout_time: datetime | None = None
     collective_start_time: datetime | None = None
@@ -154,7 +157,8 @@ class ProcessGroupState:
     """Why each straggler/suspect rank was singled out."""
     detected_ranks: set[int]
     observed_ranks: set[int]
-    first_to_dump_ranks: set[int]
+    signalled_dump_ranks: set[int]
+    """Ranks whose own watchdog raised the dump in this PG (:attr:`NcclRow.signalled_dump`)."""
     dump_signal_senders: set[int]
     suspect_ranks: set[int] = field(default_factory=set)
     """Ranks that look behind but cannot be named (the PG is incomplete or mixed)."""

@@ -30,7 +30,7 @@ def _victim_reason(ctx: RuleContext, rank: int) -> str:
     parts = []
     if rank in senders:
         parts.append("it is the rank whose watchdog set the dump signal the others observed (it timed out first)")
-    if any(r.first_to_dump for r in rows):
+    if any(r.signalled_dump for r in rows):
         parts.append("its own watchdog detected the timeout (first PG on this rank to signal dumping)")
     waiting = [r for r in rows if (r.pending or 0) > 0]
     if waiting:
