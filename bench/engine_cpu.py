@@ -112,11 +112,12 @@ def parts(scans: list[tuple[Any, ...]], files: list[LogFile], rounds: int) -> No
 
         setattr(owner, name, wrapper)
 
-    timed(scan, "_dfa_starts", "DFA searches")
-    timed(scan, "_collect_ranks", "rank prefixes")
+    # (each where its caller looks it up: scan_file imports these names, scan_matcher calls _dfa_starts itself)
+    timed(scan_matcher, "_dfa_starts", "DFA searches")
+    timed(scan_file, "_collect_ranks", "rank prefixes")
     timed(scan_dense._Dense, "sample_pieces", "dense sample")
-    timed(scan, "_plain_tail_start", "dense tail start")
-    timed(scan, "_hits_in_chunk", "hits in pieces")
+    timed(scan_file, "_plain_tail_start", "dense tail start")
+    timed(scan_file, "_hits_in_chunk", "hits in pieces")
     wrapped: list[Any] = []
     best: tuple[float, dict[str, float]] | None = None
     try:
