@@ -326,13 +326,13 @@ def test_one_inventory_per_job_and_a_changed_file_builds_a_new_one(
 ) -> None:
     logs = _write(tmp_path)
     built: list[int] = []
-    real = inventory._build_inventory
+    real = inventory.InventoryFold.inventory
 
     def counting(*a: Any, **k: Any) -> Any:
         built.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(inventory, "_build_inventory", counting)
+    monkeypatch.setattr(inventory.InventoryFold, "inventory", counting)
     first = tool.nccl_state_table(str(logs)).model_dump(mode="json")
     assert len(built) == 1  # the attempt split's scan and the table's own (a cache hit) share it
     assert first["coverage"]["world_size"] == 8

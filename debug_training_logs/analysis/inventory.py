@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from debug_training_logs import meanwhile
-from debug_training_logs.analysis.inventory_build import _build_inventory
+from debug_training_logs.analysis.inventory_build import InventoryFold
 from debug_training_logs.analysis.inventory_file_share import _FileShare, _pack_scan
 from debug_training_logs.analysis.inventory_markers import MARKERS, Marker
 from debug_training_logs.analysis.inventory_sink import FileFacts, InventorySink
@@ -410,14 +410,14 @@ class _Scan:
     ) -> dict[str, JobScan]:
         """Read the scan's results (caching each) and make the :class:`JobScan` of each of ``consumers``."""
         found, held, run = self.found, self.held, self.run
-        shares: dict[int, _FileShare] = {}  # the inventory's share of each file read, unpacked as it arrives
+        fold = InventoryFold(len(found))  # the inventory's share of each file read, folded as it arrives
         if self.started is not None:
             alike = Alike()
             for i, (base, results) in self.started.results():
                 j = self.need[i]
                 held[(j, _BASE)] = base
                 CACHE.put(self.fkeys[j], self._ckey(None, found[j]), base, base.nbytes)
-                shares[j] = unpack_item(base, 2)  # while the workers read the other files (the inventory's input)
+                fold.add(j, found[j], unpack_item(base, 2))  # while the workers read the other files
                 results = [alike(fr) for fr in results]
                 for c, fr in zip(run, results, strict=True):
                     held[(j, c.key)] = fr
@@ -430,7 +430,7 @@ class _Scan:
             return held[(j, c.key if c is not None else _BASE)]
 
         bases: list[Packed] = [lookup(j, None) for j in range(len(found))]
-        inventory = _inventory_of(found, bases, self.skipped, shares)
+        inventory = _inventory_of(found, bases, self.skipped, fold)
         view = _Bases(found, bases)
         out: dict[str, JobScan] = {}
         for c in consumers:
@@ -451,11 +451,11 @@ scans for its own consumers (a cache hit) asks for the same job's inventory twic
 
 
 def _inventory_of(
-    found: Sequence[LogFile], bases: list[Packed], skipped: list[Skipped], early: dict[int, _FileShare] | None = None
+    found: Sequence[LogFile], bases: list[Packed], skipped: list[Skipped], fold: InventoryFold | None = None
 ) -> Inventory:
     """The job's inventory from each file's packed facts; built again only when the facts are not the very objects
     (``is``) the latest one was built from (cache entries are never changed in place: a changed file is a new entry).
-    ``early``: file index -> its share (item 2 of its base) already unpacked."""
+    ``fold``: the shares (item 2 of each base) already folded as their files' scans arrived."""
     global _LAST_INVENTORY
     last = _LAST_INVENTORY  # read once: another thread may replace it
     if (
@@ -466,10 +466,11 @@ def _inventory_of(
         and last[2] == tuple(skipped)
     ):
         return last[3]
-    shares: Sequence[_FileShare] = _Items(bases, 2)
-    if early:
-        shares = [early[j] if j in early else shares[j] for j in range(len(bases))]
-    facts: _Items[FileFacts] = _Items(bases, 1)
-    inventory = _build_inventory(found, shares, facts, skipped)
+    fold = fold or InventoryFold(len(bases))
+    shares: _Items[_FileShare] = _Items(bases, 2)
+    for j, lf in enumerate(found):
+        if j not in fold:
+            fold.add(j, lf, shares[j])
+    inventory = fold.inventory(_Items(bases, 1), skipped)
     _LAST_INVENTORY = (tuple(bases), tuple(found), tuple(skipped), inventory)
     return inventory

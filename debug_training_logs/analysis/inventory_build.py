@@ -1,10 +1,11 @@
-"""The job's inventory built from each file's share (:func:`_build_inventory`): every file's ranks and where they
+"""The job's inventory folded from each file's share (:class:`InventoryFold`): every file's ranks and where they
 come from, the world size from evidence about the world only, nodes, versions, start and end."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from debug_training_logs.analysis.inventory_file_share import _FileShare, _Hosts, _RankSources, _WorldFacts
 from debug_training_logs.analysis.inventory_sink import MAX_CREDIBLE_WORLD, FileFacts
@@ -156,91 +157,121 @@ def _key(t: WallTime, year_hint: int | None) -> tuple[int, int, int, int, int, i
     return (t.year or year_hint or 0, t.month, t.day, t.hour, t.minute, t.second, t.microsecond)
 
 
-def _build_inventory(
-    found: Sequence[LogFile], shares: Sequence[_FileShare], facts: Sequence[FileFacts], skipped: list[Skipped]
-) -> Inventory:
-    """The job's inventory from each file's share (:class:`_FileShare`, unpacked once per file; ``facts`` are only
-    kept, lazily, on the inventory)."""
-    sources: list[_RankSources] = []
-    world_facts: list[_WorldFacts] = []
-    per_file: list[tuple[LogFile, int, str | None, _Hosts]] = []  # (file, lines, problem, hosts and failures)
-    ends: list[tuple[TimePoint | None, TimePoint | None]] = []
-    lasts: list[tuple[int, str, WallTime] | None] = []
-    markers: dict[str, int] = {}
-    examples: dict[str, tuple[str, int, str]] = {}
-    nccl_versions: set[str] = set()
-    torch_versions: set[str] = set()
-    year: int | None = None
-    for lf, d in zip(found, shares, strict=True):
-        sources.append(d.sources)
-        world_facts.append(d.world)
-        if year is None:
-            year = d.year
-        ends.append((d.first, d.last))
-        lasts.append(d.last_timed)
-        for name, n in d.markers.items():
-            markers[name] = markers.get(name, 0) + n
-            if name not in examples:
+class _Kept(NamedTuple):
+    """What the inventory keeps of one file's share until the last file is in: the rest goes into the job's totals."""
+
+    file: LogFile
+    sources: _RankSources
+    world: _WorldFacts
+    ends: tuple[TimePoint | None, TimePoint | None]
+    last_timed: tuple[int, str, WallTime] | None
+    lines: int
+    problem: str | None
+    light: _Hosts
+    local_map: dict[int, int]
+    launcher: bool
+
+
+class InventoryFold:
+    """The job's inventory folded one file's share (:class:`_FileShare`) at a time, in any order: each share as its
+    file's scan arrives, the files the cache answered for after the scan. What the inventory keeps of a file is taken
+    from its share at once; its markers, their first lines, its versions and year go into the job's totals, so no
+    file's whole share is held until the last one is read. :meth:`inventory` gives what folding the shares in file
+    order gives."""
+
+    def __init__(self, n: int) -> None:
+        self._files: list[_Kept | None] = [None] * n
+        self._markers: dict[str, int] = {}
+        self._first: dict[str, tuple[int, int]] = {}
+        """Marker -> (file index, place among that file's markers) of its first mention in file order: the job's
+        markers and their examples are listed in that order."""
+        self._examples: dict[str, tuple[str, int, str]] = {}
+        self._nccl_versions: set[str] = set()
+        self._torch_versions: set[str] = set()
+        self._year: tuple[int, int] | None = None
+        """(file index, year) of the first file in file order whose lines state a year."""
+
+    def __contains__(self, j: int) -> bool:
+        return self._files[j] is not None
+
+    def add(self, j: int, lf: LogFile, d: _FileShare) -> None:
+        """Fold file ``j`` (``lf``) of the job's files from its share ``d``."""
+        for place, (name, n) in enumerate(d.markers.items()):
+            self._markers[name] = self._markers.get(name, 0) + n
+            first = self._first.get(name)
+            if first is None or (j, place) < first:
+                self._first[name] = (j, place)
                 ln, text = d.first_marker_line[name]
-                examples[name] = (d.world.rel, ln, text)
-        nccl_versions |= d.nccl_versions
-        torch_versions |= d.torch_versions
-        per_file.append((lf, d.lines, d.problem, d.light))
-    local_maps = [{k: g for k, g in d.local_map.items() if g >= 0} for d in shares]
-    known = {src.rel: _ranks_of(src, None)[0] for src in sources}
-    world_size, ws_evidence = _world_size(world_facts, known)
-    files: list[FileInventory] = []
-    all_ranks: set[int] = set()
-    hosts: set[str] = set()
-    launchers = [bool(d.markers.get("launcher_line")) for d in shares]
-    by_dir = _log_dir_ranks([src.rel for src in sources], {s.rel: _ranks_of(s, world_size)[0] for s in sources})
-    for (lf, n_lines, problem, f), src, last_timed, local, launcher in zip(
-        per_file, sources, lasts, local_maps, launchers, strict=True
-    ):
-        ranks, source = _ranks_of(src, world_size)
-        in_tree = log_dir_local_rank(lf.rel) if not ranks else None
-        if in_tree is not None and (g := by_dir(*in_tree, world_size)) is not None:
-            ranks, source = {g}, "torchrun --log-dir tree"
-        if f.child_failed_ranks - ranks:
-            # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
-            # (a rank that hung and was SIGTERMed may have no [rankN]: line of its own)
-            ranks = ranks | f.child_failed_ranks
-            source = f"{source}, torchrun failure table" if source != "none" else "torchrun failure table"
-        all_ranks |= ranks
-        own = f.hosts or f.launcher_hosts
-        node = sorted(own)[0] if len(own) == 1 else file_name_node(lf.rel)
-        files.append(
-            FileInventory(
-                lf.rel,
-                lf.size,
-                lf.compression,
-                ranks,
-                source,
-                node,
-                n_lines,
-                problem,
-                last_timed,
-                src.prefixes,
-                local,
-                launcher,
-                src.artifact,
-            )
+                self._examples[name] = (d.world.rel, ln, text)
+        self._nccl_versions |= d.nccl_versions
+        self._torch_versions |= d.torch_versions
+        if d.year is not None and (self._year is None or j < self._year[0]):
+            self._year = (j, d.year)
+        local = {k: g for k, g in d.local_map.items() if g >= 0}
+        launcher = bool(d.markers.get("launcher_line"))
+        self._files[j] = _Kept(
+            lf, d.sources, d.world, (d.first, d.last), d.last_timed, d.lines, d.problem, d.light, local, launcher
         )
-        hosts |= f.hosts | f.launcher_hosts
-    start, end = _earliest_latest(ends, year)
-    return Inventory(
-        files=files,
-        skipped=skipped,
-        ranks=all_ranks,
-        world_size=world_size,
-        world_size_evidence=ws_evidence,
-        nodes=sorted(hosts) if hosts else sorted({f.node for f in files if f.node}),
-        markers=markers,
-        marker_examples=examples,
-        nccl_versions=sorted(nccl_versions),
-        torch_versions=sorted(torch_versions),
-        start=start,
-        end=end,
-        year_hint=year,
-        facts=facts,
-    )
+
+    def inventory(self, facts: Sequence[FileFacts], skipped: list[Skipped]) -> Inventory:
+        """The job's inventory, every file folded (``facts`` are only kept, lazily, on the inventory)."""
+        kept = [k for k in self._files if k is not None]
+        assert len(kept) == len(self._files), "a file's share was not folded"
+        order = sorted(self._first, key=self._first.__getitem__)
+        year = self._year[1] if self._year is not None else None
+        sources = [k.sources for k in kept]
+        known = {src.rel: _ranks_of(src, None)[0] for src in sources}
+        world_size, ws_evidence = _world_size([k.world for k in kept], known)
+        files: list[FileInventory] = []
+        all_ranks: set[int] = set()
+        hosts: set[str] = set()
+        by_dir = _log_dir_ranks([src.rel for src in sources], {s.rel: _ranks_of(s, world_size)[0] for s in sources})
+        for k in kept:
+            lf, src, f = k.file, k.sources, k.light
+            ranks, source = _ranks_of(src, world_size)
+            in_tree = log_dir_local_rank(lf.rel) if not ranks else None
+            if in_tree is not None and (g := by_dir(*in_tree, world_size)) is not None:
+                ranks, source = {g}, "torchrun --log-dir tree"
+            if f.child_failed_ranks - ranks:
+                # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
+                # (a rank that hung and was SIGTERMed may have no [rankN]: line of its own)
+                ranks = ranks | f.child_failed_ranks
+                source = f"{source}, torchrun failure table" if source != "none" else "torchrun failure table"
+            all_ranks |= ranks
+            own = f.hosts or f.launcher_hosts
+            node = sorted(own)[0] if len(own) == 1 else file_name_node(lf.rel)
+            files.append(
+                FileInventory(
+                    lf.rel,
+                    lf.size,
+                    lf.compression,
+                    ranks,
+                    source,
+                    node,
+                    k.lines,
+                    k.problem,
+                    k.last_timed,
+                    src.prefixes,
+                    k.local_map,
+                    k.launcher,
+                    src.artifact,
+                )
+            )
+            hosts |= f.hosts | f.launcher_hosts
+        start, end = _earliest_latest([k.ends for k in kept], year)
+        return Inventory(
+            files=files,
+            skipped=skipped,
+            ranks=all_ranks,
+            world_size=world_size,
+            world_size_evidence=ws_evidence,
+            nodes=sorted(hosts) if hosts else sorted({f.node for f in files if f.node}),
+            markers={name: self._markers[name] for name in order},
+            marker_examples={name: self._examples[name] for name in order},
+            nccl_versions=sorted(self._nccl_versions),
+            torch_versions=sorted(self._torch_versions),
+            start=start,
+            end=end,
+            year_hint=year,
+            facts=facts,
+        )
