@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Set as AbstractSet
+from typing import Any, NamedTuple
 
 from debug_training_logs.analysis.inventory_file_share import _FileShare, _Hosts, _RankSources, _WorldFacts
 from debug_training_logs.analysis.inventory_sink import MAX_CREDIBLE_WORLD, FileFacts
@@ -18,7 +19,7 @@ from debug_training_logs.logs.discovery import LogFile, Skipped
 def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]:
     if src.artifact is not None:
         return set(), f"none: {src.artifact} output, not a log"
-    found: dict[str, set[int]] = {
+    found: dict[str, AbstractSet[int]] = {
         "[rankN]: prefixes": src.prefixes,
         "Ray [rank=N] prefixes": src.ray,
         "Lightning GLOBAL_RANK lines": src.lightning,
@@ -69,14 +70,17 @@ _CLAIM_NAMES = {
 }
 
 
-def _world_size(facts: Sequence[_WorldFacts], known: dict[str, set[int]]) -> tuple[int | None, str]:
+def _world_size(
+    facts: Sequence[_WorldFacts], known: dict[str, set[int]], best: tuple[int, str, int, str] | None
+) -> tuple[int | None, str]:
     """The world size from evidence about the world only, and which line says so; conflicting evidence is named.
 
     Sources, most trusted first: Lightning ``MEMBER: m/N``; a line stating ``world_size``/``WORLD_SIZE``, torchrun's
     ``global_world_sizes``, the default PG's ``ProcessGroupNCCL initialization options ... size: N``; SLURM's task
     count; the NCCL communicator whose ``nranks`` is the world's (see :func:`_world_comm`). An NCCL ``nranks`` of any
     other communicator (a 2-rank pipeline pair) says nothing about the world. ``known``: file -> global ranks named
-    by non-NCCL sources; a claim at or below a known rank is contradicted and dropped."""
+    by non-NCCL sources; a claim at or below a known rank is contradicted and dropped. ``best``: the job's NCCL init
+    line with the largest ``nranks`` (nranks, file, line, text; the first file's of equals)."""
     top = max((r for rs in known.values() for r in rs), default=-1)
     claims: list[tuple[int, int, str]] = []  # (priority, n, description)
     for f in facts:
@@ -85,7 +89,7 @@ def _world_size(facts: Sequence[_WorldFacts], known: dict[str, set[int]]) -> tup
                 claims.append((0, n, f"{f.rel}:{ln} Lightning 'MEMBER: m/{n}'"))
         for n, kind, ln, _t in f.world_claims:
             claims.append((2 if kind == "slurm" else 1, n, f"{f.rel}:{ln} {_CLAIM_NAMES[kind].format(n=n)}"))
-    comm = _world_comm(facts, known)
+    comm = _world_comm(facts, known, best)
     if comm is not None:
         claims.append((3, comm[0], comm[1]))
     dropped = [c for c in claims if not 0 < c[1] <= MAX_CREDIBLE_WORLD or c[1] <= top]
@@ -107,16 +111,14 @@ def _world_size(facts: Sequence[_WorldFacts], known: dict[str, set[int]]) -> tup
     return n, "; ".join([text, *notes])
 
 
-def _world_comm(facts: Sequence[_WorldFacts], known: dict[str, set[int]]) -> tuple[int, str] | None:
+def _world_comm(
+    facts: Sequence[_WorldFacts], known: dict[str, set[int]], best: tuple[int, str, int, str] | None
+) -> tuple[int, str] | None:
     """(N, evidence) when the largest NCCL communicator is the world's. Every process joins the world communicator
     with comm rank = global rank, so in each file whose global ranks other sources name, its comm ranks must be
     exactly those ranks (a sub-communicator's restart at 0 and cover only some processes), and at least two ranks
     must witness it so, unless every comm rank 0..N-1 is logged. Otherwise None: a sub-communicator never sets the
     world size."""
-    best: tuple[int, str, int, str] | None = None
-    for f in facts:
-        if f.best_nranks is not None and (best is None or f.best_nranks[0] > best[0]):
-            best = (f.best_nranks[0], f.rel, f.best_nranks[1], f.best_nranks[2])
     if best is None or best[0] > MAX_CREDIBLE_WORLD:
         return None
     n = best[0]
@@ -157,6 +159,10 @@ def _key(t: WallTime, year_hint: int | None) -> tuple[int, int, int, int, int, i
     return (t.year or year_hint or 0, t.month, t.day, t.hour, t.minute, t.second, t.microsecond)
 
 
+_NONE: frozenset[Any] = frozenset()
+"""The empty set the fold keeps for every file's empty sets that only the inventory's build reads."""
+
+
 class _Kept(NamedTuple):
     """What the inventory keeps of one file's share until the last file is in: the rest goes into the job's totals."""
 
@@ -188,6 +194,9 @@ class InventoryFold:
         self._examples: dict[str, tuple[str, int, str]] = {}
         self._nccl_versions: set[str] = set()
         self._torch_versions: set[str] = set()
+        self._best: tuple[int, tuple[int, str, int, str]] | None = None
+        """(file index, (nranks, file, line, text)) of the job's NCCL init line with the largest ``nranks``, the first
+        file's in file order of equals."""
         self._year: tuple[int, int] | None = None
         """(file index, year) of the first file in file order whose lines state a year."""
 
@@ -209,8 +218,22 @@ class InventoryFold:
             self._year = (j, d.year)
         local = {k: g for k, g in d.local_map.items() if g >= 0}
         launcher = bool(d.markers.get("launcher_line"))
+        # (most files have no Ray, Lightning, stated or srun ranks and no failure table: one empty set for all of
+        # them instead of six per file, 216 bytes each)
+        b = d.world.best_nranks
+        if b is not None and (self._best is None or (b[0], -j) > (self._best[1][0], -self._best[0])):
+            self._best = (j, (b[0], d.world.rel, b[1], b[2]))
+        world = d.world._replace(
+            best_nranks=None, world_size_lines=d.world.world_size_lines or (), world_claims=d.world.world_claims or ()
+        )
+        src, light = d.sources, d.light
+        src = src._replace(ray=src.ray or _NONE, lightning=src.lightning or _NONE, stated=src.stated or _NONE)
+        src = src._replace(srun=src.srun or _NONE)
+        light = light._replace(
+            child_failed_ranks=light.child_failed_ranks or _NONE, launcher_hosts=light.launcher_hosts or _NONE
+        )
         self._files[j] = _Kept(
-            lf, d.sources, d.world, (d.first, d.last), d.last_timed, d.lines, d.problem, d.light, local, launcher
+            lf, src, world, (d.first, d.last), d.last_timed, d.lines, d.problem, light, local, launcher
         )
 
     def inventory(self, facts: Sequence[FileFacts], skipped: list[Skipped]) -> Inventory:
@@ -221,7 +244,7 @@ class InventoryFold:
         year = self._year[1] if self._year is not None else None
         sources = [k.sources for k in kept]
         known = {src.rel: _ranks_of(src, None)[0] for src in sources}
-        world_size, ws_evidence = _world_size([k.world for k in kept], known)
+        world_size, ws_evidence = _world_size([k.world for k in kept], known, self._best[1] if self._best else None)
         files: list[FileInventory] = []
         all_ranks: set[int] = set()
         hosts: set[str] = set()

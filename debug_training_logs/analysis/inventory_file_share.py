@@ -4,7 +4,8 @@ it (:func:`_pack_scan`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -51,11 +52,11 @@ class _RankSources(NamedTuple):
 
     rel: str
     prefixes: set[int]
-    ray: set[int]
-    lightning: set[int]
-    stated: set[int]
+    ray: AbstractSet[int]
+    lightning: AbstractSet[int]
+    stated: AbstractSet[int]
     nccl_ranks: dict[int, int]
-    srun: set[int]
+    srun: AbstractSet[int]
     """``srun --label`` task ids of the head and tail, kept when they are the ranks (no Ray or Lightning ranks, and
     every rank a ``[rankN]:`` prefix or the trainer states is among them: one task per rank)."""
     artifact: str | None = None
@@ -135,17 +136,18 @@ class _WorldFacts(NamedTuple):
 
     rel: str
     nccl_ranks: dict[int, int]
-    world_size_lines: list[tuple[int, int, str]]
-    world_claims: list[tuple[int, str, int, str]]
+    world_size_lines: Sequence[tuple[int, int, str]]
+    world_claims: Sequence[tuple[int, str, int, str]]
     best_nranks: tuple[int, int, str] | None
+    """The file's NCCL init line with the largest ``nranks`` (nranks, line, text)."""
 
 
 class _Hosts(NamedTuple):
     """A file's hosts and the ranks of its failure tables."""
 
-    child_failed_ranks: set[int]
+    child_failed_ranks: AbstractSet[int]
     hosts: set[str]
-    launcher_hosts: set[str]
+    launcher_hosts: AbstractSet[str]
 
 
 class _FileShare(NamedTuple):
