@@ -227,8 +227,9 @@ class InventoryFold:
             best_nranks=None, world_size_lines=d.world.world_size_lines or (), world_claims=d.world.world_claims or ()
         )
         src, light = d.sources, d.light
-        src = src._replace(ray=src.ray or _NONE, lightning=src.lightning or _NONE, stated=src.stated or _NONE)
-        src = src._replace(srun=src.srun or _NONE)
+        src = src._replace(
+            ray=src.ray or _NONE, lightning=src.lightning or _NONE, stated=src.stated or _NONE, srun=src.srun or _NONE
+        )
         light = light._replace(
             child_failed_ranks=light.child_failed_ranks or _NONE, launcher_hosts=light.launcher_hosts or _NONE
         )
