@@ -62,56 +62,77 @@ ENTRY_OVERHEAD = 200
 @dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Packed:
     """A value kept as compressed pickles (a few times smaller than the objects, and no objects for the garbage
-    collector to walk). A tuple value is packed item by item (``items`` True), so one item can be read alone."""
+    collector to walk). A tuple value is packed item by item (``ends`` not None), so one item can be read alone: one
+    pickle per item, all of them in one zstd frame (a frame per item cost a third more bytes: the items of a file's
+    result repeat each other's file name, lines and class names, and a small frame compresses little alone)."""
 
-    blobs: tuple[bytes, ...]
-    items: bool
+    data: bytes
+    """The pickles, one after the other, compressed unless they are short (:func:`_raw` reads either)."""
+    ends: tuple[int, ...] | None
+    """Where each item's pickle ends in the uncompressed data; None when the value is one pickle."""
+
+    @property
+    def items(self) -> bool:
+        return self.ends is not None
+
+    @property
+    def count(self) -> int:
+        """How many items a packed tuple has (1 for any other value)."""
+        return len(self.ends) if self.ends is not None else 1
 
     @property
     def nbytes(self) -> int:
-        return sum(len(b) for b in self.blobs) + 64 + 40 * len(self.blobs)
+        return len(self.data) + 104
 
 
 def pack(value: Any) -> Packed:
     """``value`` as a :class:`Packed` (zstd at :data:`COMPRESSION_LEVEL`: pickles of log text shrink 3-5x, and a small
-    blob costs a few microseconds, where zlib spent ~35 us setting up its state for each one)."""
+    frame costs a few microseconds, where zlib spent ~35 us setting up its state for each one)."""
+    buf = io.BytesIO()
     if isinstance(value, tuple) and type(value) is tuple:
-        return Packed(tuple(_dump(v) for v in value), True)
-    return Packed((_dump(value),), False)
+        ends = []
+        for v in value:
+            _Pickler(buf, protocol=PROTOCOL).dump(v)  # (a pickler per item: each item reads back alone)
+            ends.append(buf.tell())
+        return Packed(_frame(buf), tuple(ends))
+    _Pickler(buf, protocol=PROTOCOL).dump(value)
+    return Packed(_frame(buf), None)
 
 
 def unpack(p: Packed) -> Any:
     """The value :func:`pack` was given (a new copy on every call)."""
-    if p.items:
-        return tuple(_load(b) for b in p.blobs)
-    return _load(p.blobs[0])
+    data = _raw(p.data)
+    if p.ends is None:
+        return pickle.loads(data)
+    view = memoryview(data)
+    starts = (0, *p.ends[:-1]) if p.ends else ()
+    return tuple(pickle.loads(view[a:b]) for a, b in zip(starts, p.ends, strict=True))
 
 
 def unpack_item(p: Packed, k: int) -> Any:
-    """Item ``k`` of a packed tuple, without reading the others."""
-    if not p.items:
+    """Item ``k`` of a packed tuple, without unpickling the others."""
+    if p.ends is None:
         return unpack(p)[k]
-    return _load(p.blobs[k])
+    return pickle.loads(memoryview(_raw(p.data))[p.ends[k - 1] if k else 0 : p.ends[k]])
 
 
-def _dump(v: Any) -> bytes:
-    buf = io.BytesIO()
-    _Pickler(buf, protocol=PROTOCOL).dump(v)
+def _frame(buf: io.BytesIO) -> bytes:
+    """The pickles written to ``buf``, compressed unless they are short."""
     if buf.tell() <= RAW_MAX_BYTES:
         return buf.getvalue()  # (a pickle starts with its PROTO opcode, never with zstd's frame magic)
     return _CODECS.compressor.compress(buf.getbuffer())
 
 
 RAW_MAX_BYTES = 256
-"""A pickle this short is kept as it is: zstd would save a few bytes at the cost of a frame (~4 us to make and
-read back; a file's packed scan has a few such items: counts, ``None``, small dicts)."""
+"""Pickles this short are kept as they are: zstd would save a few bytes at the cost of a frame (~4 us to make and
+read back)."""
 
 _PICKLE_START = pickle.PROTO[0]
 
 
 class _Codecs(threading.local):
     """This thread's zstd compressor and decompressor (made once per thread, ~2 us each: not safe to share between
-    the server's threads, and a file's pack makes ~15 blobs)."""
+    the server's threads, and a file's pack makes a few frames)."""
 
     def __init__(self) -> None:
         self.compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL)
@@ -122,7 +143,7 @@ PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 COMPRESSION_LEVEL = -1
 """zstd level of packed values (negative: zstd's fast levels). The packs are made in the scan workers, once per file,
-and read in the main process, so both sides count: on the 1,024-rank corpus's analyze results (15 blobs, 68 KB of
+and read in the main process, so both sides count: on the 1,024-rank corpus's analyze results (15 items, 68 KB of
 pickles per file) level -1 compresses in 0.15 ms and decompresses in 0.055 ms per file to 16.3 KB, where level 1 took
 0.24 and 0.093 ms for 14.3 KB (nccl: 0.07/0.026 ms vs 0.12/0.049 ms, 9.5 vs 8.5 KB per file); the cache holds ~14%
 more bytes per rank. (zlib level 1 took ~3x level 1's time.) Each thread makes its compressor and decompressor once
@@ -137,7 +158,7 @@ class _Reducers(dict[type, Callable[[Any], Any]]):
     A frozen slotted dataclass with dataclass-made pickling (:func:`_init_fields`) is pickled as a call of its
     positional constructor (:func:`maker`) with its field values: the same object back, made in one call instead of
     the ``__setstate__`` that ``dataclass`` adds (a Python loop over ``fields()`` per object; a job's parsed lines
-    are hundreds of thousands of such objects). The constructor is pickled by name once per blob (pickle's memo), so
+    are hundreds of thousands of such objects). The constructor is pickled by name once per item (pickle's memo), so
     each object costs one call when read back. Its reduce function is generated with one attribute read per field.
     Any other class gets what pickle would use without a table (``copyreg``'s entry, else ``__reduce_ex__``), from
     C. A table lookup costs no Python call for the classes pickle handles itself (types, functions, containers),
@@ -214,13 +235,9 @@ def _init_fields(cls: type) -> tuple[str, ...] | None:
     return tuple(f.name for f in fs)
 
 
-def _load(b: bytes) -> Any:
-    return pickle.loads(_raw(b))
-
-
 def _raw(b: bytes) -> bytes:
-    """The pickle a blob of :func:`_dump` holds."""
-    return b if b[0] == _PICKLE_START else _CODECS.decompressor.decompress(b)
+    """The pickles a :class:`Packed`'s data holds."""
+    return b if not b or b[0] == _PICKLE_START else _CODECS.decompressor.decompress(b)  # (b"": an empty tuple's)
 
 
 SAMPLE = 16

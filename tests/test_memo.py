@@ -58,8 +58,11 @@ class _Row:
 def test_packed_values_round_trip_and_one_item_reads_alone() -> None:
     value = ({"a": [_Row(1, "x" * 300)] * 3}, [_Row(2, "y")], None)
     p = pack(value)
-    assert p.items and len(p.blobs) == 3
+    assert p.items and p.count == 3
     assert unpack(p) == value and unpack_item(p, 1) == [_Row(2, "y")] and unpack_item(p, 2) is None
+    assert unpack(pack(())) == () and unpack(pack((None,))) == (None,) and unpack_item(pack((1, "a")), 1) == "a"
+    big = tuple([_Row(k, f"line {k} " * 100)] for k in range(5))  # one compressed frame, each item read alone
+    assert unpack(pack(big)) == big and unpack_item(pack(big), 3) == big[3] and pack(big).count == 5
     single = pack([_Row(3, "z" * 10_000)])
     assert not single.items and unpack(single) == [_Row(3, "z" * 10_000)]
     assert single.nbytes < 2_000  # compressed: log text repeats
@@ -108,12 +111,12 @@ def test_frozen_slotted_dataclasses_come_back_equal_and_shared_ones_stay_shared(
     assert type(back[0][0]) is _Frozen and back[0][0].parts == ("a", "b")
     assert memo._init_fields(_Frozen) == ("line", "text", "parts") and memo._init_fields(_Derived) is None
     assert memo._MAKERS[_Frozen] is not _Frozen  # rebuilt by its positional constructor, not the frozen __init__
-    blob = memo._dump(value)
-    raw = memo._raw(blob)
+    packed = pack(value)
+    raw = memo._raw(packed.data)
     assert raw.count(b"MAKERS.") == 1  # the constructor by name, once per blob
     memo._MAKERS.clear()
     vars(memo.MAKERS).clear()  # as in a process that has packed nothing: the name is resolved on first use
-    assert memo._load(blob) == value
+    assert unpack(packed) == value
     assert memo._MAKERS[_Frozen] is getattr(memo.MAKERS, memo._MAKERS[_Frozen].__qualname__[7:])
     other = functools.partial(int, base=2)  # any other partial pickles as pickle makes it
     assert unpack(pack(other))("101") == 5

@@ -37,7 +37,7 @@ def result_size(job: JobScan, i: int) -> int:
     if isinstance(res, _Results):
         p = res.per_file[i].sink_result
         if p.items:
-            return len(p.blobs)
+            return p.count
     r = res[i]
     return 0 if r is None else len(r)
 

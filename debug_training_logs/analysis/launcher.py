@@ -398,7 +398,7 @@ def early_result(fr: FileResult) -> EarlyResult:
     if first is None:
         return None, None
     p = fr.sink_result
-    n = len(p.blobs) if p.items else len(unpack(p))
+    n = p.count if p.items else len(unpack(p))
     parsed = file_result_item(fr, 6) if n > 6 else None  # parsed in the worker
     result = first, file_result_item(fr, 1), file_result_item(fr, 2), None, file_result_item(fr, 4), parsed
     return result, file_result_item(fr, 5) if n > 5 else None

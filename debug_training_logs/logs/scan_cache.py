@@ -27,7 +27,7 @@ from typing import Any
 
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan_types import FileScan, SinkFactory
-from debug_training_logs.memo import MEMO, RAW_MAX_BYTES, Memo, Packed
+from debug_training_logs.memo import MEMO, Memo, Packed
 
 
 @dataclass(frozen=True, repr=False, eq=False)
@@ -70,12 +70,17 @@ class FileResult:
         return self.sink_result.nbytes + 120 + 40 * len(self.counts) + 100 * len(self.sampled)
 
 
+ALIKE_MAX_BYTES = 1024
+"""A packed result this short may be another file's too (a consumer's empty share: its pickles, compressed or not, are
+the same bytes): :class:`Alike` keys it by its bytes."""
+
+
 class Alike:
     """Equal per-file results held once within a job's scan: most files get the same share from a consumer that found
     nothing there (zero counts, empty lists), and a job of 100,000 small files held a copy of each per file. A
     result's counts and samples are read, never changed (:class:`~debug_training_logs.analysis.inventory_views._Results`
-    copies them), so equal ones can be one object; so can its packed result when every blob of it is a short pickle
-    (long ones, compressed, are the file's own)."""
+    copies them), so equal ones can be one object; so can its packed result when it is short (:data:`ALIKE_MAX_BYTES`:
+    long ones are the file's own)."""
 
     def __init__(self) -> None:
         self._held: dict[Any, Any] = {}
@@ -84,8 +89,8 @@ class Alike:
         counts = self._one(("counts", *fr.counts), fr.counts)
         sampled = self._one(("sampled", *sorted(fr.sampled)), fr.sampled)
         packed = fr.sink_result
-        if all(len(b) <= RAW_MAX_BYTES for b in packed.blobs):
-            packed = self._one(("packed", packed.items, *packed.blobs), packed)
+        if len(packed.data) <= ALIKE_MAX_BYTES:
+            packed = self._one(("packed", packed.ends, packed.data), packed)
         same = counts is fr.counts and sampled is fr.sampled and packed is fr.sink_result
         one: FileResult = self._one(
             ("result", id(counts), id(sampled), id(packed)), fr if same else FileResult(counts, packed, sampled)
