@@ -63,7 +63,7 @@ def test_file_names_and_counts_of_a_job_scan_come_without_unpacking_the_files_sc
     def refuse(_b: bytes) -> object:
         raise AssertionError("a file's packed scan was unpacked")
 
-    monkeypatch.setattr(memo, "_load", refuse)
+    monkeypatch.setattr(memo, "_raw", refuse)  # (every read of a packed value goes through it)
     assert job.counts_per_file() == walked
     assert job.log_files() == files
 
