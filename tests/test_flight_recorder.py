@@ -4,6 +4,7 @@ the cross-rank comparison on real torch 2.13 dumps (fixtures/real_torch/stall_fr
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import pickletools
 import shutil
@@ -15,6 +16,8 @@ import pytest
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.formats import flight_recorder as fr
 from debug_training_logs.formats import safe_pickle
+from debug_training_logs.logs.discovery import one_walk
+from debug_training_logs.tools.diagnose import diagnose
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "real_torch"
 
@@ -185,3 +188,99 @@ def test_a_rank_without_a_dump_is_not_called_a_straggler(tmp_path: Path) -> None
     facts = fr_dumps.gather(None, fr_dir=tmp_path / "fr")
     [g] = facts.groups
     assert g.no_dump == [1] and g.never_joined == []
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Where dumps are found: from the one walk of each tree
+
+
+@pytest.mark.parametrize(
+    "name", ["train.log", "rank3.log", "_dump_12", "rank0.json", "x.PKL", "a7.pickle", "nccl_trace_rank_"]
+)
+def test_a_file_whose_name_cannot_be_a_dump_never_is(name: str) -> None:
+    """Whatever its bytes: so the finder reads the first bytes only of files named like a dump."""
+    heads = [pickle.dumps(PLAIN, protocol=4)[: fr.HEAD_BYTES], json.dumps(PLAIN).encode()[: fr.HEAD_BYTES], b"text"]
+    if not fr.named_like_dump(name):
+        assert all(fr.dump_rank(name, h) is None for h in heads)
+    else:
+        assert any(fr.dump_rank(name, h) is not None for h in heads)
+
+
+def _walked_dumps(logs: Path | None, fr_dir: Path | None) -> list[tuple[int, str, Path]]:
+    """The dumps a walk of their own finds (how the finder found them before it took the logs' one walk): every
+    regular file not through a symlink, hidden directories left out, whose name and first bytes make a dump."""
+    found: dict[Path, tuple[int, str, Path]] = {}
+
+    def walk(root: Path, shown_base: Path) -> None:
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for name in filenames:
+                p = Path(dirpath) / name
+                if p.is_symlink() or not p.is_file() or p in found:
+                    continue
+                rank = fr.dump_rank(name, p.read_bytes()[: fr.HEAD_BYTES])
+                if rank is not None:
+                    shown = p.relative_to(shown_base).as_posix() if p.is_relative_to(shown_base) else str(p)
+                    found[p] = (rank, shown, p)
+
+    if fr_dir is not None:
+        walk(fr_dir.resolve(), fr_dir.resolve().parent)
+    if logs is not None:
+        logs = logs.resolve()
+        walk(logs, logs)
+        for sib in ("fr", "traces", "trace", "flight_recorder", "fr_dumps", "dumps", "nccl_trace"):
+            if (logs.parent / sib).is_dir() and logs.parent / sib != logs:
+                walk(logs.parent / sib, logs.parent)
+    return sorted(found.values(), key=lambda d: (d[0], d[1]))
+
+
+def test_the_dumps_found_from_the_logs_walk_are_the_ones_a_walk_of_their_own_finds(tmp_path: Path) -> None:
+    """Dumps under every name torch and users give them, at every depth, in an explicit directory inside the logs, in
+    a sibling, beside a hidden directory, a link, an archive and log files named like dumps."""
+    job = tmp_path / "job"
+    logs = job / "logs"
+    dump = pickle.dumps(PLAIN, protocol=4)
+    text = json.dumps(PLAIN).encode()
+    files = {
+        "logs/node-0.log": b"[rank0]: step 1\n",
+        "logs/worker_1": b"a log whose name ends in a rank\n",
+        "logs/deep/er/nccl_trace_rank_2": dump,
+        "logs/deep/_dump_3": dump,
+        "logs/rank4.json": text,
+        "logs/notes.json": text,  # no rank in its name
+        "logs/.cache/nccl_trace_rank_5": dump,  # hidden directory: not looked in
+        "logs/.nccl_trace_rank_6": dump,  # a hidden file is
+        "logs/fr_here/comm_lib_trace_rank_7": dump,  # also passed as fr_dir: found once
+        "logs/old.tar.gz": b"\x1f\x8b" + b"\0" * 30,
+        "traces/comm_lib_trace_rank_8.pkl": dump,
+        "fr/rank9.json": text,
+        "elsewhere/nccl_trace_rank_10": dump,
+    }
+    for rel, data in files.items():
+        (job / rel).parent.mkdir(parents=True, exist_ok=True)
+        (job / rel).write_bytes(data)
+    (logs / "nccl_trace_rank_11").symlink_to(job / "elsewhere" / "nccl_trace_rank_10")  # a link: not followed
+    for logs_dir, fr_dir in [(logs, None), (logs, logs / "fr_here"), (None, job / "elsewhere"), (logs, job / "fr")]:
+        with one_walk():
+            got = [(d.rank, d.shown, d.path) for d in fr_dumps.find_dumps(logs_dir, fr_dir)]
+        assert got == _walked_dumps(logs_dir, fr_dir)
+    assert {r for r, _s, _p in _walked_dumps(logs, logs / "fr_here")} == {2, 3, 4, 6, 7, 8, 9}
+
+
+def test_a_tool_call_walks_each_tree_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``diagnose`` with flight-recorder dumps: its cache key and its reading (the logs' scan, the dumps, the attempts)
+    share one walk of the logs tree and of the dumps' directory."""
+    shutil.copytree(FIXTURES / "stall_fr" / "logs", tmp_path / "logs")
+    shutil.copytree(FIXTURES / "stall_fr" / "fr", tmp_path / "fr")
+    walked: list[str] = []
+    real = os.walk
+
+    def counted(top: Any, *args: Any, **kwargs: Any) -> Any:
+        walked.append(Path(top).name)
+        return real(top, *args, **kwargs)
+
+    monkeypatch.setattr(os, "walk", counted)
+    with one_walk():
+        d = diagnose(str(tmp_path / "logs"), fr_dir=str(tmp_path / "fr"), history=False)
+    assert d.verdict.culprit_ranks == [1]
+    assert sorted(walked) == ["fr", "logs"]

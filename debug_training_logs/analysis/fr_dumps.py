@@ -17,7 +17,6 @@ starts from (:meth:`FlightRecorderFacts.accused`).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from debug_training_logs.analysis.fr_types import (
     StuckCollective,
 )
 from debug_training_logs.formats import flight_recorder as fr
+from debug_training_logs.logs.discovery import once_per_walk, regular_files
 
 __all__ = [
     "Accused",
@@ -63,6 +63,8 @@ class DumpFile:
 
 
 def _looks_like_dump(path: Path) -> int | None:
+    if not fr.named_like_dump(path.name):
+        return None
     rank = fr.rank_from_name(path.name)
     if rank is not None:
         return rank
@@ -74,38 +76,43 @@ def _looks_like_dump(path: Path) -> int | None:
     return fr.dump_rank(path.name, head)
 
 
-def _walk(root: Path, shown_base: Path, out: dict[Path, DumpFile]) -> None:
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            p = Path(dirpath) / name
-            if p.is_symlink() or not p.is_file() or p in out:
-                continue
-            rank = _looks_like_dump(p)
-            if rank is not None:
-                try:
-                    shown = p.relative_to(shown_base).as_posix()
-                except ValueError:
-                    shown = str(p)
-                out[p] = DumpFile(p, shown, rank)
+def _look(root: Path, shown_base: Path, out: dict[Path, DumpFile]) -> None:
+    if not root.is_dir():
+        return
+    for p in regular_files(root):
+        if p in out or any(d.startswith(".") for d in p.relative_to(root).parts[:-1]):
+            continue
+        rank = _looks_like_dump(p)
+        if rank is not None:
+            try:
+                shown = p.relative_to(shown_base).as_posix()
+            except ValueError:
+                shown = str(p)
+            out[p] = DumpFile(p, shown, rank)
 
 
 def find_dumps(logs_dir: str | Path | None, fr_dir: str | Path | None = None) -> list[DumpFile]:
-    """Dump files in ``fr_dir``, below ``logs_dir`` and in its sibling dump directories (each file once).
+    """Dump files in ``fr_dir``, below ``logs_dir`` and in its sibling dump directories (each file once; not in a
+    hidden directory), from the one walk of each tree (:func:`~debug_training_logs.logs.discovery.regular_files`):
+    found once per tool call, whether for a cache key or for reading.
 
     Paths are shown relative to ``logs_dir`` when below it, else relative to its parent (``../fr/...`` reads as
     ``fr/...``), else absolute."""
+    fr_root = Path(fr_dir).resolve() if fr_dir is not None else None
+    logs = Path(logs_dir).resolve() if logs_dir is not None else None
+    return once_per_walk(("flight-recorder dumps", logs, fr_root), lambda: _find(logs, fr_root))
+
+
+def _find(logs: Path | None, fr_root: Path | None) -> list[DumpFile]:
     found: dict[Path, DumpFile] = {}
-    if fr_dir is not None:
-        base = Path(fr_dir).resolve()
-        _walk(base, base.parent, found)
-    if logs_dir is not None:
-        logs = Path(logs_dir).resolve()
-        _walk(logs, logs, found)
+    if fr_root is not None:
+        _look(fr_root, fr_root.parent, found)
+    if logs is not None:
+        _look(logs, logs, found)
         for name in _SIBLING_NAMES:
             sib = logs.parent / name
             if sib.is_dir() and sib != logs:
-                _walk(sib, logs.parent, found)
+                _look(sib, logs.parent, found)
     return sorted(found.values(), key=lambda d: (d.rank, d.shown))
 
 

@@ -302,6 +302,12 @@ def to_dump(value: Any, rank: int, file: str = "", fmt: str = "pickle") -> Dump:
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
 
 
+def named_like_dump(name: str) -> bool:
+    """Whether a file of this name can be a dump (:func:`dump_rank` is None for any other name, whatever its bytes):
+    only such a file's first bytes need reading."""
+    return _RANK_SUFFIX.search(name) is not None
+
+
 def rank_from_name(name: str, prefix: str | None = None) -> int | None:
     """The global rank a dump's file name carries (``<prefix><rank>``), or None when it does not look like one."""
     if prefix is not None:

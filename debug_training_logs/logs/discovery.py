@@ -12,14 +12,17 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.formats.flight_recorder import HEAD_BYTES, dump_rank
+from debug_training_logs.formats.flight_recorder import HEAD_BYTES, dump_rank, named_like_dump
+
+T = TypeVar("T")
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -59,6 +62,10 @@ _SKIP_DIRS = {".git", "__pycache__", ".ipynb_checkpoints", "node_modules"}
 # torch flight-recorder dumps (``<prefix><rank>``): read by the flight-recorder reader, never as log text.
 _FR_DUMP_NAME = re.compile(r"(?:comm_lib_trace_rank_|nccl_trace_rank_)\d+(?:\.json|\.pkl|\.pickle)?$")
 FR_DUMP_REASON = "flight-recorder dump (read by the flight-recorder reader, not as a log)"
+ARCHIVE_REASON = "archive (extract it first, or pass it to the AIS tools)"
+NOT_LOG_REASON = "not a log file (by name)"
+_REGULAR_REASONS = frozenset({FR_DUMP_REASON, ARCHIVE_REASON, NOT_LOG_REASON})
+"""Why regular files are set aside (every other reason is about a link, a device, a directory or an error)."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -150,9 +157,7 @@ def _symlink_reason(full: Path, base: Path) -> str:
     return "symlink inside the directory (its target is read instead)"
 
 
-_WALKS: ContextVar[dict[tuple[Path, bool], tuple[list[LogFile], list[Skipped]]] | None] = ContextVar(
-    "one_walk", default=None
-)
+_WALKS: ContextVar[dict[Hashable, Any] | None] = ContextVar("one_walk", default=None)
 
 
 @contextmanager
@@ -176,13 +181,28 @@ def discover(root: str | os.PathLike[str], *, include_archives: bool = False) ->
     Within :func:`one_walk`, the first walk of ``root`` answers every later call.
     """
     base = require_dir(root)
+    found = once_per_walk((base, include_archives), lambda: _walk(base, include_archives))
+    return list(found[0]), list(found[1])
+
+
+def once_per_walk(key: Hashable, walk: Callable[[], T]) -> T:
+    """``walk()``, or within :func:`one_walk` what it gave for ``key`` earlier in the block: the walks of a tree
+    (:func:`discover`, the flight-recorder dumps found in it) are done once per tool call, whoever asks."""
     walks = _WALKS.get()
     if walks is None:
-        return _walk(base, include_archives)
-    found = walks.get((base, include_archives))
-    if found is None:
-        found = walks[(base, include_archives)] = _walk(base, include_archives)
-    return list(found[0]), list(found[1])
+        return walk()
+    if key not in walks:
+        walks[key] = walk()
+    return walks[key]  # type: ignore[no-any-return]
+
+
+def regular_files(root: str | os.PathLike[str]) -> list[Path]:
+    """Every regular file below ``root`` that :func:`discover`'s walk passed (not through a symlink): the log files,
+    and the ones it set aside by name, as archives or as flight-recorder dumps. For the readers of other kinds of
+    files in a logs tree (the dumps), which so share its one walk."""
+    base = require_dir(root)
+    files, skipped = discover(base)
+    return [f.path for f in files] + [base / s.rel for s in skipped if s.reason in _REGULAR_REASONS]
 
 
 def _walk(base: Path, include_archives: bool) -> tuple[list[LogFile], list[Skipped]]:
@@ -227,17 +247,17 @@ def _walk(base: Path, include_archives: bool) -> tuple[list[LogFile], list[Skipp
                     except OSError as exc:
                         skipped.append(Skipped(rel, f"cannot open: {exc.strerror or exc}"))
                 else:
-                    skipped.append(Skipped(rel, "archive (extract it first, or pass it to the AIS tools)"))
+                    skipped.append(Skipped(rel, ARCHIVE_REASON))
                 continue
             if lower.endswith(_NOT_LOG_SUFFIXES) or name.startswith("."):
-                skipped.append(Skipped(rel, "not a log file (by name)"))
+                skipped.append(Skipped(rel, NOT_LOG_REASON))
                 continue
             if _FR_DUMP_NAME.search(name):
                 skipped.append(Skipped(rel, FR_DUMP_REASON))
                 continue
             try:
                 comp = sniff_compression(full)
-                if comp == "none" and (name[-1:].isdigit() or lower.endswith((".json", ".pkl", ".pickle"))):
+                if comp == "none" and named_like_dump(name):
                     with open(full, "rb") as fh:  # a dump under another prefix (_dump_12, rank0.json)
                         if dump_rank(name, fh.read(HEAD_BYTES)) is not None:
                             skipped.append(Skipped(rel, FR_DUMP_REASON))
