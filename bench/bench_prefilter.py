@@ -207,8 +207,9 @@ def main() -> int:
         p = scan_plan.make_plan(spec, scan_plan._sample(files))
 
         def run() -> None:
+            search = scan_file.ScanSearch(spec, p)
             for f in picked:
-                scan_file._scan_one(f, spec, p, NullSink, 40, 40, True)
+                scan_file._scan_one(f, search, NullSink, 40, 40, True)
 
         return cpu(run, args.rounds)
 

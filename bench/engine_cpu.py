@@ -58,11 +58,11 @@ def record(command: str, directory: str) -> list[tuple[Any, ...]]:
     scans: list[tuple[Any, ...]] = []
     original = scan._scan_packed
 
-    def spy(lf: LogFile, spec: Any, plan: Any, factory: Any, head: int, tail: int, ranks: bool, pack: Any) -> Any:
-        if not scans or scans[-1][0] is not spec:
-            scans.append((spec, plan, factory, head, tail, ranks))
-            PACKS[id(spec)] = pack
-        return original(lf, spec, plan, factory, head, tail, ranks, pack)
+    def spy(lf: LogFile, search: Any, factory: Any, head: int, tail: int, ranks: bool, pack: Any) -> Any:
+        if not scans or scans[-1][0] is not search.spec:
+            scans.append((search.spec, search.plan, factory, head, tail, ranks))
+            PACKS[id(search.spec)] = pack
+        return original(lf, search, factory, head, tail, ranks, pack)
 
     scan._worker_count = lambda files: 1
     scan._scan_packed = spy  # type: ignore[assignment]
@@ -125,8 +125,9 @@ def parts(scans: list[tuple[Any, ...]], files: list[LogFile], rounds: int) -> No
             spent.clear()
             t0 = time.process_time()
             for spec, plan, _factory, head, tail, ranks in scans:
+                search = scan_file.ScanSearch(spec, plan)
                 for lf in files:
-                    scan_file._scan_one(lf, spec, plan, None, head, tail, ranks)
+                    scan_file._scan_one(lf, search, None, head, tail, ranks)
                     for m in scan_matcher._MATCHERS.values():
                         if m.finder is not None and not isinstance(m.finder, _TimedFinder):
                             wrapped.append((m, m.finder))
@@ -181,13 +182,14 @@ def main() -> None:
         for r in range(args.rounds):
             c0 = time.process_time()
             for spec, plan, factory, head, tail, ranks in scans:
+                search = scan_file.ScanSearch(spec, plan)
                 if mode == "packed":
                     for lf in files:
-                        scan._scan_packed(lf, spec, plan, factory, head, tail, ranks, PACKS[id(spec)])
+                        scan._scan_packed(lf, search, factory, head, tail, ranks, PACKS[id(spec)])
                     continue
                 sink = {"real": factory, "hash": HashSink, "none": None}[mode]
                 for lf in files:
-                    s = scan_file._scan_one(lf, spec, plan, sink, head, tail, ranks)
+                    s = scan_file._scan_one(lf, search, sink, head, tail, ranks)
                     if mode == "hash" and r == 0 and args.digest:
                         cp = s.checkpoints
                         points = (cp.offsets, cp.lines_before, cp.newlines) if cp else None

@@ -61,8 +61,9 @@ def main() -> None:
 
     def engine() -> None:
         for spec, plan, _factory, head, tail, ranks in scans:
+            search = scan_file.ScanSearch(spec, plan)
             for lf in files:
-                scan_file._scan_one(lf, spec, plan, None, head, tail, ranks)
+                scan_file._scan_one(lf, search, None, head, tail, ranks)
 
     print(f"  engine (no sink)       {per * best(engine, args.rounds):6.1f} ms/file")
     matches = [0]

@@ -1,6 +1,6 @@
-"""The per-file work the scan's worker does besides the search: a scan's state shared between its files, the dense
-tail start read from the scan's own map, and the evidence series made into arrays. Each is checked against the plain
-way of doing the same thing (a fresh state per file, a second map of the file, one conversion per point)."""
+"""The per-file work the scan's worker does besides the search: a scan's search shared between its files, the
+dense tail start read from the scan's own map, and the evidence series made into arrays. Each is checked against the
+plain way of doing the same thing (a fresh search per file, a second map of the file, one conversion per point)."""
 
 from __future__ import annotations
 
@@ -58,9 +58,9 @@ def _fields(s: scan_types.FileScan) -> tuple[object, ...]:
 def test_a_scans_state_shared_between_files_and_scans_gives_what_a_fresh_one_gives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
-    """Files of two scans scanned in turn (each finding its matchers and dense search by identity from the file
-    before, or making them again when the other scan ran in between) give exactly what each file scanned with empty
-    caches gives: every field and every sink call; empty, CRLF, no final newline and very long lines included."""
+    """Files of two scans scanned in turn (each with its scan's search, filled by the files before) give exactly what
+    each file scanned with a fresh search and empty caches gives: every field and every sink call; empty, CRLF, no
+    final newline and very long lines included."""
     rnd = random.Random(seed)
     monkeypatch.setattr(scan_windows, "WINDOW", rnd.choice([3000, 1 << 20]))
     monkeypatch.setattr(scan_file, "CAPPED_PIECE_BYTES", rnd.choice([500, 64 << 10]))
@@ -72,33 +72,23 @@ def test_a_scans_state_shared_between_files_and_scans_gives_what_a_fresh_one_giv
     files, _ = discover(tmp_path)
     plans = [scan_plan.make_plan(spec, b"") for spec in SPECS]
 
+    searches = [scan_file.ScanSearch(spec, plan) for spec, plan in zip(SPECS, plans, strict=True)]
+
     def run(fresh: bool) -> list[tuple[object, ...]]:
         out = []
         for lf in files:
-            for spec, plan in zip(SPECS, plans, strict=True):
+            for spec, plan, search in zip(SPECS, plans, searches, strict=True):
                 if fresh:
-                    monkeypatch.setattr(scan_file, "_LAST_SCAN", None)
                     scan_matcher._MATCHERS.clear()
                     scan_dense._DENSES.clear()
-                out.append(_fields(scan_file._scan_one(lf, spec, plan, Record, 5, 5, True)))
+                    search = scan_file.ScanSearch(spec, plan)
+                out.append(_fields(scan_file._scan_one(lf, search, Record, 5, 5, True)))
         return out
 
     fresh = run(True)
     assert run(False) == fresh
     assert run(False) == fresh  # and again, every state found from the file before
     assert any(f[8] for f in fresh)  # sink calls were made
-
-
-def test_the_state_is_shared_only_by_identity() -> None:
-    """Another scan object (even an equal one) gets its own matchers; the same scan gets the same dict back."""
-    spec = SPECS[1]
-    plan = scan_plan.make_plan(spec, b"")
-    first, _dense = scan_file._scan_state(spec, plan)
-    first[frozenset({0})] = scan_matcher._matcher(spec, plan, frozenset({0}))
-    again, _ = scan_file._scan_state(spec, plan)
-    assert again is first
-    other, _ = scan_file._scan_state(PatternSpec(spec.patterns, max_hits=spec.max_hits), plan)
-    assert other is not first and not other
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from debug_training_logs.logs import scan, scan_dense, scan_file, scan_matcher, scan_plan, scan_pool, scan_types
+from debug_training_logs.logs import scan, scan_dense, scan_matcher, scan_plan, scan_pool, scan_types
 from debug_training_logs.logs.discovery import LogFile, discover
 from debug_training_logs.logs.scan import scan_files
 from debug_training_logs.logs.scan_types import PatternSpec
@@ -56,7 +56,7 @@ def _results(files: list[LogFile], spec: PatternSpec) -> list[tuple[Any, ...]]:
 @pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
 def test_dense_parts_are_shared_between_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
     if not native:
-        for module in (scan_types, scan_plan, scan_matcher, scan_dense, scan_file):  # where it is looked up
+        for module in (scan_types, scan_plan, scan_matcher, scan_dense):  # where it is looked up
             monkeypatch.setattr(module, "_native", lambda: None)
     monkeypatch.setattr(scan, "_worker_count", lambda files: 1)
     for k, first in enumerate((0, 8, 16)):

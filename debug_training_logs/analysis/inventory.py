@@ -48,14 +48,10 @@ def _no_bulk(line_nos: list[int], lines: list[str]) -> None:
     raise RuntimeError("a run of bulk lines for a composite sink that named no bulk pattern")
 
 
-_LAST_ROUTES: tuple[tuple[Any, ...], int, dict[tuple[int, ...], _Route]] | None = None
-"""(parts, first marker id, routes) of the latest composite sink: the next file of the same scan (the same ``parts``
-object) splits its id sets the same way, so it takes the routes worked out so far (~40 per file, ~3 us each)."""
-
-
 class _CompositeSink:
     """Routes one file's hits: each consumer's pattern ids (shifted back to its own 0..k-1) to its sink, the
-    inventory markers' to an :class:`InventorySink` (one scan, every consumer)."""
+    inventory markers' to an :class:`InventorySink` (one scan, every consumer). ``routes``: how each id set is split,
+    shared by the files of one scan (:class:`_CompositeSinks`; ~40 per file, ~3 us each to work out)."""
 
     def __init__(
         self,
@@ -63,19 +59,14 @@ class _CompositeSink:
         parts: tuple[tuple[SinkFactory | None, int, int], ...],
         markers_at: int,
         markers: tuple[Marker, ...] = MARKERS,
+        routes: dict[tuple[int, ...], _Route] | None = None,
     ) -> None:
         self.parts = [(f(lf) if f is not None else None, off, k) for f, off, k in parts]
         self.markers_at = markers_at
         self.inventory = InventorySink(lf, markers)
         self._hits = [*(s.on_hit if s is not None else None for s, _o, _k in self.parts), self.inventory.on_hit]
         """Each part's sink's ``on_hit`` (None: no sink), then the inventory's (what a route's indexes name)."""
-        global _LAST_ROUTES
-        last = _LAST_ROUTES  # read once: another thread may replace it
-        if last is not None and last[0] is parts and last[1] == markers_at:
-            self._routes = last[2]
-        else:
-            self._routes = {}
-            _LAST_ROUTES = (parts, markers_at, self._routes)
+        self._routes: dict[tuple[int, ...], _Route] = routes if routes is not None else {}
         self._bulk: Callable[[list[int], list[str]], None] = _no_bulk
         """The ``on_bulk`` of the consumer's sink :meth:`bulk_id` names."""
 
@@ -122,10 +113,18 @@ class _CompositeSink:
         return [s.finish() if s is not None else None for s, _o, _k in self.parts], self.inventory.finish()
 
 
-def _composite_sink(
-    parts: tuple[tuple[SinkFactory | None, int, int], ...], markers_at: int, markers: tuple[Marker, ...], lf: LogFile
-) -> _CompositeSink:
-    return _CompositeSink(lf, parts, markers_at, markers)
+class _CompositeSinks:
+    """The sink factory of one scan for several consumers: each file's :class:`_CompositeSink`, all of them
+    splitting id sets by the same routes."""
+
+    def __init__(
+        self, parts: tuple[tuple[SinkFactory | None, int, int], ...], markers_at: int, markers: tuple[Marker, ...]
+    ) -> None:
+        self.parts, self.markers_at, self.markers = parts, markers_at, markers
+        self.routes: dict[tuple[int, ...], _Route] = {}
+
+    def __call__(self, lf: LogFile) -> _CompositeSink:
+        return _CompositeSink(lf, self.parts, self.markers_at, self.markers, self.routes)
 
 
 LineKeep = Callable[[str, int, str], bool]
@@ -362,7 +361,7 @@ class _Scan:
             dense=tuple(dense_flags) if any(dense_flags) else None,
         )
         parts = tuple((c.sink, off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
-        factory = functools.partial(_composite_sink, parts, k, markers)
+        factory = _CompositeSinks(parts, k, markers)
         layout = tuple((off, len(c.patterns)) for c, off in zip(run, offsets, strict=True))
         packer = functools.partial(_pack_scan, layout, tuple(c.refine for c in run))
         self.started = start_each(

@@ -27,14 +27,10 @@ def _pack_scan(
     """One file's scan as the cache keeps it (run in the worker that scanned it, so only these bytes cross back):
     the file's own facts packed once, and each consumer's share (``layout``: its first pattern id and count), its
     sink's result refined first where the consumer says so (:attr:`Consumer.refine`)."""
-    global _LAST_YEAR
     results, facts = s.sink_result if s.sink_result is not None else ([None] * len(layout), None)
-    try:
-        results = [r if r is None or f is None else f(r, s) for r, f in zip(results, refiners, strict=True)]
-        facts = facts or FileFacts(rel=s.file.rel)
-        base = pack((replace(s, counts=[], sink_result=None, sampled=set()), facts, _file_share(s, facts)))
-    finally:
-        _LAST_YEAR = None  # (the memo holds the scan and its sink results: not past the file's pack)
+    results = [r if r is None or f is None else f(r, s) for r, f in zip(results, refiners, strict=True)]
+    facts = facts or FileFacts(rel=s.file.rel)
+    base = pack((replace(s, counts=[], sink_result=None, sampled=set()), facts, _file_share(s, facts)))
     shares = [
         FileResult(
             counts=s.counts[off : off + n],
@@ -111,24 +107,11 @@ def _file_times(s: FileScan) -> tuple[TimePoint | None, TimePoint | None]:
 def file_year(scan: FileScan) -> int | None:
     """The year the first dated line of the file's head or tail states (None when none states one); the job's year
     is the first file's that has one."""
-    global _LAST_YEAR
-    last = _LAST_YEAR  # read once: another thread may replace it
-    if last is not None and last[0] is scan and last[1] == (len(scan.head), len(scan.tail)):
-        return last[2]
-    year = None
     for ln in scan.head + scan.tail:
         t = parse_wall_time(ln)
         if t is not None and t.year is not None:
-            year = t.year
-            break
-    _LAST_YEAR = (scan, (len(scan.head), len(scan.tail)), year)
-    return year
-
-
-_LAST_YEAR: tuple[FileScan, tuple[int, int], int | None] | None = None
-"""The last scan :func:`file_year` read and its answer: the worker's pack asks twice per file (the evidence digest
-and the file's inventory share), and a head of undated launcher lines costs ~0.1 ms to read (:func:`_pack_scan`
-forgets it once the file is packed)."""
+            return t.year
+    return None
 
 
 class _WorldFacts(NamedTuple):

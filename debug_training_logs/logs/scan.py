@@ -68,7 +68,7 @@ from debug_training_logs import progress
 from debug_training_logs.logs import scan_budget
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan_budget import FALLBACK_BUDGET_S, _Budget
-from debug_training_logs.logs.scan_file import _scan_one
+from debug_training_logs.logs.scan_file import ScanSearch, _scan_one
 from debug_training_logs.logs.scan_lines import _remember
 from debug_training_logs.logs.scan_patterns import compile_patterns
 from debug_training_logs.logs.scan_plan import _sample, make_plan
@@ -182,9 +182,10 @@ def start_each(
     # (set in its module, where the fallback checks read it)
     scan_budget._BUDGET = _Budget(FALLBACK_BUDGET_S) if plan.fallback else None  # one budget for this whole search
     workers = _worker_count(files)
+    search = ScanSearch(spec, plan)
 
     def task(i: int) -> tuple[Checkpoints | None, T]:
-        return _scan_packed(files[i], spec, plan, sink_factory, head_lines, tail_lines, collect_ranks, pack)
+        return _scan_packed(files[i], search, sink_factory, head_lines, tail_lines, collect_ranks, pack)
 
     pool = None
     if workers > 1:
@@ -239,13 +240,12 @@ class StartedScan(Generic[T]):
 
 def _scan_packed(
     lf: LogFile,
-    spec: PatternSpec,
-    plan: Plan,
+    search: ScanSearch,
     sink_factory: SinkFactory | None,
     head_n: int,
     tail_n: int,
     collect_ranks: bool,
     pack: Callable[[FileScan], T],
 ) -> tuple[Checkpoints | None, T]:
-    s = _scan_one(lf, spec, plan, sink_factory, head_n, tail_n, collect_ranks)
+    s = _scan_one(lf, search, sink_factory, head_n, tail_n, collect_ranks)
     return s.checkpoints, pack(s)

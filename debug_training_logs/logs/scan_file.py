@@ -1,5 +1,5 @@
 """Scanning one file (:func:`_scan_one`): its windows searched in pieces, hits handed to its sink, counts, caps, dense
-samples, head, tail, ranks and checkpoints; and the matchers a scan's files share in a process.
+samples, head, tail, ranks and checkpoints; and what a scan's files share (:class:`ScanSearch`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.reader import ReadProblems, decode
 from debug_training_logs.logs.scan_budget import _run_fallback, _search
 from debug_training_logs.logs.scan_dense import _collect_ranks, _Dense, _dense
-from debug_training_logs.logs.scan_engines import _UNANCHORED, _native
+from debug_training_logs.logs.scan_engines import _UNANCHORED
 from debug_training_logs.logs.scan_matcher import _Bulk, _hits_in_chunk, _Matcher, _matcher
 from debug_training_logs.logs.scan_types import (
     MAX_LINE_CHARS,
@@ -39,44 +39,45 @@ DENSE_TAIL_MAX = 8 << 20
 """How far back from a file's end the tail of a dense pattern is looked for (each rank's last hit)."""
 
 
-_LAST_SCAN: tuple[PatternSpec, Plan, bool, dict[frozenset[int], _Matcher], _Dense | None] | None = None
-"""(spec, plan, extension used, matchers per active set, dense search) of the latest scan in this process: the next
-file of the same scan finds them by identity (hashing a spec and plan, as the shared caches do, costs ~15 us each time,
-per file and per active set)."""
-
-
 MAX_ACTIVE_SETS = 64
-"""Matchers one scan keeps by active set (capped patterns leave the search in a different order in each file)."""
+"""Searches one scan keeps by active set (capped patterns leave the search in a different order in each file)."""
 
 
-def _scan_state(spec: PatternSpec, plan: Plan) -> tuple[dict[frozenset[int], _Matcher], _Dense | None]:
-    """The matchers (by active set, filled by the caller) and the dense search of a scan, shared by its files."""
-    global _LAST_SCAN
-    native = _native() is not None
-    last = _LAST_SCAN  # read once: another thread may replace it
-    if last is not None and last[0] is spec and last[1] is plan and last[2] == native:
-        if len(last[3]) > MAX_ACTIVE_SETS:
-            last[3].clear()
-        return last[3], last[4]
-    matchers: dict[frozenset[int], _Matcher] = {}
-    dense = _dense(spec, plan) if plan.dense else None
-    _LAST_SCAN = (spec, plan, native, matchers, dense)
-    return matchers, dense
+class ScanSearch:
+    """What the files of one scan share: its patterns and plan, the search of each set of patterns still active (made
+    when a file first needs it) and the dense patterns' search. The scan makes one; a forked worker fills its own
+    copy as it reads its files."""
+
+    __slots__ = ("dense", "matchers", "plan", "spec")
+
+    def __init__(self, spec: PatternSpec, plan: Plan) -> None:
+        self.spec = spec
+        self.plan = plan
+        self.matchers: dict[frozenset[int], _Matcher] = {}
+        self.dense: _Dense | None = _dense(spec, plan) if plan.dense else None
+
+    def matcher(self, active: frozenset[int]) -> _Matcher:
+        """The search for the patterns of ``active``."""
+        m = self.matchers.get(active)
+        if m is None:
+            if len(self.matchers) >= MAX_ACTIVE_SETS:
+                self.matchers.clear()
+            m = self.matchers[active] = _matcher(self.spec, self.plan, active)
+        return m
 
 
 def _scan_one(
     lf: LogFile,
-    spec: PatternSpec,
-    plan: Plan,
+    search: ScanSearch,
     sink_factory: SinkFactory | None,
     head_n: int,
     tail_n: int,
     collect_ranks: bool,
 ) -> FileScan:
+    spec, plan, dense = search.spec, search.plan, search.dense
     k = len(spec.patterns)
     caps = spec.max_hits or (None,) * k
     dense_all = frozenset(i for i, _n in plan.dense)
-    matchers, dense = _scan_state(spec, plan)  # matchers per active set, shared with the scan's other files
     head_dense = set(dense_all)  # dense ids still searched on every line (the file's first hits)
     active = frozenset(range(k))
     result = FileScan(file=lf, counts=[0] * k)
@@ -135,9 +136,7 @@ def _scan_one(
             while k < len(bounds):
                 sampled = frozenset() if in_tail else dense_all - head_dense
                 searched = active - sampled
-                matcher = matchers.get(searched)
-                if matcher is None:
-                    matcher = matchers[searched] = _matcher(spec, plan, searched)
+                matcher = search.matcher(searched)
                 # Pieces k..last are searched together in place (one finder pass, one DFA search) as long as nothing
                 # changes the search between them: the hits of each piece are what searching it alone gives. A
                 # change (a marker reaching its cap, a dense pattern leaving its head) takes effect after its piece:
