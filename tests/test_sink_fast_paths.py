@@ -21,7 +21,7 @@ from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats import torch_nccl_patterns as tnp
 from debug_training_logs.formats import torch_nccl_types as tnt
 from debug_training_logs.formats import torch_nccl_wraps as tnw
-from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi
+from debug_training_logs.formats.prefixes import GLOBAL_RANK, GLOG_SECONDS, strip_ansi
 from tests.nccl_render import EXTRA_PREFIXES, PREFIXES, TORCH, WRAPS, build_case, messages
 
 ENDINGS = ("", "\r")
@@ -54,7 +54,7 @@ def test_nccl_pretests_hold_on_every_family_prefix_and_wrap(version: str) -> Non
             headers += 1
             assert tnp._HEADER_OPENING.search(text) is not None, line
         if tnp._GLOG.search(text) is not None:
-            assert tnp._GLOG_SECONDS.search(text) is not None, line
+            assert GLOG_SECONDS.search(text) is not None, line
         for _origin, family, rx in tnp._DUMP:
             if rx.search(text) is not None:
                 dumps += 1
@@ -120,7 +120,7 @@ def test_glog_headers_pass_the_pretest(sev: str, spaces: str, ending: str) -> No
     glog = f"{sev}0521 08:02:14.862000{spaces}1234 torch/distributed/elastic/multiprocessing/api.py:869] failed (x)"
     for prefix in ("", "[rank4]:", "4: ", "(RayWorker pid=7, ip=10.0.0.1) ", "\x1b[33m", "host]:", "a:"):
         text = tn._text(prefix + glog + ending)
-        assert tnp._GLOG.search(text) is not None and tnp._GLOG_SECONDS.search(text) is not None
+        assert tnp._GLOG.search(text) is not None and GLOG_SECONDS.search(text) is not None
         h, at = tn.find_header(text)
         assert h is not None and h.style == "glog" and h.source.endswith("api.py:869") and h.severity == sev
         assert text[at:].startswith("failed")

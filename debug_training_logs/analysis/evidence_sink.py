@@ -26,6 +26,7 @@ from debug_training_logs.analysis.inventory_file_share import file_year
 from debug_training_logs.analysis.nccl_hits import FileEvents
 from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS, NcclSink
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR
+from debug_training_logs.formats import nccl
 from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
 from debug_training_logs.logs import fields as native_fields
@@ -52,7 +53,7 @@ _ITERATION = re.compile(r" iteration +(\d+)/ *\d+ \|")
 _MEMORY_MB = re.compile(r"memory \(MB\) \| allocated: ([\d.]+)")
 _MEMORY_LITERAL = "memory (MB) | allocated: "
 _NCCL_INIT_HOST = re.compile(
-    r"(?:^|[\s\]:])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL INFO .*\brank (\d+) nranks (\d+)"
+    r"(?:^|[\s\]:])(" + nccl.HOST + ")" + nccl.PROCESS + r" NCCL INFO .*\brank (\d+) nranks (\d+)"
 )
 _NCCL_INIT_HOST_LITERAL = "] NCCL INFO "
 """A literal every :data:`_NCCL_INIT_HOST` match holds (a line without it skips that slow, unanchored search)."""

@@ -7,12 +7,13 @@ import re
 from dataclasses import dataclass, field
 
 from debug_training_logs.analysis.inventory_markers import MARKERS, Marker
+from debug_training_logs.formats import nccl
 from debug_training_logs.formats import torch_nccl as tn
-from debug_training_logs.formats.prefixes import strip_ansi
-from debug_training_logs.logs.attribution import LOCAL_PREFIX, NCCL_INIT_RANK, RAY_PREFIX
+from debug_training_logs.formats.prefixes import LOCAL_RANK, strip_ansi
+from debug_training_logs.logs.attribution import NCCL_INIT_RANK, RAY_PREFIX
 from debug_training_logs.logs.discovery import LogFile
 
-_NCCL_HOST = re.compile(r"(?P<host>[A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL ")
+_NCCL_HOST = re.compile("(?P<host>" + nccl.HOST + ")" + nccl.PROCESS + " NCCL ")
 """Matched (``.match``) where the line's leading prefixes end (:func:`_prefixes_end`)."""
 _CHILD_HOST = re.compile(r"^\s*host\s+: (?P<host>\S+)")
 _SRUN_HOST = re.compile(r"srun: error: (?P<host>[\w.\-\[\],]+): task")
@@ -92,7 +93,7 @@ def _rank_statement(f: FileFacts, text: str, line_no: int) -> None:
     w = _RANK_OF_WORLD.search(text)
     if w is not None and len(f.world_claims) < MAX_EXAMPLES:
         f.world_claims.append((int(w.group("n") or w.group("m") or w.group("w")), "stated", line_no, text[:300]))
-    lp = LOCAL_PREFIX.match(text)
+    lp = LOCAL_RANK.match(text)
     if lp is not None:
         local = int(lp.group(1))
         known = f.local_map.get(local)

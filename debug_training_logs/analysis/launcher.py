@@ -39,7 +39,7 @@ from debug_training_logs.analysis.inventory_results import result_item, result_s
 from debug_training_logs.analysis.inventory_types import JobScan
 from debug_training_logs.analysis.inventory_views import file_result_item
 from debug_training_logs.formats import gloo, launchers, slurm, torchrun
-from debug_training_logs.formats.prefixes import AGENT_HEADER, GLOBAL_RANK, strip_ansi
+from debug_training_logs.formats.prefixes import AGENT_HEADER, GLOBAL_RANK, LOCAL_RANK, strip_ansi
 from debug_training_logs.formats.python_text import is_source_line
 from debug_training_logs.logs.attribution import file_name_rank, rank_of_line
 from debug_training_logs.logs.discovery import LogFile
@@ -94,7 +94,6 @@ MAX_REPLAY_HITS = 2 * MAX_LINES_PER_FILE
 (:func:`for_attempt`); a file with more hits (or more kept lines than :data:`MAX_LINES_PER_FILE`) is not replayable
 and the chosen attempt's facts then need a scan of their own."""
 
-_LOCAL_PREFIX = re.compile(r"^\[(?:default|\w+)(\d+)\]:")
 _EXC_LINE = re.compile(_EXCEPTION)
 _LAUNCHER_FRAME = re.compile(r'File "[^"]*(?:/bin/torchrun|torch/distributed/(?:run|launch)\.py)"')
 """The first frame of the launcher's own traceback (torchrun's main, ``python -m torch.distributed.run``)."""
@@ -340,7 +339,7 @@ def _rank_of(text: str, local_to_global: dict[int, int], file_rank: int | None =
     r = rank_of_line(text)
     if r is not None:
         return r
-    m = _LOCAL_PREFIX.match(text)
+    m = LOCAL_RANK.match(text)
     if m:  # a torchrun --tee local rank: global through the file's map, else encoded -(L + 1) for the job's
         local = int(m.group(1))
         return local_to_global.get(local, -(local + 1))
@@ -468,7 +467,7 @@ def parse_lines(
     (:func:`~debug_training_logs.analysis.attempts.refine_launcher`), or here for a replayed attempt."""
     local_to_global: dict[int, int] = {}
     for _no, text in lines:  # '[default1]:[rank3]: ...' pairs a tee prefix with its global rank
-        lm, gm = _LOCAL_PREFIX.match(text), GLOBAL_RANK.search(text)
+        lm, gm = LOCAL_RANK.match(text), GLOBAL_RANK.search(text)
         if lm and gm:
             local_to_global.setdefault(int(lm.group(1)), int(gm.group(1)))
     for t in file_tables:

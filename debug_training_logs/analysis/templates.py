@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import re
 
+from debug_training_logs.formats import nccl
 from debug_training_logs.formats.prefixes import strip_ansi
 
 # Order matters: wider shapes first (a timestamp before its numbers, an IP before its octets).
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     # NCCL library prefix "host:pid:tid [dev]"
-    (re.compile(r"^[A-Za-z0-9][\w.\-]*:\d+:\d+ \[\d+\]"), "<host>:<pid>:<tid> [<dev>]"),
+    (re.compile("^" + nccl.HOST + nccl.PROCESS), "<host>:<pid>:<tid> [<dev>]"),
     # c10 header "[E0703 10:22:33.123456789 " and glog "W0521 10:22:33.123000 "
     (re.compile(r"\b([FEWIV])\d{3,4} \d\d:\d\d:\d\d\.\d{6,9}\b"), r"\1<time>"),
     # full dates (NeMo, torchrun, SLURM, NCCL 2.26+, ChildFailedError)

@@ -14,6 +14,10 @@ from debug_training_logs.analysis.evidence_triggers import AIS_LOOKBACK, CLOCK_S
 from debug_training_logs.analysis.evidence_types import Hit, JobEvidence, KeyEvent, NcclRow, WorkerEvidence
 from debug_training_logs.analysis.read_back import read_lines
 from debug_training_logs.analysis.verdict_helpers import fmt_ranks as _fmt
+from debug_training_logs.formats import nccl
+
+_NCCL_NODE = re.compile(r"(?:\[[\d\-: ]+\] )?(" + nccl.HOST + ")" + nccl.PROCESS)
+"""An NCCL line's host (its prefix, after NCCL 2.26+'s date), matched at the hit's start."""
 
 if TYPE_CHECKING:
     from debug_training_logs.analysis.ais_delta_types import NotableLines
@@ -102,7 +106,7 @@ def straggler_event(ctx: _Ctx, ranks: set[int], event: str) -> KeyEvent:
 
 
 def node_of_hit(ctx: _Ctx, h: Hit) -> str | None:
-    m = re.match(r"(?:\[[\d\-: ]+\] )?([A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\]", h.text)
+    m = _NCCL_NODE.match(h.text)
     if m:
         return m.group(1)
     for f in ctx.w.job.inventory.files:

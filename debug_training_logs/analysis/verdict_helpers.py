@@ -15,6 +15,7 @@ from debug_training_logs.analysis.evidence_types import Hit, NcclState, Trigger
 from debug_training_logs.analysis.launcher_decision import LauncherCall
 from debug_training_logs.analysis.launcher_decision import decide as launcher_decide
 from debug_training_logs.analysis.nccl_classify import PER_STEP_COLLECTIVES
+from debug_training_logs.formats.prefixes import GLOBAL_RANK
 from debug_training_logs.formats.slurm import scheduler_ended
 from debug_training_logs.formats.timestamps import show
 
@@ -145,10 +146,14 @@ def fmt_ranks(ranks: Iterable[int]) -> str:
     return format_ranges(ranks)
 
 
+_LEAD_RANK = re.compile("^" + GLOBAL_RANK.pattern + r"\s*")
+"""torch's ``[rankN]:`` prefix opening a line, and the blanks after it."""
+
+
 def fmt_time(t: datetime | None) -> str:
     return show(t) if t is not None else "an unknown time"
 
 
 def short_text(text: str, n: int = 140) -> str:
-    text = re.sub(r"^\[rank\d+\]:\s*", "", text)
+    text = _LEAD_RANK.sub("", text, count=1)
     return text if len(text) <= n else text[: n - 1] + "…"

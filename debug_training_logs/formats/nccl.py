@@ -13,7 +13,12 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-PREFIX: Final = re.compile(r"(?:^|\s)(?P<host>[A-Za-z0-9][\w.\-]*):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
+HOST: Final = r"[A-Za-z0-9][\w.\-]*"
+"""A host name as NCCL's line prefix writes it (pattern text)."""
+PROCESS: Final = r":\d+:\d+ \[\d+\]"
+"""What follows the host in NCCL's line prefix, ``:pid:tid [cuda device]`` (pattern text, no groups): the patterns of
+other modules that go on after the prefix are ``HOST + PROCESS + ...``."""
+PREFIX: Final = re.compile(r"(?:^|\s)(?P<host>" + HOST + r"):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
 _COMPLETION: Final = re.compile(
     r"NET/IB\w* ?: ?Got completion from peer (?P<peer>[^\s<]+)<\d+> with (?:error |status=)(?P<status>\d+)"
 )

@@ -1,7 +1,7 @@
 """What other programs add to a training process's line, each defined once: terminal colour codes (NeMo and Ray colour
 their prefixes on a TTY), torch's ``[rankN]:`` stderr prefix (c10 logging and the excepthook) and a user logging
-format's inline ``[rankN] `` tag (``2026-11-23 18:29:06,008 [rank3] INFO ...``), and the glog header of torchrun's
-elastic agent."""
+format's inline ``[rankN] `` tag (``2026-11-23 18:29:06,008 [rank3] INFO ...``), torchrun ``--tee``'s local-rank
+prefix, and the glog header of torchrun's elastic agent."""
 
 from __future__ import annotations
 
@@ -9,11 +9,22 @@ import re
 from typing import Final
 
 ANSI: Final = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-GLOBAL_RANK: Final = re.compile(r"\[rank(\d+)\]:")
-INLINE_RANK: Final = re.compile(r"\[rank(\d+)\] ")
+RANK_TAG: Final = r"\[rank(\d+)\]"
+"""The ``[rankN]`` tag (pattern text; the global rank is its group): followed by ``:`` torch's prefix, by a blank a
+user format's inline tag."""
+GLOBAL_RANK: Final = re.compile(RANK_TAG + ":")
+INLINE_RANK: Final = re.compile(RANK_TAG + " ")
+RANK_TAG_END: Final = "(?::| )"
+"""What follows :data:`RANK_TAG` in either use (pattern text)."""
+LOCAL_RANK: Final = re.compile(r"^\[[A-Za-z_][\w.\-]*?(\d+)\]:")
+"""torchrun ``--tee``'s ``[default3]:`` / ``[trainer3]:`` prefix: the writer's LOCAL rank (a file's map makes it
+global)."""
 AGENT_HEADER: Final = r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +"
 """The glog header torchrun's elastic agent opens its own lines with, up to its pid (``I1123 10:00:00.123456 20077 ``):
 level letter, MMDD, time and the pid's padding (a pattern's text: the launcher's patterns go on with the pid)."""
+GLOG_SECONDS: Final = re.compile(r":\d\d\.\d{6} ")
+"""What every glog header holds (seconds and microseconds), found from a literal ``:`` (a fast search): a line without
+it has no glog header, and the full header need not be tried at every position of it."""
 
 
 def strip_ansi(text: str) -> str:

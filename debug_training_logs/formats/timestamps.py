@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from debug_training_logs.formats.prefixes import GLOG_SECONDS
+
 FULL_DATE = re.compile(
     r"(?P<y>20\d\d)[-/](?P<mo>\d\d)[-/](?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<frac>\d{1,6}))?"
 )
@@ -22,8 +24,6 @@ C10_HEADER = re.compile(r"\[(?:rank\d+\]:\[)?[FEWIV](?P<md>\d{3,4}) (?P<h>\d\d):
 # ``(?:^|\s)`` before it) so that the search skips to the letters F/E/W/I instead of trying every position (20x faster
 # on a line without a glog header; the same matches).
 GLOG_HEADER = re.compile(r"[FEWI](?<!\S.)(?P<md>\d{4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) +\d+ ")
-_GLOG_SECONDS = re.compile(r":\d\d\.\d{6} ")
-"""What every glog header contains, from a literal ``:`` (a fast search): a line without it has no glog header."""
 _SUBSECONDS = re.compile(r"\.\d{6}")
 """What every c10 header (``.`` + 9 digits) and every glog header (``.`` + 6 digits) contains, from a literal ``.``:
 a line without it has neither, and one search answers for both (most hit lines, e.g. progress bars, have neither)."""
@@ -97,7 +97,7 @@ def parse_wall_time(line: str) -> WallTime | None:
         wt = _MEMO[key] if key in _MEMO else _remember(key, _c10_time(c))
         if wt is not None:
             return wt
-    g = GLOG_HEADER.search(line) if _GLOG_SECONDS.search(line) else None
+    g = GLOG_HEADER.search(line) if GLOG_SECONDS.search(line) else None
     if g:
         key = "g" + line[g.start("md") : g.end("us")]
         return _MEMO[key] if key in _MEMO else _remember(key, _glog_time(g))

@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Final
 
 from debug_training_logs.formats.lazy_re import LazyPattern
-from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi
+from debug_training_logs.formats.prefixes import GLOBAL_RANK, GLOG_SECONDS, strip_ansi
 from debug_training_logs.formats.torch_nccl_patterns import (
     _ABORTED,
     _BLOCKING,
@@ -47,7 +47,6 @@ from debug_training_logs.formats.torch_nccl_patterns import (
     _FATAL,
     _FIRST,
     _GLOG,
-    _GLOG_SECONDS,
     _HEADER,
     _HEADER_OPENING,
     _HEARTBEAT,
@@ -123,7 +122,7 @@ def find_header(text: str) -> tuple[Header | None, int]:
             style = "c10_2.2-2.3" if grank is not None else "c10_<=2.1"
             raw = None
         return _new_header(style, sev, month, day, hms, grank, f"{src}:{srcline}", raw), m.end()
-    g = _GLOG.search(text) if _GLOG_SECONDS.search(text) is not None else None
+    g = _GLOG.search(text) if GLOG_SECONDS.search(text) is not None else None
     if g is not None:
         month, day = divmod(int(g.group("mmdd")), 100)
         gr = GLOBAL_RANK.search(text, 0, g.start() + 1)

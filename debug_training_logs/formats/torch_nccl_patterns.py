@@ -87,9 +87,6 @@ _GLOG = re.compile(
     r"(?:^|[\s\]:])(?P<sev>[FEWI])(?P<mmdd>\d{4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<us>\d{6}) +\d+ "
     r"(?P<src>[\w.\-/]+):(?P<srcline>\d+)\] "
 )
-_GLOG_SECONDS = re.compile(r":\d\d\.\d{6} ")
-"""What every :data:`_GLOG` match holds, found from a literal ``:`` (a fast search): :data:`_GLOG` itself is tried at
-every position of a long line without a glog header."""
 
 _PG_PREFIX = LazyPattern(
     _ws(

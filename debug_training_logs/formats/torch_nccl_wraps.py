@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from debug_training_logs.formats import nccl
 from debug_training_logs.formats.lazy_re import LazyPattern
 from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi
 from debug_training_logs.formats.torch_nccl import _text, find_header, parse_pg_prefix
@@ -82,7 +83,7 @@ _RECORD_STARTS: Final = (
     "RuntimeError",
     "torch.",
 )
-_NCCL_LIB_LINE = re.compile(r"^[A-Za-z0-9][\w.\-]*:\d+:\d+ \[\d+\]")
+_NCCL_LIB_LINE = re.compile("^" + nccl.HOST + nccl.PROCESS)
 
 
 def strip_leading_prefixes(text: str) -> tuple[str, bool]:

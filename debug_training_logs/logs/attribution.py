@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from debug_training_logs.formats.prefixes import GLOBAL_RANK, INLINE_RANK, strip_ansi
+from debug_training_logs.formats.prefixes import GLOBAL_RANK, INLINE_RANK, LOCAL_RANK, strip_ansi
 
 RAY_PREFIX = re.compile(
     r"\((?P<actor>[A-Za-z_][\w.]*)?(?:\[rank=(?P<rank>\d+)\])? ?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:\-]+))?\)"
@@ -33,8 +33,6 @@ STATED_RANK = re.compile(
 )
 """A trainer's own statement of its rank: JSON ``"rank": N``, ``[rank N/M]``, ``[rank: N]``, ``[RANK N]``, a
 ``rank=N |`` label field and a ``rankN| ``/``rank N: `` label opening the line."""
-# torchrun --tee's ``[default3]:`` / ``[trainer3]:`` prefix: the LOCAL rank (the file's map makes it global).
-LOCAL_PREFIX = re.compile(r"^\[[A-Za-z_][\w.\-]*?(\d+)\]:")
 TORCHRUN_PREFIX = re.compile(r"^\[(?P<host>[A-Za-z0-9][\w.\-]*):(?P<local>\d+)\]:")
 SRUN_LABEL = re.compile(r"^\s*(?:P\d+ )?(?P<task>\d+): ")
 NCCL_INIT_RANK = re.compile(r"NCCL INFO .*?\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b")
@@ -115,7 +113,7 @@ def rank_or_local(text: str) -> int | None:
     r = rank_and_source_plain(text)[0]
     if r is not None or text[:1] != "[":
         return r
-    m = LOCAL_PREFIX.match(text)
+    m = LOCAL_RANK.match(text)
     return -(int(m.group(1)) + 1) if m else None
 
 
