@@ -324,3 +324,16 @@ def test_child_failed_table_after_field_like_noise(prefix: str, header_tail: str
     assert t1.line == len(noise) + 1 and t2.line == 2 * len(noise) + len(first) + 1
     assert [(f.rank, f.exitcode, f.root_cause) for f in t1.failures] == [(2, -15, False), (3, -9, True)]
     assert [(f.rank, f.exitcode, f.signal, f.root_cause) for f in t2.failures] == [(7, 1, None, True)]
+
+
+@pytest.mark.parametrize("name", ["default", "trainer", "my-app.x", "_w"])
+@pytest.mark.parametrize("local", [0, 3, 12, 107])
+def test_a_tee_prefix_gives_its_whole_local_rank(name: str, local: int) -> None:
+    """torchrun ``--tee`` / ``--role`` prefixes (``[default3]:``, ``[trainer12]:``): every digit is the local rank,
+    whatever the role's name, in the file's local-to-global map and for a line without ``[rankN]:``."""
+    from debug_training_logs.analysis import launcher
+
+    lines = [(1, f"[{name}{local}]:[rank{local + 40}]: step 1"), (2, f"[{name}{local}]: Traceback (most recent call)")]
+    parsed = launcher.parse_lines(lines, [], "node-0.log")
+    assert parsed[0] == {local: local + 40}
+    assert launcher._rank_of(lines[1][1], parsed[0]) == local + 40
