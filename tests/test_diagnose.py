@@ -211,7 +211,7 @@ def test_diagnose_degrades_to_the_strongest_verdict_that_passes(monkeypatch: pyt
         next_steps=[],
     )
     monkeypatch.setattr(diagnosis, "conclude", lambda _ev: overclaim)  # build_diagnosis imports it when it runs
-    d = tool.build_diagnosis(ev, logs, None)
+    d = tool.build_diagnosis(ev)
     assert d.verdict.category == "nccl_timeout_unattributed" and d.verification.accepted
     assert d.verdict.blocked and d.verdict.blocked[0].startswith("gpu_fabric")
     assert "positive evidence" in d.verdict.blocked[0]
@@ -245,7 +245,7 @@ def test_diagnose_never_presents_the_overclaim_even_when_nothing_weaker_passes(m
         root=honest.root, chain=honest.chain, timeline=honest.timeline, key_files=honest.key_files, next_steps=[],
     )  # fmt: skip
     monkeypatch.setattr(diagnosis, "conclude", lambda _ev: wrong)
-    d = tool.build_diagnosis(ev, logs, None)
+    d = tool.build_diagnosis(ev)
     assert d.verdict.category == "incomplete_evidence" and d.verdict.culprit_ranks == []
     assert not d.verification.accepted and "NOT verified" in d.summary
     assert [b.split(":")[0] for b in d.verdict.blocked] == [

@@ -257,7 +257,7 @@ def test_verify_never_raises_on_hostile_conclusions(raw: Any) -> None:
     except ValidationError:
         return
     with _bounded(30):
-        v = verify_with_evidence(c, ev, logs, None)
+        v = verify_with_evidence(c, ev)
     assert v.checks and all(ch.rule for ch in v.checks)
 
 

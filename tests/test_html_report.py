@@ -56,7 +56,7 @@ def report(name: str) -> tuple[ReportData, str]:
     root = FIXTURES / name
     ais = root / "ais" if (root / "ais").is_dir() else None
     ev = gather_evidence(root / "logs", ais)
-    d = build_diagnosis(ev, root / "logs", ais)
+    d = build_diagnosis(ev)
     data = build_report_data(d, ev)
     return data, render_html(data)
 
@@ -138,7 +138,7 @@ def test_ais_restarts_are_marked_apart_from_the_failure() -> None:
     logs = FIXTURES / "data_stall" / "logs"
     ais = FIXTURES / "ais_target_restart" / "ais"
     ev = gather_evidence(logs, ais)
-    data = build_report_data(build_diagnosis(ev, logs, ais), ev)
+    data = build_report_data(build_diagnosis(ev), ev)
     restarted = {r.daemon for r in ev.ais.restarts} if ev.ais else set()
     assert restarted, "the fixture has a target restart"
     for name, plots in data.ais_plots:

@@ -101,7 +101,7 @@ def run(scenario: str, variant: str) -> tuple[Story, JobEvidence, Path, Diagnosi
         story = write_variant(scenario, dest, VARIANTS[variant])
         logs = dest / "logs"
         ev = gather_evidence(logs)
-        _CACHE[key] = (story, ev, logs, build_diagnosis(ev, logs, None))
+        _CACHE[key] = (story, ev, logs, build_diagnosis(ev))
     return _CACHE[key]
 
 
@@ -120,11 +120,11 @@ def test_same_verdict_under_every_presentation(scenario: str, variant: str) -> N
     assert sorted(d.verdict.missing_ranks) == sorted(story.missing)
     for category, culprits in supported_alternatives(story):
         ok = Conclusion(logs_dir=str(logs), category=category, culprit_ranks=culprits)  # type: ignore[arg-type]
-        v = verify_with_evidence(ok, ev, logs, None)
+        v = verify_with_evidence(ok, ev)
         assert v.accepted, (category, culprits, v.summary)
     for category, culprits, extra in wrong_conclusions(story, want):
         c = Conclusion(logs_dir=str(logs), category=category, culprit_ranks=culprits, **extra)  # type: ignore[arg-type]
-        v = verify_with_evidence(c, ev, logs, None)
+        v = verify_with_evidence(c, ev)
         assert not v.accepted, (category, culprits, v.summary)
 
 

@@ -118,7 +118,7 @@ def test_wrong_conclusions_are_rejected(name: str, category: str, culprits: list
     from debug_training_logs.verify.engine import verify_with_evidence
 
     logs = ROOT / name / "logs"
-    v = verify_with_evidence(wrong, gather_evidence(logs.resolve()), logs.resolve(), None)
+    v = verify_with_evidence(wrong, gather_evidence(logs.resolve()))
     assert not v.accepted, (why, v.summary)
 
 
@@ -128,7 +128,7 @@ def test_a_conclusion_the_dumps_contradict_is_rejected_by_rank_fates() -> None:
     from debug_training_logs.verify.engine import verify_with_evidence
 
     logs = (ROOT / "stall_fr" / "logs").resolve()
-    v = verify_with_evidence(_conclusion(d, culprit_ranks=[2]), gather_evidence(logs), logs, None)
+    v = verify_with_evidence(_conclusion(d, culprit_ranks=[2]), gather_evidence(logs))
     [fates] = [c for c in v.checks if c.rule == "rank_fates"]
     assert fates.status == "failed" and "dumps" in fates.detail
 

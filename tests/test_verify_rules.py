@@ -38,7 +38,7 @@ def evidence(logs: str, ais: str | None = None) -> JobEvidence:
 def run(logs: Path, category: str, culprits: list[int], ais: Path | None = None, **kw: Any) -> Verification:
     c = Conclusion(logs_dir=str(logs), ais_dir=str(ais) if ais else None, category=category,  # type: ignore[arg-type]
                    culprit_ranks=culprits, **kw)  # fmt: skip
-    return verify_with_evidence(c, evidence(str(logs), str(ais) if ais else None), logs, ais)
+    return verify_with_evidence(c, evidence(str(logs), str(ais) if ais else None))
 
 
 def check(v: Verification, rule: str) -> Check:

@@ -427,6 +427,16 @@ class JobEvidence:
     """What was collected during a live hang (stack dumps, NCCL RAS, node telemetry), None when nothing was."""
 
     @property
+    def logs_root(self) -> Path:
+        """The worker logs' directory the evidence was gathered from (what its citations are relative to)."""
+        return self.worker.job.root
+
+    @property
+    def ais_root(self) -> Path | None:
+        """The AIS logs' directory the evidence was gathered from, when there was one."""
+        return self.ais.root if self.ais is not None else None
+
+    @property
     def missing_ranks(self) -> set[int]:
         """Ranks of the world nothing was read of: no log file, and no stack dump saw them either (a rank whose
         stack was dumped during the hang is known where it stood, whichever file its log lines went to)."""

@@ -91,7 +91,7 @@ def diagnose(
         fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
         hang_root = input_dir(hang_dir, "hang directory") if hang_dir else None
         ev = _evidence(logs_root, ais_root, fr_root, attempt, world_size, hang_root=hang_root)
-        return build_diagnosis(ev, logs_root, ais_root, history=history, job_id=job_id)
+        return build_diagnosis(ev, history=history, job_id=job_id)
     from debug_training_logs.printers import store
 
     d, page = diagnose_with_html(
@@ -153,7 +153,7 @@ def diagnose_with_html(
     from debug_training_logs.printers.html import render_html
     from debug_training_logs.printers.report_data import build_report_data
 
-    d = build_diagnosis(ev, logs_root, ais_root, history=history, job_id=job_id)
+    d = build_diagnosis(ev, history=history, job_id=job_id)
     source = str(logs_root) + (f" + {ais_root}" if ais_root is not None else "")
     return d, render_html(build_report_data(d, ev), source)
 

@@ -7,7 +7,6 @@ history when asked. Reads no log file beyond what the verifier reads back.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from debug_training_logs.analysis.action import action
@@ -150,9 +149,7 @@ def _summary(v: Verdict, verification: Verification) -> str:
     return f"{v.category}{who}, confidence {v.confidence}, {state}: {v.explanation}"
 
 
-def build_diagnosis(
-    ev: JobEvidence, logs_root: Path, ais_root: Path | None, *, history: bool = False, job_id: str | None = None
-) -> Diagnosis:
+def build_diagnosis(ev: JobEvidence, *, history: bool = False, job_id: str | None = None) -> Diagnosis:
     """Verdict, its verification and the report pieces from gathered evidence (no further scan of the logs).
 
     diagnose never presents a verdict its own verifier rejects (:func:`~debug_training_logs.verify.policy.
@@ -160,7 +157,7 @@ def build_diagnosis(
     recorded in the job history and says what it shares with earlier failures."""
     from debug_training_logs.analysis.recommendations import recommend
 
-    v, conclusion, verification = verified_verdict(ev, logs_root, ais_root)
+    v, conclusion, verification = verified_verdict(ev)
     utc_offset = _utc_offset(ev)
     entries = [_entry(e, utc_offset) for e in v.timeline]
     d = Diagnosis(

@@ -134,8 +134,10 @@ def _locate(file: str, logs_root: Path, ais_root: Path | None, resolved: dict[Pa
     return None
 
 
-def build_context(c: Conclusion, ev: JobEvidence, logs_root: Path, ais_root: Path | None) -> RuleContext:
-    """Read every cited line back from its file (one read per file) and put it on the worker clock."""
+def build_context(c: Conclusion, ev: JobEvidence) -> RuleContext:
+    """Read every cited line back from its file (one read per file, below the directories ``ev`` was gathered from)
+    and put it on the worker clock."""
+    logs_root, ais_root = ev.logs_root, ev.ais_root
     cited: list[Cited] = []
     roots: dict[Path, Path] = {}
     if c.root_cause_event is not None:

@@ -3,8 +3,6 @@ uses evidence already gathered (``diagnose`` checks its own verdict without read
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from debug_training_logs.analysis.evidence_types import JobEvidence
 from debug_training_logs.paths import input_dir
 from debug_training_logs.tools.evidence_cache import job_evidence
@@ -23,14 +21,12 @@ def verify(conclusion: Conclusion) -> Verification:
     ev = job_evidence(
         logs_root, ais_root, attempt=conclusion.attempt, world_size=conclusion.world_size, hang_root=hang_root
     )
-    return verify_with_evidence(conclusion, ev, logs_root, ais_root)
+    return verify_with_evidence(conclusion, ev)
 
 
-def verify_with_evidence(
-    conclusion: Conclusion, ev: JobEvidence, logs_root: Path, ais_root: Path | None
-) -> Verification:
-    """Run every rule against ``ev`` (gathered from ``logs_root``/``ais_root`` by the caller)."""
-    ctx = build_context(conclusion, ev, logs_root, ais_root)
+def verify_with_evidence(conclusion: Conclusion, ev: JobEvidence) -> Verification:
+    """Run every rule against ``ev`` (gathered by the caller; cited lines are read back from where it was)."""
+    ctx = build_context(conclusion, ev)
     rules = DUMP_RULES if ev.dumps_alone() else RULES  # dumps and no worker log: checked against the dumps
     checks = [rule(ctx) for rule in rules]
     accepted = all(c.passed for c in checks)

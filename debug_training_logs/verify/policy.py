@@ -8,7 +8,6 @@ Reads analysis results; nothing in ``analysis`` imports it.
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 
 from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent
 from debug_training_logs.analysis.verdict import Verdict
@@ -24,7 +23,7 @@ def _iso(t: datetime | None) -> str | None:
     return t.isoformat(timespec="seconds") if t is not None else None
 
 
-def to_conclusion(v: Verdict, logs_dir: str, ais_dir: str | None, ev: JobEvidence | None = None) -> Conclusion:
+def to_conclusion(v: Verdict, ev: JobEvidence) -> Conclusion:
     """The verdict as a checkable conclusion: only lines that are the event they stand for are cited (a computed
     event, such as when the stuck collective started, stays in the report's chain but is not cited)."""
     real = [e for e in v.chain if e.file and e.line > 0 and e.text and not e.derived]
@@ -34,8 +33,8 @@ def to_conclusion(v: Verdict, logs_dir: str, ais_dir: str | None, ev: JobEvidenc
         return _iso(e.ais_time if e.kind == "ais" else e.time)
 
     return Conclusion(
-        logs_dir=logs_dir,
-        ais_dir=ais_dir,
+        logs_dir=str(ev.logs_root),
+        ais_dir=str(ev.ais_root) if ev.ais_root is not None else None,
         category=v.category,  # type: ignore[arg-type]
         culprit_ranks=v.culprit_ranks,
         suspect_nodes=v.suspect_nodes,
@@ -46,9 +45,9 @@ def to_conclusion(v: Verdict, logs_dir: str, ais_dir: str | None, ev: JobEvidenc
         missing_ranks=v.missing_ranks,
         suspect_ranks=v.suspect_ranks,
         provisional=bool(v.details.get("provisional")),
-        attempt=ev.attempt if ev is not None else None,
-        world_size=ev.given_world_size if ev is not None else None,
-        hang_dir=ev.hang.hang_dir if ev is not None and ev.hang is not None else None,
+        attempt=ev.attempt,
+        world_size=ev.given_world_size,
+        hang_dir=ev.hang.hang_dir if ev.hang is not None else None,
     )
 
 
@@ -96,19 +95,16 @@ def _weaker(v: Verdict, category: str, suspects: list[int], missing: list[int]) 
     )
 
 
-def verified_verdict(
-    ev: JobEvidence, logs_root: Path, ais_root: Path | None
-) -> tuple[Verdict, Conclusion, Verification]:
+def verified_verdict(ev: JobEvidence) -> tuple[Verdict, Conclusion, Verification]:
     """The verdict to present, as a conclusion, with its verification: the evidence's own verdict when the verifier
     accepts it, else the strongest weaker one that passes (:func:`fallbacks`; the most cautious one, shown as not
     verified, when none does), with ``blocked`` saying which stronger verdicts were rejected and why."""
     from debug_training_logs.analysis.diagnosis import conclude
 
-    logs_dir, ais_dir = str(logs_root), (str(ais_root) if ais_root is not None else None)
     first = conclude(ev)
     v = first
-    conclusion = to_conclusion(v, logs_dir, ais_dir, ev)
-    verification = verify_with_evidence(conclusion, ev, logs_root, ais_root)
+    conclusion = to_conclusion(v, ev)
+    verification = verify_with_evidence(conclusion, ev)
     blocked: list[str] = []
     if not verification.accepted:
         blocked.append(_blocked(v, verification))
@@ -122,8 +118,8 @@ def verified_verdict(
                 + first.explanation
             )
             alt.next_steps = [c.next_step for c in failed if c.next_step] + alt.next_steps
-            alt_conclusion = to_conclusion(alt, logs_dir, ais_dir, ev)
-            alt_verification = verify_with_evidence(alt_conclusion, ev, logs_root, ais_root)
+            alt_conclusion = to_conclusion(alt, ev)
+            alt_verification = verify_with_evidence(alt_conclusion, ev)
             tried.append((alt, alt_conclusion, alt_verification))
             if alt_verification.accepted:
                 break
