@@ -120,7 +120,52 @@ def _frame(buf: io.BytesIO) -> bytes:
     """The pickles written to ``buf``, compressed unless they are short."""
     if buf.tell() <= RAW_MAX_BYTES:
         return buf.getvalue()  # (a pickle starts with its PROTO opcode, never with zstd's frame magic)
-    return _CODECS.compressor.compress(buf.getbuffer())
+    return _compress(buf.getbuffer())
+
+
+def _compress(raw: bytes | memoryview) -> bytes:
+    """``raw`` compressed with this thread's compressor, in bytes of its own length: zstd's output object keeps the
+    worst-case size it was allocated at (a 1.6 KB pickle's 0.9 KB frame held 1.7 KB)."""
+    return memoryview(_codecs().compressor.compress(raw)).tobytes()
+
+
+def settle(p: Packed) -> Packed:
+    """``p`` (made by a scan's worker) as this process keeps it: compressed with the process's dictionary.
+
+    The dictionary is trained here, once per process, from the first :data:`DICT_SAMPLES` compressed values that
+    arrive: they hold the same class names, field names and line shapes, which a small frame cannot use alone (a
+    two-line file's result shrank from ~940 to ~140 bytes, a 1,024-rank job's node file's from 4.6 to 2.7 KB). Workers
+    forked after that compress with it themselves; a value made before it is compressed again."""
+    global _DICT
+    data = p.data
+    if not data or data[0] == _PICKLE_START:
+        return p
+    if _DICT is None:
+        with _TRAINING:
+            if _DICT is None:
+                _SAMPLES.append(_raw(data)[:DICT_SAMPLE_BYTES])
+                if len(_SAMPLES) >= DICT_SAMPLES:
+                    _DICT = zstandard.train_dictionary(DICT_BYTES, _SAMPLES, k=200, d=8, f=14)
+                    _SAMPLES.clear()
+        return p
+    if zstandard.get_frame_parameters(data).dict_id == _DICT.dict_id():
+        return p
+    return Packed(_compress(_raw(data)), p.ends)
+
+
+DICT_SAMPLES = 64
+"""Compressed values the dictionary is trained from (more made it no better). Trained with fixed parameters (``k``,
+``d``: 3-10 ms, where zstd's search for the best ones took 15-45 ms for results 4-30% smaller) and a small frequency
+table (``f``: ~3 MB at the peak instead of ~13 MB, the same results)."""
+DICT_SAMPLE_BYTES = 64 << 10
+"""Of each sample, the first bytes only (what is held until the dictionary is trained stays under 4 MB)."""
+DICT_BYTES = 16 << 10
+"""The dictionary's size."""
+_DICT: zstandard.ZstdCompressionDict | None = None
+"""The process's zstd dictionary (:func:`settle`), None until trained; never changed after: every value compressed
+with it must stay readable."""
+_SAMPLES: list[bytes | bytearray | memoryview] = []
+_TRAINING = threading.Lock()
 
 
 RAW_MAX_BYTES = 256
@@ -132,11 +177,24 @@ _PICKLE_START = pickle.PROTO[0]
 
 class _Codecs(threading.local):
     """This thread's zstd compressor and decompressor (made once per thread, ~2 us each: not safe to share between
-    the server's threads, and a file's pack makes a few frames)."""
+    the server's threads, and a file's pack makes a few frames), and made again once the process has its dictionary
+    (the decompressor made with it reads values compressed with or without it)."""
 
     def __init__(self) -> None:
-        self.compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL)
-        self.decompressor = zstandard.ZstdDecompressor()
+        self.make()
+
+    def make(self) -> None:
+        self.dictionary = _DICT
+        self.compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, dict_data=_DICT)
+        self.decompressor = zstandard.ZstdDecompressor(dict_data=_DICT)
+
+
+def _codecs() -> _Codecs:
+    """This thread's codecs, with the process's dictionary once it has one."""
+    c = _CODECS
+    if c.dictionary is not _DICT:
+        c.make()
+    return c
 
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -237,7 +295,7 @@ def _init_fields(cls: type) -> tuple[str, ...] | None:
 
 def _raw(b: bytes) -> bytes:
     """The pickles a :class:`Packed`'s data holds."""
-    return b if not b or b[0] == _PICKLE_START else _CODECS.decompressor.decompress(b)  # (b"": an empty tuple's)
+    return b if not b or b[0] == _PICKLE_START else _codecs().decompressor.decompress(b)  # (b"": an empty tuple's)
 
 
 SAMPLE = 16

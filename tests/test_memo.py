@@ -8,9 +8,11 @@ import datetime
 import enum
 import functools
 import pickle
+import random
 import re
 import shutil
 import sys
+import tracemalloc
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -283,3 +285,56 @@ def test_files_with_equal_results_hold_one_copy_and_read_back_the_same(tmp_path:
     with pytest.MonkeyPatch.context() as m:
         m.setattr(Alike, "__call__", lambda self, fr: fr)  # every file its own copy, as before
         assert _grep(logs) == shared
+
+
+def _results(n: int, seed: int) -> list[tuple[Any, ...]]:
+    """Values shaped like a small file's scan result: the same names and fields, different numbers and text."""
+    rnd = random.Random(seed)
+    return [
+        (
+            {"file": f"logs/rank-{i}.log", "lines": rnd.randrange(10**6), "ranks": sorted(rnd.sample(range(64), 4))},
+            [f"[rank{i}]:[I0302 10:{rnd.randrange(60):02d}:00.0 ProcessGroupNCCL.cpp:900] step {j}" for j in range(6)],
+            None,
+        )
+        for i in range(n)
+    ]
+
+
+def test_a_packed_value_holds_the_bytes_of_its_frame_not_zstds_worst_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memo, "_DICT", None)
+    values = _results(200, 1)
+    tracemalloc.start()
+    try:
+        packed = [pack(v) for v in values]
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    frames = sum(len(p.data) for p in packed)
+    assert all(p.data[0] != pickle.PROTO[0] for p in packed)  # compressed
+    assert held < frames + 250 * len(packed)  # (the bytes objects, Packed and list: no compressBound-sized buffers)
+    assert [unpack(p) for p in packed] == values
+
+
+def test_the_process_dictionary_shrinks_small_results_and_every_value_reads_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Values packed before the dictionary (in a worker forked earlier) and after it, settled or not, in this thread
+    or another, read back the same; settled ones are much smaller."""
+    monkeypatch.setattr(memo, "_DICT", None)
+    monkeypatch.setattr(memo, "_SAMPLES", [])
+    values = _results(memo.DICT_SAMPLES + 100, 2)
+    before = [pack(v) for v in values]  # as a worker forked before the dictionary packs them
+    settled = [memo.settle(p) for p in before]
+    assert memo._DICT is not None and not memo._SAMPLES
+    assert settled[: memo.DICT_SAMPLES] == before[: memo.DICT_SAMPLES]  # the samples themselves are kept as they came
+    later = settled[memo.DICT_SAMPLES :]
+    plain = sum(len(p.data) for p in before[memo.DICT_SAMPLES :])
+    assert sum(len(p.data) for p in later) < plain / 2
+    after = [pack(v) for v in values]  # a worker forked after it (or this process) packs with it
+    assert [memo.settle(p) for p in after] == after
+    assert [len(p.data) for p in after[memo.DICT_SAMPLES :]] == [len(p.data) for p in later]
+    for got in (before, settled, after):
+        assert [unpack(p) for p in got] == values
+        assert [unpack_item(p, 1) for p in got] == [v[1] for v in values]
+    with ThreadPoolExecutor(2) as pool:  # a server thread: its own codecs, made with the dictionary
+        assert list(pool.map(unpack, settled + before)) == values + values

@@ -28,9 +28,9 @@ from debug_training_logs.analysis.inventory_types import Inventory, JobScan
 from debug_training_logs.analysis.inventory_views import _Bases, _Files, _Items, _Results
 from debug_training_logs.logs.discovery import LogFile, Skipped, discover
 from debug_training_logs.logs.scan import StartedScan, start_each
-from debug_training_logs.logs.scan_cache import CACHE, Alike, Consumer, FileResult, companions, file_key
+from debug_training_logs.logs.scan_cache import CACHE, Alike, Consumer, FileResult, companions, file_key, settled
 from debug_training_logs.logs.scan_types import FileScan, PatternSpec, Sink, SinkFactory
-from debug_training_logs.memo import Packed, unpack_item
+from debug_training_logs.memo import Packed, settle, unpack_item
 
 HEAD_LINES = 80
 TAIL_LINES = 40
@@ -414,10 +414,11 @@ class _Scan:
             alike = Alike()
             for i, (base, results) in self.started.results():
                 j = self.need[i]
+                base = settle(base)
                 held[(j, _BASE)] = base
                 CACHE.put(self.fkeys[j], self._ckey(None, found[j]), base, base.nbytes)
                 fold.add(j, found[j], unpack_item(base, 2))  # while the workers read the other files
-                results = [alike(fr) for fr in results]
+                results = [alike(settled(fr)) for fr in results]
                 for c, fr in zip(run, results, strict=True):
                     held[(j, c.key)] = fr
                     CACHE.put(self.fkeys[j], self._ckey(c, found[j]), fr, fr.nbytes)

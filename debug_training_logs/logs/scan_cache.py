@@ -27,7 +27,7 @@ from typing import Any
 
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan_types import FileScan, SinkFactory
-from debug_training_logs.memo import MEMO, Memo, Packed
+from debug_training_logs.memo import MEMO, Memo, Packed, settle
 
 
 @dataclass(frozen=True, repr=False, eq=False)
@@ -68,6 +68,13 @@ class FileResult:
     @property
     def nbytes(self) -> int:
         return self.sink_result.nbytes + 120 + 40 * len(self.counts) + 100 * len(self.sampled)
+
+
+def settled(fr: FileResult) -> FileResult:
+    """``fr`` as this process keeps it: its packed result compressed with the process's dictionary
+    (:func:`~debug_training_logs.memo.settle`)."""
+    packed = settle(fr.sink_result)
+    return fr if packed is fr.sink_result else FileResult(fr.counts, packed, fr.sampled)
 
 
 ALIKE_MAX_BYTES = 1024
