@@ -39,7 +39,7 @@ from debug_training_logs.analysis import launcher
 from debug_training_logs.analysis.inventory import LineKeep, consumer_for, scan_consumers, scan_job
 from debug_training_logs.analysis.launcher import AgentFacts, LauncherFacts, file_agent, from_job_scan, parse_lines
 from debug_training_logs.errors import UserInputError
-from debug_training_logs.formats.prefixes import AGENT_HEADER, GLOBAL_RANK, LOCAL_RANK, RANK_TAG, RANK_TAG_END
+from debug_training_logs.formats.prefixes import AGENT_HEADER, GLOBAL_RANK, LOCAL_RANK_TAG, RANK_TAG, RANK_TAG_END
 from debug_training_logs.formats.progress import step_number
 from debug_training_logs.formats.timestamps import parse_wall_time
 from debug_training_logs.logs.discovery import LogFile, discover
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the result models import pydantic, which the scan never nee
     from debug_training_logs.models import Evidence
 
 _ATTEMPT_DIR = re.compile(r"(?:^|/)attempt_(\d+)/")
-_WORKER_LINE = re.compile(LOCAL_RANK.pattern + "|" + RANK_TAG + RANK_TAG_END)
+_WORKER_LINE = re.compile("^" + LOCAL_RANK_TAG + "|" + RANK_TAG + RANK_TAG_END)
 _AGENT_OWN = re.compile(rf"^{AGENT_HEADER}\d+ |^\s*(?:Traceback|File |raise |\^)|ChildFailedError")
 _AGENT_PID = re.compile(rf"^{AGENT_HEADER}(\d+) ")
 _STARTING = re.compile(r"\] (?:\[\w+\] )?Starting worker group")
@@ -293,7 +293,7 @@ _DYING = re.compile(
     r"Traceback|File \"|Error|Exception|[Ss]ignal|SIG[A-Z]+|KeyboardInterrupt|[Tt]erminat|[Ww]arn|^\S*\s*\^|exit"
 )
 """What a worker writes while it dies after its agent's SIGTERM (its traceback, the signal, warnings)."""
-_WORKER_PREFIX = re.compile(f"^(?:{LOCAL_RANK.pattern[1:]})?(?:{GLOBAL_RANK.pattern})?")
+_WORKER_PREFIX = re.compile(f"^(?:{LOCAL_RANK_TAG})?(?:{GLOBAL_RANK.pattern})?")
 FLUSH_AFTER_STOP = timedelta(seconds=2)
 """A worker's ordinary line this soon after its agent stopped it may be output it flushed while dying."""
 

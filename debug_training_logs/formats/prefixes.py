@@ -16,9 +16,11 @@ GLOBAL_RANK: Final = re.compile(RANK_TAG + ":")
 INLINE_RANK: Final = re.compile(RANK_TAG + " ")
 RANK_TAG_END: Final = "(?::| )"
 """What follows :data:`RANK_TAG` in either use (pattern text)."""
-LOCAL_RANK: Final = re.compile(r"^\[[A-Za-z_][\w.\-]*?(\d+)\]:")
-"""torchrun ``--tee``'s ``[default3]:`` / ``[trainer3]:`` prefix: the writer's LOCAL rank (a file's map makes it
-global)."""
+LOCAL_RANK_TAG: Final = r"\[[A-Za-z_][\w.\-]*?(\d+)\]:"
+"""torchrun ``--tee``'s ``[default3]:`` / ``[trainer3]:`` prefix (pattern text; the writer's LOCAL rank is its group,
+a file's map makes it global)."""
+LOCAL_RANK: Final = re.compile("^" + LOCAL_RANK_TAG)
+"""The tee prefix opening a line."""
 AGENT_HEADER: Final = r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +"
 """The glog header torchrun's elastic agent opens its own lines with, up to its pid (``I1123 10:00:00.123456 20077 ``):
 level letter, MMDD, time and the pid's padding (a pattern's text: the launcher's patterns go on with the pid)."""
