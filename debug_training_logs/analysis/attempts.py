@@ -298,10 +298,18 @@ FLUSH_AFTER_STOP = timedelta(seconds=2)
 """A worker's ordinary line this soon after its agent stopped it may be output it flushed while dying."""
 
 
+_AGENT_ENDS = re.compile(r"ChildFailedError|Rendezvous\w*(?:Closed|Connection|Timeout)Error|^\S+ FAILED\s*$")
+"""The agent's own end (its ChildFailedError report, a closed rendezvous): no worker of its runs after it."""
+_NOT_WORKER = re.compile(r"^(?:slurmstepd|srun|sbatch|salloc)\b|^\s")
+
+
 def _workers_start_over(before: list[str], after: list[str], stop: datetime | None) -> bool:
-    """Whether the worker lines after an agent's stop show a new run of the workers: a start-up line, a step counter
-    below the one reached before the stop, or ordinary work (not the output of a dying worker, and not within
-    :data:`FLUSH_AFTER_STOP` of the stop)."""
+    """Whether the worker lines after an agent's stop, and before the agent's own end, show a new run of the workers:
+    a start-up line, a step counter below the one reached before the stop, or ordinary work (not the output of a
+    dying worker, and not within :data:`FLUSH_AFTER_STOP` of the stop): prefixed with its local or global rank, or
+    any other line of the file (workers that write without a prefix) timed after that."""
+    end = next((k for k, t in enumerate(after) if _AGENT_ENDS.search(t)), len(after))
+    after = after[:end]
     mine = _worker_lines(after)
     if any(_FRESH_START.search(t) for t in mine):
         return True
@@ -318,7 +326,25 @@ def _workers_start_over(before: list[str], after: list[str], stop: datetime | No
         if when is not None and stop is not None and when.replace(year=stop.year) <= stop + FLUSH_AFTER_STOP:
             continue
         return True
-    return False
+    if stop is None:
+        return False
+    late = stop + FLUSH_AFTER_STOP
+    return any(
+        not _AGENT_OWN.search(t)
+        and not _NOT_WORKER.search(t)
+        and not _DYING.search(t)
+        and (when := _time(t)) is not None
+        and when.replace(year=stop.year) > late
+        for t in after
+    )
+
+
+def _one_burst(prev: int, no: int, text: dict[int, str]) -> bool:
+    """Whether an agent's stop candidate at line ``no`` continues the burst whose last line is ``prev``."""
+    if no - prev <= 8:
+        return True
+    before, now = _time(text.get(prev, "")), _time(text.get(no, ""))
+    return before is not None and now is not None and timedelta(0) <= now - before <= FLUSH_AFTER_STOP
 
 
 def _lookahead_end(line: int, last: int | None) -> int:
@@ -333,20 +359,22 @@ def _file_boundaries(
     """The attempt boundaries of one agent's file: each burst of stop candidates after which workers ran again (the
     lines after it are read back, from the scan's ``checkpoints`` of the file when given)."""
     rel = lf.rel
+    # (no line after the file's last: with the scan's checkpoints, its newline count is known)
+    last = checkpoints.newlines + 1 if checkpoints is not None else None
+    wanted = {n for c, _, _ in cands for n in range(max(1, c - LOOKAHEAD_LINES), _lookahead_end(c, last) + 1)}
+    text = lines_at(lf, wanted, checkpoints=checkpoints)
     # collapse a burst (SIGTERMs, the failure line, 'will restart') into its last line; a SLURM requeue in a burst
-    # names it
+    # names it. One burst is the agent's lines a few apart, or timed within FLUSH_AFTER_STOP of each other: dying
+    # workers' output (tee'd late) can come between the agent's SIGTERMs and its line saying which worker failed,
+    # and no new round of workers starts that fast
     bursts: list[tuple[int, str]] = []
     for no, why, _ in cands:
-        if bursts and no - bursts[-1][0] <= 8:
+        if bursts and _one_burst(bursts[-1][0], no, text):
             prev = bursts[-1][1]
             keep_prev = SLURM_WHY in prev or ("restart" in prev and SLURM_WHY not in why)
             bursts[-1] = (no, prev if keep_prev else why)
         else:
             bursts.append((no, why))
-    # (no line after the file's last: with the scan's checkpoints, its newline count is known)
-    last = checkpoints.newlines + 1 if checkpoints is not None else None
-    wanted = {n for b, _ in bursts for n in range(max(1, b - LOOKAHEAD_LINES), _lookahead_end(b, last) + 1)}
-    text = lines_at(lf, wanted, checkpoints=checkpoints)
     # several agents appending to one file (sbatch's single slurm-<jobid>.out): another node's workers go on
     # logging after this agent stopped, so only the agent's own restart lines count there
     agents = {m.group(1) for b, _ in bursts if (m := _AGENT_PID.match(text.get(b, "")))}
@@ -480,3 +508,6 @@ def _outcomes(
             for a, k in zip(attempts, keep, strict=True):
                 if k(ev.file, ev.line, ev.text):
                     a.ranks.add(r)
+    for a in attempts[:-1]:
+        if a.outcome == "unknown" and a.ranks:
+            a.outcome = "failed"  # its ranks' errors are in it, and the workers were started again after it

@@ -191,6 +191,11 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
             category = category_of(root)
         elif any(a.how == "detail_mismatch" or a.how == "flight_recorder_mismatch" for a in accs):
             category = "collective_mismatch"
+        elif root is None and (exits := sorted((e for e in firsts if e.rank in named and e.weak), key=_order)):
+            # the rank the lines accuse exited with an error code of its own (its launcher says so): a crash, whose
+            # words are the accusing line's
+            root = exits[0]
+            category = category_of(root)
         else:
             category = _stall(ev, culprits)
         why = _accused_why(culprits, accs, root)

@@ -28,6 +28,7 @@ from debug_training_logs.analysis.evidence_states import (
 )
 from debug_training_logs.analysis.evidence_triggers import data_hits, first_symptom, hit_event, refine_times, triggers
 from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent, Trigger
+from debug_training_logs.analysis.fate_events import storage_resets
 from debug_training_logs.analysis.launcher_decision import LauncherCall, agent_failure
 from debug_training_logs.analysis.verdict import Verdict
 from debug_training_logs.analysis.verdict_context import VerdictContext as _Ctx
@@ -560,7 +561,7 @@ def _clean(ctx: _Ctx) -> Verdict | None:
     if end is None:
         return None
     ends = [end]
-    resets = ctx.w.counts.get("conn_reset", 0)
+    resets = storage_resets(ctx.ev)[1]
     expl = "The training loop ended normally and no process killer appears in any rank's log."
     details: dict[str, Any] = {}
     if resets:
@@ -604,7 +605,5 @@ def _finish(ctx: _Ctx, v: Verdict) -> Verdict:
     # Events on the worker clock in time order; AIS events that could not be aligned after them, on their own clock.
     v.timeline.sort(key=lambda e: (e.sort_time is None, e.sort_time or e.ais_time or datetime.max, e.file, e.line))
     v.key_files = _key_files(v)
-    v.details.setdefault(
-        "resets_retried", bool(ctx.w.counts.get("conn_reset")) and not ctx.w.counts.get("retry_exhausted")
-    )
+    v.details.setdefault("resets_retried", bool(storage_resets(ctx.ev)[1]) and not ctx.w.counts.get("retry_exhausted"))
     return v

@@ -32,7 +32,7 @@ from debug_training_logs.analysis.fates import (
     Process,
     RankEvent,
 )
-from debug_training_logs.analysis.launcher import LauncherFacts, mismatch_culprits
+from debug_training_logs.analysis.launcher import AgentFacts, LauncherFacts, mismatch_culprits
 from debug_training_logs.analysis.launcher_decision import OWN_SIGNALS
 from debug_training_logs.analysis.silent_fates import (
     late_errors,
@@ -112,7 +112,7 @@ def _build(ev: JobEvidence) -> CausalModel:
         f = fates.get(a.by) if a.by is not None else None
         if f is not None and a.by not in a.accused and not any(e.line.line == a.line.line for e in f.events):
             f.events.append(RankEvent(a.by, "report", f"reports rank(s) {_fmt(a.accused)} failed", a.line, a.accused))
-    processes = _unmapped_processes(lf, fates, year) if lf is not None else []
+    processes = _unmapped_processes(lf, fates, year, watchdog=bool(ev.nccl.rows)) if lf is not None else []
     hang_accs: list[Accusation] = []
     hang_processes: list[RankEvent] = []
     if ev.hang is not None:  # what was collected during a live hang (its readers are imported only then)
@@ -272,7 +272,7 @@ def _launcher_events(lf: LauncherFacts, fates: dict[int, Fate], w: WorkerEvidenc
                 f.events.append(_primary_of(t))
         elif not has_primary and rf.comm_error is None and (rf.exitcode or 0) > 0 and rf.exit_evidence is not None:
             e = rf.exit_evidence
-            what = f"exited with code {rf.exitcode} (no error of its own in its log)"
+            what = f"exited with code {rf.exitcode} (its launcher says so; no traceback of its own in its log)"
             f.events.append(RankEvent(r, "exception", what, hit_of(e.file, e.line, e.text, r, year), weak=True))
 
 
@@ -362,9 +362,12 @@ def _nccl_events(ev: JobEvidence, fates: dict[int, Fate]) -> None:
                 )
 
 
-def _unmapped_processes(lf: LauncherFacts, fates: dict[int, Fate], year: int | None) -> list[RankEvent]:
+def _unmapped_processes(
+    lf: LauncherFacts, fates: dict[int, Fate], year: int | None, *, watchdog: bool
+) -> list[RankEvent]:
     """Launcher lines about a worker with no global rank (``failed (exitcode: 1) local_rank: 3 (pid: P)`` with no
-    table or rank prefix to map it): the process, in the launcher's words."""
+    table or rank prefix to map it): the process, in the launcher's words. ``watchdog``: some rank has NCCL watchdog
+    state (a SIGABRT may be its abort of a hang's victim); without any, a SIGABRT is the process's own abort."""
     out: list[RankEvent] = []
     known_pids = {f.pid for t_rel, t in lf.tables for f in t.failures}
     for a in lf.agents:
@@ -372,10 +375,12 @@ def _unmapped_processes(lf: LauncherFacts, fates: dict[int, Fate], year: int | N
             if wf.pid in known_pids or (wf.exitcode is not None and wf.exitcode == -15):
                 continue
             code = wf.exitcode
-            own = code is not None and (code > 0 or _signal_name(code) in OWN_SIGNALS)
+            sig = _signal_name(code)
+            own = code is not None and (code > 0 or sig in OWN_SIGNALS or (sig == "SIGABRT" and not watchdog))
             if not own:
                 continue
-            g = a.local_to_global.get(wf.local_rank)
+            g = a.local_to_global.get(wf.local_rank, _node_offset(a))
+            g = g + wf.local_rank if g is not None and wf.local_rank not in a.local_to_global else g
             if g is not None and g in fates:  # the file maps its local rank: the event is that rank's
                 f = fates[g]
                 if not any(e.primary for e in f.events):
@@ -412,7 +417,29 @@ def _unmapped_processes(lf: LauncherFacts, fates: dict[int, Fate], year: int | N
     return out
 
 
+def _node_offset(a: AgentFacts) -> int | None:
+    """The global rank of local rank 0 of the one agent of a file, when every local rank the file maps (two at least)
+    agrees on it: torchrun numbers a node's workers consecutively."""
+    offsets = {g - loc for loc, g in a.local_to_global.items()}
+    return offsets.pop() if len(a.pids) <= 1 and len(offsets) == 1 and len(a.local_to_global) >= 2 else None
+
+
 def _signal_name(code: int | None) -> str | None:
     return {-9: "SIGKILL", -11: "SIGSEGV", -7: "SIGBUS", -4: "SIGILL", -8: "SIGFPE", -6: "SIGABRT", -15: "SIGTERM"}.get(
         code or 0
     )
+
+
+def storage_resets(ev: JobEvidence) -> tuple[list[Hit], int]:
+    """The connection-reset lines that can be a storage client's (keep-alive noise when retried), and their count:
+    every reset but those a rank's collective raised (a peer process gone: a consequence in the causal model)."""
+    w = ev.worker
+    hits = w.hits("conn_reset")
+    peers = {
+        (e.line.file, e.line.line)
+        for f in causal_model(ev).fates.values()
+        for e in f.events
+        if e.kind in ("peer_closed", "peer_timeout", "peer_mismatch")
+    }
+    kept = [h for h in hits if (h.file, h.line) not in peers]
+    return kept, max(0, w.counts.get("conn_reset", 0) - (len(hits) - len(kept)))

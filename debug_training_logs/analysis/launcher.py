@@ -216,8 +216,9 @@ class AgentFacts:
     requeues: list[tuple[int, slurm.SlurmCancel]] = field(default_factory=list)
     worker_exits: list[tuple[Evidence, launchers.WorkerExit]] = field(default_factory=list)
     """(line, exit): another launcher's report of workers that ended (mp.spawn, srun, DeepSpeed)."""
-    sigterm_pids: set[int] = field(default_factory=set)
-    """Worker PIDs the agent SIGTERMed (``Sending process P closing signal SIGTERM``)."""
+    sigterms: dict[int, set[int]] = field(default_factory=dict)
+    """Worker PIDs SIGTERMed (``Sending process P closing signal SIGTERM``) per agent PID (-1: a line naming no agent):
+    an agent stops only its own node's workers."""
     local_to_global: dict[int, int] = field(default_factory=dict)
     """The file's torchrun local ranks mapped to global ones (its lines and failure tables, the inventory's map)."""
     starts: list[int] = field(default_factory=list)
@@ -538,6 +539,7 @@ def _agent(
             continue
         if isinstance(ev, torchrun.SendingSignal) and ev.signal == "SIGTERM":
             torn_pids.setdefault(ev.pid, k)
+            agent.sigterms.setdefault(-1 if pid is None else pid, set()).add(ev.pid)
             agent.teardowns.append(no)
         elif isinstance(ev, torchrun.WorkerFailed):
             agent.worker_failed.append((no, ev))
@@ -558,7 +560,6 @@ def _agent(
                 agent.requeues.append((no, ev))
         elif isinstance(ev, torchrun.GroupState) and ev.state == "succeeded":
             agent.succeeded.append(_ev(rel, no, text))
-    agent.sigterm_pids = set(torn_pids)
     return agent, torn_pids
 
 

@@ -15,7 +15,7 @@ from debug_training_logs.analysis.evidence_types import Hit, JobEvidence
 from debug_training_logs.analysis.fates import Fate, RankEvent
 from debug_training_logs.analysis.inventory_types import FileInventory
 from debug_training_logs.analysis.launcher import LauncherFacts
-from debug_training_logs.formats import gloo
+from debug_training_logs.formats import gloo, torchrun
 from debug_training_logs.formats.progress import step_number
 
 
@@ -245,16 +245,33 @@ def _lost_nodes(ev: JobEvidence, fates: dict[int, Fate], waited: list[Fate]) -> 
 
 def _exited_before_teardown(lf: LauncherFacts, ev: JobEvidence, rank: int) -> bool:
     """Its node's launcher reported the workers that failed and SIGTERMed those still running, and this rank is
-    among neither: it had exited before, with code 0 (torchrun's table lists every worker that did not)."""
+    among neither: it had exited before, with code 0 (torchrun's table lists every worker that did not). Its node's
+    table is one in its own file, or one whose ranks lie on both sides of it (torchrun gives a node's workers
+    consecutive global ranks)."""
     files = set(ev.worker.files_of_rank(rank))
-    tables = [t for rel, t in lf.tables if rel in files]
+    tables = [t for rel, t in lf.tables if rel in files or _node_holds(t, rank)]
     if not tables:
         return False
     listed = {f.rank for t in tables for f in t.failures}
     tabled_pids = {f.pid for t in tables for f in t.failures}
-    unaccounted = {p for a in lf.agents if a.file in files for p in a.sigterm_pids} - tabled_pids
-    # a SIGTERMed worker no table names may be this rank (a table cut off, or another node's agent in one file)
+    # a SIGTERMed worker no table names may be this rank (a table cut off): the workers its node's agents stopped
+    # (an agent that stopped a worker a table lists, or any agent of the rank's own file; another node's agent
+    # sharing a file stops only its own node's workers)
+    stopped = [
+        pids
+        for a in lf.agents
+        for pids in a.sigterms.values()
+        if pids & tabled_pids or (a.file in files and len(a.sigterms) == 1)
+    ]
+    unaccounted = set().union(*stopped) - tabled_pids
     return bool(listed) and rank not in listed and not unaccounted
+
+
+def _node_holds(t: torchrun.ChildFailedTable, rank: int) -> bool:
+    """The table's ranks are one node's (one global rank - local rank offset) and lie below and above ``rank``."""
+    bases = {f.rank - f.local_rank for f in t.failures}
+    ranks = [f.rank for f in t.failures]
+    return len(bases) == 1 and min(ranks) < rank < max(ranks)
 
 
 def stuck_after_error(fates: dict[int, Fate]) -> None:

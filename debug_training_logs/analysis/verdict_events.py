@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from debug_training_logs.analysis.evidence_ais import ais_to_worker, aligned_for
 from debug_training_logs.analysis.evidence_triggers import AIS_LOOKBACK, CLOCK_SLACK, first_symptom, hit_event
 from debug_training_logs.analysis.evidence_types import Hit, JobEvidence, KeyEvent, NcclRow, WorkerEvidence
+from debug_training_logs.analysis.fate_events import storage_resets
 from debug_training_logs.analysis.read_back import read_lines
 from debug_training_logs.analysis.verdict_helpers import fmt_ranks as _fmt
 from debug_training_logs.formats import nccl
@@ -198,9 +199,9 @@ def timeline_events(ctx: _Ctx, v: Verdict) -> list[KeyEvent]:
     events = list(v.chain)
     in_chain = {(e.file, e.line) for e in events}
     w = ctx.w
-    for h in w.hits("conn_reset")[:1]:
-        resets = w.counts.get("conn_reset", 0)
-        events.append(hit_event(h, f"first of {resets} connection reset(s) (retried)"))
+    resets, count = storage_resets(ctx.ev)
+    for h in resets[:1]:
+        events.append(hit_event(h, f"first of {count} connection reset(s) (retried)"))
     for r in v.culprit_ranks[:3]:
         last = w.last_by_rank.get("progress", {}).get(r)
         if last is not None:

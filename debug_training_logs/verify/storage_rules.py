@@ -59,6 +59,24 @@ def noise(ctx: RuleContext) -> Check:
     if first is not None and first.exists and first.actual is not None and first.actual.text:
         text = first.actual.text
         if _RESET.search(text) and not re.search(r"Max retries exceeded|RetryError|[Rr]etries exhausted", text):
+            peer = next(
+                (
+                    e
+                    for f in causal_model(ctx.ev).fates.values()
+                    for e in f.events
+                    if e.kind in ("peer_closed", "peer_timeout")
+                    and (e.line.file, e.line.line) == (first.file, first.line)
+                ),
+                None,
+            )
+            if peer is not None:
+                return _check(
+                    "noise",
+                    "passed",
+                    f"The cited reset {first.where} is no storage request's: a collective raised it on rank "
+                    f"{peer.rank} ({peer.what}), a consequence the conclusion reads as one.",
+                    [first.cite()],
+                )
             outcome, ev = _retry_outcome(ctx, first.rank, first.file, first.line)
             if outcome == "succeeded":
                 return _check(
