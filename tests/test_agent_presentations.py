@@ -214,3 +214,30 @@ def test_an_earlier_attempt_dir_with_a_ranks_failure_is_the_one_diagnosed(tmp_pa
 
 def _diag(tmp: Path, files: dict[str, list[str]]) -> Diagnosis:
     return diagnose(str(write(tmp, files)))
+
+
+GLOO_SEND_TIMEOUT = (
+    "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 20000ms "
+    "for send operation to complete"
+)
+
+
+@pytest.mark.parametrize("tee", [True, False])
+def test_the_exit_of_a_rank_that_timed_out_is_not_a_failure_of_its_own(tee: bool, tmp_path: Path) -> None:
+    """Rank 6 never reaches step 4's all_reduce; the others time out; the agent reports local rank 1's exit (it
+    noticed that one first) and its table is not in the file (the agent was cancelled). Rank 1 is a victim."""
+    n = NodeLog(0, 8, 0, 1258, tee=tee)
+    n.banner(seconds(0))
+    for k in range(8):
+        n.worker(k, f"[20:33:50] rank {k} of 8 ready")
+    for s in range(1, 4):
+        for k in range(8):
+            n.worker(k, f"[20:33:5{s}] rank={k} step={s} loss=1.27{k}")
+    for k in (*range(6), 7):
+        n.victim(k, GLOO_SEND_TIMEOUT)
+    n.sigterms(seconds(33.3), [k for k in range(8) if k != 1])
+    n.failed(seconds(33.5), 1, 1)
+    d = _diag(tmp_path, {"torchrun.log": n.lines})
+    v = d.verdict
+    assert 1 not in v.culprit_ranks + v.suspect_ranks, (v.culprit_ranks, v.suspect_ranks, v.explanation)
+    assert (v.culprit_ranks or v.suspect_ranks) == [6], v.explanation

@@ -68,7 +68,11 @@ def action(
     ranks = format_ranges(list(culprits) or list(suspects))
     text = ACTIONS.get(category, "Collect what is missing and run the diagnosis again.")
     text = text.format(
-        nodes=", ".join(nodes) if nodes else "the node(s) of rank(s) " + (ranks or "?"),
+        nodes=", ".join(nodes)
+        if nodes
+        else f"the node(s) of rank(s) {ranks}"
+        if ranks
+        else "the node(s) whose lines show it",
         ranks=f"rank(s) {ranks}" if ranks else "the stalled rank",
     )
     if provisional and category not in ("no_failure", "time_limit", "address_in_use", "incomplete_evidence"):

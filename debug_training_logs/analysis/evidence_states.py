@@ -273,6 +273,7 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
     events = ev.launcher_events()
     exits = {e.rank: e for e in events if e.rank is not None and e.kind in ("exit", "signal")}
     stopped = {e.rank: e for e in events if e.rank is not None and e.kind == "sigterm_sent"}
+    world |= set(exits)  # a rank its launcher reports the end of (mp.spawn's 'process N terminated') is the job's
     finished = job_finished(ev)
     crashed_files = set()
     out: dict[int, RankState] = {}

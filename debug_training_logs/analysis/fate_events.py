@@ -383,7 +383,8 @@ def _unmapped_processes(
             g = g + wf.local_rank if g is not None and wf.local_rank not in a.local_to_global else g
             if g is not None and g in fates:  # the file maps its local rank: the event is that rank's
                 f = fates[g]
-                if not any(e.primary for e in f.events):
+                # (an exit after the rank's own reaction to a peer, a timeout or a lost connection, is that reaction's)
+                if not any(e.primary or e.kind in _REACTIONS for e in f.events):
                     h = Hit("launcher", a.file, no, f"failed (exitcode: {code}) local_rank: {wf.local_rank}", g, None)
                     sig = _signal_name(code)
                     kind = "own_signal" if code is not None and code < 0 else "exception"
@@ -415,6 +416,9 @@ def _unmapped_processes(
             what = f"{p.words()} exited with code {wx.exitcode}{sig}"
             out.append(RankEvent(None, kind, what, hx, process=p))  # type: ignore[arg-type]
     return out
+
+
+_REACTIONS = ("peer_timeout", "peer_closed", "peer_mismatch")
 
 
 def _node_offset(a: AgentFacts) -> int | None:

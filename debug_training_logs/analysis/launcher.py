@@ -149,8 +149,9 @@ class _LineSink:
 
 
 def _tables(lines: list[tuple[int, str]]) -> list[torchrun.ChildFailedTable]:
-    # a table opens with a ChildFailedError line: most files have none, and the parser tries every line
-    has_table = any("ChildFailedError" in text for _no, text in lines)
+    # a table opens with a ChildFailedError line (or a pasted tail starts at an entry's rank field): most files have
+    # neither, and the parser tries every line
+    has_table = any("ChildFailedError" in text or "(local" in text for _no, text in lines)
     return torchrun.parse_child_failed_tables(lines) if has_table else []
 
 

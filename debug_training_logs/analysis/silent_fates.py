@@ -283,8 +283,8 @@ def stuck_after_error(fates: dict[int, Fate]) -> None:
         p = f.primary
         # (a SIGABRT or SIGTERM ended it from outside: the watchdog's abort, its agent's teardown)
         alive = f.end == "stuck" or (f.end in ("unknown", "stopped") and f.exit_code in (None, -6, -15) and waited)
-        if not alive or p is None or p.kind not in ("data_error", "exception"):
-            continue
+        if not alive or p is None or p.kind not in ("data_error", "exception") or p.weak:
+            continue  # (an exit code alone says the rank died: it did not stay alive)
         f.events.remove(p)
         f.events.append(RankEvent(f.rank, "stall", f"stalled after {p.what} (it stayed alive)", p.line, when=p.when))
 

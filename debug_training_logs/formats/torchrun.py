@@ -37,6 +37,7 @@ NEEDLES: Final[tuple[str, ...]] = (
     "closing signal ",
     "ChildFailedError",
     "(local_rank: ",
+    "(local rank: ",  # a table pasted from a rendered page: markdown ate the underscores
     "exitcode  : ",
     "received by PID",
     "attempts left; will restart worker group",
@@ -320,16 +321,18 @@ class ChildFailedTable:
 
 
 _TABLE_START = "ChildFailedError"
-_ENTRY_FIELD = re.compile(r"^(?P<prefix>.*?)\s\s(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<v>.*)$")
-_FAILED_HEADER = re.compile(r"\s*(?P<what>\S+) FAILED\s*$")
+_ENTRY_FIELD = re.compile(
+    r"^(?P<prefix>.*?)\s\s(?P<key>time|host|rank|exitcode|error[_ ]file|traceback)\s*: ?(?P<v>.*)$"
+)
+_FAILED_HEADER = re.compile(r"\s*(?P<what>\S(?:.*?\S)?) FAILED\s*$")
 """The entrypoint line after a table's prefix: ``train.py FAILED``."""
 _ROOT = "Root Cause (first observed failure)"
 _FLAT_ENTRY = re.compile(
-    r"\brank\s*:?\s*(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)\s*exitcode\s*:?\s*(?P<code>-?\d+)"
+    r"\brank\s*:?\s*(?P<rank>\d+) \(local[_ ]rank: (?P<local>\d+)\)\s*exitcode\s*:?\s*(?P<code>-?\d+)"
     r" \(pid: (?P<pid>\d+)\)"
 )
 """An entry whose fields a paste ran together on one line (``rank2 (local_rank: 2)exitcode: -9 (pid: 48213)...``)."""
-_RANK_FIELD = re.compile(r"(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
+_RANK_FIELD = re.compile(r"(?P<rank>\d+) \(local[_ ]rank: (?P<local>\d+)\)")
 _EXIT_FIELD = re.compile(r"(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s+\((?P<sig>SIG\w+)\))?")
 _SIGNAL_TB = re.compile(r"Signal (?P<num>\d+) \((?P<sig>SIG\w+)\) received by PID (?P<pid>\d+)")
 _RULE = re.compile(r"={20,}\s*$")
@@ -348,13 +351,17 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
     """Every ChildFailedError table in ``lines`` (``(line number, text)`` pairs of one file, in order).
 
     A prefix before the fields (``[default0]:``, an srun label ``1: ``, a host name) is allowed; when two agents'
-    tables interleave in one file, each prefix keeps its own table.
+    tables interleave in one file, each prefix keeps its own table. A table copied from a rendered page (markdown ate
+    the underscores: ``local rank``, ``error file``, an entrypoint with spaces) reads the same. Lines holding only a
+    table's tail (its entries from a ``rank : R (local_rank: L)`` field on, no header) give a table without
+    entrypoint, unless the lines hold a whole table too.
     """
     tables: list[ChildFailedTable] = []
     open_: dict[str, ChildFailedTable] = {}
     in_root: dict[str, bool] = {}
     current: dict[str, ChildFailure | None] = {}
     pending_start: dict[str, int] = {}
+    tails: list[ChildFailedTable] = []
     for no, text in lines:
         if _TABLE_START in text and "ChildFailedError:" in text:
             prefix = text[
@@ -362,8 +369,8 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
             ]
             pending_start[prefix.strip()] = no
             continue
-        if not pending_start and not open_:
-            continue  # no table started or open: only a ChildFailedError line can change that
+        if not pending_start and not open_ and "(local" not in text:
+            continue  # no table started or open: only a ChildFailedError line (or a tail's entry) can change that
         # " FAILED" in every header line: the prefix test and the regex run on those lines only
         header = _failed_header(text, pending_start) if " FAILED" in text else None
         if header is not None:
@@ -378,7 +385,7 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
                 in_root[p] = True
             continue
         f = _ENTRY_FIELD.match(text)
-        if not f and "(local_rank: " in text and (flat := _FLAT_ENTRY.search(text)) is not None:
+        if not f and "rank: " in text and (flat := _FLAT_ENTRY.search(text)) is not None:
             p = text[: flat.start()].strip()
             table = open_.get(p)
             if table is not None:
@@ -406,9 +413,18 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
             continue
         p = f.group("prefix").strip()
         table = open_.get(p)
+        key, value = f.group("key").replace(" ", "_"), f.group("v").strip()
         if table is None:
-            continue
-        key, value = f.group("key"), f.group("v").strip()
+            if key != "rank" or not _RANK_FIELD.match(value):
+                continue
+            # an entry whose table's start is not in the lines (a paste of a table's tail): a table of its own,
+            # kept only when the lines hold no whole table (beside one, it is field-like noise)
+            table = ChildFailedTable(None, line=no)
+            tables.append(table)
+            tails.append(table)
+            open_[p], in_root[p] = table, False
+            current[p] = ChildFailure(rank=-1, local_rank=-1, line=no)
+            table.failures.append(current[p])  # type: ignore[arg-type]
         if key == "time":
             cur = ChildFailure(rank=-1, local_rank=-1, time=value, root_cause=in_root[p], line=no)
             current[p] = cur
@@ -430,6 +446,8 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
             entry.traceback = value
             if s := _SIGNAL_TB.search(value):
                 entry.signal = s.group("sig")
+    if len(tails) < len(tables):
+        tables = [t for t in tables if all(t is not x for x in tails)]
     for t in tables:
         t.failures = [f for f in t.failures if f.rank >= 0]
     return tables
