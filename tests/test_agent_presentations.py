@@ -17,12 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from debug_training_logs.analysis.evidence import gather_evidence
+from debug_training_logs.analysis.fate_events import causal_model
 from debug_training_logs.tools.diagnose import diagnose
 from debug_training_logs.tools.diagnosis_models import Diagnosis
 from tests.agent_logs import GLOO_CLOSED, GLOO_RESET, NodeLog, seconds, write
 
 P = 11
 """Workers per node (two-digit local ranks)."""
+REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real_torch"
 WORLD = 2 * P
 
 
@@ -136,6 +139,18 @@ def test_a_rank_that_exited_0_before_its_agents_report_left_early(shared_launche
     v = d.verdict
     assert (v.category, v.culprit_ranks) == ("early_exit", [3]), v.explanation
     assert d.verification.accepted, d.verification.summary
+    # the rank states say what the verdict reasons from (its own lines alone leave rank 3 unknown)
+    assert ("exited_early", "3") in [(g.state, g.ranks) for g in d.rank_states], d.rank_states
+
+
+def test_the_ranks_of_a_node_whose_agent_left_no_table_did_not_leave_early() -> None:
+    """Both agents wrote to one slurm-<job>.out; only node 0's agent printed its table (ranks 0-1). Rank 2, on node
+    1, is in neither node 0's table nor its SIGTERMs: that says nothing of how it ended."""
+    logs = REAL / "sigkill_one_file" / "logs"
+    assert causal_model(gather_evidence(logs)).fates[2].end != "exited_early"
+    d = diagnose(str(logs))
+    assert d.verdict.culprit_ranks == [1]
+    assert not any(g.state == "exited_early" for g in d.rank_states), d.rank_states
 
 
 @pytest.mark.parametrize("shared_launcher", [True, False])

@@ -19,11 +19,11 @@ from debug_training_logs.tools.diagnose import diagnose
 from tests.agent_logs import NodeLog, seconds, write
 
 
-def _table(root: int, code: int) -> list[str]:
+def _table(root: int, code: int, others: bool = True) -> list[str]:
     """One node's torchrun report (4 workers, global ranks 4-7): ``root`` failed first with ``code``, the others
-    were stopped."""
+    were stopped (or, not ``others``, the report lists no other failure)."""
     n = NodeLog(1, 4, 4, 36000, host="ding-X10DRG")
-    n.child_failed(seconds(5), (root - 4, code), {k: -15 for k in range(4) if k != root - 4})
+    n.child_failed(seconds(5), (root - 4, code), {k: -15 for k in range(4) if k != root - 4} if others else {})
     for k, t in enumerate(n.lines):
         n.lines[k] = t.replace("/workspace/train.py", "/workspace/train_hand_pose.py")
     return n.lines
@@ -46,15 +46,16 @@ PASTES = list(
         (False, True),  # markdown ate the underscores
         (False, True),  # only the tail
         ("", "0: "),  # an srun --label prefix
+        (True, False),  # the report lists the workers it stopped, or <NO_OTHER_FAILURES>
     )
 )
 
 
-@pytest.mark.parametrize(("code", "mangled", "tail", "label"), PASTES)
+@pytest.mark.parametrize(("code", "mangled", "tail", "label", "others"), PASTES)
 def test_a_pasted_torchrun_report_shows_the_rank_that_died_as_a_suspect(
-    code: int, mangled: bool, tail: bool, label: str, tmp_path: Path
+    code: int, mangled: bool, tail: bool, label: str, others: bool, tmp_path: Path
 ) -> None:
-    lines = _table(6, code)
+    lines = _table(6, code, others)
     lines = _tail(lines) if tail else lines
     lines = _markdown(lines) if mangled else lines
     d = diagnose(str(write(tmp_path, {"excerpt.log": [label + t for t in lines]})))
@@ -63,6 +64,9 @@ def test_a_pasted_torchrun_report_shows_the_rank_that_died_as_a_suspect(
     # one node's report: the rank is a suspect (another node may hold an earlier failure), never a culprit of more
     assert (v.culprit_ranks or v.suspect_ranks) == [6], (v.culprit_ranks, v.suspect_ranks, v.explanation)
     assert d.verification.accepted, d.verification.summary
+    # killed by a signal of its own: not "torn down after a peer failed" (the agent's ChildFailedError, the only
+    # exception in a one-rank paste, is no peer's error of the rank)
+    assert ("crashed", "6") in [(g.state, g.ranks) for g in d.rank_states], d.rank_states
 
 
 def test_a_table_row_outside_any_report_is_not_read_as_one(tmp_path: Path) -> None:

@@ -324,7 +324,13 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
                 exit_code=stopped[r].exit_code,
                 signal=stopped[r].signal,
             )
-        elif top is None and not trig and code and (peer := _peer_error(w, r)) is not None:
+        elif (
+            top is None
+            and not trig
+            and code
+            and (ex is None or ex.kind != "signal")  # (a SIGKILL, a SIGSEGV: no communication error ends a rank so)
+            and (peer := _peer_error(w, r)) is not None
+        ):
             out[r] = RankState(
                 r,
                 "torn_down",

@@ -533,14 +533,17 @@ class KeyEvent:
 # ---------------------------------------------------------------------------------------------------------------------
 # Per-rank states: what each rank was doing when the job ended (read by the verdict, every verifier rule, the report)
 
-RankStateName = Literal["finished", "crashed", "watchdog_killed", "waiting", "stuck", "torn_down", "absent", "unknown"]
+RankStateName = Literal[
+    "finished", "crashed", "watchdog_killed", "waiting", "stuck", "torn_down", "exited_early", "absent", "unknown"
+]
 RANK_STATES: tuple[str, ...] = get_args(RankStateName)
 """``finished`` (the run ended normally), ``crashed`` (an exception reached the top / an error exit code / a fatal
 CUDA error, and the process logged nothing alive afterwards), ``watchdog_killed`` (the NCCL heartbeat monitor killed
 it), ``waiting`` (inside a collective: enqueued > completed), ``stuck`` (alive but outside the stuck collective: no
 NCCL work pending, only observed the dump, or no NCCL state while the others timed out), ``torn_down`` (stopped
-by its launcher because another rank failed), ``absent`` (no log file), ``unknown`` (its log says nothing of its
-end)."""
+by its launcher because another rank failed), ``exited_early`` (it left without an error while its peers still
+waited for it: the causal model's finding, :func:`~debug_training_logs.analysis.fate_events.shown_states`),
+``absent`` (no log file), ``unknown`` (its log says nothing of its end)."""
 
 
 @dataclass(repr=False, eq=False)

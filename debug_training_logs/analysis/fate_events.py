@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from debug_training_logs.analysis import fr_dumps
 from debug_training_logs.analysis.evidence_states import crash_triggers, handled, rank_states
 from debug_training_logs.analysis.evidence_triggers import is_consequence, trigger_of, triggers
-from debug_training_logs.analysis.evidence_types import Hit, JobEvidence, Trigger, WorkerEvidence
+from debug_training_logs.analysis.evidence_types import Hit, JobEvidence, RankState, Trigger, WorkerEvidence
 from debug_training_logs.analysis.fates import (
     Accusation,
     CausalModel,
@@ -447,3 +447,25 @@ def storage_resets(ev: JobEvidence) -> tuple[list[Hit], int]:
     }
     kept = [h for h in hits if (h.file, h.line) not in peers]
     return kept, max(0, w.counts.get("conn_reset", 0) - (len(hits) - len(kept)))
+
+
+SHOWN_FATES = {"exited_early": "exited_early", "stuck": "stuck", "crashed": "crashed"}
+"""Fates the causal model finds for a rank whose own lines leave its state unknown, as the states report them."""
+
+
+def shown_states(ev: JobEvidence) -> dict[int, RankState]:
+    """Every rank's state as a report shows it: :func:`~debug_training_logs.analysis.evidence_states.rank_states`,
+    except where its lines leave a rank ``unknown`` and the causal model found its fate (it left early, stayed
+    outside the collective, crashed by its launcher's word): the state the verdict reasons from."""
+    states = dict(rank_states(ev))
+    for r, f in causal_model(ev).fates.items():
+        st, p = states.get(r), f.primary
+        if st is None or st.state != "unknown":
+            continue
+        why = f.why
+        shown = SHOWN_FATES.get(f.end)
+        if shown is None and p is not None and p.kind not in INFERRED_KINDS:
+            shown, why = "crashed", p.what  # a failure of its own its launcher or a line of another rank reports
+        if shown is not None:
+            states[r] = RankState(r, shown, why, p.line if p is not None and p.line.line > 0 else None)
+    return states

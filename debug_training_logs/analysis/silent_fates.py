@@ -249,20 +249,17 @@ def _exited_before_teardown(lf: LauncherFacts, ev: JobEvidence, rank: int) -> bo
     table is one in its own file, or one whose ranks lie on both sides of it (torchrun gives a node's workers
     consecutive global ranks)."""
     files = set(ev.worker.files_of_rank(rank))
-    tables = [t for rel, t in lf.tables if rel in files or _node_holds(t, rank)]
+    # (a file several agents wrote to, sbatch's one slurm-<job>.out, holds other nodes' tables too)
+    own = {a.file for a in lf.agents if a.file in files and len(a.pids) <= 1}
+    tables = [t for rel, t in lf.tables if rel in own or _node_holds(t, rank)]
     if not tables:
         return False
     listed = {f.rank for t in tables for f in t.failures}
     tabled_pids = {f.pid for t in tables for f in t.failures}
-    # a SIGTERMed worker no table names may be this rank (a table cut off): the workers its node's agents stopped
-    # (an agent that stopped a worker a table lists, or any agent of the rank's own file; another node's agent
+    # a SIGTERMed worker no table names may be this rank (a table cut off): the workers its node's agent stopped
+    # (one that stopped a worker a table lists, or the one agent of the rank's own file; another node's agent
     # sharing a file stops only its own node's workers)
-    stopped = [
-        pids
-        for a in lf.agents
-        for pids in a.sigterms.values()
-        if pids & tabled_pids or (a.file in files and len(a.sigterms) == 1)
-    ]
+    stopped = [pids for a in lf.agents for pids in a.sigterms.values() if pids & tabled_pids or a.file in own]
     unaccounted = set().union(*stopped) - tabled_pids
     return bool(listed) and rank not in listed and not unaccounted
 

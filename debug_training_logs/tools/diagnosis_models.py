@@ -72,7 +72,8 @@ class RankStateGroup(Model):
 
     state: str = Field(
         description="finished, crashed, watchdog_killed, waiting (inside a collective), stuck (alive, outside the "
-        "stuck collective), torn_down (stopped by the launcher/SLURM after another failure), absent (no log), unknown."
+        "stuck collective), torn_down (stopped by the launcher/SLURM after another failure), exited_early (left "
+        "without an error while its peers still waited for it), absent (no log), unknown."
     )
     ranks: str = Field(description="Global ranks (range string, e.g. '0-4,6-15').")
     count: int

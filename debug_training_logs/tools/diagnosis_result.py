@@ -10,8 +10,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from debug_training_logs.analysis.action import action
-from debug_training_logs.analysis.evidence_states import rank_state_groups, rank_states
+from debug_training_logs.analysis.evidence_states import rank_state_groups
 from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent
+from debug_training_logs.analysis.fate_events import shown_states
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, show
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import summaries
@@ -212,7 +213,7 @@ def build_diagnosis(ev: JobEvidence, *, history: bool = False, job_id: str | Non
                 why=why,
                 source=f"{line.file}:{line.line}" if line is not None and line.line > 0 else None,
             )
-            for state, ranks, why, line in rank_state_groups(rank_states(ev))
+            for state, ranks, why, line in rank_state_groups(shown_states(ev))
         ],
         attempts=summaries(ev.attempts) if ev.attempts is not None and ev.attempts.count > 1 else [],
         attempt=ev.attempt,
