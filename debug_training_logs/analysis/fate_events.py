@@ -379,14 +379,14 @@ def _unmapped_processes(
             own = code is not None and (code > 0 or sig in OWN_SIGNALS or (sig == "SIGABRT" and not watchdog))
             if not own:
                 continue
-            g = a.local_to_global.get(wf.local_rank, _node_offset(a))
-            g = g + wf.local_rank if g is not None and wf.local_rank not in a.local_to_global else g
+            g = a.local_to_global.get(wf.local_rank)
+            if g is None and (base := _node_offset(a)) is not None:
+                g = base + wf.local_rank
             if g is not None and g in fates:  # the file maps its local rank: the event is that rank's
                 f = fates[g]
                 # (an exit after the rank's own reaction to a peer, a timeout or a lost connection, is that reaction's)
                 if not any(e.primary or e.kind in _REACTIONS for e in f.events):
                     h = Hit("launcher", a.file, no, f"failed (exitcode: {code}) local_rank: {wf.local_rank}", g, None)
-                    sig = _signal_name(code)
                     kind = "own_signal" if code is not None and code < 0 else "exception"
                     what = f"killed by {sig} (not by its agent)" if code < 0 else f"exited with code {code}"
                     f.events.append(RankEvent(g, kind, what, h, weak=kind == "exception"))  # type: ignore[arg-type]
@@ -449,8 +449,8 @@ def storage_resets(ev: JobEvidence) -> tuple[list[Hit], int]:
     return kept, max(0, w.counts.get("conn_reset", 0) - (len(hits) - len(kept)))
 
 
-SHOWN_FATES = {"exited_early": "exited_early", "stuck": "stuck", "crashed": "crashed"}
-"""Fates the causal model finds for a rank whose own lines leave its state unknown, as the states report them."""
+SHOWN_FATES = ("exited_early", "stuck", "crashed")
+"""Fates the causal model finds for a rank whose own lines leave its state unknown, shown as its state."""
 
 
 def shown_states(ev: JobEvidence) -> dict[int, RankState]:
@@ -463,7 +463,7 @@ def shown_states(ev: JobEvidence) -> dict[int, RankState]:
         if st is None or st.state != "unknown":
             continue
         why = f.why
-        shown = SHOWN_FATES.get(f.end)
+        shown = f.end if f.end in SHOWN_FATES else None
         if shown is None and p is not None and p.kind not in INFERRED_KINDS:
             shown, why = "crashed", p.what  # a failure of its own its launcher or a line of another rank reports
         if shown is not None:

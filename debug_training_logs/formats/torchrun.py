@@ -361,7 +361,6 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
     in_root: dict[str, bool] = {}
     current: dict[str, ChildFailure | None] = {}
     pending_start: dict[str, int] = {}
-    tails: list[ChildFailedTable] = []
     for no, text in lines:
         if _TABLE_START in text and "ChildFailedError:" in text:
             prefix = text[
@@ -419,12 +418,10 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
                 continue
             # an entry whose table's start is not in the lines (a paste of a table's tail): a table of its own,
             # kept only when the lines hold no whole table (beside one, it is field-like noise)
-            table = ChildFailedTable(None, line=no)
+            table, start = ChildFailedTable(None, line=no), ChildFailure(rank=-1, local_rank=-1, line=no)
+            table.failures.append(start)
             tables.append(table)
-            tails.append(table)
-            open_[p], in_root[p] = table, False
-            current[p] = ChildFailure(rank=-1, local_rank=-1, line=no)
-            table.failures.append(current[p])  # type: ignore[arg-type]
+            open_[p], in_root[p], current[p] = table, False, start
         if key == "time":
             cur = ChildFailure(rank=-1, local_rank=-1, time=value, root_cause=in_root[p], line=no)
             current[p] = cur
@@ -446,8 +443,8 @@ def parse_child_failed_tables(lines: Iterable[tuple[int, str]]) -> list[ChildFai
             entry.traceback = value
             if s := _SIGNAL_TB.search(value):
                 entry.signal = s.group("sig")
-    if len(tails) < len(tables):
-        tables = [t for t in tables if all(t is not x for x in tails)]
+    if any(t.entrypoint is not None for t in tables):  # a whole table: the tails beside it are field-like noise
+        tables = [t for t in tables if t.entrypoint is not None]
     for t in tables:
         t.failures = [f for f in t.failures if f.rank >= 0]
     return tables
