@@ -67,6 +67,18 @@ def test_a_pasted_torchrun_report_shows_the_rank_that_died_as_a_suspect(
     # killed by a signal of its own: not "torn down after a peer failed" (the agent's ChildFailedError, the only
     # exception in a one-rank paste, is no peer's error of the rank)
     assert ("crashed", "6") in [(g.state, g.ranks) for g in d.rank_states], d.rank_states
+    # the first thing to do: a SIGKILL without a traceback is the kernel's OOM killer until dmesg says otherwise
+    assert ("OOM killer" in v.action) == (code == -9), v.action
+
+
+def test_an_agents_line_alone_about_a_sigkilled_worker_points_at_the_oom_killer(tmp_path: Path) -> None:
+    n = NodeLog(0, 4, 0, 10390)
+    n.sigterms(seconds(3), [1, 2, 3])
+    n.failed(seconds(3.2), 0, -9)
+    d = diagnose(str(write(tmp_path, {"excerpt.log": n.lines})))
+    v = d.verdict
+    assert v.category == "rank_crash" and v.suspect_processes == [f"local rank 0 (pid {n.pid(0)})"], v.explanation
+    assert "OOM killer" in v.action, v.action
 
 
 def test_a_table_row_outside_any_report_is_not_read_as_one(tmp_path: Path) -> None:

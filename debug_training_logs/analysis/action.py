@@ -25,6 +25,9 @@ ACTIONS: dict[str, str] = {
     "host:0 lets torchrun pick one).",
     "launch_failure": "Stop and fix the launch: check that every node started its launcher and reaches the "
     "rendezvous endpoint, then restart.",
+    "rank_crash:oom_killer": "Check the node's kernel log for the OOM killer (dmesg -T | grep -i 'killed process'), "
+    "then lower the host memory {ranks} uses (data loader workers and prefetch, pinned memory, datasets held in "
+    "memory) or give the job more, and restart.",
     "cuda_oom": "Stop and fix the config: lower the micro-batch size or sequence length, or enable activation "
     "checkpointing / a memory-saving parallelism, then restart.",
     "cuda_error": "Restart without {nodes} (drain it and run its GPU diagnostics); if the error recurs on other "
@@ -60,13 +63,16 @@ def action(
     nodes: Sequence[str],
     provisional: bool,
     missing: Sequence[int],
+    shape: str | None = None,
 ) -> str:
-    """The one-line action for a verdict (see :data:`ACTIONS`); a provisional verdict first asks for the missing
-    logs."""
+    """The one-line action for a verdict (see :data:`ACTIONS`; ``shape`` narrows a category, ``oom_killer``: a rank
+    SIGKILLed without a traceback); a provisional verdict first asks for the missing logs."""
     from debug_training_logs.ranges import format_ranges
 
     ranks = format_ranges(list(culprits) or list(suspects))
-    text = ACTIONS.get(category, "Collect what is missing and run the diagnosis again.")
+    text = ACTIONS.get(f"{category}:{shape}") or ACTIONS.get(
+        category, "Collect what is missing and run the diagnosis again."
+    )
     text = text.format(
         nodes=", ".join(nodes)
         if nodes

@@ -250,6 +250,8 @@ def _causal(ctx: _Ctx) -> Verdict | None:
     if stall and ranks == ctx.nccl.job_stragglers:
         return None  # the NCCL table names the same stragglers: its branch tells them (data lines, AIS chain)
     details: dict[str, Any] = {"decided_by": "causal model", "certainty": f.certainty}
+    if root is not None and root.kind == "own_signal" and "SIGKILL" in root.what:
+        details["oom_killer_suspected"] = True  # (a process no line maps to a rank too: the launcher's words)
     if root is not None and root.kind in _CRASH_KINDS and not f.accusations:
         fates = causal_model(ev).fates
         lines = [p.line for r in ranks if r in fates and (p := fates[r].primary) is not None]

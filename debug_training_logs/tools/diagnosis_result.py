@@ -183,6 +183,7 @@ def build_diagnosis(ev: JobEvidence, *, history: bool = False, job_id: str | Non
                 v.suspect_nodes,
                 bool(v.details.get("provisional")),
                 v.missing_ranks,
+                "oom_killer" if v.details.get("oom_killer_suspected") else None,
             ),
         ),
         timeline=entries[:TIMELINE_LIMIT],
