@@ -19,6 +19,7 @@ import pytest
 
 from debug_training_logs.analysis.evidence import gather_evidence
 from debug_training_logs.analysis.fate_events import causal_model
+from debug_training_logs.printers.markdown import render_report
 from debug_training_logs.tools.diagnose import diagnose
 from debug_training_logs.tools.diagnosis_models import Diagnosis
 from tests.agent_logs import GLOO_CLOSED, GLOO_RESET, NodeLog, seconds, write
@@ -256,3 +257,7 @@ def test_the_exit_of_a_rank_that_timed_out_is_not_a_failure_of_its_own(tee: bool
     v = d.verdict
     assert 1 not in v.culprit_ranks + v.suspect_ranks, (v.culprit_ranks, v.suspect_ranks, v.explanation)
     assert (v.culprit_ranks or v.suspect_ranks) == [6], v.explanation
+    # named: the report's title never calls the failure "not attributable" (without the tee prefix its step lines
+    # are no rank's, so no completed step says it stopped between steps: the cause is what the logs lack)
+    title = render_report(d).splitlines()[0]
+    assert "not attributable" not in title and title.endswith("— culprit rank(s) 6"), title

@@ -28,6 +28,12 @@ _TITLES = {
     "incomplete_evidence": "Evidence incomplete",
     "nccl_timeout_unattributed": "NCCL timeout, cause not attributable",
 }
+NAMED_STALL_TITLE = "A rank never entered the collective, and its logs do not say why"
+"""The title of an unattributed timeout that names its rank(s): the cause, not the rank, is what the logs lack."""
+
+
+def _title(category: str, named: bool) -> str:
+    return NAMED_STALL_TITLE if named and category == "nccl_timeout_unattributed" else _TITLES.get(category, category)
 
 
 def _cell(text: str | None, limit: int = 160) -> str:
@@ -65,7 +71,7 @@ def render_report(d: Diagnosis) -> str:
     nodes = f" on {', '.join(v.suspect_nodes)}" if v.suspect_nodes else ""
     status = "ACCEPTED" if d.verification.accepted else "REJECTED"
     out = [
-        f"# {_TITLES.get(v.category, v.category)}{who}{nodes}",
+        f"# {_title(v.category, bool(v.culprit_ranks))}{who}{nodes}",
         "",
         f"**Category:** `{v.category}` · **Confidence:** {v.confidence} · **Verification:** {status}",
         "",
