@@ -78,7 +78,7 @@ def test_an_agents_line_alone_about_a_sigkilled_worker_points_at_the_oom_killer(
     d = diagnose(str(write(tmp_path, {"excerpt.log": n.lines})))
     v = d.verdict
     assert v.category == "rank_crash" and v.suspect_processes == [f"local rank 0 (pid {n.pid(0)})"], v.explanation
-    assert "OOM killer" in v.action, v.action
+    assert "OOM killer" in v.action and "stalled" not in v.action, v.action
 
 
 def test_a_table_row_outside_any_report_is_not_read_as_one(tmp_path: Path) -> None:

@@ -26,8 +26,8 @@ ACTIONS: dict[str, str] = {
     "launch_failure": "Stop and fix the launch: check that every node started its launcher and reaches the "
     "rendezvous endpoint, then restart.",
     "rank_crash:oom_killer": "Check the node's kernel log for the OOM killer (dmesg -T | grep -i 'killed process'), "
-    "then lower the host memory {ranks} uses (data loader workers and prefetch, pinned memory, datasets held in "
-    "memory) or give the job more, and restart.",
+    "then lower the job's host memory use (data loader workers and prefetch, pinned memory, datasets held in "
+    "memory) or give it more, and restart.",
     "cuda_oom": "Stop and fix the config: lower the micro-batch size or sequence length, or enable activation "
     "checkpointing / a memory-saving parallelism, then restart.",
     "cuda_error": "Restart without {nodes} (drain it and run its GPU diagnostics); if the error recurs on other "
