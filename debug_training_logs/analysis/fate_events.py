@@ -434,17 +434,27 @@ def _signal_name(code: int | None) -> str | None:
     )
 
 
+def reactions_at(ev: JobEvidence) -> dict[tuple[str, int], RankEvent]:
+    """The lines where a rank reacted to a peer (a collective's timeout, lost connection or size mismatch), by
+    (file, line): built once per evidence."""
+    cached = ev.cache.get("reactions_at")
+    if cached is None:
+        cached = ev.cache["reactions_at"] = {
+            (e.line.file, e.line.line): e
+            for f in causal_model(ev).fates.values()
+            for e in f.events
+            if e.kind in _REACTIONS
+        }
+    at: dict[tuple[str, int], RankEvent] = cached
+    return at
+
+
 def storage_resets(ev: JobEvidence) -> tuple[list[Hit], int]:
     """The connection-reset lines that can be a storage client's (keep-alive noise when retried), and their count:
     every reset but those a rank's collective raised (a peer process gone: a consequence in the causal model)."""
     w = ev.worker
     hits = w.hits("conn_reset")
-    peers = {
-        (e.line.file, e.line.line)
-        for f in causal_model(ev).fates.values()
-        for e in f.events
-        if e.kind in ("peer_closed", "peer_timeout", "peer_mismatch")
-    }
+    peers = reactions_at(ev)
     kept = [h for h in hits if (h.file, h.line) not in peers]
     return kept, max(0, w.counts.get("conn_reset", 0) - (len(hits) - len(kept)))
 

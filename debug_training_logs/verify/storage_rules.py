@@ -9,6 +9,7 @@ from debug_training_logs.analysis.alignment import to_ais_clock
 from debug_training_logs.analysis.causal import causal_model
 from debug_training_logs.analysis.evidence_states import killers
 from debug_training_logs.analysis.evidence_triggers import AIS_LOOKBACK, data_hits, refine_times
+from debug_training_logs.analysis.fate_events import reactions_at
 from debug_training_logs.models import Evidence
 from debug_training_logs.verify.context import RuleContext
 from debug_training_logs.verify.context import check as _check
@@ -59,16 +60,7 @@ def noise(ctx: RuleContext) -> Check:
     if first is not None and first.exists and first.actual is not None and first.actual.text:
         text = first.actual.text
         if _RESET.search(text) and not re.search(r"Max retries exceeded|RetryError|[Rr]etries exhausted", text):
-            peer = next(
-                (
-                    e
-                    for f in causal_model(ctx.ev).fates.values()
-                    for e in f.events
-                    if e.kind in ("peer_closed", "peer_timeout")
-                    and (e.line.file, e.line.line) == (first.file, first.line)
-                ),
-                None,
-            )
+            peer = reactions_at(ctx.ev).get((first.file, first.line))
             if peer is not None:
                 return _check(
                     "noise",
