@@ -1,18 +1,17 @@
-"""CPU per progress line in the evidence sink, per line layout, with and without the compiled helper (run by hand).
+"""CPU per progress line in the evidence sink, per line layout, batched and one by one (run by hand).
 
     python bench/bench_progress_sink.py [--lines 20000] [--rounds 5]
 
 Feeds ``--lines`` synthetic progress hits (8 ranks interleaved, one layout at a time) into a fresh
 ``EvidenceSink`` and times ``on_hit`` for every line plus ``finish`` with the process CPU clock; prints the best of
-``--rounds`` in microseconds per line, once with ``logs/_fields`` (batched runs read per rank in C) and once with
-``DEBUG_TRAINING_LOGS_NO_NATIVE=1`` (every line read on its own), each in a fresh process. The Ray ``[rank=N]``
-layout is one the helper leaves to the per-line path.
+``--rounds`` in microseconds per line, once as the sink reads them (progress-only lines batched and aggregated per
+rank, ``evidence_sink._progress_run``) and once with every line read on its own (``_signals``, as a progress line that
+also holds another signal is), each in a fresh process.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -30,15 +29,22 @@ LAYOUTS = {
     "consumed samples: {i} | elapsed time per iteration (ms): 1234.{d} | learning rate: 1.000E-04 |",
     "ANSI-coloured prefix": "\x1b[36m[rank{r}]:\x1b[0m Epoch 0:   3%|3         | {i}/90000 "
     "[05:00<2:41:40, 1.00it/s, train_step_timing in s=0.4{d}]",
-    "Ray [rank=N] prefix (per-line path)": "(MegatronPolicyWorker[rank={r}] pid=4815{r}, ip=10.20.3.17) Epoch 0:   3%|3"
+    "Ray [rank=N] prefix": "(MegatronPolicyWorker[rank={r}] pid=4815{r}, ip=10.20.3.17) Epoch 0:   3%|3"
     "         | {i}/90000 [05:00<2:41:40, 1.00it/s, train_step_timing in s=0.4{d}]",
 }
 
 
-def measure(n: int, rounds: int) -> None:
+def measure(n: int, rounds: int, one_by_one: bool) -> None:
+    from dataclasses import replace
+
     from debug_training_logs.analysis import evidence_sink as ev
     from debug_training_logs.analysis.evidence_signals import SIGNAL_NAMES
     from debug_training_logs.logs.discovery import LogFile
+
+    if one_by_one:
+        route = ev._route
+        ev._route = lambda ids: replace(route(ids), batched=False)  # type: ignore[assignment]
+        ev._ROUTES.clear()
 
     ids = [SIGNAL_NAMES.index("progress")]
     for name, shape in LAYOUTS.items():
@@ -58,18 +64,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lines", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["batched", "one-by-one"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        measure(args.lines, args.rounds)
+        measure(args.lines, args.rounds, args.child == "one-by-one")
         return 0
-    for label, env in (
-        ("with the helper", {}),
-        ("DEBUG_TRAINING_LOGS_NO_NATIVE=1", {"DEBUG_TRAINING_LOGS_NO_NATIVE": "1"}),
-    ):
-        print(label)
-        cmd = [sys.executable, __file__, "--child", "--lines", str(args.lines), "--rounds", str(args.rounds)]
-        subprocess.run(cmd, check=True, env={**os.environ, **env})
+    for mode in ("batched", "one-by-one"):
+        print(mode)
+        cmd = [sys.executable, __file__, "--child", mode, "--lines", str(args.lines), "--rounds", str(args.rounds)]
+        subprocess.run(cmd, check=True)
     return 0
 
 

@@ -7,7 +7,7 @@ composite sink (pattern ids, line number, line), then replays those calls into f
 timing each sink's share with the process CPU clock (the template memo emptied before each round, as in a worker's
 first file). Prints the median round: sink CPU in all, then per (sink, pattern set) the hits per file, microseconds
 per hit and milliseconds in all; ``finish`` is the sinks' end-of-file work; ``batched runs`` is the evidence sink's
-reading of the progress lines it held, per line (with the compiled helper their hits only append them to a batch);
+reading of the progress lines it held, per line (their hits only append them to a batch);
 ``bulk lines`` are the progress lines the scan handed over in runs (``on_bulk``: no call per line), per line. The scan
 itself is not timed.
 

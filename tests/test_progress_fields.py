@@ -1,9 +1,9 @@
 """The evidence sink's fast paths give what the plain per-line reading gives, over presentation matrices.
 
-* The compiled progress helper (``logs/_fields.c``: runs of progress lines aggregated per rank) and the per-line path
-  (no helper, as with ``DEBUG_TRAINING_LOGS_NO_NATIVE=1``) both equal a reference sink written the plain way (the
-  regexes searched one by one on every line, as the sink did before): same tallies, samples, first/last lines per
-  rank (with their ``after``/``before`` bounds), step-time and memory series, rank hosts, in the same order.
+* The batched progress path (runs of progress-only lines aggregated per rank, ``evidence_sink._progress_run``) and the
+  per-line path (every line through ``_signals``) both equal a reference sink written the plain way (the regexes
+  searched one by one on every line, as the sink did before): same tallies, samples, first/last lines per rank (with
+  their ``after``/``before`` bounds), step-time and memory series, rank hosts, in the same order.
 * The matrix: rank prefixes (``[rank5]:``, ``[rank5]:[W...]`` c10 headers, srun ``5:`` and ``P3 7:`` labels, torchrun
   tee ``[host:0]:``, Ray, an inline ``[rank3] `` after a time, none, ANSI colours, absurd rank numbers), progress
   bodies (Lightning bars in ASCII and with block characters, ``\\r``-joined bar updates, tqdm times past 10 hours,
@@ -11,18 +11,16 @@
   time formats (full dates with ``-``/``/``/``T``/``_`` and fractions, c10 and glog headers, invalid months), LF and
   CR endings, interleaved with timed and untimed lines of other signals.
 * ``parse_wall_time`` (its ``.dddddd`` guard and its memo) and ``rank_and_source_plain`` (its ``[rank`` guard) equal
-  the plain regex code over the same matrix, and the helper's rank and step time equal the regexes on fuzzed lines.
+  the plain regex code over the same matrix, and the batch's rank, time and step time equal the regexes on fuzzed
+  lines.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import random
 import re
-import shutil
-import sys
-import sysconfig
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,15 +31,10 @@ from debug_training_logs.analysis.evidence_signals import SIGNAL_NAMES
 from debug_training_logs.formats import timestamps
 from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
-from debug_training_logs.logs import attribution, fields
+from debug_training_logs.logs import attribution
 from debug_training_logs.logs.attribution import RAY_PREFIX, SRUN_LABEL, rank_and_source_plain
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.textcut import cut
-
-NATIVE = fields.native()
-needs_native = pytest.mark.skipif(
-    NATIVE is None, reason="the _fields extension is not built, or DEBUG_TRAINING_LOGS_NO_NATIVE is set"
-)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The plain reference: every regex searched on every line, as the sink did before its fast paths
@@ -270,12 +263,19 @@ def _sequence(seed: int, n: int) -> list[tuple[list[int], int, str]]:
     return calls
 
 
-def _hits(calls: list[tuple[list[int], int, str]], native: bool, monkeypatch: pytest.MonkeyPatch) -> str:
-    if not native:
-        monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
+def _one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No batch: every progress line goes through ``_signals`` alone (as a progress line that also holds another
+    signal does)."""
+    route = ev._route
+    monkeypatch.setattr(ev, "_ROUTES", {})
+    monkeypatch.setattr(ev, "_route", lambda ids: replace(route(ids), batched=False))
+    monkeypatch.setattr(ev.EvidenceSink, "bulk_id", lambda self: None)
+
+
+def _hits(calls: list[tuple[list[int], int, str]], batched: bool, monkeypatch: pytest.MonkeyPatch) -> str:
+    if not batched:
+        _one_by_one(monkeypatch)
     sink = ev.EvidenceSink(LogFile(path=Path("node-0.log"), rel="node-0.log", size=0, compression="none"))
-    monkeypatch.delenv("DEBUG_TRAINING_LOGS_NO_NATIVE", raising=False)
-    assert (sink._native is not None) == native
     for ids, line_no, line in calls:
         sink.on_hit(ids, line_no, line)
     sink.finish()  # reads the batch; the series then travel apart from the hits (_FileSeries): compare the whole
@@ -321,24 +321,23 @@ def test_time_memo_is_bounded_and_keeps_invalid_dates_apart(monkeypatch: pytest.
         assert parse_wall_time(line) == ref_time(line) == WallTime(None, 11, 23, 10, 0, 2, 1)
 
 
-@pytest.mark.parametrize("native", [pytest.param(True, marks=needs_native), False], ids=["native", "per-line"])
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "per-line"])
 @pytest.mark.parametrize("seed", range(12))
-def test_sink_equals_the_plain_reading(seed: int, native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sink_equals_the_plain_reading(seed: int, batched: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _sequence(seed, 600)
-    assert _hits(calls, native, monkeypatch) == _reference(calls)
+    assert _hits(calls, batched, monkeypatch) == _reference(calls)
 
 
-@pytest.mark.parametrize("native", [pytest.param(True, marks=needs_native), False], ids=["native", "per-line"])
-def test_every_prefix_and_body_alone_and_in_runs(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "per-line"])
+def test_every_prefix_and_body_alone_and_in_runs(batched: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     lines = progress_lines()
     single = [(_ids("progress"), 10 * i + 1, line) for i, line in enumerate(lines)]
-    assert _hits(single, native, monkeypatch) == _reference(single)
+    assert _hits(single, batched, monkeypatch) == _reference(single)
     for body in BODIES:  # one layout per run, every prefix: runs the helper answers for whole, or stops in
         calls = [(_ids("progress"), i + 1, p + body) for i, p in enumerate(PREFIXES * 3)]
-        assert _hits(calls, native, monkeypatch) == _reference(calls), body
+        assert _hits(calls, batched, monkeypatch) == _reference(calls), body
 
 
-@needs_native
 def test_batches_flush_at_their_bound_and_series_thin_alike(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ev, "_BATCH_LINES", 7)
     monkeypatch.setattr(ev, "SERIES_POINTS", 16)
@@ -361,101 +360,32 @@ def _fuzz_lines(seed: int, n: int) -> list[str]:
     return ["".join(rng.choice(parts) for _ in range(rng.randint(0, 12))) for _ in range(n)]
 
 
-@needs_native
 @pytest.mark.parametrize("seed", range(4))
-def test_helper_rank_and_step_equal_the_regexes_on_fuzzed_lines(seed: int) -> None:
-    assert NATIVE is not None
-    answered = timed = 0
+def test_batch_rank_time_and_step_equal_the_regexes_on_fuzzed_lines(seed: int) -> None:
+    timed = stepped = 0
     for line in _fuzz_lines(seed, 5000):
-        stop, stats, points, timed_idx, timed_wt = NATIVE.progress_run([line], [1], 0, parse_wall_time)
+        stats, points, timed_idx, timed_wt = ev._progress_run([line], [1])
         text = strip_ansi(line)
-        if stop == 0:  # left to the per-line path: only for what the helper does not answer for
-            assert (
-                ("pid=" in text and "[rank=" in text)
-                or (not _FULL_DATE.search(text) and re.search(r"\.\d{6}", text))
-                or re.search(r"\d{19}", line)
-                or (ref_step(text) is None and re.search(r"train_step_timing|elapsed time per", line))
-                or '"rank"' in text
-                or "[rank " in text
-                or "[rank:" in text
-                or "[RANK " in text
-                or "rank=" in text
-                or text.lstrip().startswith("rank")
-            ), repr(line)
-            continue
-        answered += 1
         wt = ref_time(text)
         timed += wt is not None
         assert (timed_idx, timed_wt) == (([0], [wt]) if wt is not None else ([], [])), repr(line)
         rank = ref_sink_rank(text)
         assert list(stats) == [rank] and stats[rank] == [0, 0, 1], repr(line)
         step = ref_step(text)
+        stepped += step is not None
         assert points == ({} if step is None else {rank: [(1, wt, step)]}), repr(line)
-    assert answered > 1000 and timed > 100
+    assert timed > 100 and stepped > 100
 
 
-@needs_native
-def test_helper_checks_its_arguments() -> None:
-    assert NATIVE is not None
-    with pytest.raises(ValueError):
-        NATIVE.progress_run(["a"], [], 0, parse_wall_time)
-    with pytest.raises(IndexError):
-        NATIVE.progress_run(["a"], [1], 2, parse_wall_time)
-    with pytest.raises(TypeError):
-        NATIVE.progress_run(("a",), [1], 0, parse_wall_time)  # type: ignore[arg-type]
-    assert NATIVE.progress_run(["a", 5, "b"], [1, 2, 3], 0, parse_wall_time)[0] == 1  # type: ignore[list-item]
-    assert NATIVE.progress_run([], [], 0, parse_wall_time) == (0, {}, {}, [], [])
-
-    def refuse(text: str) -> WallTime | None:
-        raise RuntimeError(text)
-
-    with pytest.raises(RuntimeError, match="2026-01-02 03:04:05,5"):
-        NATIVE.progress_run(["x 2026-01-02 03:04:05,5 train_step_timing=1"], [1], 0, refuse)
-    # one call per distinct date text in a row
-    seen: list[str] = []
-
-    def count(text: str) -> WallTime | None:
-        seen.append(text)
-        return parse_wall_time(text)
-
+def test_batch_of_nothing_and_of_repeated_times() -> None:
+    assert ev._progress_run([], []) == ({}, {}, [], [])
     same = ["[2026-01-02 03:04:05] a", "[2026-01-02 03:04:05] b", "[2026-01-02 03:04:06] c", "d"]
-    out = NATIVE.progress_run(same, [1, 2, 3, 4], 0, count)
-    assert seen == ["2026-01-02 03:04:05", "2026-01-02 03:04:06"]
-    assert out[3:] == (
+    stats, _points, timed_idx, timed_wt = ev._progress_run(same, [1, 2, 3, 4])
+    assert stats == {None: [0, 3, 4]}
+    assert (timed_idx, timed_wt) == (
         [0, 1, 2],
         [WallTime(2026, 1, 2, 3, 4, 5), WallTime(2026, 1, 2, 3, 4, 5), WallTime(2026, 1, 2, 3, 4, 6)],
     )
-
-
-def test_no_native_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
-    assert fields.native() is None
-
-
-@needs_native
-def test_helper_answers_for_the_common_layouts_itself() -> None:
-    """Progress lines under the usual prefixes (coloured or not, Ray without ``[rank=N]``), untimed or with a full
-    date, never fall back to the per-line path (a bar past ten hours, ``[13:00:01<12:03:04``, is no time of ours)."""
-    assert NATIVE is not None
-    prefixes = (
-        *("", "[rank5]:", "[rank5]: ", "5: ", "  12: ", "P3 7: ", "[gpu-a01:0]: ", "[default3]:", "3: [rank4]: "),
-        *("\x1b[36m[rank5]:\x1b[0m ", "\x1b[32m5: \x1b[0m", "(TrainWorker pid=4821, ip=10.0.0.1) "),
-        *("\x1b[36m(MegatronPolicyWorker pid=481552, ip=10.20.3.17)\x1b[0m [rank12]: ",),
-    )
-    bodies = (
-        BODIES[0],
-        BODIES[1],
-        BODIES[2],
-        BODIES[3],
-        BODIES[4],
-        BODIES[5],
-        BODIES[6],
-        BODIES[8],
-        BODIES[9],
-        BODIES[16],
-    )
-    for line in (p + b + e for p in prefixes for b in bodies for e in ENDINGS):
-        assert NATIVE.progress_run([line], [1], 0, parse_wall_time)[0] == 1, line
 
 
 def _write_job(root: Path) -> Path:
@@ -484,13 +414,12 @@ def _worker_view(logs: Path) -> str:
     return repr((w.tallies, w.counts, w.counts_by_rank, w.first_by_rank, w.last_by_rank, series, w.rank_host))
 
 
-@needs_native
 @pytest.mark.parametrize("batch", [None, 7], ids=["default batch", "batch of 7"])
-def test_a_real_scan_gives_the_same_worker_evidence_with_and_without_the_helper(
+def test_a_real_scan_gives_the_same_worker_evidence_in_bulk_and_line_by_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int | None
 ) -> None:
-    """With the helper, the scan hands most progress lines to the sink in bulk (``on_bulk``, read in runs, also
-    across batch bounds); without it, each line is read alone: the same evidence."""
+    """The scan hands most progress lines to the sink in bulk (``on_bulk``, read in runs, also across batch bounds);
+    read one by one instead, each through ``_signals``: the same evidence."""
     logs = _write_job(tmp_path)
     if batch is not None:
         monkeypatch.setattr(ev, "_BATCH_LINES", batch)
@@ -499,31 +428,11 @@ def test_a_real_scan_gives_the_same_worker_evidence_with_and_without_the_helper(
     monkeypatch.setattr(
         ev.EvidenceSink, "on_bulk", lambda s, nos, lines: (taken.append(len(lines)), on_bulk(s, nos, lines))
     )
-    native = _worker_view(logs)
+    bulk = _worker_view(logs)
     assert sum(taken) > 0
-    monkeypatch.setenv("DEBUG_TRAINING_LOGS_NO_NATIVE", "1")
+    _one_by_one(monkeypatch)
+    taken.clear()
     per_line = _worker_view(logs)
-    assert native == per_line
-    assert "progress" in native and "RuntimeError" in native and "gpu-a01" in native
-
-
-def test_the_helper_is_built_where_a_compiler_is() -> None:
-    """CI installs with a compiler: the batched path must be the one the suite tests, not a silent fallback."""
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(cc) is None or not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
-        pytest.skip("no C compiler or no Python.h here")
-    mod = importlib.import_module("debug_training_logs.logs._fields")
-    assert Path(str(mod.__file__)).suffix in (".so", ".pyd")
-
-
-def test_without_the_module_the_sink_reads_line_by_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DEBUG_TRAINING_LOGS_NO_NATIVE", raising=False)
-    monkeypatch.setitem(sys.modules, "debug_training_logs.logs._fields", None)  # import raises ImportError
-    assert fields.native() is None
-    calls = _sequence(3, 300)
-    sink = ev.EvidenceSink(LogFile(path=Path("node-0.log"), rel="node-0.log", size=0, compression="none"))
-    assert sink._native is None
-    for ids, line_no, line in calls:
-        sink.on_hit(ids, line_no, line)
-    sink.finish()
-    assert repr(sink.out) == _reference(calls)
+    assert not taken
+    assert bulk == per_line
+    assert "progress" in bulk and "RuntimeError" in bulk and "gpu-a01" in bulk

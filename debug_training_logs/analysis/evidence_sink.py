@@ -29,7 +29,6 @@ from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR
 from debug_training_logs.formats import nccl
 from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time, with_year
-from debug_training_logs.logs import fields as native_fields
 from debug_training_logs.logs.attribution import rank_or_local
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan_types import FileScan
@@ -130,8 +129,8 @@ class _Route:
     kept: bool
     """Some tally or series keeps the line (else it only names a host and times its neighbours)."""
     batched: bool
-    """Only the ``progress`` signal (no NCCL, clock or other signal id): such lines wait in a batch whose runs the
-    compiled helper aggregates per rank (:meth:`EvidenceSink._flush`)."""
+    """Only the ``progress`` signal (no NCCL, clock or other signal id): such lines wait in a batch that is
+    aggregated per rank at once (:meth:`EvidenceSink._flush`)."""
     nccl_init: bool
     progress: bool
     memory: bool
@@ -182,24 +181,22 @@ class EvidenceSink:
     sink, clock anchors to the alignment's sink (each receives its own pattern ids).
 
     Lines of the ``progress`` signal alone (a bar or step line per rank per step: most hits) are only appended to a
-    batch when the compiled helper (:mod:`debug_training_logs.logs.fields`) is there; the batch is read before the
-    next hit of another signal and at :meth:`finish`, each run of lines (untimed, or timed by a full date; colour
-    codes removed) aggregated per rank in C, the other lines (c10/glog times, Ray ``[rank=N]``) one by one. Either
-    way the file's result is what reading every line in order gives."""
+    batch, read before the next hit of another signal and at :meth:`finish`: aggregated per rank
+    (:func:`_progress_run`), so that only each rank's first and last line and the file's first samples become kept
+    lines. The file's result is what reading every line in order gives."""
 
     def __init__(self, lf: LogFile) -> None:
         self.out = _FileHits(rel=lf.rel)
         self.nccl = NcclSink(lf)
         self.clock = WorkerClockSink(lf)
         self._open: list[_Raw] = []  # hits without a time of their own, waiting for the next timed line
-        self._native = native_fields.native()
         self._batch: list[str] = []
-        """Progress-only hit lines not yet read (with the compiled helper): read before any other signal hit."""
+        """Progress-only hit lines not yet read: read before any other signal hit."""
         self._batch_nos: list[int] = []
 
     def on_hit(self, pattern_ids: list[int], line_no: int, line: str) -> None:
         route = _ROUTES.get(tuple(pattern_ids)) or _route(pattern_ids)
-        if route.batched and self._native is not None:
+        if route.batched:
             self._batch.append(line)
             self._batch_nos.append(line_no)
             if len(self._batch) >= _BATCH_LINES:
@@ -215,9 +212,9 @@ class EvidenceSink:
             self._signals(route, line_no, line)
 
     def bulk_id(self) -> int | None:
-        """The ``progress`` signal's id when the compiled helper is there: the scan may hand its lines over in bulk
-        (:meth:`on_bulk`), none of them through Python one by one."""
-        return _PROGRESS_ID if self._native is not None else None
+        """The ``progress`` signal's id: the scan may hand its lines over in bulk (:meth:`on_bulk`) instead of one
+        :meth:`on_hit` call each."""
+        return _PROGRESS_ID
 
     def on_bulk(self, line_nos: list[int], lines: list[str]) -> None:
         """A run of progress-only lines, in order: what :meth:`on_hit` does with each, at once (appended to the batch,
@@ -228,38 +225,24 @@ class EvidenceSink:
             self._flush()
 
     def _flush(self) -> None:
-        """Read the waiting progress lines in order, as :meth:`_signals` would one by one: runs the compiled helper
-        answers for are applied per rank (:meth:`_apply_run`), a line it leaves (a c10/glog time, a Ray ``[rank=N]``
-        prefix ...) goes through :meth:`_signals`."""
-        native = self._native
-        assert native is not None
+        """Read the waiting progress lines in order, as :meth:`_signals` would one by one."""
         lines, nos = self._batch, self._batch_nos
         self._batch, self._batch_nos = [], []
-        route = _route([_PROGRESS_ID])
-        i, n = 0, len(lines)
-        while i < n:
-            stop, stats, points, timed_idx, timed_wt = native.progress_run(lines, nos, i, parse_wall_time)
-            if stop > i:
-                self._apply_run(lines, nos, i, stop, stats, points, timed_idx, timed_wt)
-            if stop < n:
-                self._signals(route, nos[stop], lines[stop])
-            i = stop + 1
+        self._apply_run(lines, nos, *_progress_run(lines, nos))
 
     def _apply_run(
         self,
         lines: list[str],
         nos: list[int],
-        start: int,
-        stop: int,
         stats: dict[int | None, list[int]],
         points: dict[int | None, list[tuple[int, WallTime | None, float]]],
         timed_idx: list[int],
         timed_wt: list[WallTime],
     ) -> None:
-        """The per-line effect of ``lines[start:stop]`` (progress lines, timed by a full date or untimed) from
-        their per-rank aggregates and the indices of their timed lines: the same tally, samples, first/last lines
-        (the same :class:`_Raw` objects shared between them, with their time and ``after``/``before`` bounds),
-        step-time series and last time, in the same order."""
+        """The per-line effect of ``lines`` (progress lines) from their per-rank aggregates and the indices of their
+        timed lines (:func:`_progress_run`): the same tally, samples, first/last lines (the same :class:`_Raw` objects
+        shared between them, with their time and ``after``/``before`` bounds), step-time series and last time, in the
+        same order."""
         out = self.out
         prior = out.last_time[1] if out.last_time else None
         if timed_idx:  # the lines waiting for a time get the run's first; the run's last time is the file's latest
@@ -292,8 +275,8 @@ class EvidenceSink:
         t = out.tallies.get("progress")
         if t is None:
             t = out.tallies["progress"] = _Tally()
-        t.count += stop - start
-        for k in range(start, min(stop, start + _PROGRESS_CAP - len(t.samples))):
+        t.count += len(lines)
+        for k in range(min(len(lines), _PROGRESS_CAP - len(t.samples))):
             t.samples.append(raw(k, rank_or_local(strip_ansi(lines[k]))))
         for rank, (first, last, count) in stats.items():
             if rank not in t.first_by_rank:
@@ -374,6 +357,46 @@ class EvidenceSink:
         if self._batch:
             self._flush()
         return _without_series(self.out), self.nccl.finish(), self.clock.finish(), _file_series(self.out)
+
+
+def _progress_run(
+    lines: list[str], nos: list[int]
+) -> tuple[
+    dict[int | None, list[int]], dict[int | None, list[tuple[int, WallTime | None, float]]], list[int], list[WallTime]
+]:
+    """What :meth:`EvidenceSink._signals` reads of each progress line, aggregated: ``stats`` maps each rank (None: no
+    rank) to ``[first index, last index, count]`` in order of first appearance, ``points`` each rank to its ``(line
+    number, time, step ms)`` in line order, ``timed_idx``/``timed_wt`` are the indices and times of the lines that
+    have one."""
+    stats: dict[int | None, list[int]] = {}
+    points: dict[int | None, list[tuple[int, WallTime | None, float]]] = {}
+    timed_idx: list[int] = []
+    timed_wt: list[WallTime] = []
+    for k, line in enumerate(lines):
+        text = strip_ansi(line)
+        wt = parse_wall_time(text)
+        rank = rank_or_local(text)
+        st = stats.get(rank)
+        if st is None:
+            stats[rank] = [k, k, 1]
+        else:
+            st[1] = k
+            st[2] += 1
+        if wt is not None:
+            timed_idx.append(k)
+            timed_wt.append(wt)
+        for literal, rx, scale in _STEP_MS:
+            if literal in text:
+                m = rx.search(text)
+                if m:
+                    value = _number(m.group(1))
+                    if value is not None:
+                        pts = points.get(rank)
+                        if pts is None:
+                            pts = points[rank] = []
+                        pts.append((nos[k], wt, value * scale))
+                    break
+    return stats, points, timed_idx, timed_wt
 
 
 def _add_point(
