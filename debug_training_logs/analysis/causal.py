@@ -27,6 +27,7 @@ from debug_training_logs.analysis.evidence_triggers import CLOCK_SLACK, data_hit
 from debug_training_logs.analysis.evidence_types import Hit, JobEvidence
 from debug_training_logs.analysis.fate_events import INFERRED_KINDS, causal_model, hit_of
 from debug_training_logs.analysis.fates import (
+    WAITED_ON_PEER,
     Accusation,
     CausalModel,
     Certainty,
@@ -375,10 +376,10 @@ def _only_consequences(model: CausalModel, ev: JobEvidence) -> Finding | None:
         # an NCCL hang is the NCCL table's own branch (fabric, root ahead, unattributed); with known ranks missing
         # and every present rank only reacting, the cause is in the missing ranks' logs: incomplete evidence
         return None
-    reacted = [f for f in model.fates.values() if any(e.kind in ("peer_timeout", "peer_closed") for e in f.events)]
+    reacted = [f for f in model.fates.values() if any(e.kind in WAITED_ON_PEER for e in f.events)]
     if not reacted:
         return None
-    first = min((e for f in reacted for e in f.events if e.kind in ("peer_timeout", "peer_closed")), key=_order)
+    first = min((e for f in reacted for e in f.events if e.kind in WAITED_ON_PEER), key=_order)
     # a peer that went away is not one its agent SIGTERMed (that one was alive): with closed connections only, the
     # ranks their agents stopped are bystanders
     closures_only = not any(e.kind == "peer_timeout" for f in reacted for e in f.events)

@@ -25,6 +25,7 @@ from debug_training_logs.analysis.evidence_states import crash_triggers, handled
 from debug_training_logs.analysis.evidence_triggers import is_consequence, trigger_of, triggers
 from debug_training_logs.analysis.evidence_types import Hit, JobEvidence, RankState, Trigger, WorkerEvidence
 from debug_training_logs.analysis.fates import (
+    REACTED_TO_PEER,
     Accusation,
     CausalModel,
     Fate,
@@ -385,7 +386,7 @@ def _unmapped_processes(
             if g is not None and g in fates:  # the file maps its local rank: the event is that rank's
                 f = fates[g]
                 # (an exit after the rank's own reaction to a peer, a timeout or a lost connection, is that reaction's)
-                if not any(e.primary or e.kind in _REACTIONS for e in f.events):
+                if not any(e.primary or e.kind in REACTED_TO_PEER for e in f.events):
                     h = Hit("launcher", a.file, no, f"failed (exitcode: {code}) local_rank: {wf.local_rank}", g, None)
                     kind = "own_signal" if code is not None and code < 0 else "exception"
                     what = f"killed by {sig} (not by its agent)" if code < 0 else f"exited with code {code}"
@@ -418,9 +419,6 @@ def _unmapped_processes(
     return out
 
 
-_REACTIONS = ("peer_timeout", "peer_closed", "peer_mismatch")
-
-
 def _node_offset(a: AgentFacts) -> int | None:
     """The global rank of local rank 0 of the one agent of a file, when every local rank the file maps (two at least)
     agrees on it: torchrun numbers a node's workers consecutively."""
@@ -443,7 +441,7 @@ def reactions_at(ev: JobEvidence) -> dict[tuple[str, int], RankEvent]:
             (e.line.file, e.line.line): e
             for f in causal_model(ev).fates.values()
             for e in f.events
-            if e.kind in _REACTIONS
+            if e.kind in REACTED_TO_PEER
         }
     at: dict[tuple[str, int], RankEvent] = cached
     return at

@@ -75,6 +75,10 @@ ConsequenceKind = Literal[
 EventKind = PrimaryKind | ConsequenceKind
 
 PRIMARY_KINDS: tuple[str, ...] = get_args(PrimaryKind)
+WAITED_ON_PEER: frozenset[str] = frozenset({"peer_timeout", "peer_closed"})
+"""The events of a rank that waited for a peer: a collective timed out, or the peer's connection closed."""
+REACTED_TO_PEER: frozenset[str] = WAITED_ON_PEER | {"peer_mismatch"}
+"""The same, or a mismatch report naming the peer (``TORCH_DISTRIBUTED_DEBUG=DETAIL``): the rank reacted to a peer."""
 
 
 @dataclass(frozen=True, repr=False, eq=False)

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from debug_training_logs.analysis.evidence_triggers import CLOCK_SLACK
 from debug_training_logs.analysis.evidence_types import Hit, JobEvidence
-from debug_training_logs.analysis.fates import Fate, RankEvent
+from debug_training_logs.analysis.fates import REACTED_TO_PEER, WAITED_ON_PEER, Fate, RankEvent
 from debug_training_logs.analysis.inventory_types import FileInventory
 from debug_training_logs.analysis.launcher import LauncherFacts
 from debug_training_logs.formats import gloo, torchrun
@@ -26,7 +26,7 @@ def step_of(h: Hit | None) -> int | None:
 def silent_fates(ev: JobEvidence, fates: dict[int, Fate]) -> None:
     """Give the ranks that left the story silently the primary event their fate implies: a stall (they never entered
     the collective the others waited in) or an early exit (they ended without an error while the others waited)."""
-    waited = [f for f in fates.values() if any(e.kind in ("peer_timeout", "peer_closed", "report") for e in f.events)]
+    waited = [f for f in fates.values() if any(e.kind in WAITED_ON_PEER or e.kind == "report" for e in f.events)]
     if not waited:
         return
     n = ev.nccl
@@ -44,7 +44,7 @@ def silent_fates(ev: JobEvidence, fates: dict[int, Fate]) -> None:
     for r, f in fates.items():
         if f.end == "absent" or any(e.primary for e in f.events) or f in waited:
             continue
-        quiet = not any(e.kind in ("peer_timeout", "peer_closed", "peer_mismatch", "report") for e in f.events)
+        quiet = not any(e.kind in REACTED_TO_PEER or e.kind == "report" for e in f.events)
         if not quiet:
             continue
         if r in lost:
@@ -275,7 +275,7 @@ def stuck_after_error(fates: dict[int, Fate]) -> None:
     """A rank whose error did not end it (it stayed alive, outside the collective the others waited in, or nothing
     says it died: no exception reached the top, no exit code) while the others waited stalled on it: a data loader
     that raised and then hung, a read that failed and was never retried."""
-    waited = any(e.kind in ("peer_timeout", "peer_closed") for f in fates.values() for e in f.events)
+    waited = any(e.kind in WAITED_ON_PEER for f in fates.values() for e in f.events)
     for f in fates.values():
         p = f.primary
         # (a SIGABRT or SIGTERM ended it from outside: the watchdog's abort, its agent's teardown)
@@ -297,6 +297,6 @@ def _after_others_waited(f: Fate, p: RankEvent, fates: dict[int, Fate]) -> bool:
         for g in fates.values()
         if g is not f
         for e in g.events
-        if e.kind in ("peer_timeout", "peer_closed") and e.line.file == p.line.file and e.line.line < p.line.line
+        if e.kind in WAITED_ON_PEER and e.line.file == p.line.file and e.line.line < p.line.line
     ]
     return bool(waits) and last.line < min(waits)

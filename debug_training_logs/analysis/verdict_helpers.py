@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from debug_training_logs.analysis.causal import causal_model
 from debug_training_logs.analysis.evidence_triggers import data_hits
 from debug_training_logs.analysis.evidence_types import Hit, NcclState, Trigger
+from debug_training_logs.analysis.fates import WAITED_ON_PEER
 from debug_training_logs.analysis.launcher_decision import LauncherCall
 from debug_training_logs.analysis.launcher_decision import decide as launcher_decide
 from debug_training_logs.analysis.nccl_classify import PER_STEP_COLLECTIVES
@@ -91,7 +92,7 @@ def consequence_note(ctx: _Ctx, category: str, culprits: set[int]) -> str:
         fate.rank
         for fate in causal_model(ctx.ev).fates.values()
         if fate.rank not in culprits
-        and any(e.kind in ("peer_timeout", "peer_closed", "agent_stop", "watchdog_abort") for e in fate.events)
+        and any(e.kind in WAITED_ON_PEER or e.kind in ("agent_stop", "watchdog_abort") for e in fate.events)
     ]
     if not waited:
         return ""

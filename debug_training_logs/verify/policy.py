@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent
+from debug_training_logs.analysis.fates import WAITED_ON_PEER
 from debug_training_logs.analysis.verdict import Verdict
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.verify.engine import verify_with_evidence
@@ -68,7 +69,7 @@ def fallbacks(v: Verdict, ev: JobEvidence) -> list[Verdict]:
     if v.culprit_ranks:
         out.append(_weaker(v, v.category, suspects, missing))
     waited = ev.nccl.timed_out or any(
-        e.kind in ("peer_timeout", "peer_closed") for f in causal_model(ev).fates.values() for e in f.events
+        e.kind in WAITED_ON_PEER for f in causal_model(ev).fates.values() for e in f.events
     )
     if waited and v.category != "nccl_timeout_unattributed":
         out.append(_weaker(v, "nccl_timeout_unattributed", suspects, missing))
