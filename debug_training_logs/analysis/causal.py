@@ -20,12 +20,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from debug_training_logs.analysis.evidence_states import job_finished
-from debug_training_logs.analysis.evidence_triggers import CLOCK_SLACK, data_hits
+from debug_training_logs.analysis.evidence_triggers import CLOCK_SLACK, data_hits, triggers
 from debug_training_logs.analysis.evidence_types import Hit, JobEvidence
-from debug_training_logs.analysis.fate_events import INFERRED_KINDS, causal_model, hit_of
+from debug_training_logs.analysis.fate_events import (
+    INFERRED_KINDS,
+    causal_model,
+    hit_of,
+    primary_of,
+)
 from debug_training_logs.analysis.fates import (
     WAITED_ON_PEER,
     Accusation,
@@ -188,6 +194,8 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
                 root,
             )
         culprits = set(named)
+        if root is None:
+            root = _told_by_the_accusation(ev, accs, named)
         if root is not None and root.kind != "stall":
             category = category_of(root)
         elif any(a.how == "detail_mismatch" or a.how == "flight_recorder_mismatch" for a in accs):
@@ -446,6 +454,24 @@ def _accused_why(culprits: set[int], accs: list[Accusation], root: RankEvent | N
         else ""
     )
     return f"Rank(s) {_fmt(culprits)} {root.what} ({said}).{agree}"
+
+
+_TOLD_KINDS = ("nan", "oom", "cuda_error", "data_error")
+"""What a line naming a rank can tell of that rank's own state (``nan on rank 3``, ``out of memory on rank 3``); an
+exception on such a line is its writer's (``RuntimeError: Rank 2 failed to pass monitoredBarrier``)."""
+
+
+def _told_by_the_accusation(ev: JobEvidence, accs: list[Accusation], named: set[int]) -> RankEvent | None:
+    """The failure read on the very line of a trainer's that names the one rank (``Unexpected result nan on rank
+    3``): that rank's own failure, in the words of the line that names it, when no line of the rank's own tells one."""
+    if len(named) != 1:
+        return None
+    lines = {(a.line.file, a.line.line) for a in accs if a.how == "trainer"}
+    told = [e for t in triggers(ev) if (t.hit.file, t.hit.line) in lines and (e := primary_of(t)).kind in _TOLD_KINDS]
+    if not told:
+        return None
+    first = min(told, key=_order)
+    return replace(first, rank=next(iter(named)), what=f"failed: {first.what}")
 
 
 def _order(e: RankEvent) -> tuple[datetime, int, str, int]:

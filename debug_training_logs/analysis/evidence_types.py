@@ -450,6 +450,7 @@ class JobEvidence:
         if self.launcher is None:
             return []
         out = []
+        watched = bool(self.nccl.rows)
         for f in self.launcher.fates.values():
             if f.torn_down:
                 kind = "sigterm_sent"
@@ -457,7 +458,9 @@ class JobEvidence:
                 continue
             elif f.exitcode > 0:
                 kind = "exit"
-            elif f.signal in OWN_SIGNALS:
+            elif f.signal in OWN_SIGNALS or (f.signal == "SIGABRT" and (f.comm_kind == "size_mismatch" or not watched)):
+                # a SIGABRT is the rank's own abort where no NCCL watchdog could have sent it, or where gloo's
+                # enforce on its own receive threw (``_owner_of_abort``)
                 kind = "signal"
             else:  # SIGABRT from NCCL's watchdog, SIGTERM from the agent or SLURM: not the rank's own failure
                 kind = "stopped"

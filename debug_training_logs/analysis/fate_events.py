@@ -104,7 +104,7 @@ def _build(ev: JobEvidence) -> CausalModel:
             if a is not None and r not in a.accused:
                 f.events.append(RankEvent(r, "report", f"reports rank(s) {_fmt(a.accused)} failed", t.hit, a.accused))
                 continue
-            f.events.append(_primary_of(t))
+            f.events.append(primary_of(t))
     if lf is not None:
         _launcher_events(lf, fates, w, {row.rank for row in ev.nccl.rows})
         _detours(lf, fates, year)
@@ -148,7 +148,7 @@ def _build(ev: JobEvidence) -> CausalModel:
     accs += hang_accs
     # a failure on a line no rank is known for (a pasted traceback, a node's Xid line): the process, not a rank
     unranked = [
-        _primary_of(t)
+        primary_of(t)
         for t in triggers(ev)
         if t.hit.rank is None
         and (t.hit.file, t.hit.line) not in reports
@@ -172,7 +172,7 @@ def _fmt(ranks: Iterable[int]) -> str:
     return format_ranges(ranks) or "none"
 
 
-def _primary_of(t: Trigger) -> RankEvent:
+def primary_of(t: Trigger) -> RankEvent:
     kind = {
         "cuda_oom": "oom",
         "cuda_error": "cuda_error",
@@ -270,7 +270,7 @@ def _launcher_events(lf: LauncherFacts, fates: dict[int, Fate], w: WorkerEvidenc
             # the line as the evidence's triggers read it (an OOM is an OOM); a warning, a consequence or an error
             # the rank went on after is not its failure
             if t is not None and not handled(w, t) and not any(_same(x.line, h) for x in f.events):
-                f.events.append(_primary_of(t))
+                f.events.append(primary_of(t))
         elif not has_primary and rf.comm_error is None and (rf.exitcode or 0) > 0 and rf.exit_evidence is not None:
             e = rf.exit_evidence
             what = f"exited with code {rf.exitcode} (its launcher says so; no traceback of its own in its log)"

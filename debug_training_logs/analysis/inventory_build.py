@@ -3,6 +3,7 @@ come from, the world size from evidence about the world only, nodes, versions, s
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
@@ -38,6 +39,33 @@ def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]
     if name_rank is not None:
         return {name_rank}, "file name"
     return set(), "none"
+
+
+_LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
+
+
+def _numbered_like_siblings(ranks: dict[str, set[int]], world_size: int | None) -> dict[str, int]:
+    """Files that state no rank, named like sibling files up to their last number (``worker_2.txt`` beside
+    ``worker_0.txt``, ``worker_1.txt``, ``worker_3.txt``), when the siblings' lines show that number is the rank:
+    every sibling that states ranks holds exactly the one its name's number says, two of them at least. The file's
+    number is then its rank, unless another file holds that rank or the world is smaller."""
+    groups: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
+    for rel in ranks:
+        m = _LAST_NUMBER.search(rel)
+        if m is not None and len(m.group(1)) <= 7:
+            groups[(rel[: m.start()], rel[m.end() :])].append((rel, int(m.group(1))))
+    held = set().union(*ranks.values()) if ranks else set()
+    out: dict[str, int] = {}
+    for members in groups.values():
+        stating = [(rel, n) for rel, n in members if ranks[rel]]
+        if len(stating) < 2 or any(ranks[rel] != {n} for rel, n in stating):
+            continue
+        quiet = [(rel, n) for rel, n in members if not ranks[rel]]
+        numbers = [n for _rel, n in members]
+        for rel, n in quiet:
+            if n not in held and numbers.count(n) == 1 and (world_size is None or n < world_size):
+                out[rel] = n
+    return out
 
 
 def _log_dir_ranks(rels: list[str], ranks: dict[str, set[int]]) -> Callable[[str, int, int | None], int | None]:
@@ -249,13 +277,17 @@ class InventoryFold:
         files: list[FileInventory] = []
         all_ranks: set[int] = set()
         hosts: set[str] = set()
-        by_dir = _log_dir_ranks([src.rel for src in sources], {s.rel: _ranks_of(s, world_size)[0] for s in sources})
+        stated = {s.rel: _ranks_of(s, world_size)[0] for s in sources}
+        by_dir = _log_dir_ranks([src.rel for src in sources], stated)
+        numbered = _numbered_like_siblings(stated, world_size)
         for k in kept:
             lf, src, f = k.file, k.sources, k.light
             ranks, source = _ranks_of(src, world_size)
             in_tree = log_dir_local_rank(lf.rel) if not ranks else None
             if in_tree is not None and (g := by_dir(*in_tree, world_size)) is not None:
                 ranks, source = {g}, "torchrun --log-dir tree"
+            elif not ranks and lf.rel in numbered:
+                ranks, source = {numbered[lf.rel]}, "file name numbered as its siblings' ranks"
             if f.child_failed_ranks - ranks:
                 # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
                 # (a rank that hung and was SIGTERMed may have no [rankN]: line of its own)

@@ -122,7 +122,8 @@ def rank_fates(ctx: RuleContext) -> Check:
             )
         if fate.primary is None and r not in named:
             victim = fate.consequences[0] if fate.consequences else None
-            if victim is not None:
+            if victim is not None and not (victim.kind == "peer_mismatch" and ctx.category == "collective_mismatch"):
+                # (a rank that received another collective's buffers is a party to the mismatch, not its victim)
                 points = f", pointing at rank(s) {_fmt(victim.points_at)}" if victim.points_at else ""
                 return _check(
                     "failed",

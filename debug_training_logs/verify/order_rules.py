@@ -139,12 +139,15 @@ def causality(ctx: RuleContext) -> Check:
             ev,
         )
     rank = root.rank
-    st = rank_states(ctx.ev).get(rank) if rank is not None else None
+    reported = _reported_failure_of(ctx, root) if rank is None else None
+    whose_rank = rank if rank is not None else reported
+    st = rank_states(ctx.ev).get(whose_rank) if whose_rank is not None else None
     if st is not None and st.state in ("crashed", "watchdog_killed") and (lo is None or lo <= limit + SLACK):
+        whose = f"it is output of rank {rank}" if rank is not None else f"it reports rank {reported}'s own failure"
         return _check(
             "causality",
             "passed",
-            f"{root.where} has no time of its own (between {_t(lo)} and {_t(hi)}), but it is output of rank {rank}, "
+            f"{root.where} has no time of its own (between {_t(lo)} and {_t(hi)}), but {whose}, "
             f"which crashed ({st.why}) and never entered the collective the others waited in: it came before "
             f"{what} at {_t(limit)}.",
             ev,
@@ -176,6 +179,21 @@ def causality(ctx: RuleContext) -> Check:
         ev,
         "Cite a line with its own time before the collective started, or a line of the rank that never entered it.",
     )
+
+
+def _reported_failure_of(ctx: RuleContext, root: Cited) -> int | None:
+    """The culprit whose own failure the cited line is (its causal-model primary event), when the line names the
+    rank in its words rather than being written by it: a launcher's report of a worker's death, whose time is when the
+    report was printed, not when the rank died."""
+    fates = causal_model(ctx.ev).fates
+    found = [
+        r
+        for r in sorted(ctx.culprits)
+        if (f := fates.get(r)) is not None
+        and f.primary is not None
+        and (f.primary.line.file, f.primary.line.line) == (root.file, root.line)
+    ]
+    return found[0] if len(found) == 1 else None
 
 
 def _chain_order(ctx: RuleContext) -> tuple[str, list[Evidence]] | None:

@@ -1,0 +1,215 @@
+"""What the lines leave implicit, read the same way on every presentation (classes held-out jobs exposed).
+
+* A file that states no rank, named like its siblings up to a number, is the rank that number says when the
+  siblings' own lines show their numbers are their ranks (``worker_2.txt`` beside ``worker_0.txt`` ... whose
+  tracebacks say ``[rank0]:`` ...): a rank whose log just stops is then the stalled rank, not an absent one.
+* A launcher's report of a rank's own death (SIGKILL, SIGSEGV) that ends the file has no line after it to bound its
+  time: it is still the rank's failure, before the symptoms it caused.
+* A line that names the rank and reports the failure at once (``Unexpected result nan on rank 3``) gives that
+  rank's failure its kind.
+* ``mp.spawn``'s SIGABRT of a worker whose gloo receive threw on a size mismatch is the worker's own abort: the job
+  shows a collective mismatch, the worker a suspect.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from debug_training_logs.analysis.evidence import gather_evidence
+from debug_training_logs.tools.diagnose import diagnose
+from tests.agent_logs import GLOO_CLOSED, NodeLog, seconds, write
+
+GLOO_RECV_TIMEOUT = (
+    "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 20000ms "
+    "for recv operation to complete"
+)
+VICTIM_FRAMES = (
+    '  File "/srv/job/train.py", line 52, in main',
+    "    dist.all_reduce(p.grad)",
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252, in all_reduce',
+    "    work.wait()",
+)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Files numbered like their siblings
+
+
+def _per_rank_files(world: int, stalled: int, template: str, stated: bool) -> dict[str, list[str]]:
+    """One file per rank from a launcher of the job's own (no rank in the lines but torch's ``[rankN]:`` on
+    tracebacks); ``stalled`` stops after its third step, the others time out waiting for it."""
+    files: dict[str, list[str]] = {}
+    for r in range(world):
+        ms = 447 + r
+        lines = [f"2026-12-07 22:26:14,{ms:03d} INFO trainer: process group ready: backend=gloo"
+                 + (f" world_size={world}" if stated else "")]  # fmt: skip
+        for s in range(3 if r == stalled else 4):
+            lines.append(f"2026-12-07 22:26:{18 + s:02d},{ms:03d} INFO trainer: epoch 0 step {s} loss {24.7 - s:.4f}")
+        if r != stalled:
+            tb = ["Traceback (most recent call last):", *VICTIM_FRAMES, GLOO_RECV_TIMEOUT]
+            lines += [f"[rank{r}]: {t}" for t in tb]
+        files[template.format(n=r)] = lines
+    return files
+
+
+SIBLING_MATRIX = list(
+    itertools.product(
+        (4, 6),  # world size
+        ("worker_{n}.txt", "proc-{n}.log", "out/{n}/stdout.txt"),  # how the job's launcher names the files
+        ("first", "middle", "last"),  # which rank stalled
+        (True, False),  # the world size stated
+        (False, True),  # gzip
+    )
+)
+
+
+@pytest.mark.parametrize(("world", "template", "which", "stated", "gz"), SIBLING_MATRIX)
+def test_a_file_numbered_like_its_siblings_is_the_rank_of_its_number(
+    world: int, template: str, which: str, stated: bool, gz: bool, tmp_path: Path
+) -> None:
+    stalled = {"first": 0, "middle": world // 2, "last": world - 1}[which]
+    logs = write(tmp_path, _per_rank_files(world, stalled, template, stated), compress=gz)
+    d = diagnose(str(logs))
+    v = d.verdict
+    # unstated, the world may hold a rank whose file is not here: a stall is then named provisionally
+    named = v.culprit_ranks if stated else v.suspect_ranks
+    assert (v.category, named) == ("data_loading_stall", [stalled]), v.explanation
+    assert d.verification.accepted, d.verification.summary
+
+
+def _ranks_by_file(logs: Path) -> dict[str, set[int]]:
+    return {f.rel: set(f.ranks) for f in gather_evidence(logs).worker.job.inventory.files}
+
+
+def test_siblings_whose_ranks_are_not_their_numbers_say_nothing_of_a_quiet_file(tmp_path: Path) -> None:
+    files = _per_rank_files(4, 2, "worker_{n}.txt", True)
+    files["worker_0.txt"], files["worker_1.txt"] = files["worker_1.txt"], files["worker_0.txt"]  # 0 holds rank 1
+    by_file = _ranks_by_file(write(tmp_path, files))
+    assert by_file["worker_2.txt"] == set(), by_file
+    assert by_file["worker_0.txt"] == {1}
+
+
+def test_one_sibling_is_no_witness(tmp_path: Path) -> None:
+    by_file = _ranks_by_file(write(tmp_path, _per_rank_files(2, 1, "worker_{n}.txt", True)))
+    assert by_file == {"worker_0.txt": {0}, "worker_1.txt": set()}
+
+
+def test_a_number_another_file_holds_is_not_given_twice(tmp_path: Path) -> None:
+    files = _per_rank_files(4, 2, "worker_{n}.txt", True)
+    files["worker_2.txt"] = files["worker_2.txt"][:1]
+    files["extra_2.txt"] = ["[rank2]: RuntimeError: shard 2 unreadable"]  # rank 2's own lines, elsewhere
+    by_file = _ranks_by_file(write(tmp_path, files))
+    assert by_file["worker_2.txt"] == set(), by_file
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A death reported at the end of the file
+
+
+def _killed_at_the_end(culprit: int, code: int) -> list[str]:
+    node = NodeLog(0, 6, 0, 6131)
+    node.banner(seconds(0))
+    for s in range(5):
+        for k in range(6):
+            node.worker(k, f"{seconds(10 + s):%Y-%m-%d %H:%M:%S},370 INFO [seqtrain] step {s} loss 0.{k}1")
+    for k in ((culprit + 1) % 6, (culprit + 2) % 6):
+        node.victim(k, GLOO_CLOSED.format(peer=1, port=46769 + k))
+    rest = [k for k in range(6) if k != culprit]
+    node.sigterms(seconds(24.69), rest)
+    node.failed(seconds(24.93), culprit, code)
+    node.child_failed(seconds(24), (culprit, code), {k: -15 for k in rest})
+    return node.lines
+
+
+@pytest.mark.parametrize(
+    ("culprit", "code", "rotated"), list(itertools.product((2, 5), (-9, -11), ("one file", "rotated", "gzip")))
+)
+def test_a_death_its_launcher_reports_last_is_the_cause(culprit: int, code: int, rotated: str, tmp_path: Path) -> None:
+    lines = _killed_at_the_end(culprit, code)
+    if rotated == "rotated":  # a RotatingFileHandler's files: torchrun's own traceback and report in the newest
+        cut = lines.index("Traceback (most recent call last):")
+        logs = write(tmp_path, {"train.log.1": lines[:cut], "train.log": lines[cut:]})
+    else:
+        logs = write(tmp_path, {"train.log": lines}, compress=rotated == "gzip")
+    d = diagnose(str(logs))
+    v = d.verdict
+    assert (v.category, v.culprit_ranks) == ("rank_crash", [culprit]), v.explanation
+    assert d.verification.accepted, d.verification.summary
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A line that names the rank and tells its failure
+
+
+REPORTS = {
+    "rank_crash": "Unexpected result nan on rank {r} at iteration #3 (message='found NaN in local grad norm')",
+    "cuda_oom": "torch.OutOfMemoryError: CUDA out of memory on rank {r}. Tried to allocate 2.00 GiB",
+    "cuda_error": "RuntimeError: CUDA error: an illegal memory access was encountered on rank {r}",
+}
+WRITERS = (
+    "ERROR:megatron.core.rerun_state_machine:",  # unattributed
+    "2026-12-07 10:00:00,123 ERROR trainer: ",
+    "[rank0]: ",  # another rank reports it
+)
+
+
+@pytest.mark.parametrize(("category", "r", "writer"), list(itertools.product(REPORTS, (3, 13), WRITERS)))
+def test_the_line_that_names_the_rank_gives_its_failure_its_kind(
+    category: str, r: int, writer: str, tmp_path: Path
+) -> None:
+    line = writer + REPORTS[category].format(r=r)
+    d = diagnose(str(write(tmp_path, {"paste.log": [line]})))
+    v = d.verdict
+    assert v.category == category, v.explanation
+    assert r in v.culprit_ranks + v.suspect_ranks, v.explanation
+    assert 0 not in v.culprit_ranks + v.suspect_ranks or r == 0
+    assert d.verification.accepted, d.verification.summary
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# mp.spawn's SIGABRT of a worker that received another collective's buffers
+
+
+def _spawn_console(aborted: int, bars: bool, sigterms: bool, terminate_line: bool) -> list[str]:
+    bar = "".join(
+        f"\rEpoch 0: {p * 5:3d}%|##        | {p}/40 [00:0{p // 10}<00:07, 4.4it/s, loss=3.{p}]" for p in range(9)
+    )
+    lines = [bar] if bars else [f"epoch 0 step {s} loss 3.{s}" for s in range(9)]
+    if terminate_line:
+        lines.append("terminate called after throwing an instance of 'gloo::EnforceNotMet'")
+    lines.append(
+        "  what():  [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] "
+        "op.preamble.length <= op.nbytes. 400 vs 4. Received data size doesn't match expected size. "
+        "Is there a distributed collective mismatch in your code?"
+    )
+    if sigterms:
+        for pid in (10544, 10546, 10547):
+            lines.append(
+                f"W1207 22:28:10.411000 10537 torch/multiprocessing/spawn.py:165] Terminating process {pid} via "
+                "signal SIGTERM"
+            )
+    lines += [
+        "Traceback (most recent call last):",
+        '  File "/srv/job/train.py", line 66, in <module>',
+        "    while not ctx.join():",
+        '  File "/opt/venv/lib/python3.11/site-packages/torch/multiprocessing/spawn.py", line 192, in join',
+        "    raise ProcessExitedException(",
+        f"torch.multiprocessing.spawn.ProcessExitedException: process {aborted} terminated with signal SIGABRT",
+    ]
+    return lines
+
+
+@pytest.mark.parametrize(
+    ("aborted", "bars", "sigterms", "terminate_line"),
+    list(itertools.product((1, 2), (True, False), (True, False), (True, False))),
+)
+def test_a_spawned_worker_that_aborted_on_a_size_mismatch_is_a_party_to_it(
+    aborted: int, bars: bool, sigterms: bool, terminate_line: bool, tmp_path: Path
+) -> None:
+    d = diagnose(str(write(tmp_path, {"console.txt": _spawn_console(aborted, bars, sigterms, terminate_line)})))
+    v = d.verdict
+    assert v.category == "collective_mismatch", v.explanation
+    assert v.culprit_ranks == [] and v.suspect_ranks == [aborted], v.explanation
+    assert d.verification.accepted, d.verification.summary
