@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import itertools
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,74 @@ def test_a_spawned_worker_that_aborted_on_a_size_mismatch_is_a_party_to_it(
     assert v.category == "collective_mismatch", v.explanation
     assert v.culprit_ranks == [] and v.suspect_ranks == [aborted], v.explanation
     assert d.verification.accepted, d.verification.summary
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A node that logs in its own time zone
+
+
+def _two_nodes(off_node: int, offset: timedelta) -> dict[str, list[str]]:
+    """Two agents of 4 workers; node 1's local rank 2 (rank 6) is SIGKILLed, node 0's workers lose their peer;
+    ``off_node``'s agent stamps its lines ``offset`` ahead (its time zone), each rank's own log is in UTC."""
+    nodes = [NodeLog(k, 4, 4 * k, 20310 + 7 * k) for k in range(2)]
+    files: dict[str, list[str]] = {}
+    for n in nodes:
+        shift = offset if n.index == off_node else timedelta(0)
+        n.banner(seconds(0) + shift)
+        for k in range(4):
+            r = n.base + k
+            app = [
+                f"{seconds(5 + s):%Y-%m-%dT%H:%M:%S},{100 + r:03d}Z INFO trainer - rank {r} step {s}" for s in range(6)
+            ]
+            files[f"app-node{n.index}-{r}.log"] = app
+        if n.index == 1:
+            n.sigterms(seconds(12.2) + shift, [0, 1, 3])
+            n.failed(seconds(12.4) + shift, 2, -9)
+            n.child_failed(seconds(12) + shift, (2, -9), {k: -15 for k in (0, 1, 3)})
+        else:
+            for k in range(4):
+                n.victim(k, GLOO_CLOSED.format(peer=2, port=41000 + k))
+            n.failed(seconds(12.6) + shift, 0, 1)
+            n.child_failed(seconds(12) + shift, (0, 1), {k: 1 for k in (1, 2, 3)})
+        files[f"node{n.index}.console.txt"] = n.lines
+    return files
+
+
+@pytest.mark.parametrize(
+    ("off_node", "offset"),
+    list(itertools.product((0, 1), (timedelta(hours=9), timedelta(hours=-5), timedelta(hours=5, minutes=30)))),
+)
+def test_a_node_logging_in_its_own_time_zone_is_read_on_the_jobs_clock(
+    off_node: int, offset: timedelta, tmp_path: Path
+) -> None:
+    d = diagnose(str(write(tmp_path, _two_nodes(off_node, offset))))
+    v = d.verdict
+    assert (v.category, v.culprit_ranks) == ("rank_crash", [6]), v.explanation
+    assert d.verification.accepted, d.verification.summary
+    assert f"node{off_node}.console.txt's clock runs" in d.job.logs, d.job.logs
+
+
+def _offsets(files: dict[str, list[str]], tmp_path: Path) -> dict[str, timedelta | None]:
+    return {f.rel: f.clock_offset for f in gather_evidence(write(tmp_path, files)).worker.job.inventory.files}
+
+
+def _timed(start: datetime, minutes: int, what: str) -> list[str]:
+    return [f"{start + timedelta(minutes=m):%Y-%m-%d %H:%M:%S},000 INFO {what} {m}" for m in range(minutes + 1)]
+
+
+def test_files_hours_apart_that_do_not_start_and_end_together_keep_their_clocks(tmp_path: Path) -> None:
+    t = datetime(2026, 12, 7, 10, 0, 0)
+    files = {
+        "attempt0/node0.log": _timed(t, 5, "step"),
+        "attempt0/node1.log": _timed(t, 5, "step"),
+        "attempt1/node0.log": _timed(t + timedelta(hours=3), 30, "step"),  # a restart 3 h later ran longer
+        "attempt1/node1.log": _timed(t + timedelta(hours=3), 30, "step"),
+    }
+    assert set(_offsets(files, tmp_path).values()) == {None}
+
+
+def test_rotated_files_one_after_the_other_keep_their_clocks(tmp_path: Path) -> None:
+    t = datetime(2026, 12, 7, 10, 0, 0)
+    files = {"train.log.2": _timed(t, 60, "a"), "train.log.1": _timed(t + timedelta(hours=1), 60, "b")}
+    files["train.log"] = _timed(t + timedelta(hours=2), 60, "c")
+    assert set(_offsets(files, tmp_path).values()) == {None}

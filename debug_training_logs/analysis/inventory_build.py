@@ -7,8 +7,10 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
+from datetime import timedelta
 from typing import Any, NamedTuple
 
+from debug_training_logs.analysis.file_clocks import clock_offsets, when
 from debug_training_logs.analysis.inventory_file_share import _FileShare, _Hosts, _RankSources, _WorldFacts
 from debug_training_logs.analysis.inventory_sink import MAX_CREDIBLE_WORLD, FileFacts
 from debug_training_logs.analysis.inventory_types import FileInventory, Inventory, TimePoint
@@ -183,6 +185,17 @@ def _earliest_latest(
     return start, end
 
 
+def _clock_offsets(kept: Sequence[_Kept], year: int | None) -> dict[str, timedelta]:
+    spans = {}
+    for k in kept:
+        first, last = k.ends
+        a = when(first.time, year) if first is not None else None
+        b = when(last.time, year) if last is not None else None
+        if a is not None and b is not None:
+            spans[k.file.rel] = (a, b)
+    return clock_offsets(spans)
+
+
 def _key(t: WallTime, year_hint: int | None) -> tuple[int, int, int, int, int, int, int]:
     return (t.year or year_hint or 0, t.month, t.day, t.hour, t.minute, t.second, t.microsecond)
 
@@ -314,7 +327,10 @@ class InventoryFold:
                 )
             )
             hosts |= f.hosts | f.launcher_hosts
-        start, end = _earliest_latest([k.ends for k in kept], year)
+        offsets = _clock_offsets(kept, year)
+        for fi in files:
+            fi.clock_offset = offsets.get(fi.rel)
+        start, end = _earliest_latest([k.ends for k in kept if k.file.rel not in offsets], year)
         return Inventory(
             files=files,
             skipped=skipped,

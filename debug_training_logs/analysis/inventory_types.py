@@ -6,6 +6,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,9 @@ class FileInventory:
     """A torchrun agent writes here too: an unprefixed line may be the agent's, not the file's one rank's."""
     artifact: str | None = None
     """Not a log: something collected during a hang (``py-spy``, ``kernel log``...; read by the hang analysis)."""
+    clock_offset: timedelta | None = None
+    """How far the file's clock runs ahead of the job's other files (a time zone; negative: behind), when it is on
+    another clock (:mod:`~debug_training_logs.analysis.file_clocks`)."""
 
 
 @dataclass(repr=False, eq=False)

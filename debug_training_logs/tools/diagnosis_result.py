@@ -13,6 +13,7 @@ from debug_training_logs.analysis.action import action
 from debug_training_logs.analysis.evidence_states import rank_state_groups
 from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent
 from debug_training_logs.analysis.fate_events import shown_states
+from debug_training_logs.analysis.file_clocks import clock_notes
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, show
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import summaries
@@ -118,6 +119,7 @@ def _job(ev: JobEvidence) -> JobDetails:
         )
     if ev.hang is not None:
         logs += "; " + ev.hang.describe()
+    logs += "".join(f"; {note}" for note in clock_notes(inv))
     if ev.ais is not None:
         idx = ev.ais.index
         logs += f"; {idx.files_scanned} AIS log file(s) from {len(idx.daemons)} daemon(s), {idx.bytes_scanned:,} bytes"

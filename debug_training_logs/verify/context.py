@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from debug_training_logs.analysis.evidence_ais import ais_to_worker, aligned_for
 from debug_training_logs.analysis.evidence_triggers import CLOCK_SLACK, first_symptom, triggers
 from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent, Trigger
+from debug_training_logs.analysis.inventory_types import Inventory
 from debug_training_logs.analysis.read_back import LineAt, read_ais_lines, read_lines, safe_path
 from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.logs.attribution import line_rank
@@ -169,11 +170,13 @@ def build_context(c: Conclusion, ev: JobEvidence) -> RuleContext:
                 x.actual = replace(got, file=x.file)
     ais_lines = read_ais_lines(ais_root, ais_wanted) if ais_root is not None and ais_wanted else {}
     alignment = ev.ais.alignment if ev.ais is not None else None
+    inventory = ev.worker.job.inventory
     for x in cited:
         if x.source == "worker":
             x.actual = worker_lines.get((x.file, x.line))
             if x.actual is not None:
-                x.earliest, x.latest = x.actual.earliest, x.actual.latest
+                back = _clock_offset(inventory, x.file)
+                x.earliest, x.latest = _back(x.actual.earliest, back), _back(x.actual.latest, back)
                 x.rank = _rank_of_line(ev, x.file, x.actual.text)
         elif x.source == "ais":
             x.actual = ais_lines.get((x.file, x.line))
@@ -181,7 +184,26 @@ def build_context(c: Conclusion, ev: JobEvidence) -> RuleContext:
             if x.actual is not None and x.daemon and aligned_for(alignment, x.daemon):
                 x.earliest = ais_to_worker(alignment, x.actual.earliest)
                 x.latest = ais_to_worker(alignment, x.actual.latest)
-    return RuleContext(c, ev, logs_root, ais_root, cited, triggers(ev), first_symptom(ev))
+    symptom = first_symptom(ev)
+    if symptom is not None and symptom.kind == "worker" and (back := _clock_offset(inventory, symptom.file)):
+        symptom = replace(
+            symptom,
+            time=_back(symptom.time, back),
+            earliest=_back(symptom.earliest, back),
+            latest=_back(symptom.latest, back),
+        )
+    return RuleContext(c, ev, logs_root, ais_root, cited, triggers(ev), symptom)
+
+
+def _clock_offset(inventory: Inventory, rel: str) -> timedelta | None:
+    """How far ``rel``'s clock runs ahead of the job's other files (a time zone), when it does: the rules compare
+    its lines' times with theirs on one clock."""
+    f = inventory.file_named(rel)
+    return f.clock_offset if f is not None else None
+
+
+def _back(t: datetime | None, offset: timedelta | None) -> datetime | None:
+    return t - offset if t is not None and offset else t
 
 
 def check(
