@@ -9,6 +9,9 @@
   rank's failure its kind.
 * ``mp.spawn``'s SIGABRT of a worker whose gloo receive threw on a size mismatch is the worker's own abort: the job
   shows a collective mismatch, the worker a suspect.
+* A node that logs in its own time zone is read on the job's clock; files hours apart that do not start and end
+  together keep theirs.
+* A CUDA OOM no rank wrote names the process on the GPU the allocator names.
 """
 
 from __future__ import annotations
@@ -285,3 +288,42 @@ def test_rotated_files_one_after_the_other_keep_their_clocks(tmp_path: Path) -> 
     files = {"train.log.2": _timed(t, 60, "a"), "train.log.1": _timed(t + timedelta(hours=1), 60, "b")}
     files["train.log"] = _timed(t + timedelta(hours=2), 60, "c")
     assert set(_offsets(files, tmp_path).values()) == {None}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The device a CUDA OOM names
+
+OOM_MESSAGES = (
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 564.00 MiB. GPU {d} has a total capacity of "
+    "22.20 GiB of which 203.12 MiB is free. Process 9841 has 22.00 GiB memory in use.",
+    "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU {d}; 15.78 GiB total capacity; 14.37 GiB "
+    "already allocated; 3.19 MiB free; 14.61 GiB reserved in total by PyTorch)",
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "device", "lead"),
+    list(itertools.product(OOM_MESSAGES, (0, 1, 7), ("", "2026-12-07 10:00:01,204 ERROR trainer: "))),
+)
+def test_an_oom_no_rank_wrote_names_the_process_on_its_gpu(
+    message: str, device: int, lead: str, tmp_path: Path
+) -> None:
+    frames = ["Traceback (most recent call last):", '  File "/srv/job/finetune.py", line 212, in <module>']
+    d = diagnose(str(write(tmp_path, {"paste.log": [*frames, lead + message.format(d=device)]})))
+    v = d.verdict
+    assert (v.category, v.culprit_ranks, v.suspect_processes) == ("cuda_oom", [], [f"the process on GPU {device}"])
+    assert d.verification.accepted, d.verification.summary
+
+
+def test_a_rank_that_wrote_its_oom_is_named_by_its_rank(tmp_path: Path) -> None:
+    line = "[rank5]: " + OOM_MESSAGES[0].format(d=1)
+    v = diagnose(str(write(tmp_path, {"paste.log": [line]}))).verdict
+    assert v.category == "cuda_oom" and 5 in v.culprit_ranks + v.suspect_ranks and not v.suspect_processes
+
+
+def test_a_gpu_named_outside_an_oom_names_no_device() -> None:
+    from debug_training_logs.formats.cuda_oom import oom_device
+
+    assert oom_device("GPU 3 has a total capacity of 80 GiB") is None
+    assert oom_device("CUDA out of memory on rank 2") is None
+    assert oom_device(OOM_MESSAGES[1].format(d=12)) == 12

@@ -42,6 +42,7 @@ from debug_training_logs.analysis.silent_fates import (
 )
 from debug_training_logs.formats import accusations, gloo, nccl, torchrun
 from debug_training_logs.formats import torch_nccl as tn
+from debug_training_logs.formats.cuda_oom import oom_device
 from debug_training_logs.formats.timestamps import parse_wall_time, with_year
 from debug_training_logs.ranges import format_ranges
 
@@ -187,6 +188,8 @@ def primary_of(t: Trigger) -> RankEvent:
     pg = tn.parse_pg_prefix(t.hit.text) if t.hit.rank is None and at is None else None
     if pg is not None and pg.style == "rank":  # torch <= 2.2's '[Rank N]': the rank in the watchdog's group
         process = Process(None, None, None, None, pg_rank=pg.pg_rank)
+    elif process is None and t.hit.rank is None and kind == "oom" and (dev := oom_device(t.hit.text)) is not None:
+        process = Process(None, None, None, None, gpu=dev)  # the allocator names the device that ran out
     return RankEvent(t.hit.rank, kind, t.what, t.hit, process=process)  # type: ignore[arg-type]
 
 
