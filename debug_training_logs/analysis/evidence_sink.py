@@ -145,6 +145,18 @@ def _number(text: str) -> float | None:
         return None
 
 
+def _step_ms(text: str) -> float | None:
+    """A progress line's step time in ms: the first :data:`_STEP_MS` pattern that matches, None when none does or
+    its figure is not a number."""
+    for literal, rx, scale in _STEP_MS:
+        if literal in text:
+            m = rx.search(text)
+            if m:
+                value = _number(m.group(1))
+                return value * scale if value is not None else None
+    return None
+
+
 _PROGRESS_ID = SIGNAL_NAMES.index("progress")
 _PROGRESS_CAP = _SAMPLE_CAP["progress"]
 _BATCH_LINES = 4096
@@ -329,15 +341,8 @@ class EvidenceSink:
                 t.first_by_rank[rank] = raw
             t.last_by_rank[rank] = raw
             t.count_by_rank[rank] = t.count_by_rank.get(rank, 0) + 1
-        if route.progress:
-            for literal, rx, scale in _STEP_MS:
-                if literal in text:
-                    m = rx.search(text)
-                    if m:
-                        value = _number(m.group(1))
-                        if value is not None:
-                            _add_point(out.step_ms, rank, line_no, wt, value * scale)
-                        break
+        if route.progress and (ms := _step_ms(text)) is not None:
+            _add_point(out.step_ms, rank, line_no, wt, ms)
         if route.memory and _MEMORY_LITERAL in text:
             mm = _MEMORY_MB.search(text)
             if mm:
@@ -385,17 +390,11 @@ def _progress_run(
         if wt is not None:
             timed_idx.append(k)
             timed_wt.append(wt)
-        for literal, rx, scale in _STEP_MS:
-            if literal in text:
-                m = rx.search(text)
-                if m:
-                    value = _number(m.group(1))
-                    if value is not None:
-                        pts = points.get(rank)
-                        if pts is None:
-                            pts = points[rank] = []
-                        pts.append((nos[k], wt, value * scale))
-                    break
+        if (ms := _step_ms(text)) is not None:
+            pts = points.get(rank)
+            if pts is None:
+                pts = points[rank] = []
+            pts.append((nos[k], wt, ms))
     return stats, points, timed_idx, timed_wt
 
 

@@ -4,7 +4,7 @@ come from, the world size from evidence about the world only, nodes, versions, s
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import timedelta
@@ -43,7 +43,7 @@ def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]
     return set(), "none"
 
 
-_LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
+_DIGITS = re.compile(r"\d+")
 
 
 def _numbered_like_siblings(ranks: dict[str, set[int]], world_size: int | None) -> dict[str, int]:
@@ -53,19 +53,18 @@ def _numbered_like_siblings(ranks: dict[str, set[int]], world_size: int | None) 
     number is then its rank, unless another file holds that rank or the world is smaller."""
     groups: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
     for rel in ranks:
-        m = _LAST_NUMBER.search(rel)
-        if m is not None and len(m.group(1)) <= 7:
-            groups[(rel[: m.start()], rel[m.end() :])].append((rel, int(m.group(1))))
+        m = max(_DIGITS.finditer(rel), key=lambda d: d.start(), default=None)  # the name's last number
+        if m is not None and len(m.group()) <= 7:
+            groups[(rel[: m.start()], rel[m.end() :])].append((rel, int(m.group())))
     held = set().union(*ranks.values()) if ranks else set()
     out: dict[str, int] = {}
     for members in groups.values():
         stating = [(rel, n) for rel, n in members if ranks[rel]]
         if len(stating) < 2 or any(ranks[rel] != {n} for rel, n in stating):
             continue
-        quiet = [(rel, n) for rel, n in members if not ranks[rel]]
-        numbers = [n for _rel, n in members]
-        for rel, n in quiet:
-            if n not in held and numbers.count(n) == 1 and (world_size is None or n < world_size):
+        numbers = Counter(n for _rel, n in members)
+        for rel, n in members:
+            if not ranks[rel] and n not in held and numbers[n] == 1 and (world_size is None or n < world_size):
                 out[rel] = n
     return out
 
