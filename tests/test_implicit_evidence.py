@@ -327,3 +327,26 @@ def test_a_gpu_named_outside_an_oom_names_no_device() -> None:
     assert oom_device("GPU 3 has a total capacity of 80 GiB") is None
     assert oom_device("CUDA out of memory on rank 2") is None
     assert oom_device(OOM_MESSAGES[1].format(d=12)) == 12
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A trainer's own "rank R/N" when it starts
+
+
+@pytest.mark.parametrize(
+    ("line", "world"),
+    [
+        ("worker started: rank {r}/6 local_rank 0 group_rank {r}", 6),
+        ("[2026-12-07 10:00:00,001][INFO][rank {r}/6] model built", 6),
+        ("2026-12-07 10:00:00 INFO RANK={r}/6 ready", 6),
+        ("Dec 07 10:00:00 node03 python3[4242]: init done (rank {r} / 6)", 6),
+        ("tensor model parallel rank {r}/2, pipeline stage 0", None),
+        ("local_rank {r}/4 bound to cuda:{r}", None),
+        ("data parallel rank {r}/3 has 1200 samples", None),
+        ("rank {r}/1 of a broken statement", None),
+    ],
+)
+def test_a_rank_of_world_statement_at_the_start_states_the_world(line: str, world: int | None, tmp_path: Path) -> None:
+    files = {f"rank-{r}.log": [line.format(r=r), f"step 1 loss 2.{r}"] for r in range(2)}
+    ev = gather_evidence(write(tmp_path, files))
+    assert ev.worker.world_size == world, ev.worker.job.inventory.world_size_evidence

@@ -4,6 +4,7 @@ it (:func:`_pack_scan`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
@@ -86,6 +87,38 @@ def _srun_labels(lines: list[str]) -> set[int]:
     return tasks if lines and labelled >= max(3, len(lines) // 2) else set()
 
 
+_RANK_SLASH_WORLD = re.compile(r"[Rr][Aa][Nn][Kk][ =:]?(?P<r>\d{1,7}) ?/ ?(?P<n>\d{1,7})\b")
+"""A trainer's ``rank 3/8`` (``rank=3/8``, ``RANK 3 / 8``); of the whole world unless a word says whose
+(:data:`_GROUP_WORDS`)."""
+_GROUP_WORDS = frozenset({"parallel", "local", "group", "node", "data", "tensor", "pipeline", "expert", "context"})
+_GROUP_WORDS |= {"dp", "tp", "pp", "ep", "cp"}
+"""Words before ``rank`` that make it a group's, a node's or a local rank (``tensor model parallel rank 1/2``)."""
+MAX_HEAD_CLAIMS = 2
+
+
+def _rank_of_world(s: FileScan) -> list[tuple[int, str, int, str]]:
+    """World-size claims of the file's head and tail lines that state ``rank R/N``: read there, not as a marker (its
+    literal, ``rank``, is on every line of a torch log, and the scan would search every byte for it); a trainer
+    states it when it starts."""
+    out: list[tuple[int, str, int, str]] = []
+    first_tail = s.lines - len(s.tail) + 1
+    numbered = [(i + 1, ln) for i, ln in enumerate(s.head)] + [(first_tail + j, ln) for j, ln in enumerate(s.tail)]
+    for line_no, ln in numbered:
+        m = _RANK_SLASH_WORLD.search(ln) if "/" in ln else None
+        if m is None or int(m.group("r")) >= int(m.group("n")):
+            continue
+        before = ln[: m.start()]
+        if before[-1:].isalnum() or before[-1:] in ("_", ".", "-"):  # ``local_rank 0/4``, ``dp-rank``
+            continue
+        words = before.split()
+        if words and words[-1].lower() in _GROUP_WORDS:
+            continue
+        out.append((int(m.group("n")), "stated", line_no, ln[:300]))
+        if len(out) >= MAX_HEAD_CLAIMS:
+            break
+    return out
+
+
 def _file_times(s: FileScan) -> tuple[TimePoint | None, TimePoint | None]:
     """The file's first timed line of its head and last timed line of its tail."""
     first: TimePoint | None = None
@@ -161,7 +194,9 @@ def _file_share(s: FileScan, f: FileFacts) -> _FileShare:
         last = replace(last, text=last.text[:300])
     return _FileShare(
         sources=_RankSources.of(s, f),
-        world=_WorldFacts(f.rel, f.nccl_ranks, f.world_size_lines, f.world_claims, f.best_nranks),
+        world=_WorldFacts(
+            f.rel, f.nccl_ranks, f.world_size_lines, [*f.world_claims, *_rank_of_world(s)], f.best_nranks
+        ),
         light=_Hosts(f.child_failed_ranks, f.hosts, f.launcher_hosts),
         first=first,
         last=last,
