@@ -90,8 +90,24 @@ def _srun_labels(lines: list[str]) -> set[int]:
 _RANK_SLASH_WORLD = re.compile(r"[Rr][Aa][Nn][Kk][ =:]?(?P<r>\d{1,7}) ?/ ?(?P<n>\d{1,7})\b")
 """A trainer's ``rank 3/8`` (``rank=3/8``, ``RANK 3 / 8``); of the whole world unless a word says whose
 (:data:`_GROUP_WORDS`)."""
-_GROUP_WORDS = frozenset({"parallel", "local", "group", "node", "data", "tensor", "pipeline", "expert", "context"})
-_GROUP_WORDS |= {"dp", "tp", "pp", "ep", "cp"}
+_GROUP_WORDS = frozenset(
+    {
+        "parallel",
+        "local",
+        "group",
+        "node",
+        "data",
+        "tensor",
+        "pipeline",
+        "expert",
+        "context",
+        "dp",
+        "tp",
+        "pp",
+        "ep",
+        "cp",
+    }
+)
 """Words before ``rank`` that make it a group's, a node's or a local rank (``tensor model parallel rank 1/2``)."""
 MAX_HEAD_CLAIMS = 2
 
