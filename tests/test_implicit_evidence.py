@@ -262,6 +262,11 @@ def test_a_node_logging_in_its_own_time_zone_is_read_on_the_jobs_clock(
     assert (v.category, v.culprit_ranks) == ("rank_crash", [6]), v.explanation
     assert d.verification.accepted, d.verification.summary
     assert f"node{off_node}.console.txt's clock runs" in d.job.logs, d.job.logs
+    # the timeline reads the off file on the job's clock, in order, and says what its lines say
+    times = [e.time_local for e in d.timeline if e.time_local]
+    assert times == sorted(times) and times[-1] < f"{seconds(60):%Y-%m-%dT%H:%M:%S}", times
+    moved = [e for e in d.timeline if e.source.startswith(f"node{off_node}.console.txt:")]
+    assert moved and all("clock moved" in e.time_note and "the line says" in e.time_note for e in moved), moved
 
 
 def _offsets(files: dict[str, list[str]], tmp_path: Path) -> dict[str, timedelta | None]:

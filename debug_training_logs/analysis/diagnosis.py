@@ -41,6 +41,7 @@ from debug_training_logs.analysis.verdict_events import node_of_hit as _node_of_
 from debug_training_logs.analysis.verdict_events import offset_if_used as _offset_if_used
 from debug_training_logs.analysis.verdict_events import straggler_event as _straggler_event
 from debug_training_logs.analysis.verdict_events import timeline_events as _timeline
+from debug_training_logs.analysis.verdict_events import timeline_order
 from debug_training_logs.analysis.verdict_helpers import consequence_note as _consequence_note
 from debug_training_logs.analysis.verdict_helpers import coverage_gap as _coverage_gap
 from debug_training_logs.analysis.verdict_helpers import earliest_per_rank as _earliest_per_rank
@@ -604,8 +605,7 @@ def _finish(ctx: _Ctx, v: Verdict) -> Verdict:
     v.root = v.chain[0] if v.chain else None
     v.timeline = _timeline(ctx, v)
     _bound_untimed(ctx.w, v.timeline)
-    # Events on the worker clock in time order; AIS events that could not be aligned after them, on their own clock.
-    v.timeline.sort(key=lambda e: (e.sort_time is None, e.sort_time or e.ais_time or datetime.max, e.file, e.line))
+    v.timeline.sort(key=timeline_order)
     v.key_files = _key_files(v)
     v.details.setdefault("resets_retried", bool(storage_resets(ctx.ev)[1]) and not ctx.w.counts.get("retry_exhausted"))
     return v

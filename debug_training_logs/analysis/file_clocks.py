@@ -79,7 +79,7 @@ def clock_notes(inventory: Inventory, shown: int = 3) -> list[str]:
     off = [(f.rel, f.clock_offset) for f in inventory.files if f.clock_offset]
     notes = [
         f"{rel}'s clock runs {_hours(d)} {'ahead of' if d > timedelta(0) else 'behind'} the other files' (a time "
-        f"zone?): the verifier compares its times {_hours(d)} {'back' if d > timedelta(0) else 'forward'}"
+        f"zone?): the verifier compares its times {moved_words(d)}"
         for rel, d in off[:shown]
         if d is not None
     ]
@@ -89,3 +89,8 @@ def clock_notes(inventory: Inventory, shown: int = 3) -> list[str]:
 def _hours(d: timedelta) -> str:
     minutes = abs(round(d / timedelta(minutes=1)))
     return f"{minutes // 60} h" + (f" {minutes % 60} min" if minutes % 60 else "")
+
+
+def moved_words(offset: timedelta) -> str:
+    """``9 h back`` (a clock that runs ahead, read on the job's) or ``5 h 30 min forward``."""
+    return f"{_hours(offset)} {'back' if offset > timedelta(0) else 'forward'}"

@@ -195,6 +195,11 @@ TIMELINE_CONTEXT = 12
 """Context events (noise, AIS lines, last progress) added to the chain's events in the timeline table."""
 
 
+def timeline_order(e: KeyEvent) -> tuple[bool, datetime, str, int]:
+    """Events on the worker clock in time order; AIS events that could not be aligned after them, on their own clock."""
+    return (e.sort_time is None, e.sort_time or e.ais_time or datetime.max, e.file, e.line)
+
+
 def timeline_events(ctx: _Ctx, v: Verdict) -> list[KeyEvent]:
     events = list(v.chain)
     in_chain = {(e.file, e.line) for e in events}

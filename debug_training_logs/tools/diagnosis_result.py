@@ -6,6 +6,7 @@ history when asked. Reads no log file beyond what the verifier reads back.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,8 @@ from debug_training_logs.analysis.action import action
 from debug_training_logs.analysis.evidence_states import rank_state_groups
 from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent
 from debug_training_logs.analysis.fate_events import shown_states
-from debug_training_logs.analysis.file_clocks import clock_notes
+from debug_training_logs.analysis.file_clocks import clock_notes, moved_words
+from debug_training_logs.analysis.verdict_events import timeline_order
 from debug_training_logs.formats.timestamps import GUESSED_YEAR, show
 from debug_training_logs.ranges import format_ranges
 from debug_training_logs.tools.attempts_view import summaries
@@ -71,8 +73,34 @@ def _note(e: KeyEvent) -> str:
     return "no time on the line"
 
 
-def _entry(e: KeyEvent, utc_offset: float | None) -> TimelineEntry:
-    note = _note(e)
+def _on_job_clock(timeline: list[KeyEvent], ev: JobEvidence) -> list[tuple[KeyEvent, str | None]]:
+    """The timeline with the events of files on another clock (a node's time zone, ``FileInventory.clock_offset``)
+    moved onto the job's, in order, each moved one with what its line says; the conclusion and its verification keep
+    the times as written."""
+    inv = ev.worker.job.inventory
+    pairs: list[tuple[KeyEvent, str | None]] = []
+    for e in timeline:
+        f = inv.file_named(e.file) if e.kind == "worker" else None
+        d = f.clock_offset if f is not None else None
+        if not d:
+            pairs.append((e, None))
+            continue
+        said = e.time or e.earliest or e.latest
+        moved = replace(
+            e,
+            time=e.time - d if e.time else None,
+            earliest=e.earliest - d if e.earliest else None,
+            latest=e.latest - d if e.latest else None,
+        )
+        note = f"{e.file}'s clock moved {moved_words(d)}"
+        pairs.append((moved, note + (f" (the line says {said:%Y-%m-%d %H:%M:%S})" if said is not None else "")))
+    if any(moved for _e, moved in pairs):
+        pairs.sort(key=lambda p: timeline_order(p[0]))
+    return pairs
+
+
+def _entry(e: KeyEvent, utc_offset: float | None, moved: str | None = None) -> TimelineEntry:
+    note = _note(e) + (f"; {moved}" if moved else "")
     if e.time is not None:
         utc = e.time - timedelta(hours=utc_offset) if utc_offset is not None else None
         return TimelineEntry(
@@ -162,7 +190,7 @@ def build_diagnosis(ev: JobEvidence, *, history: bool = False, job_id: str | Non
 
     v, conclusion, verification = verified_verdict(ev)
     utc_offset = _utc_offset(ev)
-    entries = [_entry(e, utc_offset) for e in v.timeline]
+    entries = [_entry(e, utc_offset, moved) for e, moved in _on_job_clock(v.timeline, ev)]
     d = Diagnosis(
         summary=_summary(v, verification) + _attempt_note(ev),
         job=_job(ev),
