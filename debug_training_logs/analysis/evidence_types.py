@@ -28,8 +28,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
@@ -526,6 +526,16 @@ class KeyEvent:
     def sort_time(self) -> datetime | None:
         """The time to order by: exact, else the lower bound, else the upper bound."""
         return self.time or self.earliest or self.latest
+
+    def moved_back(self, offset: timedelta) -> KeyEvent:
+        """The same event with its times ``offset`` earlier: a line of a file whose clock runs ahead of the job's
+        (``FileInventory.clock_offset``), read on the job's clock."""
+        return replace(
+            self,
+            time=self.time - offset if self.time else None,
+            earliest=self.earliest - offset if self.earliest else None,
+            latest=self.latest - offset if self.latest else None,
+        )
 
     def cite(self) -> Evidence:
         from debug_training_logs.models import Evidence

@@ -55,7 +55,8 @@ def clock_offsets(spans: dict[str, Span]) -> dict[str, timedelta]:
 
 
 def _overlapping(spans: dict[str, Span]) -> list[list[str]]:
-    """The files in groups that overlap (within :data:`ALIGN`) one another, transitively, in path order."""
+    """The files in groups that overlap (within :data:`ALIGN`) one another, transitively: the groups in order of
+    their start, each group's files in path order."""
     order = sorted(spans, key=lambda f: spans[f][0])
     groups: list[list[str]] = []
     end: datetime | None = None

@@ -112,7 +112,7 @@ _GROUP_WORDS = frozenset(
 MAX_HEAD_CLAIMS = 2
 
 
-def _rank_of_world(s: FileScan) -> list[tuple[int, str, int, str]]:
+def _head_world_claims(s: FileScan) -> list[tuple[int, str, int, str]]:
     """World-size claims of the file's head and tail lines that state ``rank R/N``: read there, not as a marker (its
     literal, ``rank``, is on every line of a torch log, and the scan would search every byte for it); a trainer
     states it when it starts."""
@@ -211,7 +211,7 @@ def _file_share(s: FileScan, f: FileFacts) -> _FileShare:
     return _FileShare(
         sources=_RankSources.of(s, f),
         world=_WorldFacts(
-            f.rel, f.nccl_ranks, f.world_size_lines, [*f.world_claims, *_rank_of_world(s)], f.best_nranks
+            f.rel, f.nccl_ranks, f.world_size_lines, [*f.world_claims, *_head_world_claims(s)], f.best_nranks
         ),
         light=_Hosts(f.child_failed_ranks, f.hosts, f.launcher_hosts),
         first=first,

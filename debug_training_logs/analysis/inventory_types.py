@@ -103,6 +103,11 @@ class Inventory:
         f = self.file_named(rel)
         return f.ranks if f is not None else set()
 
+    def clock_offset_of(self, rel: str) -> timedelta | None:
+        """How far ``rel``'s clock runs ahead of the job's other files, when it is on another (a time zone)."""
+        f = self.file_named(rel)
+        return f.clock_offset if f is not None else None
+
     def file_named(self, rel: str) -> FileInventory | None:
         if len(self._by_rel) != len(self.files):  # an index, built once: callers ask once per file
             self._by_rel = {f.rel: f for f in self.files}

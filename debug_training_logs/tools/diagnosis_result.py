@@ -6,7 +6,6 @@ history when asked. Reads no log file beyond what the verifier reads back.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -80,20 +79,13 @@ def _on_job_clock(timeline: list[KeyEvent], ev: JobEvidence) -> list[tuple[KeyEv
     inv = ev.worker.job.inventory
     pairs: list[tuple[KeyEvent, str | None]] = []
     for e in timeline:
-        f = inv.file_named(e.file) if e.kind == "worker" else None
-        d = f.clock_offset if f is not None else None
+        d = inv.clock_offset_of(e.file) if e.kind == "worker" else None
         if not d:
             pairs.append((e, None))
             continue
         said = e.time or e.earliest or e.latest
-        moved = replace(
-            e,
-            time=e.time - d if e.time else None,
-            earliest=e.earliest - d if e.earliest else None,
-            latest=e.latest - d if e.latest else None,
-        )
         note = f"{e.file}'s clock moved {moved_words(d)}"
-        pairs.append((moved, note + (f" (the line says {said:%Y-%m-%d %H:%M:%S})" if said is not None else "")))
+        pairs.append((e.moved_back(d), note + (f" (the line says {said:%Y-%m-%d %H:%M:%S})" if said else "")))
     if any(moved for _e, moved in pairs):
         pairs.sort(key=lambda p: timeline_order(p[0]))
     return pairs

@@ -14,7 +14,6 @@ from pathlib import Path
 from debug_training_logs.analysis.evidence_ais import ais_to_worker, aligned_for
 from debug_training_logs.analysis.evidence_triggers import CLOCK_SLACK, first_symptom, triggers
 from debug_training_logs.analysis.evidence_types import JobEvidence, KeyEvent, Trigger
-from debug_training_logs.analysis.inventory_types import Inventory
 from debug_training_logs.analysis.read_back import LineAt, read_ais_lines, read_lines, safe_path
 from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.logs.attribution import line_rank
@@ -175,7 +174,7 @@ def build_context(c: Conclusion, ev: JobEvidence) -> RuleContext:
         if x.source == "worker":
             x.actual = worker_lines.get((x.file, x.line))
             if x.actual is not None:
-                back = _clock_offset(inventory, x.file)
+                back = inventory.clock_offset_of(x.file)
                 x.earliest, x.latest = _back(x.actual.earliest, back), _back(x.actual.latest, back)
                 x.rank = _rank_of_line(ev, x.file, x.actual.text)
         elif x.source == "ais":
@@ -185,21 +184,9 @@ def build_context(c: Conclusion, ev: JobEvidence) -> RuleContext:
                 x.earliest = ais_to_worker(alignment, x.actual.earliest)
                 x.latest = ais_to_worker(alignment, x.actual.latest)
     symptom = first_symptom(ev)
-    if symptom is not None and symptom.kind == "worker" and (back := _clock_offset(inventory, symptom.file)):
-        symptom = replace(
-            symptom,
-            time=_back(symptom.time, back),
-            earliest=_back(symptom.earliest, back),
-            latest=_back(symptom.latest, back),
-        )
+    if symptom is not None and symptom.kind == "worker" and (back := inventory.clock_offset_of(symptom.file)):
+        symptom = symptom.moved_back(back)
     return RuleContext(c, ev, logs_root, ais_root, cited, triggers(ev), symptom)
-
-
-def _clock_offset(inventory: Inventory, rel: str) -> timedelta | None:
-    """How far ``rel``'s clock runs ahead of the job's other files (a time zone), when it does: the rules compare
-    its lines' times with theirs on one clock."""
-    f = inventory.file_named(rel)
-    return f.clock_offset if f is not None else None
 
 
 def _back(t: datetime | None, offset: timedelta | None) -> datetime | None:
