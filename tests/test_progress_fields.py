@@ -32,7 +32,7 @@ from debug_training_logs.formats import timestamps
 from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
 from debug_training_logs.logs import attribution
-from debug_training_logs.logs.attribution import RAY_PREFIX, SRUN_LABEL, rank_and_source_plain
+from debug_training_logs.logs.attribution import RAY_PREFIX, rank_and_source_plain
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.textcut import cut
 
@@ -75,6 +75,8 @@ _STATED = re.compile(
     r"\"rank\": ?(\d+)\b|\[rank(?: |: ?)(\d+)(?:/\d+)?\]|\[RANK (\d+)\]|(?:^|[\s|\]])rank=(\d+) \||^\s*rank ?(\d+) ?[|:] "
 )
 _LOCAL = re.compile(r"^\[[A-Za-z_][\w.\-]*?(\d+)\]:")
+_SRUN = re.compile(r"^\s*(?:P\d+ )?(\d+): ")
+_MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:")
 
 
 def ref_rank(text: str) -> tuple[int | None, str]:
@@ -90,9 +92,12 @@ def ref_rank(text: str) -> tuple[int | None, str]:
     st = _STATED.search(text)
     if st:
         return int(next(g for g in st.groups() if g is not None)), "stated_rank"
-    s = SRUN_LABEL.match(text)
+    s = _SRUN.match(text)
     if s:
-        return int(s.group("task")), "srun_label"
+        return int(s.group(1)), "srun_label"
+    o = _MPI_TAG.match(text)
+    if o:
+        return int(o.group(1)), "mpi_tag"
     return None, "none"
 
 
@@ -195,6 +200,10 @@ PREFIXES = (
     "2026-11-23 18:29:06,008 [rank 7/12] ",
     "[rank: 2] ",
     "[trainer11]:",
+    "[1,5]<stdout>:",
+    "[1,12]<stderr>: ",
+    "[2,3]<stderr>:[rank4]: ",
+    "[1,x]<stdout>:",
 )
 BODIES = (
     "Epoch 0:   3%|3         | 300/10000 [05:00<2:41:40, 1.00it/s, v_num=0, reduced_train_loss=3.101, "
@@ -304,7 +313,7 @@ def test_time_and_rank_equal_the_plain_regexes_over_the_matrix() -> None:
             assert rank_and_source_plain(text) == ref_rank(text), line
             assert attribution.line_rank(line).rank == ref_rank(text)[0], line
     kinds = {ref_rank(strip_ansi(x))[1] for x in lines}
-    assert kinds == {"rank_prefix", "inline_rank", "ray", "stated_rank", "srun_label", "none"}
+    assert kinds == {"rank_prefix", "inline_rank", "ray", "stated_rank", "srun_label", "mpi_tag", "none"}
     assert sum(ref_time(strip_ansi(x)) is not None for x in lines) > 100
 
 

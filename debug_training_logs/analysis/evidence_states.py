@@ -358,6 +358,11 @@ def _rank_states(ev: JobEvidence) -> dict[int, RankState]:
             )
             if first is not None:
                 crashed_files.add(first.hit.file)
+        elif not (trig or mine) and (peer := _peer_error(w, r)) is not None and _ends_traceback(w, peer):
+            # no launcher told its exit, but its own traceback did: a peer's failure reached the top and ended it
+            out[r] = RankState(
+                r, "torn_down", f"ended on a communication error after a peer failed: {cut(peer.text, 100)}", peer
+            )
         elif timed_out and (r in n.job_stragglers or (mine and not pending and r in stragglers)):
             x0 = mine[0] if mine else None
             out[r] = RankState(

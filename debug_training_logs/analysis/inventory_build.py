@@ -33,7 +33,7 @@ def _ranks_of(src: _RankSources, world_size: int | None) -> tuple[set[int], str]
             r for r, n in src.nccl_ranks.items() if n == world_size
         }
     if src.srun:  # (kept only when what the lines state of their ranks agrees with them)
-        found["srun --label task ids"] = src.srun
+        found["launcher task labels (srun --label, mpirun --tag-output)"] = src.srun
     ranks = set().union(*found.values())
     if ranks:
         return ranks, ", ".join(name for name, rs in found.items() if rs)

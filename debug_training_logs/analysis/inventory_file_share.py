@@ -15,7 +15,7 @@ from debug_training_logs.analysis.inventory_sink import _LINE_OPENING_RANK, MAX_
 from debug_training_logs.analysis.inventory_types import TimePoint
 from debug_training_logs.formats.prefixes import strip_ansi
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
-from debug_training_logs.logs.attribution import SRUN_LABEL
+from debug_training_logs.logs.attribution import TASK_LABEL_AT_START, task_of_label
 from debug_training_logs.logs.scan_cache import FileResult
 from debug_training_logs.logs.scan_types import FileScan
 from debug_training_logs.memo import Packed, pack
@@ -54,8 +54,9 @@ class _RankSources(NamedTuple):
     stated: AbstractSet[int]
     nccl_ranks: dict[int, int]
     srun: AbstractSet[int]
-    """``srun --label`` task ids of the head and tail, kept when they are the ranks (no Ray or Lightning ranks, and
-    every rank a ``[rankN]:`` prefix or the trainer states is among them: one task per rank)."""
+    """Launcher task labels (``srun --label``, ``mpirun --tag-output``) of the head and tail, kept when they are the
+    ranks (no Ray or Lightning ranks, and every rank a ``[rankN]:`` prefix or the trainer states is among them: one
+    task per rank)."""
     artifact: str | None = None
     """What the file is when it is no log but something collected during a hang (a ``py-spy`` dump, a kernel log):
     it holds no rank's log, whatever its name or its lines say."""
@@ -80,9 +81,9 @@ def _srun_labels(lines: list[str]) -> set[int]:
     tasks: set[int] = set()
     labelled = 0
     for ln in lines:
-        m = SRUN_LABEL.match(strip_ansi(ln))  # (the label, whatever prefix follows it: '5: [rank5]: ...')
+        m = TASK_LABEL_AT_START.match(strip_ansi(ln))  # (the label, whatever prefix follows it: '5: [rank5]: ...')
         if m is not None:
-            tasks.add(int(m.group("task")))
+            tasks.add(task_of_label(m)[0])
             labelled += 1
     return tasks if lines and labelled >= max(3, len(lines) // 2) else set()
 

@@ -1,7 +1,8 @@
 """What other programs add to a training process's line, each defined once: terminal colour codes (NeMo and Ray colour
 their prefixes on a TTY), torch's ``[rankN]:`` stderr prefix (c10 logging and the excepthook) and a user logging
 format's inline ``[rankN] `` tag (``2026-11-23 18:29:06,008 [rank3] INFO ...``), torchrun ``--tee``'s local-rank
-prefix, and the glog header of torchrun's elastic agent."""
+prefix, the task labels of ``srun --label`` and ``mpirun --tag-output``, and the glog header of torchrun's elastic
+agent."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ LOCAL_RANK_TAG: Final = r"\[[A-Za-z_][\w.\-]*?(\d+)\]:"
 a file's map makes it global)."""
 LOCAL_RANK: Final = re.compile("^" + LOCAL_RANK_TAG)
 """The tee prefix opening a line."""
+TASK_LABEL: Final = r"(?:\s*(?:P\d+ )?(\d+): |\[\d+,(\d+)\]<std(?:out|err|diag)>: ?)"
+"""A launcher's label of the task that wrote a line (pattern text; the task id is one of its two groups): ``srun
+--label``'s ``3: `` (``P1 3: `` for a heterogeneous job's component) and Open MPI ``mpirun --tag-output``'s
+``[1,3]<stdout>:`` (the job id and the task's rank in ``MPI_COMM_WORLD``). The task id is the global rank only when
+the launcher starts one task per rank (not one torchrun per node)."""
 AGENT_HEADER: Final = r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +"
 """The glog header torchrun's elastic agent opens its own lines with, up to its pid (``I1123 10:00:00.123456 20077 ``):
 level letter, MMDD, time and the pid's padding (a pattern's text: the launcher's patterns go on with the pid)."""

@@ -5,7 +5,8 @@ Sources, most trusted first:
 1. ``[rankN]:`` anywhere in the line (PyTorch 2.2+ c10 prefix and the 2.4+ traceback excepthook): the GLOBAL rank;
    else ``[rankN] `` (a user logging format that puts it after the time).
 2. Ray actor prefixes ``(MegatronPolicyWorker[rank=12] pid=481552, ip=10.20.3.17)``.
-3. ``srun --label`` prefixes ``" 3: "``: the Slurm task id, equal to the global rank only with one task per GPU.
+3. ``srun --label`` prefixes ``" 3: "`` and ``mpirun --tag-output``'s ``[1,3]<stdout>:``: the launcher's task id,
+   equal to the global rank only with one task per GPU.
 4. The file name: ``rank-R.log``, ``rank_R``, ``slurm-%j_%t.out``-style task ids.
 5. NCCL init lines ``... NCCL INFO ... rank R nranks N ...`` (the communicator rank; equals the global rank only for
    the world communicator, i.e. when ``N`` is the world size).
@@ -20,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from debug_training_logs.formats.prefixes import GLOBAL_RANK, INLINE_RANK, LOCAL_RANK, strip_ansi
+from debug_training_logs.formats.prefixes import GLOBAL_RANK, INLINE_RANK, LOCAL_RANK, TASK_LABEL, strip_ansi
 
 RAY_PREFIX = re.compile(
     r"\((?P<actor>[A-Za-z_][\w.]*)?(?:\[rank=(?P<rank>\d+)\])? ?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:\-]+))?\)"
@@ -34,7 +35,8 @@ STATED_RANK = re.compile(
 """A trainer's own statement of its rank: JSON ``"rank": N``, ``[rank N/M]``, ``[rank: N]``, ``[RANK N]``, a
 ``rank=N |`` label field and a ``rankN| ``/``rank N: `` label opening the line."""
 TORCHRUN_PREFIX = re.compile(r"^\[(?P<host>[A-Za-z0-9][\w.\-]*):(?P<local>\d+)\]:")
-SRUN_LABEL = re.compile(r"^\s*(?:P\d+ )?(?P<task>\d+): ")
+TASK_LABEL_AT_START = re.compile("^" + TASK_LABEL)
+"""A launcher's task label opening a line (:func:`task_of_label`)."""
 NCCL_INIT_RANK = re.compile(r"NCCL INFO .*?\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b")
 
 FILE_RANK_PATTERNS = (
@@ -56,7 +58,7 @@ class LineRank:
 
     rank: int | None
     source: str
-    """``rank_prefix``, ``inline_rank``, ``ray``, ``srun_label``, or ``none``."""
+    """``rank_prefix``, ``inline_rank``, ``ray``, ``stated_rank``, ``srun_label``, ``mpi_tag``, or ``none``."""
 
 
 def line_rank(text: str) -> LineRank:
@@ -101,10 +103,16 @@ def rank_and_source_plain(text: str) -> tuple[int | None, str]:
         st = STATED_RANK.search(text)
         if st:
             return int(next(g for g in st.groups() if g is not None)), "stated_rank"
-    s = SRUN_LABEL.match(text)
+    s = TASK_LABEL_AT_START.match(text)
     if s:
-        return int(s.group("task")), "srun_label"
+        return task_of_label(s)
     return None, "none"
+
+
+def task_of_label(m: re.Match[str]) -> tuple[int, str]:
+    """(task id, ``srun_label`` or ``mpi_tag``) of a :data:`TASK_LABEL_AT_START` match."""
+    srun, mpi = m.group(1), m.group(2)
+    return (int(srun), "srun_label") if srun is not None else (int(mpi), "mpi_tag")
 
 
 def rank_or_local(text: str) -> int | None:
@@ -135,11 +143,12 @@ def file_name_node(rel: str) -> str | None:
     return None
 
 
-_LEAD_PREFIX = re.compile(r"^(?:\s*\d+: )?(?:\([^()]*pid=\d+[^()]*\)\s*)?(?:\[rank\d+\]:\s*)?")
+_LEAD_PREFIX = re.compile("^" + TASK_LABEL + r"?(?:\([^()]*pid=\d+[^()]*\)\s*)?(?:\[rank\d+\]:\s*)?")
 
 
 def strip_rank_prefix(text: str) -> str:
-    """``text`` without its leading srun ``N:`` label, Ray actor prefix and ``[rankN]:`` (what the process wrote)."""
+    """``text`` without its leading launcher task label (srun's ``N:``, mpirun's ``[1,N]<stdout>:``), Ray actor prefix
+    and ``[rankN]:`` (what the process wrote)."""
     return _LEAD_PREFIX.sub("", text, count=1)
 
 
