@@ -39,6 +39,7 @@ from debug_training_logs.analysis import launcher
 from debug_training_logs.analysis.inventory import LineKeep, consumer_for, scan_consumers, scan_job
 from debug_training_logs.analysis.launcher import AgentFacts, LauncherFacts, file_agent, from_job_scan, parse_lines
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.formats import torchrun
 from debug_training_logs.formats.prefixes import AGENT_HEADER, GLOBAL_RANK, LOCAL_RANK_TAG, RANK_TAG, RANK_TAG_END
 from debug_training_logs.formats.progress import step_number
 from debug_training_logs.formats.timestamps import parse_wall_time
@@ -339,12 +340,34 @@ def _workers_start_over(before: list[str], after: list[str], stop: datetime | No
     )
 
 
+def _worker_pids(lines: list[str], agent: str | None) -> set[int]:
+    """The worker processes that agent ``agent``'s lines of ``lines`` name as it stops them (``Sending process P
+    closing signal``, ``failed (exitcode: X) local_rank: L (pid: P)``)."""
+    out: set[int] = set()
+    for t in lines:
+        if ("closing signal" in t or "(pid: " in t) and (agent is None or _pid_of(t) == agent):
+            ev = torchrun.parse_line(t)
+            if isinstance(ev, torchrun.WorkerFailed | torchrun.SendingSignal):
+                out.add(ev.pid)
+    return out
+
+
+def _new_worker_group(before: list[str], after: list[str], agent: str | None) -> bool:
+    """Whether the agent's stop after ``before`` is followed, before the agent's own end, by a stop of worker
+    processes none of which it had stopped then: a new group of workers ran in between."""
+    end = next((k for k, t in enumerate(after) if _AGENT_ENDS.search(t)), len(after))
+    stopped, later = _worker_pids(before, agent), _worker_pids(after[:end], agent)
+    return bool(stopped) and bool(later) and not stopped & later
+
+
 def _one_burst(prev: int, no: int, text: dict[int, str]) -> bool:
-    """Whether an agent's stop candidate at line ``no`` continues the burst whose last line is ``prev``."""
-    if no - prev <= 8:
-        return True
+    """Whether an agent's stop candidate at line ``no`` continues the burst whose last line is ``prev``: both timed
+    within :data:`FLUSH_AFTER_STOP` of each other, or a few lines apart when a time is missing (two stops of one
+    agent a few seconds apart on adjacent lines are two stops: a restarted group that failed at once)."""
     before, now = _time(text.get(prev, "")), _time(text.get(no, ""))
-    return before is not None and now is not None and timedelta(0) <= now - before <= FLUSH_AFTER_STOP
+    if before is None or now is None:
+        return no - prev <= 8
+    return abs(now - before) <= FLUSH_AFTER_STOP
 
 
 def _lookahead_end(line: int, last: int | None) -> int:
@@ -403,8 +426,11 @@ def _file_boundaries(
             # run again into the file (a retry loop around torchrun, a resubmission appending to the same log)
             known = {p for t in before if (p := _pid_of(t)) is not None} | ({pid} if pid else set())
             relaunched = any(_FRESH_START.search(t) and (p := _pid_of(t)) is not None and p not in known for t in after)
+            # the agent's next stop tears down other worker processes than this one did: it had started a new group
+            # (what shows a restart when the agent logs no INFO and the workers' output does not reach the file)
+            regrouped = _new_worker_group([*before, text.get(b, "")], after, pid)
             # a decision to restart is not an attempt until workers run again (a closed rendezvous ends the job)
-            ran_again = started or workers or relaunched
+            ran_again = started or workers or relaunched or regrouped
         if ran_again:
             times = [t for n in range(b, 0, -1) if n in text and (t := _time(text[n])) is not None][:1]
             found.append(Boundary(rel, b, len(found), times[0] if times else None, why, cut(text.get(b, ""))))

@@ -114,7 +114,9 @@ def _build(ev: JobEvidence) -> CausalModel:
         f = fates.get(a.by) if a.by is not None else None
         if f is not None and a.by not in a.accused and not any(e.line.line == a.line.line for e in f.events):
             f.events.append(RankEvent(a.by, "report", f"reports rank(s) {_fmt(a.accused)} failed", a.line, a.accused))
-    processes = _unmapped_processes(lf, fates, year, watchdog=bool(ev.nccl.rows)) if lf is not None else []
+    processes = (
+        _unmapped_processes(lf, fates, year, watchdog=bool(ev.nccl.rows), world=w.world_size) if lf is not None else []
+    )
     hang_accs: list[Accusation] = []
     hang_processes: list[RankEvent] = []
     if ev.hang is not None:  # what was collected during a live hang (its readers are imported only then)
@@ -282,14 +284,13 @@ def _launcher_events(lf: LauncherFacts, fates: dict[int, Fate], w: WorkerEvidenc
 
 def _detours(lf: LauncherFacts, fates: dict[int, Fate], year: int | None) -> None:
     """Ranks that waited in another collective than the others (their tracebacks' collective calls): the odd ones
-    out against a strict majority took a detour (a rank-only collective, a barrier entered alone)."""
-    # only ranks that timed out waiting: when a peer died, each rank fails in whatever collective it was in (and
-    # ranks of different groups run different collectives at the same time), which says nothing of a detour
-    calls = {
-        r: rf.collective
-        for r, rf in lf.fates.items()
-        if rf.collective is not None and r in fates and rf.comm_kind == "timeout"
-    }
+    out against a strict majority took a detour (a rank-only collective, a barrier entered alone), unless another
+    rank's traceback shows it in the same call (whatever ended it): then several ranks went on together (a collective
+    that completed for some ranks and not for others), and none of them is odd."""
+    located = {r: rf.collective for r, rf in lf.fates.items() if rf.collective is not None and r in fates}
+    # only ranks that timed out waiting make the majority: when a peer died, each rank fails in whatever collective
+    # it was in (and ranks of different groups run different collectives at the same time)
+    calls = {r: c for r, c in located.items() if lf.fates[r].comm_kind == "timeout"}
     for r, c in calls.items():
         fates[r].waits_in = fates[r].waits_in or c
     if len(calls) < 2:
@@ -299,7 +300,7 @@ def _detours(lf: LauncherFacts, fates: dict[int, Fate], year: int | None) -> Non
         return  # no majority to differ from
     for r, c in calls.items():
         rf = lf.fates[r]
-        if c == top or rf.comm_error is None:
+        if c == top or rf.comm_error is None or any(c == c2 for r2, c2 in located.items() if r2 != r):
             continue
         e = rf.comm_error
         line = hit_of(e.file, e.line, e.text, r, year)
@@ -367,7 +368,7 @@ def _nccl_events(ev: JobEvidence, fates: dict[int, Fate]) -> None:
 
 
 def _unmapped_processes(
-    lf: LauncherFacts, fates: dict[int, Fate], year: int | None, *, watchdog: bool
+    lf: LauncherFacts, fates: dict[int, Fate], year: int | None, *, watchdog: bool, world: int | None
 ) -> list[RankEvent]:
     """Launcher lines about a worker with no global rank (``failed (exitcode: 1) local_rank: 3 (pid: P)`` with no
     table or rank prefix to map it): the process, in the launcher's words. ``watchdog``: some rank has NCCL watchdog
@@ -384,7 +385,7 @@ def _unmapped_processes(
             if not own:
                 continue
             g = a.local_to_global.get(wf.local_rank)
-            if g is None and (base := _node_offset(a)) is not None:
+            if g is None and (base := _node_offset(a, world)) is not None:
                 g = base + wf.local_rank
             if g is not None and g in fates:  # the file maps its local rank: the event is that rank's
                 f = fates[g]
@@ -422,11 +423,17 @@ def _unmapped_processes(
     return out
 
 
-def _node_offset(a: AgentFacts) -> int | None:
+def _node_offset(a: AgentFacts, world: int | None) -> int | None:
     """The global rank of local rank 0 of the one agent of a file, when every local rank the file maps (two at least)
-    agrees on it: torchrun numbers a node's workers consecutively."""
+    agrees on it: torchrun numbers a node's workers consecutively. With no map, 0 when the agent stopped as many
+    worker processes as the job's ``world`` has ranks: its workers are the whole world."""
+    if len(a.pids) > 1:
+        return None
     offsets = {g - loc for loc, g in a.local_to_global.items()}
-    return offsets.pop() if len(a.pids) <= 1 and len(offsets) == 1 and len(a.local_to_global) >= 2 else None
+    if len(offsets) == 1 and len(a.local_to_global) >= 2:
+        return offsets.pop()
+    workers = set().union(*a.sigterms.values()) | {wf.pid for _, wf in a.worker_failed}
+    return 0 if not offsets and world is not None and len(workers) == world else None
 
 
 def _signal_name(code: int | None) -> str | None:
