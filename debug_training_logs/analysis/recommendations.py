@@ -36,6 +36,10 @@ class Facts:
     def detail(self, key: str) -> bool:
         return bool(self.verdict.details.get(key))
 
+    def reads_from(self, source: str) -> bool:
+        """Whether the logs show the job reading from ``source`` (an inventory marker: ``aistore``, ``lhotse``)."""
+        return bool(self.ev.worker.job.inventory.markers.get(source))
+
     @property
     def flight_recorder_off(self) -> bool:
         """The watchdog said the stack trace of the failed collective was not found (flight recorder disabled)."""
@@ -86,7 +90,7 @@ RECOMMENDATIONS: tuple[Recommendation, ...] = (
         "Download every AIS daemon's logs, current and rotated (`ais log get cluster <dir>` or the fetch_ais_logs "
         "tool), and run again with them: the storage side of the chain is not in the worker logs.",
         "the failure involves data loading from AIStore and no AIS logs were given",
-        lambda f: f.category in _STALL and f.ev.ais is None,
+        lambda f: f.category in _STALL and f.ev.ais is None and f.reads_from("aistore"),
     ),
     # --- client side ---
     Recommendation(
@@ -96,7 +100,16 @@ RECOMMENDATIONS: tuple[Recommendation, ...] = (
         "timeout, so one stalled GET blocks a DataLoader worker (and the whole job) forever; set request timeouts in "
         "the AIS SDK / URL loader and fail the batch instead of hanging.",
         "a rank stalled in data loading while the others waited",
-        lambda f: f.category == "data_loading_stall",
+        lambda f: f.category == "data_loading_stall" and (f.reads_from("lhotse") or f.reads_from("aistore")),
+    ),
+    Recommendation(
+        "data_read_timeout",
+        "client",
+        "Put a timeout on every data read (file system, object store, HTTP): one read that never returns blocks its "
+        "rank, and every other rank waits for it in the next collective; fail or skip the batch instead of hanging, "
+        "and lower the process-group timeout so that such a hang surfaces in minutes.",
+        "a rank stalled in data loading while the others waited",
+        lambda f: f.category == "data_loading_stall" and not (f.reads_from("lhotse") or f.reads_from("aistore")),
     ),
     Recommendation(
         "batch_loader_fallback",
