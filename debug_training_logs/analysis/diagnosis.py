@@ -264,7 +264,13 @@ def _causal(ctx: _Ctx) -> Verdict | None:
             v.details.update(details)
             return v
     call = _launcher_call(ctx)
-    told = call is not None and call.culprits == ranks and (root is None or root.kind not in ("exception", "stall"))
+    # the launcher's facts tell the same finding (who, and what failed): its words and evidence then tell it
+    told = (
+        call is not None
+        and call.culprits == ranks
+        and call.category == f.category
+        and (root is None or root.kind not in ("exception", "stall"))
+    )
     chain: list[KeyEvent] = []
     if root is not None and root.line.line > 0:
         chain.append(hit_event(root.line, f"rank {root.rank}: {root.what}" if root.rank is not None else root.what))

@@ -146,9 +146,11 @@ def gather_evidence(
     ev.attempts = split
     ev.attempt = chosen if split.count > 1 else None
     ev.given_world_size = world_size
-    from debug_training_logs.analysis.hang_facts import of_job  # the stack and telemetry readers: only now
+    from debug_training_logs.analysis import log_stacks  # the stack and telemetry readers: only now
+    from debug_training_logs.analysis.hang_facts import of_job
 
-    ev.hang = of_job(jobs[ec.key], hang_dir)
+    headers = ev.worker.hits("stack_header")
+    ev.hang = of_job(jobs[ec.key], hang_dir, log_stacks.read(jobs[ec.key], headers) if headers else None)
     return ev
 
 

@@ -101,6 +101,11 @@ SIGNALS: tuple[Signal, ...] = (
         "the NCCL flight recorder was disabled (TORCH_NCCL_TRACE_BUFFER_SIZE=0)",
     ),
     Signal("nccl_init", r"NCCL INFO .*\brank \d+ nranks \d+", "NCCL communicator init: which host a rank runs on"),
+    Signal(
+        "stack_header",
+        r"\(most recent call first\):",
+        "a thread's header in a Python stack dump (faulthandler): where the process stood when it was dumped",
+    ),
     # Progress and the end of the run.
     Signal(
         "progress",

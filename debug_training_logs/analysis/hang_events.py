@@ -70,6 +70,13 @@ def hang_events(hang: HangFacts, fates: dict[int, Fate]) -> tuple[list[Accusatio
         f = fates.setdefault(p.rank, Fate(p.rank, "waiting", ""))
         f.events.append(RankEvent(p.rank, "detour", what, stack_hit(p)))
         accused.append(p)
+    for r, (file, (no, text, words)) in hang.fatal.items():
+        # Python's faulthandler wrote the fatal error it died of (a SIGSEGV in an extension): its own death
+        f = fates.setdefault(r, Fate(r, "crashed", ""))
+        at = Hit("signal", file, no, text, r, None)
+        f.events.append(RankEvent(r, "own_signal", f"died of a fatal error: {words}", at))
+        if f.end in ("unknown", "absent", "waiting", "stuck"):
+            f.end, f.why = "crashed", f"Fatal Python error: {words} ({file}:{no})"
     accs: list[Accusation] = []
     if accused:
         first = accused[0]

@@ -35,6 +35,7 @@ from debug_training_logs.ranges import format_ranges
 
 if TYPE_CHECKING:
     from debug_training_logs.analysis.inventory_types import JobScan
+    from debug_training_logs.analysis.log_stacks import LogStacks
 
 _RANK_LOCALS: Final = ("global_rank", "world_rank", "rank", "RANK", "my_rank", "grank")
 _CMD_RANK: Final = re.compile(r"(?:--(?:global[-_])?rank[= ]|(?:^|\s)RANK=)(?P<rank>\d{1,6})\b")
@@ -104,6 +105,9 @@ class HangFacts:
     ras: list[RasAccusation] = field(default_factory=list)
     hang_dir: str | None = None
     """The hang directory the caller gave (a conclusion names it, so that its verification reads it too)."""
+    fatal: dict[int, tuple[str, tuple[int, str, str]]] = field(default_factory=dict)
+    """Ranks whose stack dump in their log came with a fatal error (faulthandler on a SIGSEGV...): (file, (line,
+    text, the error's words))."""
 
     @property
     def dumped_ranks(self) -> set[int]:
@@ -113,7 +117,11 @@ class HangFacts:
         """``5 hang artifact file(s): 4 py-spy, 1 kernel log; 4 rank processes dumped (ranks 0-3), 1 not tied to a
         rank``: what was read, for the job details."""
         kinds = Counter(a.kind for a in self.files)
-        text = f"{len(self.files)} hang artifact file(s): " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        text = (
+            f"{len(self.files)} hang artifact file(s): " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+            if self.files
+            else "Python stack dumps in the logs"
+        )
         if self.processes:
             ranks = format_ranges(self.dumped_ranks) or "none"
             loose = sum(p.rank is None for p in self.processes)
@@ -169,9 +177,10 @@ def gather(
     return facts
 
 
-def of_job(job: JobScan, hang_dir: Path | None) -> HangFacts | None:
+def of_job(job: JobScan, hang_dir: Path | None, in_logs: LogStacks | None = None) -> HangFacts | None:
     """What was collected during a live hang, in the logs directory (the files its inventory marked), beside it and
-    in ``hang_dir``; None when there is none."""
+    in ``hang_dir``, and the stack dumps the ranks wrote into their own logs (``in_logs``); None when there is
+    none."""
     inv = job.inventory
     files = job.log_files() if job.files else []
     artifacts = {fi.rel for fi in inv.files if fi.artifact is not None}
@@ -188,7 +197,13 @@ def of_job(job: JobScan, hang_dir: Path | None) -> HangFacts | None:
         with_year(inv.start.time, inv.year_hint) if inv.start is not None else None,
         inv.world_size,
     )
-    return facts if facts.files else None
+    if in_logs is not None and in_logs.processes:
+        dumped = {p.rank for p in facts.processes}  # a rank's own py-spy dump stands over what its log holds
+        facts.processes += [p for p in in_logs.processes if p.rank not in dumped]
+        facts.fatal = dict(in_logs.fatal)
+        facts.waiting, facts.stuck, facts.detours, facts.waits_in = [], [], [], None
+        _shape(facts)
+    return facts if facts.files or facts.processes else None
 
 
 def _host_of(rel: str, nodes: Sequence[str]) -> str | None:

@@ -320,7 +320,7 @@ class InventoryFold:
                     k.problem,
                     k.last_timed,
                     src.prefixes,
-                    k.local_map,
+                    consecutive_locals(k.local_map),
                     k.launcher,
                     src.artifact,
                 )
@@ -346,3 +346,18 @@ class InventoryFold:
             year_hint=year,
             facts=facts,
         )
+
+
+def consecutive_locals(local_to_global: dict[int, int]) -> dict[int, int]:
+    """A file's torchrun ``--tee`` local -> global ranks, with the local ranks below the highest it maps filled in
+    when every local rank it maps (two at least) agrees on one offset: torchrun numbers a node's workers
+    consecutively (a worker that printed no ``[rankN]:`` line of its own is still local rank L of that node)."""
+    offsets = {g - k for k, g in local_to_global.items()}
+    if len(local_to_global) < 2 or len(offsets) != 1:
+        return local_to_global
+    off = offsets.pop()
+    out = dict(local_to_global)
+    for k in range(max(local_to_global) + 1):
+        if k + off >= 0:
+            out.setdefault(k, k + off)
+    return out

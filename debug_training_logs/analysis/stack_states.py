@@ -97,7 +97,7 @@ _CHECKPOINT_FILE: Final = re.compile(
 )
 _CHECKPOINT_NAME: Final = re.compile(r"checkpoint|ckpt|save|snapshot|persist|dump_state|write_state", re.I)
 _DATA_NAME: Final = re.compile(
-    r"(?:^|[._])(?:__next__|__getitem__|__getitems__|_next_data|_get_data|_try_get_data|fetch\w*|load\w*|read\w*|"
+    r"(?:^|[._])(?:__next__|__getitem__|__getitems__|_next_data|_get_data|_try_get_data|fetch\w*|load\w*|read(?!y|iness)\w*|"
     r"get_batch\w*|next_batch|\w*_batch|\w*batch_\w*|prefetch\w*|download\w*|collate\w*|\w*shard\w*|\w*dataset\w*|"
     r"\w*dataloader\w*|\w*sample\w*)$",
     re.I,
