@@ -1,6 +1,8 @@
 """A launcher's task labels (``srun --label``'s ``3: ``, Open MPI ``mpirun --tag-output``'s ``[1,3]<stdout>:``) name
 the rank that wrote each line of a combined file, whichever torch wrote the tracebacks (with its ``[rankN]:`` prefix
-or without), and a rank whose own traceback ended on a peer's failure is torn down, not of unknown fate.
+or without), and a rank whose own traceback ended on a peer's failure is torn down, not of unknown fate. Before
+torchrun's ``--tee`` prefix (``srun -l torchrun``: one task per node) the label is the node and the prefix the local
+rank: a rank that printed no ``[rankN]:`` line of its own is its node's local rank all the same.
 
 Held out: a real 4-rank gloo job under an ``--tag-output`` launcher gave every rank's progress to no rank and called
 the victims' fate unknown although each traceback ended on "Connection closed by peer"."""
@@ -113,3 +115,77 @@ def test_labels_that_are_not_the_ranks_name_no_file_rank(tmp_path: Path) -> None
     inv = gather_evidence(logs).worker.job.inventory
     assert [sorted(f.ranks) for f in inv.files] == [[0, 1, 2, 3]]
     assert "launcher task labels" not in (inv.files[0].rank_source or "")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# torchrun under a launcher that labels its tasks (one task per node): the label is the node, --tee the local rank
+
+GLOO_RECV_TIMEOUT = (
+    "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 20000ms "
+    "for recv operation to complete"
+)
+
+
+def _nodes_under_labels(nodes: int, nproc: int, stalled: int, label: str) -> list[str]:
+    """``srun -l torchrun --tee 3`` (or ``mpirun --tag-output`` with one torchrun per node) into one file: each line
+    is '<node label>[default<local>]:...'; ``stalled`` stops after step 2 and prints nothing more, the others time
+    out in the all-reduce (their tracebacks carry torch's ``[rankN]:``)."""
+    tag = LABELS[label]
+    world = nodes * nproc
+    out = []
+
+    def line(g: int, text: str) -> None:
+        out.append(f"{tag(g // nproc, 'stdout')}[default{g % nproc}]:{text}")
+
+    for g in range(world):
+        line(g, f"2026-12-08 01:00:00,1{g:02d} INFO process group ready world_size={world}")
+    for step in range(4):
+        for g in range(world):
+            if g != stalled or step < 3:
+                line(g, f"2026-12-08 01:00:0{step + 1},2{g:02d} INFO step={step} loss={1 / (step + 1):.4f}")
+    for g in range(world):
+        if g != stalled:
+            for t in ("Traceback (most recent call last):", *FRAMES, GLOO_RECV_TIMEOUT):
+                line(g, f"[rank{g}]: {t}")
+    return out
+
+
+NODE_MATRIX = list(itertools.product((2, 3), (2, 4), ("first", "last"), ("srun", "mpi"), (False, True)))
+
+
+@pytest.mark.parametrize(("nodes", "nproc", "which", "label", "gz"), NODE_MATRIX)
+def test_a_label_before_a_tee_prefix_is_the_node_and_the_prefix_its_local_rank(
+    nodes: int, nproc: int, which: str, label: str, gz: bool, tmp_path: Path
+) -> None:
+    stalled = 0 if which == "first" else nodes * nproc - 1
+    logs = write(tmp_path, {"slurm-4242.out": _nodes_under_labels(nodes, nproc, stalled, label)}, compress=gz)
+    d = diagnose(str(logs), history=False)
+    assert d.verdict.culprit_ranks == [stalled], d.verdict.explanation
+    assert d.verdict.missing_ranks == []  # the stalled rank's lines are its own, under its node's label
+    assert d.verification.accepted, d.verification.summary
+
+
+@pytest.mark.parametrize(
+    ("mapped", "world", "filled"),
+    [
+        ({0: 0, 2: 2}, None, {0: 0, 1: 1, 2: 2}),  # one node: the local rank between follows the offset
+        ({1: 9}, None, {1: 9}),  # one mapping without a label: nothing to fill
+        ({0: 0, 1: 5}, None, {0: 0, 1: 5}),  # no one offset
+        (
+            {(1 << 20) + 0: 0, (1 << 20) + 1: 1, (2 << 20) + 0: 2},
+            None,
+            {(1 << 20) + 0: 0, (1 << 20) + 1: 1, (2 << 20) + 0: 2, (2 << 20) + 1: 3},
+        ),
+        (
+            {(1 << 20) + 0: 0, (1 << 20) + 1: 1, (2 << 20) + 0: 2},
+            3,
+            {(1 << 20) + 0: 0, (1 << 20) + 1: 1, (2 << 20) + 0: 2},
+        ),
+    ],
+)
+def test_a_nodes_local_ranks_are_filled_in_only_where_the_map_says_so(
+    mapped: dict[int, int], world: int | None, filled: dict[int, int]
+) -> None:
+    from debug_training_logs.analysis.inventory_build import consecutive_locals
+
+    assert consecutive_locals(mapped, world) == filled

@@ -15,7 +15,7 @@ from debug_training_logs.analysis.inventory_file_share import _FileShare, _Hosts
 from debug_training_logs.analysis.inventory_sink import MAX_CREDIBLE_WORLD, FileFacts
 from debug_training_logs.analysis.inventory_types import FileInventory, Inventory, TimePoint
 from debug_training_logs.formats.timestamps import WallTime
-from debug_training_logs.logs.attribution import file_name_node, file_name_rank, log_dir_local_rank
+from debug_training_logs.logs.attribution import TASK_STRIDE, file_name_node, file_name_rank, log_dir_local_rank
 from debug_training_logs.logs.discovery import LogFile, Skipped
 
 
@@ -300,6 +300,10 @@ class InventoryFold:
                 ranks, source = {g}, "torchrun --log-dir tree"
             elif not ranks and lf.rel in numbered:
                 ranks, source = {numbered[lf.rel]}, "file name numbered as its siblings' ranks"
+            local = consecutive_locals(k.local_map, world_size)
+            if set(local.values()) - ranks:  # a node's local ranks that printed no [rankN]: line of their own
+                ranks = ranks | set(local.values())
+                source = f"{source}, torchrun --tee local ranks" if source != "none" else "torchrun --tee local ranks"
             if f.child_failed_ranks - ranks:
                 # the agent's workers inherit its stdout/stderr: the ranks its ChildFailedError table lists wrote here
                 # (a rank that hung and was SIGTERMed may have no [rankN]: line of its own)
@@ -320,7 +324,7 @@ class InventoryFold:
                     k.problem,
                     k.last_timed,
                     src.prefixes,
-                    consecutive_locals(k.local_map),
+                    local,
                     k.launcher,
                     src.artifact,
                 )
@@ -348,16 +352,28 @@ class InventoryFold:
         )
 
 
-def consecutive_locals(local_to_global: dict[int, int]) -> dict[int, int]:
-    """A file's torchrun ``--tee`` local -> global ranks, with the local ranks below the highest it maps filled in
-    when every local rank it maps (two at least) agrees on one offset: torchrun numbers a node's workers
-    consecutively (a worker that printed no ``[rankN]:`` line of its own is still local rank L of that node)."""
-    offsets = {g - k for k, g in local_to_global.items()}
-    if len(local_to_global) < 2 or len(offsets) != 1:
-        return local_to_global
-    off = offsets.pop()
+def consecutive_locals(local_to_global: dict[int, int], world_size: int | None) -> dict[int, int]:
+    """A file's torchrun ``--tee`` local -> global ranks, with the local ranks it does not map filled in where the
+    ones it maps agree on one offset: torchrun numbers a node's workers consecutively (a worker that printed no
+    ``[rankN]:`` line of its own is still local rank L of its node). Without a task label that tells the nodes apart
+    (:func:`~debug_training_logs.logs.attribution.local_slot`), two mapped local ranks at least, and only those below
+    the highest; behind one (``srun -l torchrun``: one label per node), one mapped local rank gives its node's
+    offset, and every node runs as many local ranks as the most the file shows on one node. Never a rank another
+    local rank holds, nor one beyond the world."""
+    by_task: dict[int, dict[int, int]] = {}
+    for slot, g in local_to_global.items():
+        by_task.setdefault(slot // TASK_STRIDE, {})[slot % TASK_STRIDE] = g
     out = dict(local_to_global)
-    for k in range(max(local_to_global) + 1):
-        if k + off >= 0:
-            out.setdefault(k, k + off)
+    taken = set(local_to_global.values())
+    top = max(k for mapped in by_task.values() for k in mapped) if by_task else 0
+    for task, mapped in by_task.items():
+        offsets = {g - k for k, g in mapped.items()}
+        if len(offsets) != 1 or (task == 0 and len(mapped) < 2):
+            continue
+        off = offsets.pop()
+        for k in range((top if task else max(mapped)) + 1):
+            g = k + off
+            if g >= 0 and g not in taken and (world_size is None or g < world_size):
+                out.setdefault(task * TASK_STRIDE + k, g)
+                taken.add(g)
     return out

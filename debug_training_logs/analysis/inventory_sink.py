@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from debug_training_logs.analysis.inventory_markers import MARKERS, Marker
 from debug_training_logs.formats import nccl
 from debug_training_logs.formats import torch_nccl as tn
-from debug_training_logs.formats.prefixes import LOCAL_RANK, strip_ansi
-from debug_training_logs.logs.attribution import NCCL_INIT_RANK, RAY_PREFIX
+from debug_training_logs.formats.prefixes import strip_ansi
+from debug_training_logs.logs.attribution import NCCL_INIT_RANK, RAY_PREFIX, tee_slot
 from debug_training_logs.logs.discovery import LogFile
 
 _NCCL_HOST = re.compile("(?P<host>" + nccl.HOST + ")" + nccl.PROCESS + " NCCL ")
@@ -93,9 +93,8 @@ def _rank_statement(f: FileFacts, text: str, line_no: int) -> None:
     w = _RANK_OF_WORLD.search(text)
     if w is not None and len(f.world_claims) < MAX_EXAMPLES:
         f.world_claims.append((int(w.group("n") or w.group("m") or w.group("w")), "stated", line_no, text[:300]))
-    lp = LOCAL_RANK.match(text)
-    if lp is not None:
-        local = int(lp.group(1))
+    local = tee_slot(text)
+    if local is not None:
         known = f.local_map.get(local)
         f.local_map[local] = g if known is None or known == g else -1
 

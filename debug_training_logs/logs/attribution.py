@@ -115,14 +115,45 @@ def task_of_label(m: re.Match[str]) -> tuple[int, str]:
     return (int(srun), "srun_label") if srun is not None else (int(mpi), "mpi_tag")
 
 
-def rank_or_local(text: str) -> int | None:
-    """The line's global rank (:func:`rank_and_source_plain`), else its torchrun ``--tee`` local rank ``L`` encoded
-    as ``-(L + 1)`` (the file's local-to-global map resolves it), else None; ANSI codes already stripped."""
-    r = rank_and_source_plain(text)[0]
-    if r is not None or text[:1] != "[":
-        return r
+TASK_STRIDE = 1 << 20
+"""The slots of one launcher task's local ranks in a file's local map (:func:`local_slot`)."""
+
+
+def local_slot(local: int, task: int | None = None) -> int:
+    """Where a file's map of torchrun ``--tee`` local ranks to global ones keeps local rank ``local``: the local rank
+    itself, or, behind a launcher's task label (``srun -l torchrun``: one task per node, the label its index), the
+    slot of that task's own local rank (the nodes' local ranks repeat)."""
+    return local if task is None else local + (task + 1) * TASK_STRIDE
+
+
+def tee_slot(text: str) -> int | None:
+    """The local-map slot of the line's ``--tee`` prefix (:func:`local_slot`), after a task label when there is one;
+    None without the prefix; ANSI codes already stripped."""
+    m = _tee_prefix(text)
+    if m is not None:
+        return int(m.group(1))
+    t = TASK_LABEL_AT_START.match(text)
+    if t is None or (m := _tee_prefix(text[t.end() :])) is None:
+        return None
+    return local_slot(int(m.group(1)), task_of_label(t)[0])
+
+
+def _tee_prefix(text: str) -> re.Match[str] | None:
+    """The ``--tee`` prefix opening ``text``; torch's own ``[rankN]:`` (a global rank) is none."""
     m = LOCAL_RANK.match(text)
-    return -(int(m.group(1)) + 1) if m else None
+    return None if m is None or GLOBAL_RANK.match(text) is not None else m
+
+
+def rank_or_local(text: str) -> int | None:
+    """The line's global rank (:func:`rank_and_source_plain`), else its torchrun ``--tee`` local slot ``S``
+    (:func:`tee_slot`) encoded as ``-(S + 1)`` (the file's local-to-global map resolves it), else None; ANSI codes
+    already stripped. A task label followed by a ``--tee`` prefix is a node's (torchrun under ``srun -l``), not a
+    rank."""
+    r, source = rank_and_source_plain(text)
+    if (r is not None and source not in ("srun_label", "mpi_tag")) or (r is None and text[:1] != "["):
+        return r
+    slot = tee_slot(text)
+    return -(slot + 1) if slot is not None else r
 
 
 def file_name_rank(rel: str) -> int | None:
