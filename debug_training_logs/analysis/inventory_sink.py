@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from debug_training_logs.analysis.inventory_markers import MARKERS, Marker
 from debug_training_logs.formats import nccl
 from debug_training_logs.formats import torch_nccl as tn
-from debug_training_logs.formats.prefixes import strip_ansi
+from debug_training_logs.formats.prefixes import LEAD_PREFIXES, strip_ansi
 from debug_training_logs.logs.attribution import NCCL_INIT_RANK, RAY_PREFIX, tee_slot
 from debug_training_logs.logs.discovery import LogFile
 
@@ -177,17 +177,7 @@ class InventorySink:
         return self.facts
 
 
-_LEAD_PREFIXES = re.compile(r"(?:\s*\d+: )?(?:\([^)]*pid=\d+[^)]*\)\s*)?(?:\[rank\d+\]:)?")
-"""An srun label, then a Ray prefix, then ``[rankN]:``, each optional (matched at the line's start: what removing each
-in turn leaves, in one match)."""
-
-
 def _prefixes_end(text: str) -> int:
-    """Where the line's leading srun label/Ray prefix/``[rankN]:`` end (0 without them)."""
-    m = _LEAD_PREFIXES.match(text)
+    """Where the line's leading task label/Ray prefix/``[rankN]:`` end (0 without them)."""
+    m = LEAD_PREFIXES.match(text)
     return m.end() if m is not None else 0
-
-
-def _after_prefixes(text: str) -> str:
-    """The line with a leading ``[rankN]:``/srun label/Ray prefix removed (for anchored host patterns)."""
-    return text[_prefixes_end(text) :]

@@ -27,6 +27,9 @@ TASK_LABEL: Final = r"(?:\s*(?:P\d+ )?(\d+): |\[\d+,(\d+)\]<std(?:out|err|diag)>
 --label``'s ``3: `` (``P1 3: `` for a heterogeneous job's component) and Open MPI ``mpirun --tag-output``'s
 ``[1,3]<stdout>:`` (the job id and the task's rank in ``MPI_COMM_WORLD``). The task id is the global rank only when
 the launcher starts one task per rank (not one torchrun per node)."""
+LEAD_PREFIXES: Final = re.compile("^" + TASK_LABEL + r"?(?:\([^()]*pid=\d+[^()]*\)\s*)?(?:" + RANK_TAG + r":\s*)?")
+"""What launchers and torch put before a process's own words, each optional, in this order: a launcher's task label,
+a Ray actor prefix (``(Worker pid=481552, ip=10.20.3.17)``), torch's ``[rankN]:`` (matched at the line's start)."""
 AGENT_HEADER: Final = r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +"
 """The glog header torchrun's elastic agent opens its own lines with, up to its pid (``I1123 10:00:00.123456 20077 ``):
 level letter, MMDD, time and the pid's padding (a pattern's text: the launcher's patterns go on with the pid)."""

@@ -9,7 +9,7 @@ from typing import Final
 
 from debug_training_logs.formats import nccl
 from debug_training_logs.formats.lazy_re import LazyPattern
-from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi
+from debug_training_logs.formats.prefixes import GLOBAL_RANK, TASK_LABEL, strip_ansi
 from debug_training_logs.formats.torch_nccl import _text, find_header, parse_pg_prefix
 from debug_training_logs.formats.torch_nccl_patterns import _CUT_STARTS, _CUT_TAILS, _GLOG, _HEADER
 from debug_training_logs.formats.torch_nccl_types import Parsed, StatusLine
@@ -51,8 +51,9 @@ _STRONG_PREFIX = re.compile(
     r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"  # docker / collector timestamps
     r"|\[\d{4}-\d\d-\d\d[^\]]{0,40}\]\s*"  # [2024-01-05 10:22:33,123]
     r"|\[\d+\]\s+"  # log viewer line numbers: [51207]
-    r"|(?:P\d+ )?\d+: "  # srun --label
-    r"|\([^()]{0,200}?pid=\d+[^()]{0,100}\)\s*"  # Ray actor prefix
+    r"|"
+    + TASK_LABEL  # srun --label, mpirun --tag-output
+    + r"|\([^()]{0,200}?pid=\d+[^()]{0,100}\)\s*"  # Ray actor prefix
     r"|\S+ \[(?:stderr|stdout)\]\s*"  # milabench
     r"|\[[\w.\-]+:\d+\]:\s*"  # torchrun --tee [host:local_rank]:
     r"|\[default\d+\]:\s*"  # torchrun/accelerate [default3]:

@@ -21,7 +21,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from debug_training_logs.formats.prefixes import GLOBAL_RANK, INLINE_RANK, LOCAL_RANK, TASK_LABEL, strip_ansi
+from debug_training_logs.formats.prefixes import (
+    GLOBAL_RANK,
+    INLINE_RANK,
+    LEAD_PREFIXES,
+    LOCAL_RANK,
+    TASK_LABEL,
+    strip_ansi,
+)
 
 RAY_PREFIX = re.compile(
     r"\((?P<actor>[A-Za-z_][\w.]*)?(?:\[rank=(?P<rank>\d+)\])? ?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:\-]+))?\)"
@@ -174,13 +181,10 @@ def file_name_node(rel: str) -> str | None:
     return None
 
 
-_LEAD_PREFIX = re.compile("^" + TASK_LABEL + r"?(?:\([^()]*pid=\d+[^()]*\)\s*)?(?:\[rank\d+\]:\s*)?")
-
-
 def strip_rank_prefix(text: str) -> str:
     """``text`` without its leading launcher task label (srun's ``N:``, mpirun's ``[1,N]<stdout>:``), Ray actor prefix
     and ``[rankN]:`` (what the process wrote)."""
-    return _LEAD_PREFIX.sub("", text, count=1)
+    return LEAD_PREFIXES.sub("", text, count=1)
 
 
 def log_dir_local_rank(rel: str) -> tuple[str, int] | None:
