@@ -149,8 +149,8 @@ def gather_evidence(
     from debug_training_logs.analysis import log_stacks  # the stack and telemetry readers: only now
     from debug_training_logs.analysis.hang_facts import of_job
 
-    headers = ev.worker.hits("stack_header")
-    ev.hang = of_job(jobs[ec.key], hang_dir, log_stacks.read(jobs[ec.key], headers) if headers else None)
+    in_logs = log_stacks.read(jobs[ec.key], ev.worker.hits("stack_header"))
+    ev.hang = of_job(jobs[ec.key], hang_dir, in_logs.processes, in_logs.fatal)
     return ev
 
 

@@ -35,7 +35,6 @@ from debug_training_logs.ranges import format_ranges
 
 if TYPE_CHECKING:
     from debug_training_logs.analysis.inventory_types import JobScan
-    from debug_training_logs.analysis.log_stacks import LogStacks
 
 _RANK_LOCALS: Final = ("global_rank", "world_rank", "rank", "RANK", "my_rank", "grank")
 _CMD_RANK: Final = re.compile(r"(?:--(?:global[-_])?rank[= ]|(?:^|\s)RANK=)(?P<rank>\d{1,6})\b")
@@ -177,10 +176,15 @@ def gather(
     return facts
 
 
-def of_job(job: JobScan, hang_dir: Path | None, in_logs: LogStacks | None = None) -> HangFacts | None:
+def of_job(
+    job: JobScan,
+    hang_dir: Path | None,
+    log_dumps: Sequence[ProcessState] = (),
+    log_fatal: dict[int, tuple[str, tuple[int, str, str]]] | None = None,
+) -> HangFacts | None:
     """What was collected during a live hang, in the logs directory (the files its inventory marked), beside it and
-    in ``hang_dir``, and the stack dumps the ranks wrote into their own logs (``in_logs``); None when there is
-    none."""
+    in ``hang_dir``, and the stack dumps the ranks wrote into their own logs (``log_dumps``, with the fatal errors
+    some came with: :mod:`~debug_training_logs.analysis.log_stacks`); None when there is none."""
     inv = job.inventory
     files = job.log_files() if job.files else []
     artifacts = {fi.rel for fi in inv.files if fi.artifact is not None}
@@ -197,10 +201,10 @@ def of_job(job: JobScan, hang_dir: Path | None, in_logs: LogStacks | None = None
         with_year(inv.start.time, inv.year_hint) if inv.start is not None else None,
         inv.world_size,
     )
-    if in_logs is not None and in_logs.processes:
+    if log_dumps:
         dumped = {p.rank for p in facts.processes}  # a rank's own py-spy dump stands over what its log holds
-        facts.processes += [p for p in in_logs.processes if p.rank not in dumped]
-        facts.fatal = dict(in_logs.fatal)
+        facts.processes += [p for p in log_dumps if p.rank not in dumped]
+        facts.fatal = dict(log_fatal or {})
         facts.waiting, facts.stuck, facts.detours, facts.waits_in = [], [], [], None
         _shape(facts)
     return facts if facts.files or facts.processes else None

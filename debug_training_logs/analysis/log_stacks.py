@@ -47,7 +47,9 @@ def read(job: JobScan, headers: Iterable[Hit]) -> LogStacks:
     by_file: dict[str, list[int]] = defaultdict(list)
     for h in headers:
         by_file[h.file].append(h.line)
-    files = {lf.rel: lf for lf in job.log_files()} if by_file else {}
+    if not by_file:
+        return LogStacks([], {})
+    files = {lf.rel: lf for lf in job.log_files()}
     inventory = {fi.rel: fi for fi in job.inventory.files}
     processes: list[ProcessState] = []
     fatal: dict[int, tuple[str, faulthandler.Cause]] = {}
