@@ -82,11 +82,13 @@ def test_without_the_world_size_the_failed_worker_stays_a_local_rank(tmp_path: P
 
 
 def test_an_agent_that_stops_the_same_workers_twice_restarted_nothing(tmp_path: Path) -> None:
-    """SIGTERM, then SIGKILL for the workers that did not stop: one stop of one group."""
+    """SIGTERM, then SIGKILL 30 s later for the workers that did not stop (one flushed a step as it died): one stop of
+    one group."""
     node = NodeLog(0, 4, 0, agent_pid=13433, tee=False)
     node.lines.append("2026-12-07 19:40:43.544 | INFO     | __main__:main:19 - rank 0/4 up")
     node.sigterms(seconds(12), [0, 1, 3])
     node.failed(seconds(12.05), 2, 1)
+    node.lines.append("2026-12-07 19:40:53.100 | INFO     | __main__:main:34 - step   25 | loss 0.78")  # flushed
     for k in (0, 1, 3):
         node.agent("W", seconds(42), f"{API}:1028", f"Sending process {node.pid(k)} closing signal SIGKILL")
     d = diagnose(str(write(tmp_path, {"job.out": node.lines})), history=False)

@@ -360,14 +360,16 @@ def _new_worker_group(before: list[str], after: list[str], agent: str | None) ->
     return bool(stopped) and bool(later) and not stopped & later
 
 
-def _one_burst(prev: int, no: int, text: dict[int, str]) -> bool:
-    """Whether an agent's stop candidate at line ``no`` continues the burst whose last line is ``prev``: both timed
-    within :data:`FLUSH_AFTER_STOP` of each other, or a few lines apart when a time is missing (two stops of one
-    agent a few seconds apart on adjacent lines are two stops: a restarted group that failed at once)."""
+def _one_burst(prev: int, no: int, text: dict[int, str], *, new_workers: bool) -> bool:
+    """Whether an agent's stop candidate at line ``no`` continues the burst whose last line is ``prev``: a few lines
+    apart, or timed within :data:`FLUSH_AFTER_STOP` of each other (dying workers' output, tee'd late, can come
+    between the agent's lines). Not when it stops ``new_workers`` (processes the burst did not name) seconds later:
+    the restarted group failed at once (the same workers stopped again, SIGKILL after SIGTERM, are one stop)."""
     before, now = _time(text.get(prev, "")), _time(text.get(no, ""))
-    if before is None or now is None:
-        return no - prev <= 8
-    return abs(now - before) <= FLUSH_AFTER_STOP
+    close = before is not None and now is not None and timedelta(0) <= now - before <= FLUSH_AFTER_STOP
+    if close:
+        return True
+    return no - prev <= 8 and not (new_workers and before is not None and now is not None)
 
 
 def _lookahead_end(line: int, last: int | None) -> int:
@@ -391,13 +393,17 @@ def _file_boundaries(
     # workers' output (tee'd late) can come between the agent's SIGTERMs and its line saying which worker failed,
     # and no new round of workers starts that fast
     bursts: list[tuple[int, str]] = []
+    stopped: set[int] = set()  # the worker processes the current burst names
     for no, why, _ in cands:
-        if bursts and _one_burst(bursts[-1][0], no, text):
+        named = _worker_pids([text.get(no, "")], None)
+        if bursts and _one_burst(bursts[-1][0], no, text, new_workers=bool(named - stopped)):
             prev = bursts[-1][1]
             keep_prev = SLURM_WHY in prev or ("restart" in prev and SLURM_WHY not in why)
             bursts[-1] = (no, prev if keep_prev else why)
+            stopped |= named
         else:
             bursts.append((no, why))
+            stopped = set(named)
     # several agents appending to one file (sbatch's single slurm-<jobid>.out): another node's workers go on
     # logging after this agent stopped, so only the agent's own restart lines count there
     agents = {m.group(1) for b, _ in bursts if (m := _AGENT_PID.match(text.get(b, "")))}
