@@ -156,3 +156,16 @@ def test_the_main_thread_is_the_one_at_the_scripts_top_level() -> None:
     main = stacks.main_thread()
     assert main is not None and main.frames[0].function == "read_shard"
     assert cause is None and len(stacks.threads) == 2
+
+
+def test_a_rank_dumped_again_in_another_place_moves_and_is_not_the_one_waited_for(tmp_path: Path) -> None:
+    """Every rank's watchdog dumps twice: rank 1 was in data loading at the first dump and waits in the all-reduce at
+    the second (it moved on); rank 3 is in its shard read both times."""
+    files = {}
+    for r in range(WORLD):
+        first = STUCK["data"][1] if r in (1, 3) else None
+        second = STUCK["data"][1] if r == 3 else None
+        files[f"rank_{r}.log"] = [f"2026-12-08 01:00:00,1{r}0 INFO rank {r}/{WORLD} up", *_dump(first, "timeout"),
+                                  f"2026-12-08 01:00:20,1{r}0 INFO still here", *_dump(second, "timeout")]  # fmt: skip
+    d = diagnose(str(write(tmp_path, files)), history=False)
+    assert (d.verdict.category, d.verdict.culprit_ranks) == ("data_loading_stall", [3]), d.verdict.explanation

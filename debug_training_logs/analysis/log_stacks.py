@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from debug_training_logs.analysis.inventory_types import FileInventory, JobScan
 
 MAX_WINDOW_LINES: Final = 20_000
-"""Lines read back after a file's first dump header (a dump of every thread of a few ranks fits many times)."""
+"""Lines read back of a file, up to a little after its last dump header (a dump of every thread of a few ranks fits
+many times)."""
 LINES_BEFORE: Final = 4
 """Lines read before a file's first header: the fatal error or the timeout that opens its dump."""
 MAX_FILES: Final = 2_000
@@ -58,8 +59,11 @@ def read(job: JobScan, headers: Iterable[Hit]) -> LogStacks:
         if lf is None or fi is None:
             continue
         lines = sorted(by_file[rel])
-        last = min(lines[-1] + faulthandler.MAX_LINES_PER_DUMP * max(1, len(fi.ranks)), lines[0] + MAX_WINDOW_LINES)
-        text = lines_at(lf, set(range(max(1, lines[0] - LINES_BEFORE), last + 1)))
+        # the last dumps decide (a rank dumped again and again while it hung): the window ends after the last header
+        half = MAX_WINDOW_LINES // 2
+        last = lines[-1] + min(faulthandler.MAX_LINES_PER_DUMP * max(1, len(fi.ranks)), half)
+        first = max(lines[0], lines[-1] - half) - LINES_BEFORE
+        text = lines_at(lf, set(range(max(1, first), last + 1)))
         for rank, mine in _per_rank(text, fi).items():
             dumps = faulthandler.parse(mine)
             if not dumps:
