@@ -169,3 +169,18 @@ def test_a_rank_dumped_again_in_another_place_moves_and_is_not_the_one_waited_fo
                                   f"2026-12-08 01:00:20,1{r}0 INFO still here", *_dump(second, "timeout")]  # fmt: skip
     d = diagnose(str(write(tmp_path, files)), history=False)
     assert (d.verdict.category, d.verdict.culprit_ranks) == ("data_loading_stall", [3]), d.verdict.explanation
+
+
+def test_a_cpp_exceptions_frames_are_no_stack_dump(tmp_path: Path) -> None:
+    """c10's 'Exception raised from ... (most recent call first):' and its 'frame #N' lines (every NCCL watchdog
+    abort) are neither read back nor taken for a Python stack dump."""
+    cpp = [
+        "[rank2]:[E521 08:02:13.442641787 ProcessGroupNCCL.cpp:1899] Process group watchdog thread terminated",
+        "Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:689 "
+        "(most recent call first):",
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98 (0x7f3a001c2b00 in libtorch_cuda.so)",
+    ]
+    from debug_training_logs.analysis.evidence import gather_evidence
+
+    ev = gather_evidence(write(tmp_path, {"rank_2.log": cpp}))
+    assert ev.worker.hits("stack_header") == [] and ev.hang is None

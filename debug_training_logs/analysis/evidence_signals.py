@@ -103,8 +103,9 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("nccl_init", r"NCCL INFO .*\brank \d+ nranks \d+", "NCCL communicator init: which host a rank runs on"),
     Signal(
         "stack_header",
-        r"\(most recent call first\):",
-        "a thread's header in a Python stack dump (faulthandler): where the process stood when it was dumped",
+        r"(?:[Tt]hread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):",
+        "a thread's header in a Python stack dump (faulthandler): where the process stood when it was dumped (not "
+        "a C++ exception's 'Exception raised from ... (most recent call first):')",
     ),
     # Progress and the end of the run.
     Signal(

@@ -31,8 +31,6 @@ HEADER: Final = re.compile(
     r"^(?:(?P<current>Current thread)|Thread|Stack)(?: (?P<tid>0x[0-9a-fA-F]{1,20}))? \(most recent call first\):\s*$"
 )
 """A thread's header (its id; ``Stack`` for a one-thread dump)."""
-MARKER: Final = "(most recent call first):"
-"""The literal every header holds (the scan's signal)."""
 _FRAME: Final = re.compile(
     r'^\s{0,4}File "(?P<file>[^"]{0,1000})", line (?P<line>\d{1,9}) in (?P<func>\S.{0,300}?)\s*$'
 )
