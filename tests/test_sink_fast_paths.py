@@ -171,20 +171,21 @@ def test_template_memo_equals_template_of(monkeypatch: pytest.MonkeyPatch, share
 
 
 def _after_prefixes_plain(text: str) -> str:
-    text = re.sub(r"^\s*(?:\d+: )", "", text)
+    text = re.sub(r"^(?:\s*(?:P\d+ )?\d+: |\[\d+,\d+\]<(?:stdout|stderr|stddiag)>: ?)", "", text)
     text = re.sub(r"^\([^)]*pid=\d+[^)]*\)\s*", "", text)
-    return re.sub(r"^\[rank\d+\]:", "", text)
+    return re.sub(r"^\[rank\d+\]:\s*", "", text)
 
 
 @pytest.mark.parametrize(
     "prefix",
-    ["", "[rank3]:", "12: ", "  7: ", "(RayWorker pid=12, ip=10.0.0.1) ", "(pid=9) [rank5]:", "3: [rank3]:", "(x) "],
-)
+    ["", "[rank3]:", "[rank3]: ", "12: ", "  7: ", "P1 4: ", "[1,6]<stderr>:", "[1,6]<stdout>: [rank6]: ",
+     "(RayWorker pid=12, ip=10.0.0.1) ", "(pid=9) [rank5]:", "3: [rank3]:", "(x) "],
+)  # fmt: skip
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_inventory_prefix_removal_equals_plain_substitutions(prefix: str, ending: str) -> None:
     line = "gpu-a01:23450:23962 [0] NCCL INFO ncclCommInitRank comm 0x55d3 rank 3 nranks 16" + ending
     for text in (prefix + line, prefix, prefix + "[rank4]:[rank5]:" + line, prefix + "(pid=3)" + line):
-        assert inventory_sink._after_prefixes(text) == _after_prefixes_plain(text)
+        assert text[inventory_sink._prefixes_end(text) :] == _after_prefixes_plain(text)
         host = re.search(r"^(?P<host>[A-Za-z0-9][\w.\-]*):\d+:\d+ \[\d+\] NCCL ", _after_prefixes_plain(text))
         got = inventory_sink._NCCL_HOST.match(text, inventory_sink._prefixes_end(text))
         assert (got and got.group("host")) == (host and host.group("host"))
