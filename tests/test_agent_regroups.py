@@ -156,3 +156,36 @@ def test_a_rank_alone_in_its_collective_took_a_detour(tmp_path: Path) -> None:
     sites = {0: ("eval", "timeout"), 1: ("eval", "timeout"), 2: ("eval", "timeout"), 3: ("backward", "timeout")}
     d = diagnose(str(write(tmp_path, {"launch.out": _split_job(sites)})), history=False)
     assert (d.verdict.category, d.verdict.culprit_ranks) == ("collective_mismatch", [3]), d.verdict.explanation
+
+
+def test_a_preemption_followed_by_the_agents_stops_is_a_requeue_not_a_failure(tmp_path: Path) -> None:
+    """One srun torchrun file of two agents, preempted (SLURM's line states its year, the agents' glog headers none)
+    and requeued into the same file, where rank 1 fails: the first attempt was put back, the second is diagnosed."""
+    a, b = NodeLog(0, 2, 0, agent_pid=5803, tee=False), NodeLog(1, 2, 2, agent_pid=5807, tee=False)
+    lines = []
+    for n in (a, b):
+        n.banner(seconds(0))
+    lines += a.lines + b.lines
+    lines += [f"2026-12-07 19:40:{45 + s:02d},000 INFO rank {r}/4 step {s}" for s in range(3) for r in range(4)]
+    lines.append(
+        "slurmstepd: error: *** JOB 731402 ON gpu-node01 CANCELLED AT 2026-12-07T19:40:52 DUE TO PREEMPTION ***"
+    )
+    a.lines, b.lines = [], []
+    a.sigterms(seconds(12.9), [0, 1])
+    b.sigterms(seconds(12.95), [0, 1])
+    lines += a.lines + b.lines
+    a2, b2 = NodeLog(0, 2, 0, agent_pid=5936, tee=False), NodeLog(1, 2, 2, agent_pid=5940, tee=False)
+    for n in (a2, b2):
+        n.banner(seconds(70))
+    lines += a2.lines + b2.lines
+    lines += [f"2026-12-07 19:41:{55 + s:02d},000 INFO rank {r}/4 step {s}" for s in range(2) for r in range(4)]
+    a2.lines = []
+    a2.traceback(1, ['  File "/srv/job/train.py", line 40, in resume', "    torch.load(path)"],
+                 "OSError: checkpoint /ckpt/step50.pt is truncated")  # fmt: skip
+    a2.sigterms(seconds(79), [0])
+    a2.failed(seconds(79.1), 1, 1)
+    lines += a2.lines
+    d = diagnose(str(write(tmp_path, {"slurm-731402.out": lines})), history=False)
+    assert [x.outcome for x in d.attempts] == ["requeued", "failed"], d.attempts
+    assert (d.attempt, d.verdict.category) == (1, "rank_crash"), d.verdict.explanation
+    assert 1 in d.verdict.culprit_ranks + d.verdict.suspect_ranks  # (the steps name no rank: the others may hide one)

@@ -163,7 +163,7 @@ class AttemptFilter:
         when = t.with_year(t.year or DEFAULT_YEAR)
         idx = 0
         for i, (start, _end) in sorted(self.windows.items()):
-            if start is not None and when >= start.replace(year=when.year):
+            if start is not None and when >= _in_year(start, when.year):
                 idx = i
         self._last[rel] = idx
         return idx
@@ -175,6 +175,15 @@ class AttemptFilter:
 def _pid_of(text: str) -> str | None:
     m = _AGENT_PID.match(text)
     return m.group(1) if m else None
+
+
+def _in_year(t: datetime, year: int) -> datetime:
+    """``t`` in ``year`` (to compare a time whose line states no year with one whose line does); 29 February of a
+    year without one is the 28th."""
+    try:
+        return t.replace(year=year)
+    except ValueError:
+        return t.replace(year=year, day=28)
 
 
 def _time(text: str) -> datetime | None:
@@ -324,7 +333,7 @@ def _workers_start_over(before: list[str], after: list[str], stop: datetime | No
         if _DYING.search(body) or body.startswith(("  ", "\t")):  # (a traceback's frames and code are indented)
             continue
         when = _time(t)
-        if when is not None and stop is not None and when.replace(year=stop.year) <= stop + FLUSH_AFTER_STOP:
+        if when is not None and stop is not None and _in_year(when, stop.year) <= stop + FLUSH_AFTER_STOP:
             continue
         return True
     if stop is None:
@@ -335,7 +344,7 @@ def _workers_start_over(before: list[str], after: list[str], stop: datetime | No
         and not _NOT_WORKER.search(t)
         and not _DYING.search(t)
         and (when := _time(t)) is not None
-        and when.replace(year=stop.year) > late
+        and _in_year(when, stop.year) > late
         for t in after
     )
 
@@ -366,10 +375,12 @@ def _one_burst(prev: int, no: int, text: dict[int, str], *, new_workers: bool) -
     between the agent's lines). Not when it stops ``new_workers`` (processes the burst did not name) seconds later:
     the restarted group failed at once (the same workers stopped again, SIGKILL after SIGTERM, are one stop)."""
     before, now = _time(text.get(prev, "")), _time(text.get(no, ""))
-    close = before is not None and now is not None and timedelta(0) <= now - before <= FLUSH_AFTER_STOP
-    if close:
+    if before is None or now is None:
+        return no - prev <= 8
+    now = _in_year(now, before.year)  # (a glog header states no year; SLURM's lines do)
+    if timedelta(0) <= now - before <= FLUSH_AFTER_STOP:
         return True
-    return no - prev <= 8 and not (new_workers and before is not None and now is not None)
+    return no - prev <= 8 and not new_workers
 
 
 def _lookahead_end(line: int, last: int | None) -> int:
@@ -490,7 +501,7 @@ def _number_by_time(boundaries: dict[str, list[Boundary]]) -> None:
 
     def when(b: Boundary) -> datetime:
         assert b.time is not None
-        return b.time.replace(year=DEFAULT_YEAR) if mixed else b.time
+        return _in_year(b.time, DEFAULT_YEAR) if mixed else b.time
 
     cluster, last = -1, None
     for b in sorted(every, key=when):
