@@ -50,6 +50,7 @@ PREFIX = {
     "tee": lambda r: f"[default{r}]:",
     "srun": lambda r: f"{r}: ",
     "mpi": lambda r: f"[1,{r}]<stderr>:",
+    "srun_tee": lambda r: f"{r // 2}: [default{r % 2}]:",  # srun -l torchrun --tee: two nodes of two
 }
 
 

@@ -205,7 +205,6 @@ def of_job(
         dumped = {p.rank for p in facts.processes}  # a rank's own py-spy dump stands over what its log holds
         facts.processes += [p for p in log_dumps if p.rank not in dumped]
         facts.fatal = dict(log_fatal or {})
-        facts.waiting, facts.stuck, facts.detours, facts.waits_in = [], [], [], None
         _shape(facts)
     return facts if facts.files or facts.processes else None
 
@@ -286,7 +285,8 @@ def _rank_of(
 
 
 def _shape(facts: HangFacts) -> None:
-    """Who waits where, and who is outside the collective the others wait in."""
+    """Who waits where, and who is outside the collective the others wait in (anew from every process)."""
+    facts.waiting, facts.stuck, facts.detours, facts.waits_in = [], [], [], None
     procs = [p for p in facts.processes if not p.progressing]
     waiting = [p for p in procs if p.state.kind in WAITING_KINDS]
     facts.waiting = waiting

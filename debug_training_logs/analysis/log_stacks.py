@@ -90,10 +90,16 @@ def _per_rank(text: dict[int, str], fi: FileInventory) -> dict[int, list[tuple[i
         r = single if r is None else r
         if r is None:
             continue  # a line no prefix ties to a rank in a file of several ranks
-        local = LOCAL_RANK.match(plain)
-        body = strip_rank_prefix(plain[local.end() :] if local is not None else plain)
-        out[r].append((no, body, raw))
+        out[r].append((no, _own_words(plain), raw))
     return out
+
+
+def _own_words(text: str) -> str:
+    """The line without what launchers and torch put before it: a task label, a ``--tee`` prefix (after the label when
+    torchrun runs under ``srun -l``), ``[rankN]:``."""
+    text = strip_rank_prefix(text)
+    local = LOCAL_RANK.match(text)
+    return strip_rank_prefix(text[local.end() :]) if local is not None else text
 
 
 def _mapped_by(fi: FileInventory, rank: int) -> str:

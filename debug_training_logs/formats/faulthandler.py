@@ -43,11 +43,6 @@ MAX_LINES_PER_DUMP: Final = MAX_FRAMES + 8
 """Lines read after a header for its frames."""
 
 
-def is_frame(text: str) -> bool:
-    """Whether ``text`` is one of a dump's frame lines (``  File "x.py", line 3 in f``)."""
-    return _FRAME.match(text) is not None or _UNKNOWN_FRAME.match(text) is not None
-
-
 Cause = tuple[int, str, str]
 """The fatal error a dump came with: (its line number, the line as the file has it, the error's words)."""
 
