@@ -189,3 +189,32 @@ def test_a_preemption_followed_by_the_agents_stops_is_a_requeue_not_a_failure(tm
     assert [x.outcome for x in d.attempts] == ["requeued", "failed"], d.attempts
     assert (d.attempt, d.verdict.category) == (1, "rank_crash"), d.verdict.explanation
     assert 1 in d.verdict.culprit_ranks + d.verdict.suspect_ranks  # (the steps name no rank: the others may hide one)
+
+
+def _two_node_job(files: tuple[int, ...]) -> dict[str, list[str]]:
+    """Two torchrun agents of 8 workers without --tee (16 ranks): node 1's local rank 3 (rank 11) exits with code 1
+    and prints nothing; every other rank loses its peer (torch's [rankN]: on its traceback)."""
+    out = {}
+    for node in files:
+        n = NodeLog(node, 8, 8 * node, agent_pid=4242 + node, tee=False)
+        n.banner(seconds(0))
+        n.lines += [f"2026-12-07 19:40:4{k},000 INFO world_size=16 step 3" for k in range(8)]
+        for k in range(8):
+            if (node, k) != (1, 3):
+                n.victim(k, GLOO_CLOSED.format(peer=3, port=100 + k))
+        if node == 1:
+            n.sigterms(seconds(9.3), [k for k in range(8) if k != 3])
+            n.failed(seconds(9.4), 3, 1)
+        else:
+            n.sigterms(seconds(9.5), list(range(8)))
+        out[f"node{node}.log"] = n.lines
+    return out
+
+
+@pytest.mark.parametrize("files", [(1,), (0, 1)])
+def test_a_failed_local_rank_of_another_node_is_that_nodes_rank(files: tuple[int, ...], tmp_path: Path) -> None:
+    """The agent's workers are a block of 8 consecutive ranks: its lines' [rank8]: ... [rank15]: say which block,
+    so its local rank 3 is rank 11 (torch's own [rankN]: is no --tee prefix mapping local N to rank N)."""
+    d = diagnose(str(write(tmp_path, _two_node_job(files))), history=False)
+    named = d.verdict.culprit_ranks + d.verdict.suspect_ranks
+    assert named == [11], d.verdict.explanation

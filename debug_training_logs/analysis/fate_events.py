@@ -115,7 +115,16 @@ def _build(ev: JobEvidence) -> CausalModel:
         if f is not None and a.by not in a.accused and not any(e.line.line == a.line.line for e in f.events):
             f.events.append(RankEvent(a.by, "report", f"reports rank(s) {_fmt(a.accused)} failed", a.line, a.accused))
     processes = (
-        _unmapped_processes(lf, fates, year, watchdog=bool(ev.nccl.rows), world=w.world_size) if lf is not None else []
+        _unmapped_processes(
+            lf,
+            fates,
+            year,
+            watchdog=bool(ev.nccl.rows),
+            world=w.world_size,
+            file_ranks={fi.rel: fi.line_ranks for fi in w.job.inventory.files},
+        )
+        if lf is not None
+        else []
     )
     hang_accs: list[Accusation] = []
     hang_processes: list[RankEvent] = []
@@ -368,7 +377,13 @@ def _nccl_events(ev: JobEvidence, fates: dict[int, Fate]) -> None:
 
 
 def _unmapped_processes(
-    lf: LauncherFacts, fates: dict[int, Fate], year: int | None, *, watchdog: bool, world: int | None
+    lf: LauncherFacts,
+    fates: dict[int, Fate],
+    year: int | None,
+    *,
+    watchdog: bool,
+    world: int | None,
+    file_ranks: dict[str, set[int]],
 ) -> list[RankEvent]:
     """Launcher lines about a worker with no global rank (``failed (exitcode: 1) local_rank: 3 (pid: P)`` with no
     table or rank prefix to map it): the process, in the launcher's words. ``watchdog``: some rank has NCCL watchdog
@@ -385,7 +400,7 @@ def _unmapped_processes(
             if not own:
                 continue
             g = a.local_to_global.get(wf.local_rank)
-            if g is None and (base := _node_offset(a, world)) is not None:
+            if g is None and (base := _node_offset(a, world, file_ranks.get(a.file, set()))) is not None:
                 g = base + wf.local_rank
             if g is not None and g in fates:  # the file maps its local rank: the event is that rank's
                 f = fates[g]
@@ -423,17 +438,24 @@ def _unmapped_processes(
     return out
 
 
-def _node_offset(a: AgentFacts, world: int | None) -> int | None:
+def _node_offset(a: AgentFacts, world: int | None, ranks_here: set[int]) -> int | None:
     """The global rank of local rank 0 of the one agent of a file, when every local rank the file maps (two at least)
-    agrees on it: torchrun numbers a node's workers consecutively. With no map, 0 when the agent stopped as many
-    worker processes as the job's ``world`` has ranks: its workers are the whole world."""
+    agrees on it: torchrun numbers a node's workers consecutively. With no map, from the number of worker processes
+    the agent stopped (its ``--nproc-per-node``): 0 when they are as many as the job's ``world`` has ranks (its
+    workers are the whole world); else the block of that many ranks, from a multiple of it (every node runs as many),
+    that holds every global rank the file's lines carry (``ranks_here``), two at least."""
     if len(a.pids) > 1:
         return None
     offsets = {g - loc for loc, g in a.local_to_global.items()}
     if len(offsets) == 1 and len(a.local_to_global) >= 2:
         return offsets.pop()
-    workers = set().union(*a.sigterms.values()) | {wf.pid for _, wf in a.worker_failed}
-    return 0 if not offsets and world is not None and len(workers) == world else None
+    if offsets:
+        return None
+    nproc = len(set().union(*a.sigterms.values()) | {wf.pid for _, wf in a.worker_failed})
+    if world is not None and nproc == world:
+        return 0
+    blocks = {r // nproc for r in ranks_here} if nproc >= 2 else set()
+    return blocks.pop() * nproc if len(blocks) == 1 and len(ranks_here) >= 2 else None
 
 
 def _signal_name(code: int | None) -> str | None:

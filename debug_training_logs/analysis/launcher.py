@@ -470,7 +470,7 @@ def parse_lines(
     local_to_global: dict[int, int] = {}
     for _no, text in lines:  # '[default1]:[rank3]: ...' pairs a tee prefix with its global rank
         lm, gm = LOCAL_RANK.match(text), GLOBAL_RANK.search(text)
-        if lm and gm:
+        if lm and gm and gm.start() > 0:  # (torch's own '[rank3]:' opening the line is no tee prefix)
             local_to_global.setdefault(int(lm.group(1)), int(gm.group(1)))
     for t in file_tables:
         for f in t.failures:
