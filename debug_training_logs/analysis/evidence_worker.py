@@ -28,6 +28,7 @@ from debug_training_logs.analysis.nccl_hits import FileEvents
 from debug_training_logs.analysis.nccl_sink import NCCL_PATTERNS
 from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR
 from debug_training_logs.formats.timestamps import WallTime, with_year
+from debug_training_logs.logs.attribution import rank_of_key
 from debug_training_logs.logs.scan_cache import Consumer, FileResult
 
 
@@ -47,12 +48,7 @@ def _job_hits(
         hits = [_in_year(h, f, year) if f else h for h, f in zip(hits, sd.yearless, strict=True)]
     if any(h.rank is None or h.rank < 0 for h in hits):
         lm = local or {}
-        hits = [
-            replace(h, rank=single if h.rank is None else lm.get(-h.rank - 1, single))
-            if h.rank is None or h.rank < 0
-            else h
-            for h in hits
-        ]
+        hits = [replace(h, rank=rank_of_key(h.rank, single, lm)) if h.rank is None or h.rank < 0 else h for h in hits]
     return hits
 
 
@@ -148,11 +144,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
     def rank_of(rel: str, r: int | None) -> int | None:
         """A line's rank as the job sees it: its own, else its file's only rank; a torchrun --tee local rank
         (encoded ``-(L + 1)``) through the file's local-to-global map."""
-        if r is None:
-            return single_rank.get(rel)
-        if r < 0:
-            return local_ranks.get(rel, {}).get(-r - 1, single_rank.get(rel))
-        return r
+        return r if r is not None and r >= 0 else rank_of_key(r, single_rank.get(rel), local_ranks.get(rel, {}))
 
     kept: dict[str, list[Hit]] = {}
     """Per signal: the kept hits, file by file; one per line (a file's digest keeps a line's first hit only, and the

@@ -44,6 +44,7 @@ from debug_training_logs.formats import accusations, gloo, nccl, torchrun
 from debug_training_logs.formats import torch_nccl as tn
 from debug_training_logs.formats.cuda_oom import oom_device
 from debug_training_logs.formats.timestamps import parse_wall_time, with_year
+from debug_training_logs.logs.attribution import agreed_offset
 from debug_training_logs.ranges import format_ranges
 
 UNRANKED_KINDS = ("oom", "cuda_error", "exception", "nan", "data_error")
@@ -446,11 +447,8 @@ def _node_offset(a: AgentFacts, world: int | None, ranks_here: set[int]) -> int 
     that holds every global rank the file's lines carry (``ranks_here``), two at least."""
     if len(a.pids) > 1:
         return None
-    offsets = {g - loc for loc, g in a.local_to_global.items()}
-    if len(offsets) == 1 and len(a.local_to_global) >= 2:
-        return offsets.pop()
-    if offsets:
-        return None
+    if a.local_to_global:
+        return agreed_offset(a.local_to_global)
     nproc = len(set().union(*a.sigterms.values()) | {wf.pid for _, wf in a.worker_failed})
     if world is not None and nproc == world:
         return 0

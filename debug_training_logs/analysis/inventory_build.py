@@ -15,7 +15,13 @@ from debug_training_logs.analysis.inventory_file_share import _FileShare, _Hosts
 from debug_training_logs.analysis.inventory_sink import MAX_CREDIBLE_WORLD, FileFacts
 from debug_training_logs.analysis.inventory_types import FileInventory, Inventory, TimePoint
 from debug_training_logs.formats.timestamps import WallTime
-from debug_training_logs.logs.attribution import TASK_STRIDE, file_name_node, file_name_rank, log_dir_local_rank
+from debug_training_logs.logs.attribution import (
+    TASK_STRIDE,
+    agreed_offset,
+    file_name_node,
+    file_name_rank,
+    log_dir_local_rank,
+)
 from debug_training_logs.logs.discovery import LogFile, Skipped
 
 
@@ -367,10 +373,9 @@ def consecutive_locals(local_to_global: dict[int, int], world_size: int | None) 
     taken = set(local_to_global.values())
     top = max(k for mapped in by_task.values() for k in mapped) if by_task else 0
     for task, mapped in by_task.items():
-        offsets = {g - k for k, g in mapped.items()}
-        if len(offsets) != 1 or (task == 0 and len(mapped) < 2):
+        off = agreed_offset(mapped, least=2 if task == 0 else 1)
+        if off is None:
             continue
-        off = offsets.pop()
         for k in range((top if task else max(mapped)) + 1):
             g = k + off
             if g >= 0 and g not in taken and (world_size is None or g < world_size):

@@ -41,7 +41,7 @@ from debug_training_logs.analysis.inventory_views import file_result_item
 from debug_training_logs.formats import gloo, launchers, slurm, torchrun
 from debug_training_logs.formats.prefixes import AGENT_HEADER, GLOBAL_RANK, LOCAL_RANK, strip_ansi
 from debug_training_logs.formats.python_text import is_source_line
-from debug_training_logs.logs.attribution import file_name_rank, rank_of_line
+from debug_training_logs.logs.attribution import file_name_rank, rank_of_line, tee_prefix
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.scan_cache import FileResult
 from debug_training_logs.logs.scan_types import SinkFactory
@@ -469,8 +469,9 @@ def parse_lines(
     (:func:`~debug_training_logs.analysis.attempts.refine_launcher`), or here for a replayed attempt."""
     local_to_global: dict[int, int] = {}
     for _no, text in lines:  # '[default1]:[rank3]: ...' pairs a tee prefix with its global rank
-        lm, gm = LOCAL_RANK.match(text), GLOBAL_RANK.search(text)
-        if lm and gm and gm.start() > 0:  # (torch's own '[rank3]:' opening the line is no tee prefix)
+        lm = tee_prefix(text)
+        gm = GLOBAL_RANK.search(text) if lm is not None else None
+        if lm and gm:
             local_to_global.setdefault(int(lm.group(1)), int(gm.group(1)))
     for t in file_tables:
         for f in t.failures:

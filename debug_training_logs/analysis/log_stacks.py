@@ -18,7 +18,7 @@ from debug_training_logs.analysis.hang_facts import ProcessState
 from debug_training_logs.analysis.stack_states import state_of
 from debug_training_logs.formats import faulthandler
 from debug_training_logs.formats.prefixes import LOCAL_RANK, strip_ansi
-from debug_training_logs.logs.attribution import rank_or_local, strip_rank_prefix
+from debug_training_logs.logs.attribution import rank_of_key, rank_or_local, strip_rank_prefix
 from debug_training_logs.logs.scan_lines import lines_at
 
 if TYPE_CHECKING:
@@ -84,10 +84,7 @@ def _per_rank(text: dict[int, str], fi: FileInventory) -> dict[int, list[tuple[i
     for no in sorted(text):
         raw = text[no]
         plain = strip_ansi(raw)
-        r = rank_or_local(plain)
-        if r is not None and r < 0:
-            r = fi.local_ranks.get(-r - 1, single)
-        r = single if r is None else r
+        r = rank_of_key(rank_or_local(plain), single, fi.local_ranks)
         if r is None:
             continue  # a line no prefix ties to a rank in a file of several ranks
         out[r].append((no, _own_words(plain), raw))

@@ -19,6 +19,7 @@ rank, not the global rank.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from debug_training_logs.formats.prefixes import (
@@ -136,19 +137,35 @@ def local_slot(local: int, task: int | None = None) -> int:
 def tee_slot(text: str) -> int | None:
     """The local-map slot of the line's ``--tee`` prefix (:func:`local_slot`), after a task label when there is one;
     None without the prefix; ANSI codes already stripped."""
-    m = _tee_prefix(text)
+    m = tee_prefix(text)
     if m is not None:
         return int(m.group(1))
     t = TASK_LABEL_AT_START.match(text)
-    if t is None or (m := _tee_prefix(text[t.end() :])) is None:
+    if t is None or (m := tee_prefix(text[t.end() :])) is None:
         return None
     return local_slot(int(m.group(1)), task_of_label(t)[0])
 
 
-def _tee_prefix(text: str) -> re.Match[str] | None:
-    """The ``--tee`` prefix opening ``text``; torch's own ``[rankN]:`` (a global rank) is none."""
+def tee_prefix(text: str) -> re.Match[str] | None:
+    """The ``--tee`` prefix opening ``text`` (its group: the local rank); torch's own ``[rankN]:`` (a global rank)
+    is none."""
     m = LOCAL_RANK.match(text)
     return None if m is None or GLOBAL_RANK.match(text) is not None else m
+
+
+def rank_of_key(key: int | None, single: int | None, local: Mapping[int, int]) -> int | None:
+    """A line's rank as the job sees it, from its :func:`rank_or_local` key: a global rank as is; a ``--tee`` slot
+    (encoded ``-(S + 1)``) through the file's ``local`` map; else (or unmapped) the file's ``single`` rank."""
+    if key is None:
+        return single
+    return local.get(-key - 1, single) if key < 0 else key
+
+
+def agreed_offset(local_to_global: Mapping[int, int], least: int = 2) -> int | None:
+    """The global rank of local rank 0 when every local rank the map holds (``least`` at least) agrees on it:
+    torchrun numbers a node's workers consecutively."""
+    offsets = {g - k for k, g in local_to_global.items()}
+    return offsets.pop() if len(offsets) == 1 and len(local_to_global) >= least else None
 
 
 def rank_or_local(text: str) -> int | None:
