@@ -32,9 +32,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from debug_training_logs.history.location import Location  # noqa: E402
-from debug_training_logs.history.record import job_key, signature  # noqa: E402
+from debug_training_logs.history.record import signature  # noqa: E402
 from debug_training_logs.history.store import open_store  # noqa: E402
-from debug_training_logs.history.types import Implicated, JobRecord  # noqa: E402
+from debug_training_logs.history.types import (  # noqa: E402
+    Implicated,
+    JobName,
+    JobRecord,
+)
 from debug_training_logs.verify.models import Category  # noqa: E402
 
 CATEGORIES = get_args(Category)
@@ -59,7 +63,7 @@ def synthetic(n: int, seed: int = 7) -> Iterator[JobRecord]:
         sig, event = signature(category, rng.choice(events))
         job = str(5_000_000 + i)
         yield JobRecord(
-            key=job_key(job, None, f"/lustre/jobs/{job}/logs"),
+            key=JobName(job, None, f"/lustre/jobs/{job}/logs").key,
             slurm_job_id=job,
             attempt=None,
             logs_dir=f"/lustre/jobs/{job}/logs",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.logs.discovery import require_dir
+from debug_training_logs.logs.sources import JobSources, find_sources
 
 _roots: ContextVar[tuple[Path, ...] | None] = ContextVar("debug_training_logs_roots", default=None)
 
@@ -51,3 +52,16 @@ def check_allowed(path: str | os.PathLike[str]) -> Path:
 def input_dir(path: str | os.PathLike[str], what: str = "logs directory") -> Path:
     """An existing directory the caller may read: allowed-roots check, then existence."""
     return require_dir(check_allowed(path) if _roots.get() is not None else path, what)
+
+
+def job_sources(
+    logs_dir: str, ais_dir: str | None = None, fr_dir: str | None = None, hang_dir: str | None = None
+) -> JobSources:
+    """The files of a job (:func:`~debug_training_logs.logs.sources.find_sources`) from a tool's directory arguments,
+    each checked by :func:`input_dir` first."""
+    return find_sources(
+        input_dir(logs_dir),
+        input_dir(ais_dir, "AIS logs directory") if ais_dir else None,
+        input_dir(fr_dir, "flight-recorder directory") if fr_dir else None,
+        input_dir(hang_dir, "hang directory") if hang_dir else None,
+    )

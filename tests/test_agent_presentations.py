@@ -19,6 +19,7 @@ import pytest
 
 from debug_training_logs.analysis.evidence import gather_evidence
 from debug_training_logs.analysis.fate_events import causal_model
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.printers.markdown import render_report
 from debug_training_logs.tools.diagnose import diagnose
 from debug_training_logs.tools.diagnosis_models import Diagnosis
@@ -148,7 +149,7 @@ def test_the_ranks_of_a_node_whose_agent_left_no_table_did_not_leave_early() -> 
     """Both agents wrote to one slurm-<job>.out; only node 0's agent printed its table (ranks 0-1). Rank 2, on node
     1, is in neither node 0's table nor its SIGTERMs: that says nothing of how it ended."""
     logs = REAL / "sigkill_one_file" / "logs"
-    assert causal_model(gather_evidence(logs)).fates[2].end != "exited_early"
+    assert causal_model(gather_evidence(find_sources(logs))).fates[2].end != "exited_early"
     d = diagnose(str(logs))
     assert d.verdict.culprit_ranks == [1]
     assert not any(g.state == "exited_early" for g in d.rank_states), d.rank_states

@@ -13,6 +13,7 @@ from debug_training_logs.analysis import ais_collect
 from debug_training_logs.analysis.ais_index import index_ais_dir
 from debug_training_logs.analysis.alignment import Alignment, MethodResult, _conclude, align, scan_worker_clock
 from debug_training_logs.analysis.nccl_table import nccl_state_table
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.models import Evidence
 from debug_training_logs.tools.align_timezones import align_timezones
 from debug_training_logs.tools.timeline import timeline, timeline_of
@@ -154,7 +155,7 @@ def test_the_alignment_from_the_spikes_the_ais_evidence_found_equals_the_one_tha
             astuple(s) for s in again if s.daemon == daemon
         ]
     assert _ais_error_onsets(own.collection, own.spikes) == _ais_error_onsets(own.collection)
-    ev = gather_evidence(job / "logs", job / "ais")
+    ev = gather_evidence(find_sources(job / "logs", job / "ais"))
     assert ev.ais is not None
     alone = align(ev.worker.clock, ev.nccl.table, ais_collect.collect(job / "ais"))
     assert asdict(ev.ais.alignment) == asdict(alone)

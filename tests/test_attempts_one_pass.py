@@ -9,6 +9,7 @@ import pytest
 
 from debug_training_logs.analysis import attempts, launcher
 from debug_training_logs.analysis.inventory import scan_consumers
+from debug_training_logs.logs.sources import find_sources
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 JOBS = [
@@ -25,7 +26,7 @@ def _whole(logs: Path) -> tuple[launcher.LauncherFacts, attempts.Attempts, objec
     c = attempts.launcher_consumer()
     job = scan_consumers(logs, [c])[c.key]
     facts = launcher.from_job_scan(job)
-    return facts, attempts.split(logs, files=[s.file for s in job.files], launcher_facts=facts), job
+    return facts, attempts.split_files([s.file for s in job.files], facts), job
 
 
 def test_the_restart_shapes_are_here() -> None:
@@ -66,6 +67,6 @@ def test_too_many_hits_to_replay_means_a_scan_of_its_own(monkeypatch: pytest.Mon
     assert launcher.for_attempt(job, split.keeper(0)) is None  # type: ignore[arg-type]
     from debug_training_logs.analysis.evidence import gather_evidence
 
-    ev = gather_evidence(logs)  # falls back to scanning the attempt's launcher lines
+    ev = gather_evidence(find_sources(logs))  # falls back to scanning the attempt's launcher lines
     monkeypatch.undo()
     assert ev.attempt == 0 and ev.launcher == attempts.gather_launcher(logs, keep=split.keeper(0))

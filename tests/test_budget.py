@@ -14,7 +14,7 @@ from mcp import Client
 
 from debug_training_logs.server.app import create_server
 from debug_training_logs.tools import budget
-from debug_training_logs.tools.budget import DEFAULT_MAX_TOKENS, Cut, chars_for, compact_json, fit
+from debug_training_logs.tools.budget import DEFAULT_MAX_TOKENS, Cut, NextCall, chars_for, compact_json, fit
 from debug_training_logs.tools.registry import all_tools, tool_by_name
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -40,14 +40,14 @@ def _result(rows: int, templates: int = 0) -> dict[str, Any]:
 
 def test_a_result_within_budget_is_unchanged_and_says_so() -> None:
     data = _result(3)
-    out = fit(data, tool="t", arguments={"logs_dir": "/x"})
+    out = fit(data, call=NextCall(tool="t", arguments={"logs_dir": "/x"}))
     assert {k: v for k, v in out.items() if k != "budget"} == data
     assert out["budget"]["omitted"] == [] and out["budget"]["max_tokens"] == DEFAULT_MAX_TOKENS
 
 
 def test_long_lists_keep_their_head_and_counts_stay_true() -> None:
     data = _result(600, templates=100)
-    out = fit(data, tool="t", arguments={"logs_dir": "/x"}, max_tokens=2000)
+    out = fit(data, call=NextCall(tool="t", arguments={"logs_dir": "/x"}), max_tokens=2000)
     assert len(compact_json(out)) <= chars_for(2000)
     shown_rows, shown_templates = len(out["rows"]), len(out["templates"])
     assert 0 < shown_rows < 600 and 0 < shown_templates < 100  # both long lists keep their head (water-filling)
@@ -60,8 +60,8 @@ def test_long_lists_keep_their_head_and_counts_stay_true() -> None:
     # Without a hook, the same call with a budget that holds everything (under Claude Code's cap).
     need = omitted["rows"]["next_call"]["arguments"]["max_tokens"]
     assert omitted["rows"]["next_call"] == {"tool": "t", "arguments": {"logs_dir": "/x", "max_tokens": need}}
-    assert len(compact_json(fit(data, tool="t", arguments={}, max_tokens=need))) > len(compact_json(out))
-    assert fit(data, tool="t", arguments={}, max_tokens=need)["budget"]["omitted"] == []
+    assert len(compact_json(fit(data, call=NextCall(tool="t", arguments={}), max_tokens=need))) > len(compact_json(out))
+    assert fit(data, call=NextCall(tool="t", arguments={}), max_tokens=need)["budget"]["omitted"] == []
     assert "Shortened to fit 2,000 tokens: rows" in out["summary"]
 
 
@@ -73,7 +73,7 @@ def test_the_answer_fits_its_budget_to_the_character_whatever_the_length_of_its_
     for pad in range(80):
         data = _result(200)
         data["summary"] = "A job in /" + "x" * pad + "."
-        out = fit(data, tool="t", arguments={"logs_dir": "/" + "x" * pad}, max_tokens=1000)
+        out = fit(data, call=NextCall(tool="t", arguments={"logs_dir": "/" + "x" * pad}), max_tokens=1000)
         assert out["budget"]["omitted"] and len(compact_json(out)) <= limit, pad
         assert out["budget"]["estimated_tokens"] == budget.tokens_of(compact_json(out))
 
@@ -91,7 +91,7 @@ def test_a_tool_hook_names_the_follow_up_and_amends_dependent_fields() -> None:
     def amend(data: dict[str, Any], cut: Cut) -> None:
         data["next_offset"] = cut.shown
 
-    out = fit(_result(600), tool="t", arguments={}, max_tokens=1000, follow_up=follow_up, amend=amend)
+    out = fit(_result(600), call=NextCall(tool="t", arguments={}), max_tokens=1000, follow_up=follow_up, amend=amend)
     shown = len(out["rows"])
     (rows,) = [o for o in out["budget"]["omitted"] if o["field"] == "rows"]
     assert rows["next_call"]["arguments"] == {"ranks": f"{shown}-599"} and rows["how"] == "the other ranks"
@@ -200,7 +200,7 @@ def test_sizes_worked_out_cut_by_cut_equal_the_json(seed: int) -> None:
     the answer fits and keeps each list's head."""
     data = _nested(seed)
     for max_tokens in (1000, 2500, 6000):
-        out = fit(data, tool="t", arguments={}, max_tokens=max_tokens)
+        out = fit(data, call=NextCall(tool="t", arguments={}), max_tokens=max_tokens)
         assert out["budget"]["estimated_tokens"] == budget.tokens_of(compact_json(out))
         if out["budget"]["omitted"]:
             assert len(compact_json(out)) <= chars_for(max_tokens) or not any(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from debug_training_logs.analysis import ais_index, inventory
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.printers.markdown import render_report
 from debug_training_logs.tools.diagnose import diagnose
 from debug_training_logs.tools.diagnosis_models import Diagnosis
@@ -193,10 +194,11 @@ def test_diagnose_degrades_to_the_strongest_verdict_that_passes(monkeypatch: pyt
     from debug_training_logs.analysis import diagnosis
     from debug_training_logs.analysis.evidence import gather_evidence
     from debug_training_logs.analysis.verdict import Verdict
+    from debug_training_logs.logs.sources import find_sources
     from debug_training_logs.tools import diagnosis_result as tool
 
     logs = FIXTURES / "fabric_old_torch" / "logs"
-    ev = gather_evidence(logs)
+    ev = gather_evidence(find_sources(logs))
     honest = diagnosis.conclude(ev)
     overclaim = Verdict(
         category="gpu_fabric",
@@ -238,7 +240,7 @@ def test_diagnose_never_presents_the_overclaim_even_when_nothing_weaker_passes(m
     from debug_training_logs.tools import diagnosis_result as tool
 
     logs = FIXTURES / "cuda_oom" / "logs"
-    ev = gather_evidence(logs)
+    ev = gather_evidence(find_sources(logs))
     honest = diagnosis.conclude(ev)
     wrong = Verdict(
         category="rank_crash", culprit_ranks=[8], suspect_nodes=[], confidence="high", explanation="rank 8 crashed",

@@ -17,6 +17,7 @@ from debug_training_logs.analysis.evidence_states import (
 )
 from debug_training_logs.analysis.evidence_triggers import is_warning
 from debug_training_logs.analysis.evidence_types import JobEvidence
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.ranges import format_ranges
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -24,7 +25,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 @cache
 def evidence(name: str) -> JobEvidence:
-    return gather_evidence(FIXTURES / name / "logs")
+    return gather_evidence(find_sources(FIXTURES / name / "logs"))
 
 
 def groups(name: str) -> dict[str, str]:
@@ -101,7 +102,7 @@ def test_warnings_are_told_from_exceptions_by_level_and_retry(text: str, warning
 def test_a_peers_gloo_error_is_a_consequence_not_a_crash() -> None:
     """Real torch 2.13 run (CPU/gloo): rank 3's DataLoader ValueError reaches the top; the ranks that then lose their
     gloo peer raise 'Connection closed by peer' and exit 1: torn down by the failure, not crashed of their own."""
-    ev = gather_evidence(FIXTURES / "real_torch" / "loader_exception")
+    ev = gather_evidence(find_sources(FIXTURES / "real_torch" / "loader_exception"))
     states = rank_states(ev)
     assert states[3].state == "crashed" and states[3].exception is not None
     assert states[3].exception.what == "ValueError"

@@ -42,6 +42,7 @@ from debug_training_logs.formats.timestamps import iso, parse_wall_time
 from debug_training_logs.logs.attribution import file_name_node, file_name_rank, line_rank
 from debug_training_logs.logs.discovery import discover
 from debug_training_logs.logs.reader import ReadProblems, iter_lines
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.verify import Conclusion
 from debug_training_logs.verify.engine import verify_with_evidence
 
@@ -242,7 +243,7 @@ _conclusion = st.fixed_dictionaries(
 @lru_cache(maxsize=1)
 def _evidence() -> tuple[Any, Path]:
     logs = (FIXTURES / "data_stall" / "logs").resolve()
-    return gather_evidence(logs, None), logs
+    return gather_evidence(find_sources(logs, None)), logs
 
 
 @settings(max_examples=_n(60))

@@ -22,6 +22,7 @@ import pytest
 from mcp import Client
 
 from debug_training_logs.analysis.evidence import gather_evidence
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.printers.html import render_html
 from debug_training_logs.printers.report_data import (
     STATES,
@@ -55,7 +56,7 @@ CHROMIUM_FLAGS = (
 def report(name: str) -> tuple[ReportData, str]:
     root = FIXTURES / name
     ais = root / "ais" if (root / "ais").is_dir() else None
-    ev = gather_evidence(root / "logs", ais)
+    ev = gather_evidence(find_sources(root / "logs", ais))
     d = build_diagnosis(ev)
     data = build_report_data(d, ev)
     return data, render_html(data)
@@ -137,7 +138,7 @@ def test_data_stall_page_sections() -> None:
 def test_ais_restarts_are_marked_apart_from_the_failure() -> None:
     logs = FIXTURES / "data_stall" / "logs"
     ais = FIXTURES / "ais_target_restart" / "ais"
-    ev = gather_evidence(logs, ais)
+    ev = gather_evidence(find_sources(logs, ais))
     data = build_report_data(build_diagnosis(ev), ev)
     restarted = {r.daemon for r in ev.ais.restarts} if ev.ais else set()
     assert restarted, "the fixture has a target restart"

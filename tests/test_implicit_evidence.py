@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from debug_training_logs.analysis.evidence import gather_evidence
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.tools.diagnose import diagnose
 from tests.agent_logs import GLOO_CLOSED, NodeLog, seconds, write
 
@@ -84,7 +85,7 @@ def test_a_file_numbered_like_its_siblings_is_the_rank_of_its_number(
 
 
 def _ranks_by_file(logs: Path) -> dict[str, set[int]]:
-    return {f.rel: set(f.ranks) for f in gather_evidence(logs).worker.job.inventory.files}
+    return {f.rel: set(f.ranks) for f in gather_evidence(find_sources(logs)).worker.job.inventory.files}
 
 
 def test_siblings_whose_ranks_are_not_their_numbers_say_nothing_of_a_quiet_file(tmp_path: Path) -> None:
@@ -270,7 +271,9 @@ def test_a_node_logging_in_its_own_time_zone_is_read_on_the_jobs_clock(
 
 
 def _offsets(files: dict[str, list[str]], tmp_path: Path) -> dict[str, timedelta | None]:
-    return {f.rel: f.clock_offset for f in gather_evidence(write(tmp_path, files)).worker.job.inventory.files}
+    return {
+        f.rel: f.clock_offset for f in gather_evidence(find_sources(write(tmp_path, files))).worker.job.inventory.files
+    }
 
 
 def _timed(start: datetime, minutes: int, what: str) -> list[str]:
@@ -353,5 +356,5 @@ def test_a_gpu_named_outside_an_oom_names_no_device() -> None:
 )
 def test_a_rank_of_world_statement_at_the_start_states_the_world(line: str, world: int | None, tmp_path: Path) -> None:
     files = {f"rank-{r}.log": [line.format(r=r), f"step 1 loss 2.{r}"] for r in range(2)}
-    ev = gather_evidence(write(tmp_path, files))
+    ev = gather_evidence(find_sources(write(tmp_path, files)))
     assert ev.worker.world_size == world, ev.worker.job.inventory.world_size_evidence

@@ -24,6 +24,7 @@ import pytest
 
 from debug_training_logs.analysis.evidence import gather_evidence
 from debug_training_logs.analysis.evidence_types import JobEvidence
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.tools.diagnosis_models import Diagnosis
 from debug_training_logs.tools.diagnosis_result import build_diagnosis
 from debug_training_logs.verify import Conclusion, verify_with_evidence
@@ -100,7 +101,7 @@ def run(scenario: str, variant: str) -> tuple[Story, JobEvidence, Path, Diagnosi
         dest = _TMP / scenario / variant
         story = write_variant(scenario, dest, VARIANTS[variant])
         logs = dest / "logs"
-        ev = gather_evidence(logs)
+        ev = gather_evidence(find_sources(logs))
         _CACHE[key] = (story, ev, logs, build_diagnosis(ev))
     return _CACHE[key]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from debug_training_logs.formats import faulthandler
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.tools.diagnose import diagnose
 from tests.agent_logs import write
 
@@ -183,5 +184,5 @@ def test_a_cpp_exceptions_frames_are_no_stack_dump(tmp_path: Path) -> None:
     ]
     from debug_training_logs.analysis.evidence import gather_evidence
 
-    ev = gather_evidence(write(tmp_path, {"rank_2.log": cpp}))
+    ev = gather_evidence(find_sources(write(tmp_path, {"rank_2.log": cpp})))
     assert ev.worker.hits("stack_header") == [] and ev.hang is None

@@ -50,6 +50,7 @@ from debug_training_logs.analysis.read_back import WORKER_FALLBACK_YEAR
 from debug_training_logs.formats.timestamps import with_year
 from debug_training_logs.logs import scan
 from debug_training_logs.logs.scan_cache import CACHE
+from debug_training_logs.logs.sources import find_sources
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -203,7 +204,7 @@ def test_the_fold_equals_the_in_process_computation(
         return got
 
     monkeypatch.setattr(evidence.launcher_scan, "from_job_scan", facts_spy)
-    ev = gather_evidence(logs)
+    ev = gather_evidence(find_sources(logs))
     # the launcher's facts from the results unpacked as they arrived equal those unpacked after the scan
     assert [n for _, n, _ in launched] == [len(ev.worker.job.files)]
     assert launched[0][2] == real_facts(launched[0][0])
@@ -251,7 +252,7 @@ def test_a_job_whose_files_state_no_year_in_their_head_keeps_the_job_year(tmp_pa
     logs = _copy(FIXTURES / "throughput_collapse" / "logs", tmp_path / "mixed", edit=_yearless)
     first = sorted(logs.iterdir())[0]
     first.write_bytes(b"[NeMo I 2031-05-21 07:00:00 exp_manager:400] start\n" + first.read_bytes())
-    ev = gather_evidence(logs)
+    ev = gather_evidence(find_sources(logs))
     years = {p[2].year for pts in ev.worker.step_ms.values() for p in pts if p[2] is not None}
     assert years == {2031}
     CACHE.clear()
@@ -286,10 +287,10 @@ def test_attempt_boundaries_found_in_the_workers_equal_a_split_that_reads_back(
         return real(lf, cands, checkpoints)
 
     monkeypatch.setattr(attempts, "_file_boundaries", counted)
-    got = attempts.split(logs, files=job.log_files(), launcher_facts=facts)
+    got = attempts.split_files(job.log_files(), facts)
     assert read_back == []  # every agent's file came with its boundaries
     facts.file_boundaries.clear()
-    want = attempts.split(logs, files=job.log_files(), launcher_facts=facts)
+    want = attempts.split_files(job.log_files(), facts)
     assert read_back
     assert got.count == want.count > 1
     assert (got.method, got.boundaries, got.dir_attempt) == (want.method, want.boundaries, want.dir_attempt)

@@ -34,6 +34,7 @@ from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
 from debug_training_logs.logs import attribution
 from debug_training_logs.logs.attribution import RAY_PREFIX, rank_and_source_plain
 from debug_training_logs.logs.discovery import LogFile
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.textcut import cut
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -418,7 +419,7 @@ def _worker_view(logs: Path) -> str:
     from debug_training_logs.logs.scan_cache import CACHE
 
     CACHE.clear()
-    w = gather_evidence(logs).worker
+    w = gather_evidence(find_sources(logs)).worker
     series = {k: repr(getattr(w, k)) for k in ("step_ms", "memory_mb")}
     return repr((w.tallies, w.counts, w.counts_by_rank, w.first_by_rank, w.last_by_rank, series, w.rank_host))
 

@@ -19,6 +19,7 @@ import pytest
 
 from debug_training_logs.analysis import attempts
 from debug_training_logs.errors import UserInputError
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.printers.markdown import render_report
 from debug_training_logs.tools.diagnose import diagnose
 from debug_training_logs.tools.diagnosis_models import Diagnosis
@@ -115,10 +116,11 @@ def test_wrong_conclusions_are_rejected(name: str, category: str, culprits: list
     d = run(name)
     wrong = _conclusion(d, category=category, culprit_ranks=culprits)
     from debug_training_logs.analysis.evidence import gather_evidence
+    from debug_training_logs.logs.sources import find_sources
     from debug_training_logs.verify.engine import verify_with_evidence
 
     logs = ROOT / name / "logs"
-    v = verify_with_evidence(wrong, gather_evidence(logs.resolve()))
+    v = verify_with_evidence(wrong, gather_evidence(find_sources(logs.resolve())))
     assert not v.accepted, (why, v.summary)
 
 
@@ -128,7 +130,7 @@ def test_a_conclusion_the_dumps_contradict_is_rejected_by_rank_fates() -> None:
     from debug_training_logs.verify.engine import verify_with_evidence
 
     logs = (ROOT / "stall_fr" / "logs").resolve()
-    v = verify_with_evidence(_conclusion(d, culprit_ranks=[2]), gather_evidence(logs))
+    v = verify_with_evidence(_conclusion(d, culprit_ranks=[2]), gather_evidence(find_sources(logs)))
     [fates] = [c for c in v.checks if c.rule == "rank_fates"]
     assert fates.status == "failed" and "dumps" in fates.detail
 

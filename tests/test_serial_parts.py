@@ -31,6 +31,7 @@ from debug_training_logs.analysis.inventory import consumer_for, scan_consumers
 from debug_training_logs.errors import UserInputError
 from debug_training_logs.logs import scan
 from debug_training_logs.logs.scan_cache import CACHE
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.memo import MEMO, unpack
 from debug_training_logs.models import Coverage, Model, build_deferred
 from debug_training_logs.tools import attempt_choice
@@ -236,7 +237,7 @@ def test_the_ais_logs_read_during_the_worker_scan_give_the_same_evidence(
         logs = FIXTURES / name / "logs"
     arrived, when = _count_reads(monkeypatch, evidence_ais, "ais_own", evidence)
     monkeypatch.setattr(evidence, "ais_own", evidence_ais.ais_own)  # the same counting reader where the scan reads it
-    got = evidence.gather_evidence(logs, ais)
+    got = evidence.gather_evidence(find_sources(logs, ais))
     assert when == [1], "read once, while the worker scan ran, after its first file"
     assert not meanwhile._queue()
     assert got.ais is not None
@@ -244,7 +245,7 @@ def test_the_ais_logs_read_during_the_worker_scan_give_the_same_evidence(
     assert dataclasses.asdict(got.ais) == dataclasses.asdict(want)
     # a second call finds every worker file in the scan cache: no scan runs, the AIS logs are read after it
     when.clear()
-    again = evidence.gather_evidence(logs, ais)
+    again = evidence.gather_evidence(find_sources(logs, ais))
     assert when == [len(arrived)]
     assert not meanwhile._queue()
     assert again.ais is not None and dataclasses.asdict(again.ais) == dataclasses.asdict(want)
@@ -261,7 +262,7 @@ def test_an_ais_directory_that_fails_fails_as_before(tmp_path: Path, monkeypatch
     monkeypatch.setattr(evidence, "ais_own", broken)  # read during the scan
     monkeypatch.setattr(evidence_ais, "ais_own", broken)  # read after it
     with pytest.raises(RuntimeError, match="AIS logs unreadable"):
-        evidence.gather_evidence(_logs("data_stall"), FIXTURES / "data_stall" / "ais")
+        evidence.gather_evidence(find_sources(_logs("data_stall"), FIXTURES / "data_stall" / "ais"))
     assert not meanwhile._queue()
 
 
@@ -330,13 +331,15 @@ def test_analyze_reads_the_flight_recorder_dumps_during_the_scan(
 ) -> None:
     monkeypatch.setattr(scan, "_worker_count", lambda files: min(workers, len(files)))
     logs = FIXTURES / "real_torch" / "stall_fr" / "logs"
-    real_dumps = evidence._dumps
-    _arrived, when = _count_reads(monkeypatch, evidence, "_dumps", evidence)
-    got = evidence.gather_evidence(logs, fr_dir=fr_dir)
+    from debug_training_logs.analysis import fr_dumps
+
+    _arrived, when = _count_reads(monkeypatch, fr_dumps, "read", evidence)
+    got = evidence.gather_evidence(find_sources(logs, fr_dir=fr_dir))
     assert when == [1]
     assert not meanwhile._queue()
     assert got.flight_recorder is not None and got.flight_recorder.dumps
-    want = real_dumps(logs.resolve(), fr_dir)
+    monkeypatch.undo()
+    want = fr_dumps.gather(logs.resolve(), fr_dir)
     assert dataclasses.asdict(got.flight_recorder) == dataclasses.asdict(want)
 
 
@@ -360,7 +363,7 @@ def test_the_fold_from_items_unpacked_as_files_arrive_equals_the_fold_after_the_
     for cap in (10**6, 1, 0):
         CACHE.clear()
         monkeypatch.setattr(evidence, "EARLY_ITEMS_FILES", cap)
-        got[cap] = worker_facts(evidence.gather_evidence(logs).worker)
+        got[cap] = worker_facts(evidence.gather_evidence(find_sources(logs)).worker)
     restarted = name.startswith("real_torch")
     assert seen[2] == 0 and (restarted or (seen[0] > 1 and seen[1] == 1)), seen
     assert got[10**6] == got[0]

@@ -24,7 +24,7 @@ JOB = Path(__file__).resolve().parent.parent / "fixtures" / "data_stall"
 def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How many NCCL tables were built and attempt splits made."""
     n = {"tables": 0, "splits": 0}
-    build, split = nccl_table.build_table, attempts.split
+    build, split = nccl_table.build_table, attempts.split_files
 
     def counted_build(*a: Any, **k: Any) -> Any:
         n["tables"] += 1
@@ -36,7 +36,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
     monkeypatch.setattr(nccl_table, "build_table", counted_build)
     monkeypatch.setattr(evidence_nccl, "build_table", counted_build)
-    monkeypatch.setattr(attempts, "split", counted_split)
+    monkeypatch.setattr(attempts, "split_files", counted_split)
     monkeypatch.setenv("DEBUG_TRAINING_LOGS_HISTORY", "off")
     return n
 

@@ -13,6 +13,7 @@ from mcp import Client
 
 from debug_training_logs.analysis.shared_scan import standard_consumers
 from debug_training_logs.logs import scan_cache
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.server.app import create_server
 
 pytestmark = pytest.mark.anyio
@@ -111,7 +112,7 @@ def test_a_restarted_job_needs_one_more_pass_only_for_the_chosen_attempt(counted
     from debug_training_logs.analysis.evidence import gather_evidence
 
     logs = FIXTURES / "real_torch" / "restart" / "logs"
-    ev = gather_evidence(logs)
+    ev = gather_evidence(find_sources(logs))
     assert ev.attempts is not None and ev.attempts.count == 2 and ev.attempt == 0
     n = len(os.listdir(logs))
     assert counted_scans == [n, n]

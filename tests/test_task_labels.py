@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from debug_training_logs.logs.attribution import line_rank
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.tools.diagnose import diagnose
 from tests.agent_logs import GLOO_CLOSED, write
 
@@ -112,7 +113,7 @@ def test_labels_that_are_not_the_ranks_name_no_file_rank(tmp_path: Path) -> None
     logs = write(tmp_path, {"job.out": lines})
     from debug_training_logs.analysis.evidence import gather_evidence
 
-    inv = gather_evidence(logs).worker.job.inventory
+    inv = gather_evidence(find_sources(logs)).worker.job.inventory
     assert [sorted(f.ranks) for f in inv.files] == [[0, 1, 2, 3]]
     assert "launcher task labels" not in (inv.files[0].rank_source or "")
 

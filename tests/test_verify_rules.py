@@ -17,6 +17,7 @@ import pytest
 
 from debug_training_logs.analysis.evidence import gather_evidence
 from debug_training_logs.analysis.evidence_types import JobEvidence
+from debug_training_logs.logs.sources import find_sources
 from debug_training_logs.verify import Conclusion, verify_with_evidence
 from debug_training_logs.verify.citation_rules import text_matches
 from debug_training_logs.verify.models import Check, Verification
@@ -32,7 +33,7 @@ WINDOW_FILE = "aistarget.ais-target-2.INFO.0521-130009.1"
 
 @cache
 def evidence(logs: str, ais: str | None = None) -> JobEvidence:
-    return gather_evidence(Path(logs), Path(ais) if ais else None)
+    return gather_evidence(find_sources(Path(logs), Path(ais) if ais else None))
 
 
 def run(logs: Path, category: str, culprits: list[int], ais: Path | None = None, **kw: Any) -> Verification:

@@ -236,15 +236,16 @@ def _restarts_in_file(starts: list[int]) -> list[int]:
     return out
 
 
-def split(
-    logs_dir: str | Path, files: Sequence[LogFile] | None = None, launcher_facts: LauncherFacts | None = None
-) -> Attempts:
+def split(logs_dir: str | Path) -> Attempts:
     """The attempts of the job under ``logs_dir`` (one attempt when nothing shows a restart)."""
+    files, _ = discover(logs_dir)
+    return split_files(files, gather_launcher(logs_dir, files))
+
+
+def split_files(files: Sequence[LogFile], lf: LauncherFacts) -> Attempts:
+    """The attempts of the job whose log files are ``files`` and launcher facts ``lf`` (gathered from them)."""
     from debug_training_logs.models import Evidence
 
-    if files is None:
-        files, _ = discover(logs_dir)
-    lf = launcher_facts if launcher_facts is not None else gather_launcher(logs_dir, files)
     by_rel = {f.rel: f for f in files}
     dir_attempt = {f.rel: int(m.group(1)) for f in files if (m := _ATTEMPT_DIR.search("/" + f.rel))}
     boundaries: dict[str, list[Boundary]] = {}

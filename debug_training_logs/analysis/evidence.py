@@ -46,6 +46,7 @@ from debug_training_logs.analysis.inventory_views import file_result_item
 from debug_training_logs.analysis.nccl_hits import FileEvents
 from debug_training_logs.analysis.nccl_table import FilePrep
 from debug_training_logs.logs.scan_cache import Consumer, FileResult
+from debug_training_logs.logs.sources import JobSources
 
 if TYPE_CHECKING:  # the AIS and dump modules are imported where those are read: the worker scan's sinks need none
     from debug_training_logs.analysis import fr_dumps
@@ -61,16 +62,10 @@ EARLY_ITEMS_FILES = 256
 others); the rest are unpacked by the fold after the scan. Bounds what is held meanwhile (~55 KB per 8-rank file)."""
 
 
-def gather_evidence(
-    logs_dir: Path,
-    ais_dir: Path | None = None,
-    fr_dir: Path | None = None,
-    attempt: int | None = None,
-    world_size: int | None = None,
-    hang_dir: Path | None = None,
-) -> JobEvidence:
-    """The evidence of a job: one scan of the worker logs (the evidence patterns and the launcher's together), the
-    NCCL table, and one pass over the AIS logs if given.
+def gather_evidence(sources: JobSources, attempt: int | None = None, world_size: int | None = None) -> JobEvidence:
+    """The evidence of a job from its files (:func:`~debug_training_logs.logs.sources.find_sources`): one scan of the
+    worker logs (the evidence patterns and the launcher's together), the NCCL table, one pass over the AIS logs if
+    given, the flight-recorder dumps and the hang artifacts found.
 
     ``attempt``: which attempt of a restarted job (:mod:`~debug_training_logs.analysis.attempts`) the evidence is
     about; default the first failed one when there are several. An attempt number the logs do not have is a
@@ -80,6 +75,9 @@ def gather_evidence(
 
     ``world_size``: the job's world size as the caller knows it (the launch command), for logs that do not state it;
     it replaces what the logs say, and the coverage evidence says both."""
+    from debug_training_logs.analysis import fr_dumps  # the dump reader: only for a job scan
+
+    logs_dir, ais_dir = sources.logs, sources.ais
     ec, lc = job_scan_consumers()
     early: dict[int, EarlyNccl] = {}
 
@@ -113,24 +111,23 @@ def gather_evidence(
 
     def read_dumps() -> None:  # the flight-recorder dumps too (next to the logs or in ``fr_dir``)
         with suppress(Exception):
-            dumps.append(_dumps(Path(logs_dir).resolve(), fr_dir))
+            dumps.append(fr_dumps.read(sources.dumps))
 
     with meanwhile.queued(read_ais if ais_dir is not None else None), meanwhile.queued(read_dumps):
         jobs = scan_consumers(logs_dir, [ec, lc], on_file=arrived)
     whole = launcher_scan.from_job_scan(jobs[lc.key], launch)
-    split = attempts_mod.split(logs_dir, files=jobs[lc.key].log_files(), launcher_facts=whole)
+    split = attempts_mod.split_files(jobs[lc.key].log_files(), whole)
     chosen = split.choose(attempt)
     own = ais[0] if ais else None
-    fr = dumps[0] if dumps else None
+    fr = dumps[0] if dumps else fr_dumps.read(sources.dumps)  # read again: the failure is reported here
     if chosen is None:
         ev = evidence_from_scan(
             given_world_size(jobs[ec.key], world_size),
             ais_dir,
-            fr_dir,
             whole,
+            fr,
             early_nccl=early,
             ais_own=own,
-            fr=fr,
             early_items=items,
         )
     else:
@@ -142,7 +139,7 @@ def gather_evidence(
         if facts is None:  # more launcher hits in a file than remembered: that attempt's own launcher scan
             facts = attempts_mod.gather_launcher(logs_dir, keep=keep)
         job = given_world_size(scan_worker_logs(logs_dir, keep), world_size)
-        ev = evidence_from_scan(job, ais_dir, fr_dir, facts, ais_own=own, fr=fr)
+        ev = evidence_from_scan(job, ais_dir, facts, fr, ais_own=own)
     ev.attempts = split
     ev.attempt = chosen if split.count > 1 else None
     ev.given_world_size = world_size
@@ -150,26 +147,24 @@ def gather_evidence(
     from debug_training_logs.analysis.hang_facts import of_job
 
     in_logs = log_stacks.read(jobs[ec.key], ev.worker.hits("stack_header"))
-    ev.hang = of_job(jobs[ec.key], hang_dir, in_logs.processes, in_logs.fatal)
+    ev.hang = of_job(jobs[ec.key], sources.hang_roots, sources.hang, in_logs.processes, in_logs.fatal)
     return ev
 
 
 def evidence_from_scan(
     job: JobScan,
-    ais_dir: Path | None = None,
-    fr_dir: Path | None = None,
-    launcher_facts: launcher_scan.LauncherFacts | None = None,
+    ais_dir: Path | None,
+    launcher_facts: launcher_scan.LauncherFacts,
+    fr: fr_dumps.FlightRecorderFacts,
     early_nccl: dict[int, EarlyNccl] | None = None,
     ais_own: AisOwn | None = None,
-    fr: fr_dumps.FlightRecorderFacts | None = None,
     early_items: dict[int, FileItems] | None = None,
 ) -> JobEvidence:
     """The evidence of a job from the shared worker scan (:func:`scan_worker_logs`' result) plus the AIS pass, the
-    launcher facts (``launcher_facts``, default from the shared scan: a cache hit when the launcher consumer was
-    scanned along) and the flight-recorder dumps. ``early_nccl``: files' NCCL lines already unpacked (see
+    launcher facts and the flight-recorder dumps' facts. ``early_nccl``: files' NCCL lines already unpacked (see
     :func:`nccl_state`); the dict is emptied once the table is built. ``ais_own``: the AIS logs' own evidence of
-    ``ais_dir`` when it was read already (:func:`ais_own`); ``fr``: the flight-recorder dumps' facts when they were
-    read already; ``early_items``: files' evidence items already unpacked (see :func:`worker_evidence_from_scan`)."""
+    ``ais_dir`` when it was read already (:func:`ais_own`); ``early_items``: files' evidence items already unpacked
+    (see :func:`worker_evidence_from_scan`)."""
     worker = worker_evidence_from_scan(job, early_items)
     nccl = nccl_state(worker, early_nccl)
     if early_nccl is not None:
@@ -181,16 +176,6 @@ def evidence_from_scan(
         ais=ais,
         step_jumps=series_jumps(worker.step_ms, STEP_JUMP_FACTOR),
         memory_creep=memory_creep(worker.memory_mb),
-        launcher=launcher_facts
-        if launcher_facts is not None
-        else attempts_mod.gather_launcher(job.root, files=job.log_files())
-        if job.files
-        else None,
-        flight_recorder=fr if fr is not None else _dumps(job.root, fr_dir),
+        launcher=launcher_facts,
+        flight_recorder=fr,
     )
-
-
-def _dumps(root: Path, fr_dir: Path | None) -> fr_dumps.FlightRecorderFacts:
-    from debug_training_logs.analysis import fr_dumps
-
-    return fr_dumps.gather(root, fr_dir)

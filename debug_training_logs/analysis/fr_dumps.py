@@ -1,4 +1,5 @@
-"""Flight-recorder dumps of a job: found, read safely, and compared across ranks.
+"""Flight-recorder dumps of a job: found (:func:`~debug_training_logs.logs.sources.find_dumps`), read safely, and
+compared across ranks.
 
 Where dumps are looked for: below ``logs_dir`` (torch writes them wherever ``TORCH_FR_DUMP_TEMP_FILE`` points, often
 beside the logs), in the directories next to it (a sibling ``fr/``, ``traces/`` ...), and in an explicit ``fr_dir``
@@ -17,7 +18,7 @@ starts from (:meth:`FlightRecorderFacts.accused`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from debug_training_logs.analysis import fr_match
@@ -32,7 +33,7 @@ from debug_training_logs.analysis.fr_types import (
     StuckCollective,
 )
 from debug_training_logs.formats import flight_recorder as fr
-from debug_training_logs.logs.discovery import once_per_walk, regular_files
+from debug_training_logs.logs.sources import DumpFile, find_dumps
 
 __all__ = [
     "Accused",
@@ -46,79 +47,20 @@ __all__ = [
     "StuckCollective",
     "find_dumps",
     "gather",
+    "read",
 ]
 
 MAX_DUMP_FILES = 65_536
 """Dump files read at most (one per rank: every rank of a 65,536-rank job); the files past it are reported."""
-_SIBLING_NAMES = ("fr", "traces", "trace", "flight_recorder", "fr_dumps", "dumps", "nccl_trace")
-
-
-@dataclass(frozen=True)
-class DumpFile:
-    """A dump found on disk: its path, the path shown to the user, and the global rank its name carries."""
-
-    path: Path
-    shown: str
-    rank: int
-
-
-def _looks_like_dump(path: Path) -> int | None:
-    if not fr.named_like_dump(path.name):
-        return None
-    rank = fr.rank_from_name(path.name)
-    if rank is not None:
-        return rank
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(fr.HEAD_BYTES)
-    except OSError:
-        return None
-    return fr.dump_rank(path.name, head)
-
-
-def _look(root: Path, shown_base: Path, out: dict[Path, DumpFile]) -> None:
-    if not root.is_dir():
-        return
-    for p in regular_files(root):
-        if p in out or any(d.startswith(".") for d in p.relative_to(root).parts[:-1]):
-            continue
-        rank = _looks_like_dump(p)
-        if rank is not None:
-            try:
-                shown = p.relative_to(shown_base).as_posix()
-            except ValueError:
-                shown = str(p)
-            out[p] = DumpFile(p, shown, rank)
-
-
-def find_dumps(logs_dir: str | Path | None, fr_dir: str | Path | None = None) -> list[DumpFile]:
-    """Dump files in ``fr_dir``, below ``logs_dir`` and in its sibling dump directories (each file once; not in a
-    hidden directory), from the one walk of each tree (:func:`~debug_training_logs.logs.discovery.regular_files`):
-    found once per tool call, whether for a cache key or for reading.
-
-    Paths are shown relative to ``logs_dir`` when below it, else relative to its parent (``../fr/...`` reads as
-    ``fr/...``), else absolute."""
-    fr_root = Path(fr_dir).resolve() if fr_dir is not None else None
-    logs = Path(logs_dir).resolve() if logs_dir is not None else None
-    return once_per_walk(("flight-recorder dumps", logs, fr_root), lambda: _find(logs, fr_root))
-
-
-def _find(logs: Path | None, fr_root: Path | None) -> list[DumpFile]:
-    found: dict[Path, DumpFile] = {}
-    if fr_root is not None:
-        _look(fr_root, fr_root.parent, found)
-    if logs is not None:
-        _look(logs, logs, found)
-        for name in _SIBLING_NAMES:
-            sib = logs.parent / name
-            if sib.is_dir() and sib != logs:
-                _look(sib, logs.parent, found)
-    return sorted(found.values(), key=lambda d: (d.rank, d.shown))
 
 
 def gather(logs_dir: str | Path | None, fr_dir: str | Path | None = None) -> FlightRecorderFacts:
     """Find, read (safely) and compare the job's flight-recorder dumps."""
-    files = find_dumps(logs_dir, fr_dir)
+    return read(find_dumps(logs_dir, fr_dir))
+
+
+def read(files: Sequence[DumpFile]) -> FlightRecorderFacts:
+    """Read (safely) and compare the dumps ``files`` (:func:`~debug_training_logs.logs.sources.find_dumps`)."""
     by_rank: dict[int, fr.Dump] = {}
     refused: list[Refused] = []
     interned: dict[tuple[int, ...], tuple[int, ...]] = {}

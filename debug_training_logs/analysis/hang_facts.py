@@ -136,7 +136,7 @@ class HangFacts:
 
 
 def gather(
-    logs_root: Path | None,
+    roots: Sequence[tuple[Path, Path]],
     hang_dir: Path | None,
     log_files: Sequence[LogFile] = (),
     file_ranks: dict[str, set[int]] | None = None,
@@ -146,10 +146,10 @@ def gather(
     start: datetime | None = None,
     world_size: int | None = None,
 ) -> HangFacts:
-    """The hang artifacts in ``inside`` (the logs directory's files its inventory marked), the logs directory's
-    siblings and ``hang_dir``, tied to the ranks of the logs ``log_files`` (``file_ranks``: each log file's ranks,
-    by its relative path)."""
-    found = hang_files.find(logs_root, hang_dir, inside)
+    """The hang artifacts in ``inside`` (the logs directory's files its inventory marked) and in ``roots`` (``hang_dir``
+    and the logs directory's siblings: :func:`~debug_training_logs.logs.sources.hang_roots`), tied to the ranks of the
+    logs ``log_files`` (``file_ranks``: each log file's ranks, by its relative path)."""
+    found = hang_files.find(roots, inside)
     facts = HangFacts(files=found.files, notes=list(found.notes), telemetry=found.telemetry)
     facts.hang_dir = str(hang_dir) if hang_dir is not None else None
     if not found.files:
@@ -178,20 +178,22 @@ def gather(
 
 def of_job(
     job: JobScan,
+    roots: Sequence[tuple[Path, Path]],
     hang_dir: Path | None,
     log_dumps: Sequence[ProcessState] = (),
     log_fatal: dict[int, tuple[str, tuple[int, str, str]]] | None = None,
 ) -> HangFacts | None:
-    """What was collected during a live hang, in the logs directory (the files its inventory marked), beside it and
-    in ``hang_dir``, and the stack dumps the ranks wrote into their own logs (``log_dumps``, with the fatal errors
-    some came with: :mod:`~debug_training_logs.analysis.log_stacks`); None when there is none."""
+    """What was collected during a live hang, in the logs directory (the files its inventory marked), in ``roots``
+    (``hang_dir`` and the logs' siblings: :func:`~debug_training_logs.logs.sources.hang_roots`), and the stack dumps
+    the ranks wrote into their own logs (``log_dumps``, with the fatal errors some came with:
+    :mod:`~debug_training_logs.analysis.log_stacks`); None when there is none."""
     inv = job.inventory
     files = job.log_files() if job.files else []
     artifacts = {fi.rel for fi in inv.files if fi.artifact is not None}
     inside = [lf for lf in files if lf.rel in artifacts]
     logs = [lf for lf in files if lf.rel not in artifacts]
     facts = gather(
-        job.root,
+        roots,
         hang_dir,
         logs,
         {fi.rel: fi.ranks for fi in inv.files},

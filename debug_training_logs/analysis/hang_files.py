@@ -27,23 +27,6 @@ MAX_ARTIFACT_BYTES: Final = 64 << 20
 MAX_ARTIFACT_FILES: Final = 20_000
 """Artifact files read at most (one dump per rank of a 10,000-rank job fits)."""
 HEAD_BYTES: Final = 8192
-SIBLING_NAMES: Final = (
-    "hang",
-    "hangs",
-    "stacks",
-    "stack",
-    "py-spy",
-    "pyspy",
-    "py_spy",
-    "stack_dumps",
-    "telemetry",
-    "node_telemetry",
-    "dmesg",
-    "nvidia-smi",
-    "nvidia_smi",
-    "ras",
-    "nccl_ras",
-)
 _NODE_IN_NAME: Final = re.compile(
     r"(?P<node>[A-Za-z][\w\-]*?\d[\w\-]*?)(?:[._](?:dmesg|nvidia|smi|kern|journal|ras)|$)"
 )
@@ -126,20 +109,14 @@ def kind_of(head: str) -> str | None:
     return {"nvidia_smi_q": "nvidia-smi -q", "nvidia_smi_table": "nvidia-smi", "dmesg": "kernel log"}.get(k or "")
 
 
-def find(logs_root: Path | None, hang_dir: Path | None, inside: Iterable[LogFile] = ()) -> Found:
-    """Every hang artifact: ``inside`` (files of the logs directory its inventory marked), the logs directory's
-    artifact siblings, and ``hang_dir``."""
+def find(roots: Iterable[tuple[Path, Path]], inside: Iterable[LogFile] = ()) -> Found:
+    """Every hang artifact: ``inside`` (files of the logs directory its inventory marked) and the files in ``roots``
+    (the hang directory and the logs directory's artifact siblings, each with the directory its files are shown
+    relative to: :func:`~debug_training_logs.logs.sources.hang_roots`)."""
     out = Found()
     seen: set[Path] = set()
     for lf in inside:
         _read(lf, out, seen, inside=True)
-    roots: list[tuple[Path, Path]] = []
-    if hang_dir is not None:
-        roots.append((hang_dir, hang_dir.parent))
-    if logs_root is not None:
-        roots += [
-            (s, logs_root.parent) for n in SIBLING_NAMES if (s := logs_root.parent / n).is_dir() and s != logs_root
-        ]
     for root, shown_base in roots:
         files, skipped = discover(root)
         out.notes += [f"{s.rel}: {s.reason}" for s in skipped[:20]]

@@ -13,11 +13,11 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from debug_training_logs.history.backend import Row
-from debug_training_logs.history.record import job_label
 from debug_training_logs.history.store import Store
 from debug_training_logs.history.types import (
     NO_FAILURE,
     CategoryCount,
+    JobName,
     JobRecord,
     JobRef,
     Kind,
@@ -36,7 +36,7 @@ _REF_COLUMNS = "j.slurm_job_id, j.attempt, j.logs_dir, j.failed_at, j.category, 
 def _ref(row: Sequence[Any], role: str | None = None, *, with_dir: bool = True) -> JobRef:
     slurm_job_id, attempt, logs_dir, failed_at, category, culprit_ranks = row[:6]
     return JobRef(
-        job=job_label(slurm_job_id, attempt, logs_dir),
+        job=JobName(slurm_job_id, attempt, logs_dir).label,
         failed_at=failed_at,
         category=category,
         role=role,

@@ -1,9 +1,10 @@
 """What identifies a job across analyses, and what identifies its failure across jobs.
 
-* **Identity** (:func:`job_key`): the SLURM job id and the attempt when the job id is known (given by the caller, as
-  the SLURM epilog does with ``$SLURM_JOB_ID``, or named alike by every log file: ``error-<JOBID>-<N>.out``,
-  ``slurm-<JOBID>.out``, ``train.<JOBID>.<host>.err``), else the resolved logs directory and the attempt. Analysing
-  a job again (the same copy, another copy of its logs, with AIS logs added) updates its one record.
+* **Identity** (:class:`~debug_training_logs.history.types.JobName`): the SLURM job id and the attempt when the job
+  id is known (given by the caller, as the SLURM epilog does with ``$SLURM_JOB_ID``, or named alike by every log
+  file: ``error-<JOBID>-<N>.out``, ``slurm-<JOBID>.out``, ``train.<JOBID>.<host>.err``), else the resolved logs
+  directory and the attempt. Analysing a job again (the same copy, another copy of its logs, with AIS logs added)
+  updates its one record.
 * **Signature** (:func:`signature`): the category plus the normalised first primary event (its line with numbers,
   times, ranks, PIDs, addresses, paths and host names masked, as ``grep_all_ranks`` templates lines), hashed to a
   short id: two jobs that failed the same way on different ranks, nodes, steps or days share it.
@@ -42,18 +43,6 @@ def job_id_from_files(names: Iterable[str]) -> str | None:
     if not common or len(common) != 1:
         return None
     return next(iter(common)).lstrip("0") or "0"
-
-
-def job_key(slurm_job_id: str | None, attempt: int | None, logs_dir: str) -> str:
-    """The job's identity in the history (see the module doc)."""
-    base = f"slurm:{slurm_job_id}" if slurm_job_id else f"dir:{logs_dir}"
-    return base if attempt is None else f"{base}#attempt={attempt}"
-
-
-def job_label(slurm_job_id: str | None, attempt: int | None, logs_dir: str) -> str:
-    """How a job is named in answers: ``4817303``, ``4817310 attempt 1``, else its logs directory."""
-    base = slurm_job_id or logs_dir
-    return base if attempt is None else f"{base} attempt {attempt}"
 
 
 def signature(category: str, event: str) -> tuple[str, str]:

@@ -34,6 +34,27 @@ class Implicated:
     """The job's culprit/suspect ranks on that node (range string); empty for a daemon."""
 
 
+@dataclass(frozen=True)
+class JobName:
+    """How the history knows a job: its SLURM job id when known, else its (resolved) logs directory; and the attempt."""
+
+    slurm_job_id: str | None
+    attempt: int | None
+    logs_dir: str
+
+    @property
+    def key(self) -> str:
+        """The job's identity in the history (see :mod:`~debug_training_logs.history.record`)."""
+        base = f"slurm:{self.slurm_job_id}" if self.slurm_job_id else f"dir:{self.logs_dir}"
+        return base if self.attempt is None else f"{base}#attempt={self.attempt}"
+
+    @property
+    def label(self) -> str:
+        """How a job is named in answers: ``4817303``, ``4817310 attempt 1``, else its logs directory."""
+        base = self.slurm_job_id or self.logs_dir
+        return base if self.attempt is None else f"{base} attempt {self.attempt}"
+
+
 @dataclass(frozen=True, repr=False)
 class JobRecord:
     """What one diagnosis records. ``key`` is the job's identity: recording the same key again updates the record."""
@@ -62,6 +83,10 @@ class JobRecord:
     """The normalised first primary event (numbers, times, ranks, hosts, paths masked)."""
     summary: str
     implicated: tuple[Implicated, ...] = ()
+
+    @property
+    def name(self) -> JobName:
+        return JobName(self.slurm_job_id, self.attempt, self.logs_dir)
 
 
 class JobRef(Model):

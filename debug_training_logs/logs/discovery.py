@@ -64,7 +64,7 @@ _FR_DUMP_NAME = re.compile(r"(?:comm_lib_trace_rank_|nccl_trace_rank_)\d+(?:\.js
 FR_DUMP_REASON = "flight-recorder dump (read by the flight-recorder reader, not as a log)"
 ARCHIVE_REASON = "archive (extract it first, or pass it to the AIS tools)"
 NOT_LOG_REASON = "not a log file (by name)"
-_REGULAR_REASONS = frozenset({FR_DUMP_REASON, ARCHIVE_REASON, NOT_LOG_REASON})
+REGULAR_REASONS = frozenset({FR_DUMP_REASON, ARCHIVE_REASON, NOT_LOG_REASON})
 """Why regular files are set aside (every other reason is about a link, a device, a directory or an error)."""
 
 
@@ -202,7 +202,7 @@ def regular_files(root: str | os.PathLike[str]) -> list[Path]:
     files in a logs tree (the dumps), which so share its one walk."""
     base = require_dir(root)
     files, skipped = discover(base)
-    return [f.path for f in files] + [base / s.rel for s in skipped if s.reason in _REGULAR_REASONS]
+    return [f.path for f in files] + [base / s.rel for s in skipped if s.reason in REGULAR_REASONS]
 
 
 def _walk(base: Path, include_archives: bool) -> tuple[list[LogFile], list[Skipped]]:

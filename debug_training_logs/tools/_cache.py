@@ -1,9 +1,10 @@
 """A small per-process cache of analysis results, keyed by the files they were computed from.
 
 Paging and filtering (``offset``, ``ranks``, ``daemon`` ...) call a tool again on the same logs; without a cache each
-page would read every file again. The key is the directory and every discovered file's name, size and mtime, so a
-changed, added or removed file means a new scan. The entries share the process's one byte-bounded cache
-(:data:`~debug_training_logs.memo.MEMO`) with the scan results and checkpoints.
+page would read every file again. The key is the directory and every discovered file's name, size and mtime
+(:func:`~debug_training_logs.logs.sources.files_key`), so a changed, added or removed file means a new scan. The
+entries share the process's one byte-bounded cache (:data:`~debug_training_logs.memo.MEMO`) with the scan results and
+checkpoints.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TypeVar
 
-from debug_training_logs.logs.discovery import discover
+from debug_training_logs.logs.sources import files_key
 from debug_training_logs.memo import MEMO, estimate
 
 T = TypeVar("T")
@@ -23,17 +24,7 @@ ATTEMPTS = "attempts"
 NCCL_TABLE = "nccl_state_table"
 """The job's whole NCCL state table (``extra``: (world size asked for, attempt chosen))."""
 
-
-def files_key(root: Path, archives: bool = False) -> tuple[Hashable, ...]:
-    """What a result over ``root`` depends on: every file's relative path, size and mtime (and the skipped ones)."""
-    found, skipped = discover(root, include_archives=archives)
-    stamps = []
-    for f in found:
-        try:
-            stamps.append((f.rel, f.size, f.path.stat().st_mtime_ns))
-        except OSError:
-            stamps.append((f.rel, f.size, -1))
-    return (str(root), tuple(stamps), tuple((s.rel, s.reason) for s in skipped))
+__all__ = ["ATTEMPTS", "NCCL_TABLE", "TOOL", "cached", "cached_under", "files_key", "keep"]
 
 
 def cached(kind: str, root: Path, extra: Hashable, compute: Callable[[], T], *, archives: bool = False) -> T:
@@ -43,7 +34,15 @@ def cached(kind: str, root: Path, extra: Hashable, compute: Callable[[], T], *, 
     not kept within :func:`~debug_training_logs.memo.one_command` (the CLI)."""
     if not MEMO.keep_results:  # one CLI command: no later call would read it
         return compute()
-    key = (TOOL, kind, extra, files_key(root, archives))
+    return cached_under(kind, extra, files_key(root, archives), compute)
+
+
+def cached_under(kind: str, extra: Hashable, files: Hashable, compute: Callable[[], T]) -> T:
+    """:func:`cached` with the files' key worked out by the caller (``files``: :func:`files_key`, or a key of several
+    trees' files)."""
+    if not MEMO.keep_results:
+        return compute()
+    key = (TOOL, kind, extra, files)
     got = MEMO.get(key)
     if got is not None:
         return got[0]  # type: ignore[no-any-return]
@@ -52,13 +51,12 @@ def cached(kind: str, root: Path, extra: Hashable, compute: Callable[[], T], *, 
     return value
 
 
-def keep(root: Path, *results: tuple[str, Hashable, object]) -> None:
+def keep(files: Hashable, *results: tuple[str, Hashable, object]) -> None:
     """Keep each (kind, extra, value) of ``results`` as what :func:`cached` would compute for that kind and extra
-    over the files of ``root`` now (their key worked out once): results one tool worked out on its way that another
-    tool asks for (the attempts and the NCCL table that ``diagnose`` builds). Not within
+    over the files whose key is ``files`` (:func:`files_key` of a logs directory now): results one tool worked out on
+    its way that another tool asks for (the attempts and the NCCL table that ``diagnose`` builds). Not within
     :func:`~debug_training_logs.memo.one_command`."""
     if not MEMO.keep_results or not results:
         return
-    files = files_key(root)
     for kind, extra, value in results:
         MEMO.put((TOOL, kind, extra, files), (value,), estimate(value))

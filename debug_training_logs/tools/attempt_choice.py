@@ -30,7 +30,7 @@ def choose(
         with scan_cache.together(*with_):
             job = scan_consumers(logs_root, [lc], on_file=on_file)[lc.key]
         facts = launcher.from_job_scan(job)
-        return attempts.split(logs_root, files=job.log_files(), launcher_facts=facts)
+        return attempts.split_files(job.log_files(), facts)
 
     found = cached(ATTEMPTS, logs_root, None, split)  # pages reuse one split
     return found, found.choose(attempt)

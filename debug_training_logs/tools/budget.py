@@ -249,14 +249,14 @@ class _Shortened:
 def fit(
     data: dict[str, Any],
     *,
-    tool: str,
-    arguments: dict[str, Any],
+    call: NextCall,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     follow_up: FollowUp | None = None,
     amend: Amend | None = None,
 ) -> dict[str, Any]:
-    """``data`` (a result's JSON form, not modified) held to ``max_tokens``, with its ``budget`` field."""
-    fitting = _Fitting(data, tool, arguments, max_tokens, follow_up)
+    """``data`` (a result's JSON form, not modified) held to ``max_tokens``, with its ``budget`` field; ``call`` is
+    the call that made it (its arguments without the defaults), which the follow-up calls are written from."""
+    fitting = _Fitting(data, call, max_tokens, follow_up)
     for floor in (1, 0):
         while (over := fitting.size() - fitting.limit) > 0 and fitting.cut(floor, over):
             pass
@@ -264,7 +264,7 @@ def fit(
             break
     if amend is not None:
         for s in fitting.cuts.values():
-            amend(fitting.data, Cut(tool, path_text(s.path), s.shown, s.total, s.omitted, arguments, data))
+            amend(fitting.data, Cut(call.tool, path_text(s.path), s.shown, s.total, s.omitted, call.arguments, data))
     out = fitting.finished()
     _count_tokens(out)
     return out
@@ -278,14 +278,12 @@ class _Fitting:
     def __init__(
         self,
         original: dict[str, Any],
-        tool: str,
-        arguments: dict[str, Any],
+        call: NextCall,
         max_tokens: int,
         follow_up: FollowUp | None,
     ) -> None:
         self.original = original
-        self.tool = tool
-        self.arguments = arguments
+        self.call = call
         self.max_tokens = max_tokens
         self.follow_up = follow_up
         self.data: dict[str, Any] = json.loads(json.dumps(original))
@@ -308,8 +306,7 @@ class _Fitting:
 
     def budget(self) -> ResultBudget:
         omitted = [
-            _omission(self.tool, self.arguments, self.original, s, self.follow_up, self.data, self.whole_tokens)
-            for s in self.cuts.values()
+            _omission(self.call, self.original, s, self.follow_up, self.whole_tokens) for s in self.cuts.values()
         ]
         # estimated_tokens as wide as max_tokens while the answer is fitted: the count written at the end (at most
         # max_tokens when the answer fits) then takes no more characters than were counted for it
@@ -421,16 +418,15 @@ def _cut_words(s: _Shortened) -> str:
 
 
 def _omission(
-    tool: str,
-    arguments: dict[str, Any],
+    call: NextCall,
     original: Mapping[str, Any],
     s: _Shortened,
     follow_up: FollowUp | None,
-    current: dict[str, Any],
     whole_tokens: Callable[[], int],
 ) -> Omission:
     field = path_text(s.path)
-    cut = Cut(tool, field, s.shown, s.total, s.omitted, arguments, original)
+    tool = call.tool
+    cut = Cut(tool, field, s.shown, s.total, s.omitted, call.arguments, original)
     hook = follow_up(cut) if follow_up is not None else None
     if hook is not None:
         args, how = hook
@@ -439,7 +435,7 @@ def _omission(
         )
     need = whole_tokens() + 500
     if need <= MAX_MAX_TOKENS:
-        args = {**arguments, "max_tokens": max(need, DEFAULT_MAX_TOKENS)}
+        args = {**call.arguments, "max_tokens": max(need, DEFAULT_MAX_TOKENS)}
         how = f"{_more(s)}: call again with max_tokens={args['max_tokens']} to see all of them."
         return Omission(
             field=field, shown=s.shown, total=s.total, next_call=NextCall(tool=tool, arguments=args), how=how

@@ -10,15 +10,15 @@ markdown report ``debug-training-logs analyze`` prints.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 
 from debug_training_logs import meanwhile
 from debug_training_logs.analysis.evidence_types import JobEvidence
+from debug_training_logs.logs.sources import JobSources
 from debug_training_logs.models import build_deferred
-from debug_training_logs.paths import input_dir
+from debug_training_logs.paths import job_sources
 from debug_training_logs.printers.markdown import render_report
 from debug_training_logs.tools.diagnosis_models import Diagnosis
 from debug_training_logs.tools.diagnosis_result import build_diagnosis
@@ -86,11 +86,7 @@ def diagnose(
     node, AIS daemon or failure signature failed before.
     """
     if not html_report:
-        logs_root = input_dir(logs_dir)
-        ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
-        fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-        hang_root = input_dir(hang_dir, "hang directory") if hang_dir else None
-        ev = _evidence(logs_root, ais_root, fr_root, attempt, world_size, hang_root=hang_root)
+        ev = _evidence(job_sources(logs_dir, ais_dir, fr_dir, hang_dir), attempt, world_size)
         return build_diagnosis(ev, history=history, job_id=job_id)
     from debug_training_logs.printers import store
 
@@ -101,20 +97,12 @@ def diagnose(
     return d
 
 
-def _evidence(
-    logs_root: Path,
-    ais_root: Path | None,
-    fr_root: Path | None,
-    attempt: int | None,
-    world_size: int | None,
-    html: bool = False,
-    hang_root: Path | None = None,
-) -> JobEvidence:
+def _evidence(sources: JobSources, attempt: int | None, world_size: int | None, html: bool = False) -> JobEvidence:
     """The job's evidence (:func:`job_evidence`); the modules only the answer needs (the verdict, recommendations,
     the overview, with ``html`` the HTML printer) are imported and their models built while its scan's workers read
     (:mod:`~debug_training_logs.meanwhile`), not before the scan starts."""
     with meanwhile.queued(_import_html_modules if html else _import_answer_modules):
-        return job_evidence(logs_root, ais_root, fr_root, attempt, world_size, hang_root)
+        return job_evidence(sources, attempt, world_size)
 
 
 def _import_answer_modules() -> None:
@@ -145,16 +133,13 @@ def diagnose_with_html(
     hang_dir: str | None = None,
 ) -> tuple[Diagnosis, str]:
     """:func:`diagnose` plus the HTML report of the same evidence (one scan for both)."""
-    logs_root = input_dir(logs_dir)
-    ais_root = input_dir(ais_dir, "AIS logs directory") if ais_dir else None
-    fr_root = input_dir(fr_dir, "flight-recorder directory") if fr_dir else None
-    hang_root = input_dir(hang_dir, "hang directory") if hang_dir else None
-    ev = _evidence(logs_root, ais_root, fr_root, attempt, world_size, html=True, hang_root=hang_root)
+    sources = job_sources(logs_dir, ais_dir, fr_dir, hang_dir)
+    ev = _evidence(sources, attempt, world_size, html=True)
     from debug_training_logs.printers.html import render_html
     from debug_training_logs.printers.report_data import build_report_data
 
     d = build_diagnosis(ev, history=history, job_id=job_id)
-    source = str(logs_root) + (f" + {ais_root}" if ais_root is not None else "")
+    source = str(sources.logs) + (f" + {sources.ais}" if sources.ais is not None else "")
     return d, render_html(build_report_data(d, ev), source)
 
 

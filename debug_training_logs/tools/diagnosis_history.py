@@ -25,12 +25,10 @@ from debug_training_logs.history.record import (
     is_host_name,
     iso_time,
     job_id_from_files,
-    job_key,
-    job_label,
     signature,
 )
 from debug_training_logs.history.store import HistoryError, open_store
-from debug_training_logs.history.types import HistoryNote, Implicated, JobRecord, Role
+from debug_training_logs.history.types import HistoryNote, Implicated, JobName, JobRecord, Role
 from debug_training_logs.ranges import format_ranges
 
 if TYPE_CHECKING:
@@ -59,7 +57,7 @@ def remember(d: Diagnosis, ev: JobEvidence, chain: Sequence[KeyEvent], *, job_id
         logger.warning("history: this diagnosis could not be turned into a record: %s", exc, exc_info=True)
         d.history = HistoryNote(recorded=False, store=where.shown(), error=f"not recorded: {type(exc).__name__}")
         return
-    label = job_label(rec.slurm_job_id, rec.attempt, rec.logs_dir)
+    label = rec.name.label
     try:
         _refuse_inside_logs(where, d)
         store = open_store(where)
@@ -109,7 +107,7 @@ def job_record(d: Diagnosis, ev: JobEvidence, chain: Sequence[KeyEvent], *, job_
     start, end = iso_time(d.job.start_time), iso_time(d.job.end_time)
     sig, event = signature(v.category, _event_text(_causal_root(ev) or primary_event(chain, v.culprit_ranks)))
     return JobRecord(
-        key=job_key(slurm_id, d.attempt, logs_dir),
+        key=JobName(slurm_id, d.attempt, logs_dir).key,
         slurm_job_id=slurm_id,
         attempt=d.attempt,
         logs_dir=logs_dir,

@@ -17,6 +17,7 @@ from debug_training_logs.analysis import attempts, launcher
 from debug_training_logs.analysis.inventory import scan_consumers
 from debug_training_logs.analysis.inventory_markers import MARKERS
 from debug_training_logs.analysis.inventory_types import Inventory, TimePoint, time_text
+from debug_training_logs.logs.sources import hang_roots
 from debug_training_logs.models import Coverage, Model
 from debug_training_logs.paths import input_dir
 from debug_training_logs.ranges import format_ranges
@@ -302,7 +303,7 @@ def job_overview(
     job = scan_consumers(root, [lc])[lc.key]
     overview = build_overview(job.inventory, job.coverage(), limit, offset)
     facts = launcher.from_job_scan(job)
-    split = attempts.split(root, files=job.log_files(), launcher_facts=facts)
+    split = attempts.split_files(job.log_files(), facts)
     keep_attempts(root, split)
     overview.attempts = summaries(split, limit)
     overview.benign_lines = facts.benign
@@ -319,7 +320,8 @@ def job_overview(
         overview.summary += f" {split.count} attempts ({split.method}): {each}."
     from debug_training_logs.analysis.hang_facts import of_job  # the stack and telemetry readers: only now
 
-    hang = of_job(job, input_dir(hang_dir, "hang directory") if hang_dir else None)
+    hang_root = input_dir(hang_dir, "hang directory") if hang_dir else None
+    hang = of_job(job, hang_roots(job.root.parent, hang_root, not_named=job.root.name), hang_root)
     if hang is not None:
         overview.hang_artifacts = _hang_view(hang, limit)
         overview.summary += f" Hang artifacts: {hang.describe()}."

@@ -114,8 +114,7 @@ class ToolSpec:
             given["max_tokens"] = max_tokens
         data = budget.fit(
             result.model_dump(mode="json"),
-            tool=self.name,
-            arguments=given,
+            call=budget.NextCall(tool=self.name, arguments=given),
             max_tokens=max_tokens,
             follow_up=self.follow_up,
             amend=self.amend,

@@ -4,7 +4,7 @@ uses evidence already gathered (``diagnose`` checks its own verdict without read
 from __future__ import annotations
 
 from debug_training_logs.analysis.evidence_types import JobEvidence
-from debug_training_logs.paths import input_dir
+from debug_training_logs.paths import job_sources
 from debug_training_logs.tools.evidence_cache import job_evidence
 from debug_training_logs.verify.context import build_context
 from debug_training_logs.verify.fr_rules import RULES as DUMP_RULES
@@ -15,12 +15,8 @@ from debug_training_logs.verify.rules import RULES
 def verify(conclusion: Conclusion) -> Verification:
     """Re-derive the facts from the conclusion's directories and run every rule (paths go through the allowed-roots
     policy)."""
-    logs_root = input_dir(conclusion.logs_dir)
-    ais_root = input_dir(conclusion.ais_dir, "AIS logs directory") if conclusion.ais_dir else None
-    hang_root = input_dir(conclusion.hang_dir, "hang directory") if conclusion.hang_dir else None
-    ev = job_evidence(
-        logs_root, ais_root, attempt=conclusion.attempt, world_size=conclusion.world_size, hang_root=hang_root
-    )
+    sources = job_sources(conclusion.logs_dir, conclusion.ais_dir, hang_dir=conclusion.hang_dir)
+    ev = job_evidence(sources, attempt=conclusion.attempt, world_size=conclusion.world_size)
     return verify_with_evidence(conclusion, ev)
 
 
