@@ -152,8 +152,9 @@ class WorkerClockSink:
                     f.zones.append((ZONE_OFFSETS.get(dz.group("zone")), dz.group("zone"), line_no, cut(text)))
         if 2 in pattern_ids and len(f.cancels) < MAX_KEPT:
             m = _CANCEL.search(text)
-            if m:
-                f.cancels.append((datetime.fromisoformat(m.group("ts")), line_no, cut(text)))
+            at = _iso_time(m.group("ts")) if m else None
+            if at is not None:
+                f.cancels.append((at, line_no, cut(text)))
         if 3 in pattern_ids and len(f.data_errors) < MAX_KEPT:
             wt = parse_wall_time(text)
             when = with_year(wt, None) if wt is not None and wt.year is not None else None
@@ -161,6 +162,14 @@ class WorkerClockSink:
 
     def finish(self) -> WorkerClockFacts:
         return self.facts
+
+
+def _iso_time(text: str) -> datetime | None:
+    """``text`` (``2026-05-21T14:30:00``) as a datetime, None when its digits are no time (``2026-13-40T25:61:61``)."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
 
 
 def _offset_hours(text: str) -> float:

@@ -240,5 +240,5 @@ class CausalModel:
         ranks is never taken for the whole job."""
         if self.world_size is not None:
             return not self.missing and bool(self.seen)
-        contiguous = len(self.seen) > 1 and self.seen == set(range(max(self.seen) + 1))
+        contiguous = len(self.seen) > 1 and min(self.seen) == 0 and max(self.seen) == len(self.seen) - 1
         return self.job_layout and contiguous

@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from debug_training_logs.analysis.inventory_sink import MAX_CREDIBLE_WORLD
 from debug_training_logs.analysis.nccl_rows import Majority, Outlier, ProcessGroupResult, Row
 from debug_training_logs.ranges import format_ranges
 
@@ -27,7 +28,7 @@ def _infer_members(rows: list[Row]) -> tuple[dict[int, int], list[int]]:
     """PG rank -> global rank for PG ranks missing between the logged ones, when the members form an arithmetic
     progression (Megatron's TP/DP/PP groups do); and the PG ranks that stay unresolved."""
     seen = {r.pg_rank: r.rank for r in rows if r.pg_rank is not None}
-    if not seen:
+    if not seen or max(seen) >= MAX_CREDIBLE_WORLD:  # a group no job has: nothing is inferred between its ranks
         return {}, []
     gaps = [k for k in range(max(seen) + 1) if k not in seen]
     if not gaps:

@@ -227,8 +227,8 @@ def parse_title(text: str) -> NodeTitle | None:
 # Record lines
 
 RECORD = re.compile(
-    r"^(?P<sev>[IWE]) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) (?:(?P<src>[A-Za-z0-9_.\-]+):(?P<line>\d+) )?"
-    r"(?P<msg>.*)$",
+    r"^(?P<sev>[IWE]) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) "
+    r"(?:(?P<src>[A-Za-z0-9_.\-]+):(?P<line>\d{1,9}) )?(?P<msg>.*)$",
     re.DOTALL,
 )
 """One record: severity, local time of day, optional ``file:line`` source tag, message."""

@@ -76,18 +76,15 @@ def parse_wall_time(line: str) -> WallTime | None:
             return _MEMO[key]
         frac = m.group("frac") or "0"
         us = int(frac.ljust(6, "0")[:6])
-        try:
-            wt: WallTime | None = WallTime(
-                int(m.group("y")),
-                int(m.group("mo")),
-                int(m.group("d")),
-                int(m.group("h")),
-                int(m.group("mi")),
-                int(m.group("s")),
-                us,
-            )
-        except ValueError:
-            wt = None
+        wt = _checked(
+            int(m.group("y")),
+            int(m.group("mo")),
+            int(m.group("d")),
+            int(m.group("h")),
+            int(m.group("mi")),
+            int(m.group("s")),
+            us,
+        )
         return _remember(key, wt)
     if _SUBSECONDS.search(line) is None:
         return None
@@ -106,16 +103,22 @@ def parse_wall_time(line: str) -> WallTime | None:
 
 def _c10_time(c: re.Match[str]) -> WallTime | None:
     mo, d = _md(c.group("md"))
-    if 1 <= mo <= 12 and 1 <= d <= 31:
-        return WallTime(None, mo, d, int(c.group("h")), int(c.group("mi")), int(c.group("s")))
-    return None
+    return _checked(None, mo, d, int(c.group("h")), int(c.group("mi")), int(c.group("s")))
 
 
 def _glog_time(g: re.Match[str]) -> WallTime | None:
     mo, d = _md(g.group("md"))
-    if 1 <= mo <= 12 and 1 <= d <= 31:
-        return WallTime(None, mo, d, int(g.group("h")), int(g.group("mi")), int(g.group("s")), int(g.group("us")))
-    return None
+    return _checked(None, mo, d, int(g.group("h")), int(g.group("mi")), int(g.group("s")), int(g.group("us")))
+
+
+def _checked(year: int | None, mo: int, d: int, h: int, mi: int, s: int, us: int = 0) -> WallTime | None:
+    """The time, or None when it is no time of a calendar (``13-40 25:61:61``: a line whose digits only look like
+    one); a date without a year is checked in a leap year (29 February is a day of some year)."""
+    try:
+        datetime(year if year is not None else 2000, mo, d, h, mi, s, us)
+    except (ValueError, OverflowError):
+        return None
+    return WallTime(year, mo, d, h, mi, s, us)
 
 
 def with_year(t: WallTime, year_hint: int | None) -> datetime | None:

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import cast
 
+from debug_training_logs.formats.prefixes import MAX_RANK_DIGITS
 from debug_training_logs.logs.discovery import LogFile
 from debug_training_logs.logs.reader import ReadProblems, decode
 from debug_training_logs.logs.scan_budget import _run_fallback, _search
@@ -284,7 +285,7 @@ def _scan_one(
                 tail_windows = []
     result.lines = line_base + (0 if ends_with_newline else 1)
     result.tail = [decode(t).rstrip("\r") for t in tail]
-    result.ranks = {int(s) for s in seen_ranks}
+    result.ranks = {int(s) for s in seen_ranks if len(s) <= MAX_RANK_DIGITS}
     result.problem = problems.items.get(lf.rel)
     if stamp is not None and marks and result.bytes_read == stamp[0] and _file_stamp(lf) == stamp:
         result.checkpoints = Checkpoints(stamp, tuple(o for o, _ in marks), tuple(b for _, b in marks), line_base)
