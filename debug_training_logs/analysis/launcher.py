@@ -39,7 +39,7 @@ from debug_training_logs.analysis.inventory_results import result_item, result_s
 from debug_training_logs.analysis.inventory_types import JobScan
 from debug_training_logs.analysis.inventory_views import file_result_item
 from debug_training_logs.formats import gloo, launchers, slurm, torchrun
-from debug_training_logs.formats.prefixes import AGENT_HEADER, GLOBAL_RANK, LOCAL_RANK, strip_ansi
+from debug_training_logs.formats.prefixes import AGENT_HEADER, GLOBAL_RANK, LOCAL_RANK, PROCESS_ID, strip_ansi
 from debug_training_logs.formats.python_text import is_source_line
 from debug_training_logs.logs.attribution import file_name_rank, rank_of_line, tee_prefix
 from debug_training_logs.logs.discovery import LogFile
@@ -78,6 +78,7 @@ PATTERNS: tuple[str, ...] = (
     _EXCEPTION,
     _FRAME_REGEX,
     _JOB_START,
+    PROCESS_ID,
     slurm.CANCEL_REGEX,
     # ``\[::\]`` written ``\[\::\]`` (the same regex): ``[:`` reads as a POSIX class to the prefilter's literal
     # finder, which then sent this whole alternation to a DFA pass over every byte instead of its literals
@@ -98,6 +99,7 @@ _EXC_LINE = re.compile(_EXCEPTION)
 _LAUNCHER_FRAME = re.compile(r'File "[^"]*(?:/bin/torchrun|torch/distributed/(?:run|launch)\.py)"')
 """The first frame of the launcher's own traceback (torchrun's main, ``python -m torch.distributed.run``)."""
 _AGENT_LINE = re.compile(rf"^{AGENT_HEADER}(\d+) torch/distributed/")
+_PROCESS_ID = re.compile(PROCESS_ID)
 # Exceptions that are a communication symptom (raised because a peer died, hung or disagreed), not a cause.
 _VICTIM_EXCEPTIONS = re.compile(
     r"DistBackendError|DistNetworkError: Connection|Detected mismatch between collectives|gloo/transport"
@@ -473,20 +475,31 @@ def parse_lines(
         gm = GLOBAL_RANK.search(text) if lm is not None else None
         if lm and gm:
             local_to_global.setdefault(int(lm.group(1)), int(gm.group(1)))
+    tabled: dict[int, set[int]] = {}
     for t in file_tables:
         for f in t.failures:
-            local_to_global[f.local_rank] = f.rank
+            tabled.setdefault(f.local_rank, set()).add(f.rank)
+    for local, ranks in tabled.items():  # tables of several agents (one file) map a local rank alike: none of them
+        if len(ranks) == 1:
+            local_to_global[local] = next(iter(ranks))
+        else:
+            local_to_global.pop(local, None)
+    # the processes the failure tables name: a record that names one (and the traceback right after it) is its rank's
+    pid_rank = {f.pid: f.rank for t in file_tables for f in t.failures if f.pid is not None}
+    named: tuple[int, int] | None = None  # (line number, rank) of the last record naming a tabled process
     per_line: list[tuple[int, int | None, Any, int | None, Any, bool]] = []
     file_rank = file_name_rank(rel) if rel is not None else None
     quoted: int | None = None  # mp.spawn quotes process N's traceback: its lines are rank N's
     agent_tb = False  # inside the launcher's own traceback (torchrun's frames): no worker's lines
-    for k, (_no, text) in enumerate(lines):
+    for k, (no, text) in enumerate(lines):
         if (sh := launchers.SPAWN_ERROR_HEADER.match(text)) is not None:
             quoted = int(sh.group("p"))
             continue
         agent_line = agent_tb
         if text.startswith("Traceback (most recent call last)"):
             agent_tb = agent_line = k + 1 < len(lines) and _LAUNCHER_FRAME.search(lines[k + 1][1]) is not None
+            if not agent_tb and named is not None and named[0] == no - 1:
+                quoted = named[1]  # the traceback right after a record naming a worker process is that process's
         elif agent_tb and not text.startswith((" ", "\t")):
             agent_tb = False  # its exception line ends it: the agent's (its events are read below), no rank's
         pm = _AGENT_LINE.match(text)
@@ -496,6 +509,9 @@ def parse_lines(
         if ev is None:
             ev = launchers.parse_line(text)
         rank = None if agent_line else _rank_of(text, local_to_global, file_rank)
+        if rank is None and pid_rank and pm is None and ev is None and not agent_line:
+            rank = _named_process_rank(text, pid_rank)
+            named = (no, rank) if rank is not None else named
         if rank is None and quoted is not None:
             rank = quoted
             if not text.startswith((" ", "\t", "Traceback")):  # the exception line ends the quoted traceback
@@ -520,6 +536,15 @@ def parse_lines(
         if pid is not None or event is not None or rank is not None or g is not None or _JOB_START_RX.search(text):
             per_line.append((k, pid, event, rank, g, own))
     return local_to_global, per_line
+
+
+def _named_process_rank(text: str, pid_rank: dict[int, int]) -> int | None:
+    """The rank of the worker process ``text`` names (:data:`~debug_training_logs.formats.prefixes.PROCESS_ID`), when
+    a failure table ties that pid to a rank."""
+    if "pid" not in text and "PID" not in text and "process '" not in text and "Pid" not in text:
+        return None
+    m = _PROCESS_ID.search(text)
+    return pid_rank.get(int(m.group(1))) if m else None
 
 
 def _agent(
@@ -659,7 +684,10 @@ def _facts(
                 if len(rf.errors) < MAX_ERRORS_PER_RANK:
                     rf.errors.append(rf.own_error)
         text_at = dict(lines) if file_tables else {}
-        failed_line = {
+        # the agent's line and the table's row of one failure name the same process: paired by its pid (several
+        # agents in one file number their workers alike), else by the file's local -> global map
+        by_pid = {w.pid: (no, w) for no, w in agent.worker_failed if w.pid is not None}
+        by_rank = {
             local_to_global[w.local_rank]: (no, w) for no, w in agent.worker_failed if w.local_rank in local_to_global
         }
         for t in file_tables:
@@ -671,7 +699,7 @@ def _facts(
                     rf.torn_down = f.exitcode == -15 and (f.pid in torn_pids or not torn_pids)
                     rf.root_cause_entry = f.root_cause
                     # the agent's own 'failed (exitcode: ...)' line carries a time; the table's field does not
-                    agent_line = failed_line.get(f.rank)
+                    agent_line = by_pid.get(f.pid) if f.pid in by_pid else by_rank.get(f.rank)
                     if agent_line is not None and agent_line[1].exitcode == f.exitcode:
                         rf.exit_evidence = _ev(rel, agent_line[0], text_at[agent_line[0]])
                     elif rf.torn_down and f.pid in torn_pids:  # the agent's timed 'Sending process P closing signal'
