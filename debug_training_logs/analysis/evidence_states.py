@@ -170,12 +170,20 @@ def handled(w: WorkerEvidence, t: Trigger) -> bool:
 
 
 def _steps_later_in_file(w: WorkerEvidence, h: Hit) -> int:
-    """How many distinct training steps the file of ``h`` reports after it (with no time to go by): synchronous
-    training completes a second step only with every rank alive, so two show the error ended no rank."""
-    steps = {
-        n for p in w.hits("progress") if p.file == h.file and p.line > h.line and (n := step_number(p.text)) is not None
-    }
-    return len(steps)
+    """How many distinct training steps the file of ``h`` reports after it (with no time to go by), beyond the last
+    step it reported before it: synchronous training completes a second step only with every rank alive, so two show
+    the error ended no rank. (Steps the file had reported already are no progress: the nodes' logs concatenated into
+    one file repeat them after a node's last line.)"""
+    before: int | None = None
+    steps: set[int] = set()
+    for p in w.hits("progress"):
+        if p.file != h.file or (n := step_number(p.text)) is None:
+            continue
+        if p.line < h.line:
+            before = n if before is None else max(before, n)
+        elif p.line > h.line:
+            steps.add(n)
+    return len(steps) if before is None else sum(n > before for n in steps)
 
 
 def _close(a: Hit, b: Hit) -> bool:

@@ -37,11 +37,12 @@ RAY_PREFIX = re.compile(
 # A trainer's own formats that state the writer's rank: a JSON log record's ``"rank": N``, ``[rank N/M]``, Lightning's
 # ``[rank: N]`` prefix.
 STATED_RANK = re.compile(
-    r"\"rank\": ?(\d+)\b|\[rank(?: |: ?)(\d+)(?:/\d+)?\]|\[RANK (\d+)\]|(?:^|[\s|\]])rank=(\d+) \|"
-    r"|^\s*rank ?(\d+) ?[|:] "
+    r"\"rank\": ?(\d{1,9})\b|\[rank(?: |: ?)(\d{1,9})(?:/\d+)?\]|\[RANK (\d{1,9})\]|(?:^|[\s|\]])rank=(\d{1,9}) \|"
+    r"|^\s*rank ?(\d{1,9}) ?[|:] |\[r(\d{1,9})(?:/\d{1,9})?(?: [^\[\]]{0,24})?\]"
 )
 """A trainer's own statement of its rank: JSON ``"rank": N``, ``[rank N/M]``, ``[rank: N]``, ``[RANK N]``, a
-``rank=N |`` label field and a ``rankN| ``/``rank N: `` label opening the line."""
+``rank=N |`` label field, a ``rankN| ``/``rank N: `` label opening the line, and the short tags ``[rN]`` and
+``[rN/M ...]`` (``[r3/8 l1]``: rank 3 of 8, local rank 1)."""
 TORCHRUN_PREFIX = re.compile(r"^\[(?P<host>[A-Za-z0-9][\w.\-]*):(?P<local>\d+)\]:")
 TASK_LABEL_AT_START = re.compile("^" + TASK_LABEL)
 """A launcher's task label opening a line (:func:`task_of_label`)."""
@@ -105,6 +106,7 @@ def rank_and_source_plain(text: str) -> tuple[int | None, str]:
         or "[rank " in text
         or "[rank:" in text
         or "[RANK " in text
+        or "[r" in text
         or "rank=" in text
         or text.lstrip().startswith("rank")
     ):
