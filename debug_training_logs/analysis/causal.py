@@ -46,6 +46,7 @@ from debug_training_logs.analysis.silent_fates import collective_start, step_of
 from debug_training_logs.formats import nccl
 from debug_training_logs.formats.storage import is_storage_failure
 from debug_training_logs.ranges import format_ranges
+from debug_training_logs.textcut import cut
 
 TIE_WINDOW = timedelta(seconds=5)
 """Primary events of one kind within this much of the first are reported together (they failed at the same time)."""
@@ -164,7 +165,7 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
     firsts = [p for f in model.fates.values() if (p := f.primary) is not None]
     strong = [e for e in firsts if not e.weak]
     reports = [e for f in model.fates.values() for e in f.events if e.kind == "peer_mismatch"]
-    if reports and not strong:
+    if reports and not strong and not any(a.how == "rank_outlier" for a in model.accusations):
         # gloo received a buffer of another size than it expected: the ranks ran different collectives or sizes
         first = min(reports, key=_order)
         parties = {e.rank for e in reports if e.rank is not None}
@@ -198,7 +199,7 @@ def _decide(model: CausalModel, ev: JobEvidence) -> Finding | None:
             root = _told_by_the_accusation(ev, accs, named)
         if root is not None and root.kind != "stall":
             category = category_of(root)
-        elif any(a.how == "detail_mismatch" or a.how == "flight_recorder_mismatch" for a in accs):
+        elif any(a.how in ("detail_mismatch", "flight_recorder_mismatch", "rank_outlier") for a in accs):
             category = "collective_mismatch"
         elif root is None and (exits := sorted((e for e in firsts if e.rank in named and e.weak), key=_order)):
             # the rank the lines accuse exited with an error code of its own (its launcher says so): a crash, whose
@@ -442,6 +443,12 @@ def _accused_why(culprits: set[int], accs: list[Accusation], root: RankEvent | N
         if how.startswith("flight_recorder"):
             what = how.removeprefix("flight_recorder_").replace("_", " ")
             parts.append(f"the flight-recorder dumps name it ({what})")
+        elif how == "rank_outlier":
+            first = next(a for a in accs if a.how == how)
+            parts.append(
+                f"before the size mismatch it alone wrote {cut(first.line.text.strip(), 160)!r} "
+                f"({first.line.file}:{first.line.line}) where every other rank wrote otherwise"
+            )
         else:
             first = next(a for a in accs if a.how == how)
             parts.append(f"{_HOW_WORDS.get(how, how)} ({first.line.file}:{first.line.line})")

@@ -148,6 +148,7 @@ def _build(ev: JobEvidence) -> CausalModel:
         if odd:
             r0, _m, e = lf.mismatches[0]
             accs.append(Accusation(r0, frozenset(odd), "detail_mismatch", hit_of(e.file, e.line, e.text, r0, year)))
+    accs += _rank_outlier(ev, fates)
     fr = ev.flight_recorder
     if fr is not None and fr.dumps:
         named, how = fr.culprits
@@ -454,6 +455,28 @@ def _node_offset(a: AgentFacts, world: int | None, ranks_here: set[int]) -> int 
         return 0
     blocks = {r // nproc for r in ranks_here} if nproc >= 2 else set()
     return blocks.pop() * nproc if len(blocks) == 1 and len(ranks_here) >= 2 else None
+
+
+def _rank_outlier(ev: JobEvidence, fates: dict[int, Fate]) -> list[Accusation]:
+    """When gloo received a buffer of another size than it expected (a report that names only the receiver): the one
+    rank whose own line, before the failure, differs from what every other rank wrote in its place
+    (:mod:`~debug_training_logs.analysis.rank_outliers`), as an accusation of that rank."""
+    if not any(e.kind == "peer_mismatch" for f in fates.values() for e in f.events):
+        return []
+    from debug_training_logs.analysis.rank_outliers import rank_outliers
+
+    before: dict[str, int] = {}
+    for f in fates.values():
+        for e in f.events:
+            before[e.line.file] = min(before.get(e.line.file, e.line.line), e.line.line)
+    seen = {r for r, f in fates.items() if f.end != "absent"}
+    found = rank_outliers(ev.worker.job, seen, before)
+    if len({o.rank for o in found}) != 1:
+        return []
+    o = found[0]
+    return [
+        Accusation(None, frozenset({o.rank}), "rank_outlier", hit_of(o.file, o.line, o.text, o.rank, ev.worker.year))
+    ]
 
 
 def _signal_name(code: int | None) -> str | None:
