@@ -21,6 +21,7 @@ import contextlib
 import random
 import re
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,8 @@ _FULL_DATE = re.compile(
 )
 _C10 = re.compile(r"\[(?:rank\d+\]:\[)?[FEWIV](?P<md>\d{3,4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.\d{9} ")
 _GLOG = re.compile(r"[FEWI](?<!\S.)(?P<md>\d{4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) +\d+ ")
-_GLOBAL = re.compile(r"\[rank(\d+)\]:")
-_INLINE = re.compile(r"\[rank(\d+)\] ")
+_GLOBAL = re.compile(r"\[rank(\d{1,9})\]:")  # (a rank is nine digits at most: a longer number is no rank)
+_INLINE = re.compile(r"\[rank(\d{1,9})\] ")
 _STEP = (
     (re.compile(r"elapsed time per iteration \(ms\): ([\d.]+)"), 1.0),
     (re.compile(r"train_step_timing(?: in s)?[=: ]+([\d.]+)"), 1000.0),
@@ -58,26 +59,37 @@ def ref_time(line: str) -> WallTime | None:
     m = _FULL_DATE.search(line)
     if m:
         us = int((m.group("frac") or "0").ljust(6, "0")[:6])
-        return WallTime(*(int(m.group(k)) for k in ("y", "mo", "d", "h", "mi", "s")), us)
+        return _calendar(WallTime(*(int(m.group(k)) for k in ("y", "mo", "d", "h", "mi", "s")), us))
     c = _C10.search(line)
     if c:
         mo, d = divmod(int(c.group("md")), 100)
-        if 1 <= mo <= 12 and 1 <= d <= 31:
-            return WallTime(None, mo, d, int(c.group("h")), int(c.group("mi")), int(c.group("s")))
+        t = _calendar(WallTime(None, mo, d, int(c.group("h")), int(c.group("mi")), int(c.group("s"))))
+        if t is not None:  # (else a glog header later on the line may be one)
+            return t
     g = _GLOG.search(line)
     if g:
         mo, d = divmod(int(g.group("md")), 100)
-        if 1 <= mo <= 12 and 1 <= d <= 31:
-            return WallTime(None, mo, d, int(g.group("h")), int(g.group("mi")), int(g.group("s")), int(g.group("us")))
+        us = int(g.group("us"))
+        return _calendar(WallTime(None, mo, d, int(g.group("h")), int(g.group("mi")), int(g.group("s")), us))
     return None
 
 
+def _calendar(t: WallTime) -> WallTime | None:
+    """``t`` when it is a time of the calendar (a date without a year: of a leap year), else None."""
+    try:
+        datetime(t.year or 2000, t.month, t.day, t.hour, t.minute, t.second, t.microsecond)
+    except ValueError:
+        return None
+    return t
+
+
 _STATED = re.compile(
-    r"\"rank\": ?(\d+)\b|\[rank(?: |: ?)(\d+)(?:/\d+)?\]|\[RANK (\d+)\]|(?:^|[\s|\]])rank=(\d+) \||^\s*rank ?(\d+) ?[|:] "
+    r"\"rank\": ?(\d{1,9})\b|\[rank(?: |: ?)(\d{1,9})(?:/\d+)?\]|\[RANK (\d{1,9})\]|(?:^|[\s|\]])rank=(\d{1,9}) \|"
+    r"|^\s*rank ?(\d{1,9}) ?[|:] |\[r(\d{1,9})(?:/\d{1,9})?(?: [^\[\]]{0,24})?\]"
 )
-_LOCAL = re.compile(r"^\[[A-Za-z_][\w.\-]*?(\d+)\]:")
-_SRUN = re.compile(r"^\s*(?:P\d+ )?(\d+): ")
-_MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:")
+_LOCAL = re.compile(r"^\[[A-Za-z_][\w.\-]*?(?<!\d)(\d{1,9})\]:")
+_SRUN = re.compile(r"^\s*(?:P\d{1,9} )?(\d{1,9}): ")
+_MPI_TAG = re.compile(r"^\[\d{1,9},(\d{1,9})\]<(?:stdout|stderr|stddiag)>:")
 
 
 def ref_rank(text: str) -> tuple[int | None, str]:

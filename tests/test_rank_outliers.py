@@ -82,7 +82,9 @@ def test_the_rank_that_said_otherwise_before_a_size_mismatch(
     d = diagnose(str(logs), history=False)
     assert (d.verdict.category, d.verdict.culprit_ranks) == ("collective_mismatch", [odd]), d.verdict.explanation
     assert d.verification.accepted, d.verification.summary
-    assert any(link.source.split(":")[0] in ("train.out", "train.out.gz") and "[" in link.text for link in d.root_cause_chain)
+    assert any(
+        link.source.split(":")[0] in ("train.out", "train.out.gz") and "[" in link.text for link in d.root_cause_chain
+    )
 
 
 @pytest.mark.parametrize("case", ["alike", "two_differ", "late"])
@@ -101,3 +103,26 @@ def test_no_single_rank_said_otherwise_before_it(case: str, tmp_path: Path) -> N
     assert d.verdict.category == "collective_mismatch", d.verdict.explanation
     assert d.verdict.culprit_ranks == [], d.verdict.explanation
     assert 2 in d.verdict.suspect_ranks
+
+
+def test_the_only_rank_of_its_node_is_not_convicted_for_writing_its_nodes_words(tmp_path: Path) -> None:
+    """Uneven nodes (five ranks and one): the lone rank's host line differs from the five others' for no fault of its
+    own, so it is no evidence of the size mismatch."""
+
+    def rank_lines(r: int) -> list[str]:
+        at = f"{seconds(2):%Y-%m-%d %H:%M:%S}"
+        out = [f"{at},100 - trainer - INFO - [rank {r}] world_size={WORLD} host {'gpu-b' if r == 5 else 'gpu-a'}"]
+        out += [f"{at},200 - trainer - INFO - [rank {r}] step={s}" for s in (5, 10)]
+        out.append(f"{at},300 - trainer - INFO - [rank {r}] {_said('count', r, None)}")
+        if r == 2:
+            out.append(f"[rank {r}] RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] "
+                       "op.preamble.length <= op.nbytes. 1024 vs 1020")  # fmt: skip
+        else:
+            out.append(f"[rank {r}] " + GLOO_CLOSED.format(peer=1, port=40000 + r))
+        return out
+
+    node0 = [ln for lines in zip(*(rank_lines(r) for r in range(5)), strict=True) for ln in lines]  # as written
+    logs = write(tmp_path, {"node0.log": node0, "node1.log": rank_lines(5)})
+    d = diagnose(str(logs), history=False)
+    assert d.verdict.category == "collective_mismatch", d.verdict.explanation
+    assert d.verdict.culprit_ranks == [], d.verdict.explanation

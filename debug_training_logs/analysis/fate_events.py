@@ -469,11 +469,15 @@ def _rank_outlier(ev: JobEvidence, fates: dict[int, Fate]) -> list[Accusation]:
     for f in fates.values():
         for e in f.events:
             before[e.line.file] = min(before.get(e.line.file, e.line.line), e.line.line)
+    w = ev.worker
     seen = {r for r, f in fates.items() if f.end != "absent"}
-    found = rank_outliers(ev.worker.job, seen, before)
+    found = rank_outliers(w.job, seen, before)
     if len({o.rank for o in found}) != 1:
         return []
     o = found[0]
+    node = w.node_of_rank(o.rank)
+    if node is not None and not any(w.node_of_rank(r) == node for r in seen - {o.rank}):
+        return []  # the only rank of its node: what it wrote otherwise may be its node's (its host, its node rank)
     return [
         Accusation(None, frozenset({o.rank}), "rank_outlier", hit_of(o.file, o.line, o.text, o.rank, ev.worker.year))
     ]

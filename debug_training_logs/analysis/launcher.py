@@ -686,7 +686,7 @@ def _facts(
         text_at = dict(lines) if file_tables else {}
         # the agent's line and the table's row of one failure name the same process: paired by its pid (several
         # agents in one file number their workers alike), else by the file's local -> global map
-        by_pid = {w.pid: (no, w) for no, w in agent.worker_failed if w.pid is not None}
+        by_pid = {w.pid: (no, w) for no, w in agent.worker_failed}
         by_rank = {
             local_to_global[w.local_rank]: (no, w) for no, w in agent.worker_failed if w.local_rank in local_to_global
         }

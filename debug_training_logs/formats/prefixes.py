@@ -17,6 +17,9 @@ no rank of any job, and is never made an integer (Python refuses over 4,300 digi
 RANK_TAG: Final = r"\[rank" + RANK_NUMBER + r"\]"
 """The ``[rankN]`` tag (pattern text; the global rank is its group): followed by ``:`` torch's prefix, by a blank a
 user format's inline tag."""
+RANK_TAG_DIGITS: Final = r"\[rank(\d+)\]"
+""":data:`RANK_TAG` with any number of digits: what the scan's collection of a file's ranks gathers as strings (its
+native pass finds every digit string), sized to :data:`MAX_RANK_DIGITS` where they are made integers."""
 GLOBAL_RANK: Final = re.compile(RANK_TAG + ":")
 INLINE_RANK: Final = re.compile(RANK_TAG + " ")
 RANK_TAG_END: Final = "(?::| )"

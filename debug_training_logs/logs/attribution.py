@@ -32,7 +32,7 @@ from debug_training_logs.formats.prefixes import (
 )
 
 RAY_PREFIX = re.compile(
-    r"\((?P<actor>[A-Za-z_][\w.]*)?(?:\[rank=(?P<rank>\d+)\])? ?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:\-]+))?\)"
+    r"\((?P<actor>[A-Za-z_][\w.]*)?(?:\[rank=(?P<rank>\d{1,9})\])? ?pid=(?P<pid>\d{1,9})(?:, ip=(?P<ip>[\w.:\-]+))?\)"
 )
 # A trainer's own formats that state the writer's rank: a JSON log record's ``"rank": N``, ``[rank N/M]``, Lightning's
 # ``[rank: N]`` prefix.

@@ -11,7 +11,7 @@ from typing import Any
 
 from re2 import _re2
 
-from debug_training_logs.formats.prefixes import RANK_TAG, RANK_TAG_END
+from debug_training_logs.formats.prefixes import RANK_TAG_DIGITS, RANK_TAG_END
 from debug_training_logs.logs.scan_engines import _UNANCHORED, _native, _re2_options
 from debug_training_logs.logs.scan_patterns import _pure_branches
 from debug_training_logs.logs.scan_types import Buffer, PatternSpec, Plan
@@ -24,7 +24,7 @@ DENSE_REGEX_TAIL = 256 << 10
 """How far back the tail of a dense pattern without literals is looked for (its lines are checked one by one)."""
 
 
-_RANK_PREFIX = std_re.compile((RANK_TAG + RANK_TAG_END).encode())  # the c10/excepthook prefix, or an inline tag
+_RANK_PREFIX = std_re.compile((RANK_TAG_DIGITS + RANK_TAG_END).encode())  # the c10/excepthook prefix, an inline tag
 
 
 class _Dense:
