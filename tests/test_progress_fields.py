@@ -157,9 +157,9 @@ class RefSink:
         if "nccl_init" in names:
             h = ev._NCCL_INIT_HOST.search(text)
             if h:
-                r, n = int(h.group(2)), int(h.group(3))
-                if n >= out.rank_host.get(r, (0, ""))[0]:
-                    out.rank_host[r] = (n, h.group(1))
+                r, n = int(h.group("rank")), int(h.group("nranks"))
+                if n >= out.rank_host.get(r, (0, "", 0))[0]:
+                    out.rank_host[r] = (n, h.group("host"), int(h.group("pid")))
         for name in sorted(names - {"nccl_init"}):
             t = out.tallies.setdefault(name, ev._Tally())
             t.count += 1

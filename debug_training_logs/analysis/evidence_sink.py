@@ -52,7 +52,8 @@ _ITERATION = re.compile(r" iteration +(\d+)/ *\d+ \|")
 _MEMORY_MB = re.compile(r"memory \(MB\) \| allocated: ([\d.]+)")
 _MEMORY_LITERAL = "memory (MB) | allocated: "
 _NCCL_INIT_HOST = re.compile(
-    r"(?:^|[\s\]:])(" + nccl.HOST + ")" + nccl.PROCESS + r" NCCL INFO .*\brank (\d+) nranks (\d+)"
+    r"(?:^|[\s\]:])(?P<host>" + nccl.HOST + ")" + nccl.PROCESS_PID + r" NCCL INFO .*\brank (?P<rank>\d{1,9}) "
+    r"nranks (?P<nranks>\d{1,9})"
 )
 _NCCL_INIT_HOST_LITERAL = "] NCCL INFO "
 """A literal every :data:`_NCCL_INIT_HOST` match holds (a line without it skips that slow, unanchored search)."""
@@ -106,8 +107,8 @@ class _FileHits:
     step_ms: dict[int | None, _Series] = field(default_factory=dict)
     memory_mb: dict[int | None, _Series] = field(default_factory=dict)
     last_time: tuple[int, WallTime] | None = None
-    rank_host: dict[int, tuple[int, str]] = field(default_factory=dict)
-    """Global rank -> (communicator size, host) from NCCL init lines (the largest communicator wins)."""
+    rank_host: dict[int, tuple[int, str, int]] = field(default_factory=dict)
+    """Global rank -> (communicator size, host, pid) from NCCL init lines (the largest communicator wins)."""
 
 
 _K_SIGNALS = len(SIGNALS)
@@ -313,9 +314,9 @@ class EvidenceSink:
         if route.nccl_init:
             h = _NCCL_INIT_HOST.search(text) if _NCCL_INIT_HOST_LITERAL in text else None
             if h:
-                r, n = int(h.group(2)), int(h.group(3))
-                if n >= out.rank_host.get(r, (0, ""))[0]:
-                    out.rank_host[r] = (n, h.group(1))
+                r, n = int(h.group("rank")), int(h.group("nranks"))
+                if n >= out.rank_host.get(r, (0, "", 0))[0]:
+                    out.rank_host[r] = (n, h.group("host"), int(h.group("pid")))
         if not route.kept:
             # Only ``nccl_init``: the line names a host and times its neighbours, but no tally or series keeps it
             # (so it needs no rank, and waits for no later time).
@@ -491,7 +492,7 @@ class _FileDigest:
 
     year: int
     signals: dict[str, _SignalDigest]
-    rank_host: dict[int, tuple[int, str]]
+    rank_host: dict[int, tuple[int, str, int]]
 
 
 def _digest(fh: _FileHits, year: int) -> _FileDigest | None:

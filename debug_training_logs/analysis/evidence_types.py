@@ -245,6 +245,8 @@ class WorkerEvidence:
     """Global rank -> host, from the NCCL init line of the world communicator."""
     file_host: dict[str, str]
     """File -> host, when slurmstepd lines in it name exactly one node (``*** STEP j.s ON <host> ...``)."""
+    rank_pid: dict[int, int] = field(default_factory=dict)
+    """Global rank -> its process id, from the NCCL init line of the world communicator (``host:pid:tid [d]``)."""
     _by_rank: dict[str, tuple[list[Hit], int, dict[int | None, list[Hit]]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )

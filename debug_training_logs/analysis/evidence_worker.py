@@ -213,7 +213,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
 
     clock_facts: list[tuple[str, WorkerClockFacts]] = []
     series: dict[str, dict[int, _SeriesBuilder]] = {"step": {}, "memory": {}}
-    hosts: dict[int, tuple[int, str]] = {}
+    hosts: dict[int, tuple[int, str, int]] = {}
     got = early if early is not None else {}
     for j, lf in enumerate(job.log_files()):
         rel = lf.rel
@@ -228,7 +228,7 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
             continue
         if pre is None:
             clock, fseries = result_item(job, j, 2), result_item(job, j, 3)
-        fh_hosts: dict[int, tuple[int, str]] = {}
+        fh_hosts: dict[int, tuple[int, str, int]] = {}
         clock_facts.append((rel, clock))
         if digest is not None:
             for name, sd in digest.signals.items():
@@ -279,9 +279,9 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
                     if b is None:
                         b = per_rank[rr] = _SeriesBuilder()
                     b.add(rel, points, year)
-        for r, (n, host) in fh_hosts.items():
-            if n >= hosts.get(r, (0, ""))[0]:
-                hosts[r] = (n, host)
+        for r, stated in fh_hosts.items():
+            if stated[0] >= hosts.get(r, (0, "", 0))[0]:
+                hosts[r] = stated
     return WorkerEvidence(
         root=job.root,
         job=job,
@@ -296,7 +296,8 @@ def worker_evidence_from_scan(job: JobScan, early: dict[int, FileItems] | None =
         step_ms={r: b.points() for r, b in series["step"].items()},
         memory_mb={r: b.points() for r, b in series["memory"].items()},
         file_end=_file_ends(job, single_rank, conv),
-        rank_host={r: h for r, (n, h) in hosts.items() if inv.world_size is None or n == inv.world_size},
+        rank_host={r: h for r, (n, h, _p) in hosts.items() if inv.world_size is None or n == inv.world_size},
+        rank_pid={r: p for r, (n, _h, p) in hosts.items() if inv.world_size is None or n == inv.world_size},
         file_host=_slurmstepd_hosts(kept.get("slurm_cancel", [])),
     )
 

@@ -123,6 +123,8 @@ def _build(ev: JobEvidence) -> CausalModel:
             watchdog=bool(ev.nccl.rows),
             world=w.world_size,
             file_ranks={fi.rel: fi.line_ranks for fi in w.job.inventory.files},
+            file_ranks_all={fi.rel: fi.ranks for fi in w.job.inventory.files},
+            pid_ranks=_ranks_by_pid(w),
         )
         if lf is not None
         else []
@@ -386,10 +388,15 @@ def _unmapped_processes(
     watchdog: bool,
     world: int | None,
     file_ranks: dict[str, set[int]],
+    file_ranks_all: dict[str, set[int]],
+    pid_ranks: dict[int, list[int]],
 ) -> list[RankEvent]:
     """Launcher lines about a worker with no global rank (``failed (exitcode: 1) local_rank: 3 (pid: P)`` with no
-    table or rank prefix to map it): the process, in the launcher's words. ``watchdog``: some rank has NCCL watchdog
-    state (a SIGABRT may be its abort of a hang's victim); without any, a SIGABRT is the process's own abort."""
+    table or rank prefix to map it): the process, in the launcher's words; the rank whose NCCL init line names that
+    process when one does (``pid_ranks``: pid -> the ranks whose init line has that pid, one per host that has it;
+    several: the one of the agent's file, ``file_ranks_all``: every rank a file holds). ``watchdog``: some rank has
+    NCCL watchdog state (a SIGABRT may be its abort of a hang's victim); without any, a SIGABRT is the process's own
+    abort."""
     out: list[RankEvent] = []
     known_pids = {f.pid for t_rel, t in lf.tables for f in t.failures}
     for a in lf.agents:
@@ -402,6 +409,10 @@ def _unmapped_processes(
             if not own:
                 continue
             g = a.local_to_global.get(wf.local_rank)
+            if g is None:  # the rank whose NCCL init line is the process's: on the agent's node (its file) if two are
+                named = pid_ranks.get(wf.pid, [])
+                here = [r for r in named if r in file_ranks_all.get(a.file, set())] if len(named) > 1 else named
+                g = here[0] if len(here) == 1 else None
             if g is None and (base := _node_offset(a, world, file_ranks.get(a.file, set()))) is not None:
                 g = base + wf.local_rank
             if g is not None and g in fates:  # the file maps its local rank: the event is that rank's
@@ -481,6 +492,15 @@ def _rank_outlier(ev: JobEvidence, fates: dict[int, Fate]) -> list[Accusation]:
     return [
         Accusation(None, frozenset({o.rank}), "rank_outlier", hit_of(o.file, o.line, o.text, o.rank, ev.worker.year))
     ]
+
+
+def _ranks_by_pid(w: WorkerEvidence) -> dict[int, list[int]]:
+    """pid -> the ranks whose NCCL init line names a process of that id (``host:pid:tid [d] NCCL INFO ... rank R
+    nranks N``): one, or one per host that has such a process."""
+    out: dict[int, list[int]] = {}
+    for r, pid in sorted(w.rank_pid.items()):
+        out.setdefault(pid, []).append(r)
+    return out
 
 
 def _signal_name(code: int | None) -> str | None:

@@ -18,6 +18,8 @@ HOST: Final = r"[A-Za-z0-9][\w.\-]*"
 PROCESS: Final = r":\d+:\d+ \[\d+\]"
 """What follows the host in NCCL's line prefix, ``:pid:tid [cuda device]`` (pattern text, no groups): the patterns of
 other modules that go on after the prefix are ``HOST + PROCESS + ...``."""
+PROCESS_PID: Final = r":(?P<pid>\d{1,9}):\d+ \[\d+\]"
+""":data:`PROCESS` with the process id as the group ``pid``."""
 PREFIX: Final = re.compile(r"(?:^|[\s:>\]])(?P<host>" + HOST + r"):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
 _COMPLETION: Final = re.compile(
     r"NET/IB\w* ?: ?Got completion from peer (?P<peer>[^\s<]+)<\d+> with (?:error |status=)(?P<status>\d+)"
