@@ -20,6 +20,20 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture
+def walked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the directories ``os.walk`` is started on from now on in the test, in order."""
+    names: list[str] = []
+    real = os.walk
+
+    def counted(top: Any, *args: Any, **kwargs: Any) -> Any:
+        names.append(Path(top).name)
+        return real(top, *args, **kwargs)
+
+    monkeypatch.setattr(os, "walk", counted)
+    return names
+
+
 @pytest.fixture(autouse=True)
 def _fresh_scan_cache() -> None:
     """Each test starts with an empty scan-result cache (a test that counts file reads must see its own)."""

@@ -267,19 +267,11 @@ def test_the_dumps_found_from_the_logs_walk_are_the_ones_a_walk_of_their_own_fin
     assert {r for r, _s, _p in _walked_dumps(logs, logs / "fr_here")} == {2, 3, 4, 6, 7, 8, 9}
 
 
-def test_a_tool_call_walks_each_tree_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tool_call_walks_each_tree_once(tmp_path: Path, walked: list[str]) -> None:
     """``diagnose`` with flight-recorder dumps: its cache key and its reading (the logs' scan, the dumps, the attempts)
     share one walk of the logs tree and of the dumps' directory."""
     shutil.copytree(FIXTURES / "stall_fr" / "logs", tmp_path / "logs")
     shutil.copytree(FIXTURES / "stall_fr" / "fr", tmp_path / "fr")
-    walked: list[str] = []
-    real = os.walk
-
-    def counted(top: Any, *args: Any, **kwargs: Any) -> Any:
-        walked.append(Path(top).name)
-        return real(top, *args, **kwargs)
-
-    monkeypatch.setattr(os, "walk", counted)
     with one_walk():
         d = diagnose(str(tmp_path / "logs"), fr_dir=str(tmp_path / "fr"), history=False)
     assert d.verdict.culprit_ranks == [1]

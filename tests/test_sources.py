@@ -32,17 +32,9 @@ def test_the_hang_directories_are_the_given_one_then_the_logs_siblings(tmp_path:
     assert [f.rel for f in s.log_files] == ["rank0.log"] and s.dumps == ()
 
 
-def test_one_walk_of_the_logs_serves_the_files_and_the_dumps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_walk_of_the_logs_serves_the_files_and_the_dumps(tmp_path: Path, walked: list[str]) -> None:
     shutil.copytree(FIXTURES / "stall_fr" / "logs", tmp_path / "logs")
     shutil.copytree(FIXTURES / "stall_fr" / "fr", tmp_path / "fr")
-    walked: list[str] = []
-    real = os.walk
-
-    def counted(top: Any, *args: Any, **kwargs: Any) -> Any:
-        walked.append(Path(top).name)
-        return real(top, *args, **kwargs)
-
-    monkeypatch.setattr(os, "walk", counted)
     with one_walk():
         s = find_sources(tmp_path / "logs")
         again = find_sources(tmp_path / "logs")
