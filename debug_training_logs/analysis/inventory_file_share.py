@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from debug_training_logs.analysis import hang_files
 from debug_training_logs.analysis.inventory_sink import _LINE_OPENING_RANK, MAX_CREDIBLE_WORLD, FileFacts
 from debug_training_logs.analysis.inventory_types import TimePoint
-from debug_training_logs.formats.prefixes import strip_ansi
+from debug_training_logs.formats.prefixes import SHORT_RANK_TAG, strip_ansi
 from debug_training_logs.formats.timestamps import WallTime, parse_wall_time
 from debug_training_logs.logs.attribution import TASK_LABEL_AT_START, task_of_label
 from debug_training_logs.logs.scan_cache import FileResult
@@ -67,9 +67,11 @@ class _RankSources(NamedTuple):
         if artifact is not None:
             return _RankSources(scan.file.rel, set(), set(), set(), set(), {}, set(), artifact)
         prefixes, ray, lightning = set(scan.ranks), set(facts.ray_ranks), set(facts.member_ranks)
-        # a trainer's line-opening ``rank3| ...`` / ``rank 3: ...``: read from the head and tail (as a marker its
-        # literal, "rank", is on every line of a torch log, and the scan would search every byte for it)
+        # a trainer's line-opening ``rank3| ...`` / ``rank 3: ...`` and short tag ``[r3]``: read from the head and
+        # tail (as a marker their literals, "rank" and "[r", are on every line of a torch log, and the scan would
+        # look at every line for them)
         opening = {int(m.group(1)) for ln in scan.head + scan.tail if (m := _LINE_OPENING_RANK.match(ln))}
+        opening |= {int(m.group(1)) for ln in scan.head + scan.tail if "[r" in ln and (m := _SHORT_TAG.search(ln))}
         stated = (set(facts.stated_ranks) | {r for r in opening if r <= MAX_CREDIBLE_WORLD}) - prefixes
         srun = set() if ray or lightning else _srun_labels(scan.head + scan.tail)
         if not (prefixes | stated) <= srun:
@@ -88,6 +90,7 @@ def _srun_labels(lines: list[str]) -> set[int]:
     return tasks if lines and labelled >= max(3, len(lines) // 2) else set()
 
 
+_SHORT_TAG = re.compile(SHORT_RANK_TAG)
 _RANK_SLASH_WORLD = re.compile(r"[Rr][Aa][Nn][Kk][ =:]?(?P<r>\d{1,7}) ?/ ?(?P<n>\d{1,7})\b")
 """A trainer's ``rank 3/8`` (``rank=3/8``, ``RANK 3 / 8``); of the whole world unless a word says whose
 (:data:`_GROUP_WORDS`)."""
@@ -121,6 +124,12 @@ def _head_world_claims(s: FileScan) -> list[tuple[int, str, int, str]]:
     first_tail = s.lines - len(s.tail) + 1
     numbered = [(i + 1, ln) for i, ln in enumerate(s.head)] + [(first_tail + j, ln) for j, ln in enumerate(s.tail)]
     for line_no, ln in numbered:
+        short = _SHORT_TAG.search(ln) if "[r" in ln else None
+        if short is not None and short.group(2) is not None and int(short.group(1)) < int(short.group(2)):
+            out.append((int(short.group(2)), "stated", line_no, ln[:300]))  # ``[r3/8 l1]``: rank 3 of 8
+            if len(out) >= MAX_HEAD_CLAIMS:
+                break
+            continue
         m = _RANK_SLASH_WORLD.search(ln) if "/" in ln else None
         if m is None or int(m.group("r")) >= int(m.group("n")):
             continue

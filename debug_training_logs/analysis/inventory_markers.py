@@ -69,8 +69,8 @@ MARKERS: tuple[Marker, ...] = (
     Marker(
         "rank_statement",
         r"\[default\d+\]:\[rank\d+\]:|\"rank\": ?\d|\[rank \d|\[rank: \d|\brank[ =:]\d+ of \d"
-        r"|\b(?:RANK|global_rank|global rank)[ =:]+\d|\brank=\d+ \||\brank=\d+ [^\n]{0,80}\bworld_size=\d"
-        r"|\[r\d{1,9}(?:/\d{1,9})?[\] ]|" + tn.DEFAULT_PG_RANK.pattern,
+        r"|\b(?:RANK|global_rank|global rank)[ =:]+\d|\brank=\d+ \||\brank=\d+ [^\n]{0,80}\bworld_size=\d|"
+        + tn.DEFAULT_PG_RANK.pattern,
         "a line stating the writer's global rank (a torch prefix, a trainer's format): names the file's ranks and, "
         "beside torchrun's --tee prefix, maps its local ranks to global ones",
         cap=RANK_STATEMENTS_PER_FILE,

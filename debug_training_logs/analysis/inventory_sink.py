@@ -68,8 +68,7 @@ class FileFacts:
 _STATED = re.compile(
     r"\[rank(?P<p>\d+)\]:|\"rank\": ?(?P<j>\d+)\b|\[rank:? (?P<b>\d+)(?:/\d+)?\]|\brank[ =:](?P<o>\d+) of (?P<n>\d+)\b"
     r"|\b(?:RANK|global_rank|global rank)[ =:]+(?P<g>\d+)\b|(?:^|[\s|\]])rank=(?P<q>\d+) \|"
-    r"|\brank=(?P<k>\d+) [^\n]{0,80}\bworld_size=\d|\[r(?P<t>\d{1,9})(?:/\d{1,9})?(?: [^\[\]]{0,24})?\]|"
-    + tn.DEFAULT_PG_RANK.pattern
+    r"|\brank=(?P<k>\d+) [^\n]{0,80}\bworld_size=\d|" + tn.DEFAULT_PG_RANK.pattern
 )
 
 
@@ -78,7 +77,6 @@ _LINE_OPENING_RANK = re.compile(r"^\s*rank ?(\d{1,7}) ?[|:] ")
 
 _RANK_OF_WORLD = re.compile(
     r"\brank[ =:]\d+ of (?P<n>\d+)\b|\[rank \d+/(?P<m>\d+)\]|\brank=\d+ [^\n]{0,80}\bworld_size=(?P<w>\d+)\b"
-    r"|\[r\d{1,9}/(?P<t>\d{1,9})(?: [^\[\]]{0,24})?\]"
 )
 """A rank stated with the world it belongs to (``rank 3 of 16``, ``[rank 3/16]``): the world size."""
 
@@ -88,15 +86,13 @@ def _rank_statement(f: FileFacts, text: str, line_no: int) -> None:
     m = _STATED.search(text)
     if m is None:
         return
-    g = int(next(v for v in m.group("p", "j", "b", "o", "g", "q", "k", "t", "r") if v is not None))
+    g = int(next(v for v in m.group("p", "j", "b", "o", "g", "q", "k", "r") if v is not None))
     if g > MAX_CREDIBLE_WORLD:
         return
     f.stated_ranks.add(g)
     w = _RANK_OF_WORLD.search(text)
     if w is not None and len(f.world_claims) < MAX_EXAMPLES:
-        f.world_claims.append(
-            (int(w.group("n") or w.group("m") or w.group("w") or w.group("t")), "stated", line_no, text[:300])
-        )
+        f.world_claims.append((int(w.group("n") or w.group("m") or w.group("w")), "stated", line_no, text[:300]))
     local = tee_slot(text)
     if local is not None:
         known = f.local_map.get(local)

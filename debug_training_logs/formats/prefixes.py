@@ -20,6 +20,8 @@ user format's inline tag."""
 RANK_TAG_DIGITS: Final = r"\[rank(\d+)\]"
 """:data:`RANK_TAG` with any number of digits: what the scan's collection of a file's ranks gathers as strings (its
 native pass finds every digit string), sized to :data:`MAX_RANK_DIGITS` where they are made integers."""
+SHORT_RANK_TAG: Final = r"\[r(\d{1,9})(?:/(\d{1,9}))?(?: [^\[\]]{0,24})?\]"
+"""A trainer's short rank tag (pattern text): ``[r3]``, ``[r3/8]`` (its world the second group), ``[r3/8 l1]``."""
 GLOBAL_RANK: Final = re.compile(RANK_TAG + ":")
 INLINE_RANK: Final = re.compile(RANK_TAG + " ")
 RANK_TAG_END: Final = "(?::| )"
@@ -39,7 +41,7 @@ the launcher starts one task per rank (not one torchrun per node)."""
 LEAD_PREFIXES: Final = re.compile("^" + TASK_LABEL + r"?(?:\([^()]*pid=\d+[^()]*\)\s*)?(?:" + RANK_TAG + r":\s*)?")
 """What launchers and torch put before a process's own words, each optional, in this order: a launcher's task label,
 a Ray actor prefix (``(Worker pid=481552, ip=10.20.3.17)``), torch's ``[rankN]:`` (matched at the line's start)."""
-PROCESS_ID: Final = r"(?:\b[Pp][Ii][Dd][=: ] ?|process '[^']{0,64}' \()(\d{1,9})\b"
+PROCESS_ID: Final = r"(?:\b(?:pid|PID|Pid)[=: ] ?|process '[^']{0,64}' \()(\d{1,9})\b"
 """A process id a line names (pattern text, its group): ``pid=481``, ``pid: 481``, ``PID 481``, ``(pid 481)``, and
 loguru's error catcher ``process 'MainProcess' (481)``: a worker's own record, when a launcher's failure table ties
 that pid to a rank (``exitcode  : 1 (pid: 481)``)."""

@@ -27,6 +27,7 @@ from debug_training_logs.formats.prefixes import (
     INLINE_RANK,
     LEAD_PREFIXES,
     LOCAL_RANK,
+    SHORT_RANK_TAG,
     TASK_LABEL,
     strip_ansi,
 )
@@ -38,7 +39,7 @@ RAY_PREFIX = re.compile(
 # ``[rank: N]`` prefix.
 STATED_RANK = re.compile(
     r"\"rank\": ?(\d{1,9})\b|\[rank(?: |: ?)(\d{1,9})(?:/\d+)?\]|\[RANK (\d{1,9})\]|(?:^|[\s|\]])rank=(\d{1,9}) \|"
-    r"|^\s*rank ?(\d{1,9}) ?[|:] |\[r(\d{1,9})(?:/\d{1,9})?(?: [^\[\]]{0,24})?\]"
+    r"|^\s*rank ?(\d{1,9}) ?[|:] |" + SHORT_RANK_TAG  # (its world's group comes after its rank's)
 )
 """A trainer's own statement of its rank: JSON ``"rank": N``, ``[rank N/M]``, ``[rank: N]``, ``[RANK N]``, a
 ``rank=N |`` label field, a ``rankN| ``/``rank N: `` label opening the line, and the short tags ``[rN]`` and
