@@ -126,3 +126,10 @@ def test_the_only_rank_of_its_node_is_not_convicted_for_writing_its_nodes_words(
     d = diagnose(str(logs), history=False)
     assert d.verdict.category == "collective_mismatch", d.verdict.explanation
     assert d.verdict.culprit_ranks == [], d.verdict.explanation
+
+
+def test_rank_0_saying_otherwise_is_the_odd_one_too(tmp_path: Path) -> None:
+    """The odd rank's number is 0: it is found as any other rank is (a rank of 0 is no "not found")."""
+    logs = write(tmp_path, {"train.out": _console("rank", "count", 0, 2)})
+    d = diagnose(str(logs), history=False)
+    assert (d.verdict.category, d.verdict.culprit_ranks) == ("collective_mismatch", [0]), d.verdict.explanation

@@ -489,9 +489,7 @@ def _rank_outlier(ev: JobEvidence, fates: dict[int, Fate]) -> list[Accusation]:
     node = w.node_of_rank(o.rank)
     if node is not None and not any(w.node_of_rank(r) == node for r in seen - {o.rank}):
         return []  # the only rank of its node: what it wrote otherwise may be its node's (its host, its node rank)
-    return [
-        Accusation(None, frozenset({o.rank}), "rank_outlier", hit_of(o.file, o.line, o.text, o.rank, ev.worker.year))
-    ]
+    return [Accusation(None, frozenset({o.rank}), "rank_outlier", hit_of(o.file, o.line, o.text, o.rank, w.year))]
 
 
 def _ranks_by_pid(w: WorkerEvidence) -> dict[int, list[int]]:

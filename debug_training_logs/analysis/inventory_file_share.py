@@ -121,9 +121,7 @@ def _head_world_claims(s: FileScan) -> list[tuple[int, str, int, str]]:
     literal, ``rank``, is on every line of a torch log, and the scan would search every byte for it); a trainer
     states it when it starts."""
     out: list[tuple[int, str, int, str]] = []
-    first_tail = s.lines - len(s.tail) + 1
-    numbered = [(i + 1, ln) for i, ln in enumerate(s.head)] + [(first_tail + j, ln) for j, ln in enumerate(s.tail)]
-    for line_no, ln in numbered:
+    for line_no, ln in s.ends():
         short = _SHORT_TAG.search(ln) if "[r" in ln else None
         if short is not None and short.group(2) is not None and int(short.group(1)) < int(short.group(2)):
             out.append((int(short.group(2)), "stated", line_no, ln[:300]))  # ``[r3/8 l1]``: rank 3 of 8

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from debug_training_logs.analysis.inventory_types import JobScan
-from debug_training_logs.formats.prefixes import strip_ansi
+from debug_training_logs.formats.prefixes import GLOBAL_RANK, strip_ansi
 from debug_training_logs.logs.attribution import STATED_RANK, rank_and_source_plain
 
 MAX_LINES = 200_000
@@ -30,7 +30,7 @@ MIN_RANKS = 3
 """A group of fewer ranks has no majority to stand out from."""
 
 _DIGITS = re.compile(r"\d+")
-_TAGS = re.compile(r"\[rank\d{1,9}\]:|" + STATED_RANK.pattern)
+_TAGS = re.compile(GLOBAL_RANK.pattern + "|" + STATED_RANK.pattern)
 _TRACEBACK = re.compile(r"^\s|^Traceback|^\w*(?:Error|Exception)\b|^File ")
 
 
@@ -42,10 +42,6 @@ class RankOutlier:
     file: str
     line: int
     text: str
-    agreed: str
-    """What the others wrote (one of them: the message, or the shape they share)."""
-    others: int
-    """How many ranks agree."""
 
 
 def rank_outliers(job: JobScan, ranks: set[int], before: Mapping[str, int]) -> list[RankOutlier]:
@@ -69,15 +65,17 @@ def rank_outliers(job: JobScan, ranks: set[int], before: Mapping[str, int]) -> l
     for per_rank in groups.values():
         if set(per_rank) != ranks:
             continue
-        odd = _odd_one(per_rank, lambda m: m) or _odd_one(per_rank, lambda m: _DIGITS.sub("N", m))
+        odd = _odd_one(per_rank, lambda m: m)
+        if odd is None:
+            odd = _odd_one(per_rank, lambda m: _DIGITS.sub("N", m))
         if odd is not None:
-            r, agreed = odd
-            rel, no, text, _m = per_rank[r]
-            out.append(RankOutlier(r, rel, no, text, agreed, len(per_rank) - 1))
+            rel, no, text, _m = per_rank[odd]
+            out.append(RankOutlier(odd, rel, no, text))
     return sorted(out, key=lambda o: (o.file, o.line))
 
 
-def _odd_one(per_rank: Mapping[int, tuple[str, int, str, str]], key: Callable[[str], str]) -> tuple[int, str] | None:
+def _odd_one(per_rank: Mapping[int, tuple[str, int, str, str]], key: Callable[[str], str]) -> int | None:
+    """The one rank whose message's ``key`` differs from the one all the others' share."""
     keys = {r: key(v[3]) for r, v in per_rank.items()}
     counts = Counter(keys.values())
     if len(counts) != 2:
@@ -85,9 +83,7 @@ def _odd_one(per_rank: Mapping[int, tuple[str, int, str, str]], key: Callable[[s
     (common, n), (_rare, m) = counts.most_common()
     if m != 1 or n < MIN_RANKS - 1:
         return None
-    odd = next(r for r, k in keys.items() if k != common)
-    agreed = next(v[3] for r, v in per_rank.items() if keys[r] == common)
-    return odd, agreed
+    return next(r for r, k in keys.items() if k != common)
 
 
 def _lines(job: JobScan, before: Mapping[str, int]) -> Iterable[tuple[str, int, str]]:
@@ -95,11 +91,7 @@ def _lines(job: JobScan, before: Mapping[str, int]) -> Iterable[tuple[str, int, 
     read = 0
     for s in job.files:
         stop = before.get(s.file.rel)
-        first_tail = s.lines - len(s.tail) + 1
-        numbered = list(enumerate(s.head, 1)) + [
-            (first_tail + k, t) for k, t in enumerate(s.tail) if first_tail + k > len(s.head)
-        ]
-        for no, text in numbered:
+        for no, text in s.ends():
             if stop is not None and no >= stop:
                 break
             yield s.file.rel, no, text

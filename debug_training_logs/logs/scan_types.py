@@ -81,6 +81,13 @@ class FileScan:
     """Plain files read in full and unchanged during the scan: where windows started on a line start, so lines can be
     read back from the nearest one (:func:`lines_at`) instead of counting newlines from the top. None otherwise."""
 
+    def ends(self) -> list[tuple[int, str]]:
+        """(line number, text) of the file's first lines, then of its last lines (a line in both, once)."""
+        first_tail = self.lines - len(self.tail) + 1
+        return list(enumerate(self.head, 1)) + [
+            (first_tail + k, t) for k, t in enumerate(self.tail) if first_tail + k > len(self.head)
+        ]
+
 
 @dataclass(frozen=True, repr=False, eq=False)
 class Checkpoints:
